@@ -1,0 +1,34 @@
+# The commands README.rst promises, for a fresh Debian 12 machine (as root).
+VENV := .venv
+PY := $(VENV)/bin/python
+PYTEST_ARGS ?=
+
+.PHONY: deps cluster cluster-down demo test test-unit bench clean
+
+deps:
+	scripts/bootstrap
+
+cluster: deps
+	scripts/local-cluster up
+
+cluster-down:
+	scripts/local-cluster down
+
+## The end-to-end demo: a script with a GridFTP stage-in and a stage-out, chained on the local cluster.
+demo: cluster
+	scripts/demo
+
+## Every test, the ones on the real local cluster included.
+test: cluster
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+## Only the tests that need no cluster.
+test-unit: deps
+	$(PY) -m pytest -m "not cluster" $(PYTEST_ARGS)
+
+bench: deps
+	SCRATCHKEEPER_EXTRAS=test,bench scripts/bootstrap
+	$(PY) -m benchmarks.run
+
+clean:
+	rm -rf build *.egg-info .pytest_cache

@@ -1,0 +1,87 @@
+"""The ``scratchkeeper`` command: one entry point, one module per group of subcommands.
+
+Each module in this package defines ``register(subparsers)``, which adds its subcommands and
+sets ``func`` on them; ``func(args)`` returns the exit code. Modules are found by name, so a new
+subcommand is a new module and nothing else changes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+import pkgutil
+import sys
+
+from .. import __version__
+from ..config import SiteConfig, load_config
+from ..errors import ScratchkeeperError
+
+log = logging.getLogger("scratchkeeper")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="scratchkeeper",
+        description="Stage, replicate, recover and offload the transient data of batch jobs.")
+    parser.add_argument("--version", action="version", version=f"scratchkeeper {__version__}")
+    parser.add_argument("-c", "--config", metavar="FILE",
+                        help="site configuration (default: $SCRATCHKEEPER_CONFIG, then "
+                             "/etc/scratchkeeper/site.toml, then built-in defaults)")
+    parser.add_argument("-v", "--verbose", action="count", default=0,
+                        help="more log output (-vv for every command run); config: logging.level")
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
+    subparsers.required = True
+    for module_info in sorted(pkgutil.iter_modules(__path__), key=lambda m: m.name):
+        if module_info.name.startswith("_"):
+            continue
+        module = importlib.import_module(f"{__name__}.{module_info.name}")
+        module.register(subparsers)
+    return parser
+
+
+def site_config(args: argparse.Namespace) -> SiteConfig:
+    """The validated site configuration named by ``--config`` (loaded once per run)."""
+    cached = getattr(args, "_site_config", None)
+    if cached is None:
+        cached = load_config(args.config)
+        args._site_config = cached
+        _set_log_level(args, cached)
+    return cached
+
+
+def _set_log_level(args: argparse.Namespace, config: SiteConfig | None) -> None:
+    if args.verbose >= 2:
+        level = logging.DEBUG
+    elif args.verbose == 1:
+        level = logging.INFO
+    else:
+        level = getattr(logging, config.logging.level) if config else logging.WARNING
+        level = max(level, logging.WARNING) if config is None else level
+    logging.getLogger().setLevel(level)
+
+
+def main(argv: list[str] | None = None) -> int:
+    logging.basicConfig(format="%(asctime)s %(name)s %(levelname)s: %(message)s",
+                        level=logging.WARNING, stream=sys.stderr)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    _set_log_level(args, None)
+    try:
+        return int(args.func(args) or 0)
+    except ScratchkeeperError as err:
+        print(f"scratchkeeper: {err}" if not _names_a_place(err) else str(err), file=sys.stderr)
+        return err.exit_code
+    except KeyboardInterrupt:
+        print("scratchkeeper: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        return 1
+
+
+def _names_a_place(err: ScratchkeeperError) -> bool:
+    return getattr(err, "path", None) is not None
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,289 @@
+"""The site configuration: one TOML file checked against one schema, defaults included.
+
+The schema is the dataclasses below; each field's ``metadata`` holds its documentation and
+constraint. :func:`load_config` reads a file, rejects unknown keys and wrong values with
+``FILE:LINE: key 'section.name': expected ..., got ...`` and fills in every default.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+import re
+import tomllib
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .errors import ConfigError
+
+DEFAULT_PATH = "/etc/scratchkeeper/site.toml"
+ENV_VAR = "SCRATCHKEEPER_CONFIG"
+
+
+def _opt(default: Any, doc: str, *, choices: tuple | None = None, minimum: float | None = None,
+         maximum: float | None = None, exclusive_minimum: bool = False, factory=None):
+    meta = {"doc": doc, "choices": choices, "minimum": minimum, "maximum": maximum,
+            "exclusive_minimum": exclusive_minimum}
+    if factory is not None:
+        return field(default_factory=factory, metadata=meta)
+    return field(default=default, metadata=meta)
+
+
+@dataclass(frozen=True)
+class SchedulerConfig:
+    kind: str = _opt("slurm", "batch scheduler backend", choices=("slurm", "pbs"))
+    batch_queue: str = _opt("batch", "queue (Slurm partition) of compute jobs")
+    data_queue: str = _opt("dataxfer", "zero-charge queue of stage-in/stage-out data jobs")
+    replica_queue: str = _opt("", "queue of replication data jobs; empty: the daemon's own workers")
+    command_timeout: float = _opt(30.0, "seconds any scheduler command may take", minimum=0,
+                                  exclusive_minimum=True)
+    stage_out_dependency: str = _opt("afterany", "how stage-out waits for the compute job",
+                                     choices=("afterany", "afterok"))
+    data_walltime: str = _opt("01:00:00", "default walltime of a data job")
+    kill_on_invalid_dependency: bool = _opt(True, "Slurm: cancel a job whose dependency can never be met")
+    submit_retries: int = _opt(2, "extra tries of a submission that failed transiently", minimum=0)
+
+
+@dataclass(frozen=True)
+class StorageConfig:
+    backend: str = _opt("local", "storage backend", choices=("local", "lustre"))
+    scratch_root: str = _opt("/scratch", "root of the scratch file system; nothing is written outside it")
+    store_root: str = _opt("/var/lib/scratchkeeper/store", "local backend: where OST directories live")
+    ost_count: int = _opt(8, "local backend: number of OSTs created", minimum=1, maximum=4096)
+    stripe_count: int = _opt(4, "default stripe count of a staged file (-1: all OSTs)", minimum=-1)
+    stripe_size: int = _opt(1 << 20, "default stripe size in bytes (multiple of 64 KiB)", minimum=65536)
+    lfs: str = _opt("lfs", "lustre backend: the lfs command")
+    lctl: str = _opt("lctl", "lustre backend: the lctl command")
+
+
+@dataclass(frozen=True)
+class StateConfig:
+    database: str = _opt("/var/lib/scratchkeeper/state.db", "SQLite state database")
+
+
+@dataclass(frozen=True)
+class TransferConfig:
+    globus_url_copy: str = _opt("globus-url-copy", "GridFTP client")
+    globus_url_copy_options: list[str] = _opt(None, "extra globus-url-copy options", factory=list)
+    verify_checksum: bool = _opt(True, "ask GridFTP servers for a checksum of what was sent")
+    curl: str = _opt("curl", "HTTP client")
+    curl_options: list[str] = _opt(None, "extra curl options", factory=list)
+    scp: str = _opt("scp", "scp client")
+    scp_options: list[str] = _opt(None, "extra scp options", factory=lambda: ["-B", "-q"])
+    cp: str = _opt("cp", "local copy command")
+    timeout: float = _opt(3600.0, "seconds one transfer attempt may take", minimum=0,
+                          exclusive_minimum=True)
+
+
+@dataclass(frozen=True)
+class RetryConfig:
+    attempts: int = _opt(3, "tries of a transfer, the first included", minimum=1, maximum=100)
+    delay: float = _opt(5.0, "seconds before the first retry", minimum=0)
+    backoff: float = _opt(2.0, "factor applied to the delay after each retry", minimum=1)
+    max_delay: float = _opt(300.0, "upper bound of one delay", minimum=0)
+
+
+@dataclass(frozen=True)
+class TemplatesConfig:
+    directory: str = _opt("", "a folder searched before the built-in job-templates (site overrides)")
+
+
+@dataclass(frozen=True)
+class PartitionReplication:
+    alpha: float | None = _opt(None, "alpha for this partition", minimum=0, exclusive_minimum=True)
+    threshold: float | None = _opt(None, "shortcut threshold T for this partition", minimum=0,
+                                   maximum=1)
+
+
+@dataclass(frozen=True)
+class ReplicationConfig:
+    alpha: float = _opt(0.5, "eagerness of replication: window covers max(R, alpha*S) nodes",
+                        minimum=0, exclusive_minimum=True)
+    threshold: float = _opt(0.1, "shortcut T: jobs of at most T*S nodes are replicated at once",
+                            minimum=0, maximum=1)
+    interval: float = _opt(30.0, "seconds between decision cycles", minimum=0, exclusive_minimum=True)
+    workers: int = _opt(2, "replica copies made at once by the daemon's own pool", minimum=1)
+    partitions: dict[str, PartitionReplication] = _opt(None, "per-partition overrides", factory=dict)
+
+
+@dataclass(frozen=True)
+class RecoveryConfig:
+    socket: str = _opt("/run/scratchkeeper/recoveryd.sock", "Unix socket of the recovery service")
+    probe_timeout: float = _opt(25.0, "seconds an OST probe may take (all OSTs probed at once)",
+                                minimum=0, exclusive_minimum=True)
+    check_interval: float = _opt(300.0, "seconds between availability checks of staged inputs",
+                                 minimum=0, exclusive_minimum=True)
+    workers: int = _opt(4, "ranges patched at once", minimum=1)
+
+
+@dataclass(frozen=True)
+class LoggingConfig:
+    level: str = _opt("INFO", "log level", choices=("DEBUG", "INFO", "WARNING", "ERROR"))
+
+
+@dataclass(frozen=True)
+class SiteConfig:
+    scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
+    storage: StorageConfig = field(default_factory=StorageConfig)
+    state: StateConfig = field(default_factory=StateConfig)
+    transfer: TransferConfig = field(default_factory=TransferConfig)
+    retry: RetryConfig = field(default_factory=RetryConfig)
+    templates: TemplatesConfig = field(default_factory=TemplatesConfig)
+    replication: ReplicationConfig = field(default_factory=ReplicationConfig)
+    recovery: RecoveryConfig = field(default_factory=RecoveryConfig)
+    logging: LoggingConfig = field(default_factory=LoggingConfig)
+    source: str = field(default="(defaults)", metadata={"internal": True})
+
+
+def load_config(path: str | os.PathLike | None = None) -> SiteConfig:
+    """Read and validate the site configuration.
+
+    ``path`` wins, then ``$SCRATCHKEEPER_CONFIG``, then ``/etc/scratchkeeper/site.toml``; with
+    none of them present the defaults are used. A named file that is missing is an error.
+    """
+    explicit = path is not None or ENV_VAR in os.environ
+    chosen = Path(path if path is not None else os.environ.get(ENV_VAR, DEFAULT_PATH))
+    if not chosen.exists():
+        if explicit:
+            raise ConfigError("no such configuration file", path=str(chosen))
+        return SiteConfig()
+    try:
+        text = chosen.read_text()
+    except OSError as err:
+        raise ConfigError(f"cannot read: {err.strerror}", path=str(chosen)) from err
+    return parse_config(text, str(chosen))
+
+
+def parse_config(text: str, source: str = "<string>") -> SiteConfig:
+    """Validate TOML ``text``; errors name ``source``, the line and the key."""
+    try:
+        raw = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as err:
+        match = re.search(r"line (\d+)", str(err))
+        raise ConfigError(f"not valid TOML: {err}", path=source,
+                          line=int(match.group(1)) if match else None) from err
+    locator = _KeyLocator(text)
+    config = _build(SiteConfig, raw, "", source, locator)
+    return dataclasses.replace(config, source=source)
+
+
+class _KeyLocator:
+    """Finds the line of ``section.key`` in the TOML text, for error messages."""
+
+    def __init__(self, text: str):
+        self.lines = text.splitlines()
+
+    def line_of(self, dotted: str) -> int | None:
+        parts = dotted.split(".")
+        section, key = ".".join(parts[:-1]), parts[-1]
+        current = ""
+        for number, line in enumerate(self.lines, 1):
+            stripped = line.strip()
+            header = re.match(r"^\[\s*([^\]]+?)\s*\]", stripped)
+            if header:
+                current = header.group(1).replace('"', "")
+                if not key or current == dotted:
+                    if current == dotted:
+                        return number
+                continue
+            if current == section and re.match(rf'^"?{re.escape(key)}"?\s*=', stripped):
+                return number
+        return None
+
+
+def _build(cls, raw: Any, prefix: str, source: str, locator: _KeyLocator):
+    if not isinstance(raw, dict):
+        raise ConfigError(f"key '{prefix.rstrip('.')}': expected a table, got {_show(raw)}",
+                          path=source, line=locator.line_of(prefix.rstrip(".")))
+    hints = typing.get_type_hints(cls)
+    fields = {f.name: f for f in dataclasses.fields(cls) if not f.metadata.get("internal")}
+    for key in raw:
+        if key not in fields:
+            dotted = prefix + key
+            raise ConfigError(f"unknown key '{dotted}' (known: {', '.join(sorted(fields))})",
+                              path=source, line=locator.line_of(dotted))
+    values = {}
+    for name, fld in fields.items():
+        if name not in raw:
+            continue
+        values[name] = _convert(hints[name], raw[name], prefix + name, fld.metadata, source, locator)
+    return cls(**values)
+
+
+def _convert(hint, value, dotted, meta, source, locator):
+    def fail(expected: str):
+        raise ConfigError(f"key '{dotted}': expected {expected}, got {_show(value)}",
+                          path=source, line=locator.line_of(dotted))
+
+    origin = typing.get_origin(hint)
+    args = typing.get_args(hint)
+    if dataclasses.is_dataclass(hint):
+        return _build(hint, value, dotted + ".", source, locator)
+    if origin is typing.Union or origin is getattr(__import__("types"), "UnionType", None):
+        inner = [a for a in args if a is not type(None)]
+        return _convert(inner[0], value, dotted, meta, source, locator)
+    if origin is dict:
+        if not isinstance(value, dict):
+            fail("a table")
+        return {k: _convert(args[1], v, f"{dotted}.{k}", meta, source, locator)
+                for k, v in value.items()}
+    if origin is list:
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            fail("a list of strings")
+        return list(value)
+    if hint is bool:
+        if not isinstance(value, bool):
+            fail("true or false")
+        return value
+    if hint is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            fail("an integer")
+    elif hint is float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value):
+            fail("a number")
+        value = float(value)
+    elif hint is str:
+        if not isinstance(value, str):
+            fail("a string")
+    choices = meta.get("choices")
+    if choices and value not in choices:
+        fail("one of " + ", ".join(repr(c) for c in choices))
+    low, high = meta.get("minimum"), meta.get("maximum")
+    if low is not None and (value < low or (meta.get("exclusive_minimum") and value == low)):
+        fail(f"a value {'>' if meta.get('exclusive_minimum') else '>='} {low:g}")
+    if high is not None and value > high:
+        fail(f"a value <= {high:g}")
+    return value
+
+
+def _show(value: Any) -> str:
+    if isinstance(value, dict):
+        return "a table"
+    if isinstance(value, list):
+        return "a list"
+    return repr(value)
+
+
+def describe_schema() -> list[tuple[str, str, Any, str]]:
+    """Every key as ``(dotted name, type, default, doc)``, for ``scratchkeeper config --schema``."""
+    rows = []
+
+    def walk(cls, prefix):
+        hints = typing.get_type_hints(cls)
+        default = cls()
+        for fld in dataclasses.fields(cls):
+            if fld.metadata.get("internal"):
+                continue
+            hint = hints[fld.name]
+            if dataclasses.is_dataclass(hint):
+                walk(hint, prefix + fld.name + ".")
+                continue
+            type_name = getattr(hint, "__name__", str(hint)).replace("typing.", "")
+            rows.append((prefix + fld.name, type_name, getattr(default, fld.name),
+                         fld.metadata.get("doc", "")))
+
+    walk(SiteConfig, "")
+    return rows
