@@ -46,19 +46,27 @@ def site_config(args: argparse.Namespace) -> SiteConfig:
     if cached is None:
         cached = load_config(args.config)
         args._site_config = cached
-        _set_log_level(args, cached)
     return cached
 
 
 def _set_log_level(args: argparse.Namespace, config: SiteConfig | None) -> None:
+    """-v/-vv win; daemons pass their config (``logging.level``), commands default to warnings."""
     if args.verbose >= 2:
         level = logging.DEBUG
     elif args.verbose == 1:
         level = logging.INFO
+    elif config is not None:
+        level = getattr(logging, config.logging.level)
     else:
-        level = getattr(logging, config.logging.level) if config else logging.WARNING
-        level = max(level, logging.WARNING) if config is None else level
+        level = logging.WARNING
     logging.getLogger().setLevel(level)
+
+
+def daemon_logging(args: argparse.Namespace) -> SiteConfig:
+    """For long-running services: load the config and log at its ``logging.level``."""
+    config = site_config(args)
+    _set_log_level(args, config)
+    return config
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,0 +1,145 @@
+"""``scratchkeeper plan``, ``submit`` and ``status``: the user-facing planner commands."""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import sys
+import time
+
+from ..planner import records
+from ..planner.status import chain_status, resolve_chain
+from ..planner.submit import dry_run_commands, prepare, submit_plan
+from ..state import StateStore
+from . import site_config
+
+
+def register(subparsers) -> None:
+    plan = subparsers.add_parser("plan", help="show the data and compute jobs a script becomes")
+    _script_options(plan)
+    plan.add_argument("--dry-run", action="store_true",
+                      help="print the rendered scripts and the exact commands; run nothing "
+                           "(plan never submits; the flag is accepted for clarity)")
+    plan.set_defaults(func=_plan)
+
+    submit = subparsers.add_parser("submit", help="submit a script as chained data and compute jobs")
+    _script_options(submit)
+    submit.add_argument("--dry-run", action="store_true", help="same as 'plan --dry-run'")
+    submit.set_defaults(func=_submit)
+
+    status = subparsers.add_parser("status", help="a chain's jobs, their states and reasons")
+    status.add_argument("ident", nargs="?", metavar="JOBID|CHAIN",
+                        help="any job id of the chain, or its chain id (default: your recent chains)")
+    status.add_argument("--json", action="store_true", help="machine-readable output")
+    status.add_argument("--wait", type=float, metavar="SECONDS",
+                        help="poll until the chain has ended, at most SECONDS")
+    status.set_defaults(func=_status)
+
+
+def _script_options(parser) -> None:
+    parser.add_argument("script", help="batch script with #STAGEIN/#STAGEOUT directives")
+    parser.add_argument("--json", action="store_true", help="machine-readable output")
+    parser.add_argument("--scheduler", choices=("slurm", "pbs"),
+                        help="backend to plan for (config: scheduler.kind)")
+    parser.add_argument("--input", action="append", default=[], metavar="PATH",
+                        help="declare an input file of the job (for replication), repeatable")
+
+
+def _plan_json(plan, commands) -> dict:
+    return {
+        "chain_id": plan.chain_id,
+        "scheduler": plan.scheduler,
+        "jobs": [{"role": j.role, "key": j.key, "name": j.name, "queue": j.queue,
+                  "script": j.script, "retries": j.retries, "retry_delay": j.retry_delay,
+                  "walltime": j.walltime,
+                  "depends_on": [{"role": plan.job(d.key).role, "key": d.key, "type": d.type}
+                                 for d in j.depends_on]} for j in plan.jobs],
+        "staged_files": [{"path": f.path, "source": f.source, "line": f.line} for f in plan.staged_files],
+        "offloaded_files": [{"path": f.path, "destination": f.destination, "line": f.line}
+                            for f in plan.offloaded_files],
+        "inputs": plan.inputs,
+        "commands": commands,
+    }
+
+
+def _plan(args) -> int:
+    config = site_config(args)
+    _, plan = prepare(args.script, config, scheduler=args.scheduler, extra_inputs=args.input)
+    commands = dry_run_commands(plan, config)
+    if args.json:
+        print(json.dumps(_plan_json(plan, commands), indent=2))
+        return 0
+    for job in plan.jobs:
+        deps = ", ".join(f"{d.type}:{d.key}" for d in job.depends_on) or "none"
+        print(f"=== {job.key} (queue {job.queue}, depends on {deps}, retries {job.retries})")
+        print(job.script, end="" if job.script.endswith("\n") else "\n")
+    if plan.staged_files:
+        print("=== recovery metadata")
+        for staged in plan.staged_files:
+            print(f"{staged.path} <- {staged.source}  (line {staged.line})")
+    print("=== commands")
+    for argv in commands:
+        print(shlex.join(argv))
+    return 0
+
+
+def _submit(args) -> int:
+    if args.dry_run:
+        return _plan(args)
+    config = site_config(args)
+    _, plan = prepare(args.script, config, scheduler=args.scheduler, extra_inputs=args.input)
+    store = records.open_records(StateStore(config.state.database))
+    submission = submit_plan(plan, config, store)
+    if args.json:
+        print(json.dumps({"chain_id": plan.chain_id,
+                          "jobs": [{"role": j.role, "key": j.key, "job_id": submission.job_ids[j.key]}
+                                   for j in plan.jobs]}, indent=2))
+    else:
+        print(f"chain {plan.chain_id}")
+        for job in plan.jobs:
+            print(f"{job.key:12} {submission.job_ids[job.key]}")
+    return 0
+
+
+def _status(args) -> int:
+    config = site_config(args)
+    store = records.open_records(StateStore(config.state.database))
+    uid = os.getuid()
+    if args.ident is None:
+        rows = records.recent_chains(store, None if uid == 0 else uid)
+        if args.json:
+            print(json.dumps([{"chain_id": r["chain_id"], "script": r["script_path"],
+                               "state": r["state"], "reason": r["reason"]} for r in rows], indent=2))
+        else:
+            for row in rows:
+                created = time.strftime("%Y-%m-%d %H:%M", time.localtime(row["created"]))
+                print(f"{row['chain_id']}  {created}  {row['state']:16} {row['script_path']}")
+        return 0
+    chain_id = resolve_chain(store, args.ident)
+    deadline = time.monotonic() + (args.wait or 0)
+    while True:
+        status = chain_status(store, config, chain_id, caller_uid=uid)
+        finished = status.state in ("completed", "failed", "ended", records.SUBMIT_FAILED,
+                                    records.STAGE_IN_FAILED, records.STAGE_OUT_FAILED) and all(
+            j.state not in ("pending", "held", "running", "completing") for j in status.jobs)
+        if not args.wait or finished or time.monotonic() >= deadline:
+            break
+        time.sleep(2)
+    if args.json:
+        print(json.dumps(status.to_dict(), indent=2))
+    else:
+        print(f"chain {status.chain_id}: {status.state}  ({status.script})")
+        if status.reason:
+            print(f"  reason: {status.reason}")
+        for job in status.jobs:
+            line = f"  {job.key:12} {job.job_id or '-':>8}  {job.queue:10} {job.state}"
+            if job.exit_code not in (None, 0):
+                line += f" (exit {job.exit_code})"
+            if job.reason:
+                line += f"  {job.reason}"
+            print(line)
+        for staged in status.staged_files:
+            print(f"  staged {staged['path']} <- {staged['source']}  [{staged['state']}]")
+    return 0 if status.state not in ("failed", records.SUBMIT_FAILED, records.STAGE_IN_FAILED,
+                                     records.STAGE_OUT_FAILED) else 1

@@ -1,0 +1,161 @@
+"""What a data job does when its transfers end: record the staged files, or the failure.
+
+``stage commit`` (run by the data job after its last transfer) checks every staged file exists,
+measures size and SHA-256, hands it to the storage backend (the local striped store takes it
+in; Lustre keeps it where it is) and writes the recovery metadata as extended attributes and
+in the state store. ``stage fail`` records why the data job failed and, for a stage-in, cancels
+the compute and stage-out jobs with that reason, so nothing waits on a dead dependency.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import time
+from dataclasses import dataclass
+
+from ..config import SiteConfig
+from ..errors import InputError, ScratchkeeperError, StorageError, UnknownJobError
+from ..schedulers import get_scheduler
+from ..state import StateStore
+from ..storage import open_backend
+from . import records
+
+log = logging.getLogger(__name__)
+
+XATTR = "user.scratchkeeper."
+
+
+@dataclass(frozen=True)
+class CommittedFile:
+    path: str
+    source: str
+    size: int
+    checksum: str | None
+
+
+def _job_row(store: StateStore, chain_id: str, job_key: str):
+    for row in records.chain_jobs(store, chain_id):
+        if row["job_key"] == job_key:
+            return row
+    raise UnknownJobError(f"chain {chain_id} has no job {job_key!r}")
+
+
+def sha256_file(path: str, chunk: int = 4 << 20) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        while block := handle.read(chunk):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _files_of(staged_row) -> list[tuple[str, str]]:
+    """(path, source) of a staged row; a directory contributes every file below it."""
+    path, source = staged_row["path"], staged_row["source"]
+    if not staged_row["recursive"] and not os.path.isdir(path):
+        return [(path, source)]
+    found = []
+    for folder, _, names in os.walk(path):
+        for name in sorted(names):
+            full = os.path.join(folder, name)
+            relative = os.path.relpath(full, path)
+            found.append((full, source.rstrip("/") + "/" + relative))
+    return found
+
+
+def commit_stage(store: StateStore, config: SiteConfig, chain_id: str, job_key: str) -> list[CommittedFile]:
+    """Record the staged files of one data job (stage-in) or its success (stage-out)."""
+    row = _job_row(store, chain_id, job_key)
+    chain = records.chain(store, chain_id)
+    committed: list[CommittedFile] = []
+    if row["role"] == "stage-in":
+        backend = open_backend(config)
+        compute = [r for r in records.chain_jobs(store, chain_id) if r["role"] == "compute"]
+        compute_id = compute[0]["job_id"] if compute else ""
+        for staged in records.staged_files(store, chain_id, job_key):
+            if staged["state"] == "staged":
+                continue  # a re-run of the data job: already recorded
+            for path, source in _files_of(staged):
+                committed.append(_commit_file(store, config, backend, chain_id, staged, path,
+                                              source, compute_id or "", chain["owner_uid"]))
+            with store.transaction() as conn:
+                conn.execute("UPDATE staged_files SET state='staged' WHERE chain_id=? AND path=?",
+                             (chain_id, staged["path"]))
+    records.set_jobs_state(store, chain_id, [job_key], records.JOB_DONE)
+    return committed
+
+
+def _commit_file(store, config, backend, chain_id, staged, path, source, compute_id, owner_uid):
+    if not os.path.lexists(path):
+        raise InputError(f"line {staged['line']}: the transfer reported success but {path} "
+                         "does not exist", path=records.chain(store, chain_id)["script_path"])
+    if os.path.islink(path):
+        raise InputError(f"line {staged['line']}: {path} is a symbolic link; refusing to follow it",
+                         path=records.chain(store, chain_id)["script_path"])
+    info = os.stat(path)
+    checksum = sha256_file(path)
+    metadata = {"source": source, "sha256": checksum, "size": str(info.st_size),
+                "chain": chain_id, "job": compute_id, "staged": f"{time.time():.0f}"}
+    inside = _inside(path, config.storage.scratch_root)
+    if inside:
+        backend.import_file(path, owner=(info.st_uid, info.st_gid))
+        for name, value in metadata.items():
+            backend.set_xattr(path, XATTR + name, value.encode())
+    else:
+        # outside the scratch file system: plain user xattrs on the file, where supported
+        for name, value in metadata.items():
+            try:
+                os.setxattr(path, XATTR + name, value.encode())
+            except OSError as err:
+                log.warning("%s: cannot set %s%s: %s", path, XATTR, name, err.strerror)
+                break
+    with store.transaction() as conn:
+        conn.execute(
+            "INSERT INTO staged_files(chain_id, path, job_key, source, line, recursive, state, size,"
+            " checksum, owner_uid, owner_gid, staged_at) VALUES (?,?,?,?,?,?,?,?,?,?,?,?) "
+            "ON CONFLICT(chain_id, path) DO UPDATE SET state=excluded.state, size=excluded.size,"
+            " checksum=excluded.checksum, owner_uid=excluded.owner_uid,"
+            " owner_gid=excluded.owner_gid, staged_at=excluded.staged_at, source=excluded.source",
+            (chain_id, path, staged["job_key"], source, staged["line"], 0, "staged", info.st_size,
+             "sha256:" + checksum, info.st_uid, info.st_gid, time.time()))
+    log.info("chain %s: staged %s (%d bytes) from %s", chain_id, path, info.st_size, source)
+    return CommittedFile(path, source, info.st_size, checksum)
+
+
+def _inside(path: str, root: str) -> bool:
+    real = os.path.realpath(path)
+    root = os.path.realpath(root)
+    return real == root or real.startswith(root.rstrip("/") + "/")
+
+
+def fail_stage(store: StateStore, config: SiteConfig, chain_id: str, job_key: str, reason: str,
+               line: int | None) -> list[str]:
+    """Record a data job's failure; a failed stage-in cancels the rest of the chain.
+
+    Returns the job ids it cancelled.
+    """
+    row = _job_row(store, chain_id, job_key)
+    chain = records.chain(store, chain_id)
+    where = f"{chain['script_path']}:{line}: " if line else ""
+    message = f"{row['role']} failed: {where}{reason or 'no error message'}"
+    records.set_jobs_state(store, chain_id, [job_key], records.JOB_FAILED, message, line)
+    if row["role"] != "stage-in":
+        records.set_chain_state(store, chain_id, records.STAGE_OUT_FAILED, message)
+        return []
+    records.set_chain_state(store, chain_id, records.STAGE_IN_FAILED, message)
+    dependents = [r for r in records.chain_jobs(store, chain_id)
+                  if r["role"] in ("compute", "stage-out") and r["job_id"]]
+    ids = [r["job_id"] for r in dependents]
+    if ids:
+        try:
+            get_scheduler(config, chain["scheduler"]).cancel(ids)
+        except ScratchkeeperError as err:
+            # the scheduler cancels them too (kill-on-invalid-dep), so this is logged, not fatal
+            log.warning("chain %s: cancelling %s failed: %s", chain_id, ids, err)
+        records.set_jobs_state(store, chain_id, [r["job_key"] for r in dependents],
+                               records.JOB_CANCELLED, "cancelled: " + message)
+    return ids
+
+
+__all__ = ["commit_stage", "fail_stage", "CommittedFile", "StorageError"]

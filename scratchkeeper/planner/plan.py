@@ -1,0 +1,203 @@
+"""From a parsed script to a plan: which jobs, in which queue, depending on what.
+
+stage-in job(s) -> compute job (``afterok``) -> stage-out job (``afterany`` on the compute job by
+default, and ``afterok`` on the stage-in jobs, so that a stage-in that failed cancels both).
+"""
+
+from __future__ import annotations
+
+import posixpath
+from dataclasses import dataclass, field
+
+from ..config import SiteConfig
+from ..errors import DirectiveError
+from ..transfer.clients import ClientCommand, UnsupportedTransfer, client_command, destination_path
+from .directives import STAGE_IN, STAGE_OUT, DataStep, ParsedScript, StageOptions
+from .metadata import extract_transfers
+
+COMPUTE = "compute"
+
+
+@dataclass(frozen=True)
+class Dependency:
+    """This job starts after job ``key`` reached ``type`` (afterok / afterany)."""
+
+    key: str
+    type: str
+
+
+@dataclass(frozen=True)
+class StepAction:
+    """What a data job runs for one step: a client argv or a literal shell command."""
+
+    line: int
+    argv: tuple[str, ...] | None = None
+    shell: str | None = None
+    local_path: str | None = None
+    recursive: bool = False
+    describe: str = ""
+
+    @property
+    def prepare_dir(self) -> str:
+        """The folder a stage-in must create before the client writes ``local_path``."""
+        if self.recursive:
+            return self.local_path.rstrip("/") or "/"
+        return posixpath.dirname(self.local_path.rstrip("/")) or "/"
+
+
+@dataclass(frozen=True)
+class StagedFile:
+    """A file a stage-in job creates, with where it came from: the recovery metadata."""
+
+    path: str
+    source: str
+    line: int
+    job_key: str
+    recursive: bool = False
+
+
+@dataclass(frozen=True)
+class OffloadedFile:
+    """A result a stage-out job sends away."""
+
+    path: str
+    destination: str
+    line: int
+    job_key: str
+
+
+@dataclass
+class PlannedJob:
+    """One job of the chain; ``script`` is filled in by the renderer."""
+
+    key: str
+    role: str
+    queue: str
+    name: str
+    depends_on: list[Dependency]
+    retries: int = 0
+    retry_delay: float = 0.0
+    walltime: str | None = None
+    qos: str | None = None
+    account: str | None = None
+    priority: int | None = None
+    actions: list[StepAction] = field(default_factory=list)
+    script: str = ""
+
+
+@dataclass
+class Plan:
+    """The whole chain for one script."""
+
+    chain_id: str
+    script_path: str
+    workdir: str
+    scheduler: str
+    jobs: list[PlannedJob]
+    staged_files: list[StagedFile]
+    offloaded_files: list[OffloadedFile]
+    inputs: list[str]
+
+    def job(self, key: str) -> PlannedJob:
+        return next(j for j in self.jobs if j.key == key)
+
+    def jobs_with_role(self, role: str) -> list[PlannedJob]:
+        return [j for j in self.jobs if j.role == role]
+
+
+def build_plan(parsed: ParsedScript, config: SiteConfig, *, chain_id: str, workdir: str,
+               scheduler: str | None = None) -> Plan:
+    """Decide the jobs of ``parsed``; raises DirectiveError for what no client can do."""
+    sched = config.scheduler
+    kind = scheduler or sched.kind
+    base_name = parsed.compute_job.get("name") or posixpath.basename(parsed.path) or "job"
+    jobs: list[PlannedJob] = []
+    staged: list[StagedFile] = []
+    offloaded: list[OffloadedFile] = []
+
+    in_keys = _data_jobs(parsed, STAGE_IN, config, base_name, chain_id, workdir, jobs, staged,
+                         offloaded)
+    compute = PlannedJob(key=COMPUTE, role=COMPUTE, queue=sched.batch_queue,
+                         name=parsed.compute_job.get("name") or base_name,
+                         depends_on=[Dependency(k, "afterok") for k in in_keys])
+    jobs.append(compute)
+    out_type = parsed.options[STAGE_OUT].dependency or sched.stage_out_dependency
+    out_deps = [Dependency(COMPUTE, out_type)] + [Dependency(k, "afterok") for k in in_keys]
+    _data_jobs(parsed, STAGE_OUT, config, base_name, chain_id, workdir, jobs, staged, offloaded,
+               depends=out_deps)
+    inputs = sorted({f.path for f in staged} | set(parsed.options[STAGE_IN].inputs))
+    return Plan(chain_id=chain_id, script_path=parsed.path, workdir=workdir, scheduler=kind,
+                jobs=jobs, staged_files=staged, offloaded_files=offloaded, inputs=inputs)
+
+
+def _data_jobs(parsed: ParsedScript, stage: str, config: SiteConfig, base_name: str, chain_id: str,
+               workdir: str, jobs: list[PlannedJob], staged: list[StagedFile],
+               offloaded: list[OffloadedFile], depends: list[Dependency] | None = None) -> list[str]:
+    steps = parsed.stage_steps(stage)
+    if not steps:
+        return []
+    opts = parsed.options[stage]
+    groups = [[s] for s in steps] if opts.parallel else [steps]
+    keys = []
+    for number, group in enumerate(groups, 1):
+        key = stage if len(groups) == 1 else f"{stage}-{number}"
+        job = _data_job(key, stage, opts, parsed, config, base_name, chain_id, depends or [])
+        for step in group:
+            job.actions.append(_action(step, config, parsed.path))
+            _record(step, key, workdir, staged, offloaded)
+        jobs.append(job)
+        keys.append(key)
+    return keys
+
+
+def _data_job(key: str, stage: str, opts: StageOptions, parsed: ParsedScript, config: SiteConfig,
+              base_name: str, chain_id: str, depends: list[Dependency]) -> PlannedJob:
+    inherited = parsed.compute_job
+    retries = opts.retries if opts.retries is not None else config.retry.attempts - 1
+    priority = opts.priority
+    if priority is None and "priority" in inherited:
+        try:
+            priority = int(inherited["priority"])
+        except ValueError:
+            priority = None
+    return PlannedJob(
+        key=key, role=stage, queue=config.scheduler.data_queue,
+        name=opts.job_name or f"{base_name}.{key}",
+        depends_on=list(depends), retries=retries,
+        retry_delay=opts.retry_delay if opts.retry_delay is not None else config.retry.delay,
+        walltime=opts.walltime or config.scheduler.data_walltime,
+        qos=opts.qos or inherited.get("qos"), account=opts.account or inherited.get("account"),
+        priority=priority)
+
+
+def _action(step: DataStep, config: SiteConfig, path: str) -> StepAction:
+    if step.command is not None:
+        return StepAction(line=step.line, shell=step.command, describe=step.command)
+    transfer = step.transfer
+    try:
+        command: ClientCommand = client_command(transfer.source, transfer.destination,
+                                                recursive=transfer.recursive, config=config.transfer)
+    except UnsupportedTransfer as err:
+        directive = "#STAGEIN" if step.stage == STAGE_IN else "#STAGEOUT"
+        raise DirectiveError(f"{directive}: {err}", path=path, line=step.line) from err
+    return StepAction(line=step.line, argv=command.argv, local_path=command.local_path,
+                      recursive=transfer.recursive,
+                      describe=f"{transfer.source.text} -> {transfer.destination.text}")
+
+
+def _record(step: DataStep, key: str, workdir: str, staged: list[StagedFile],
+            offloaded: list[OffloadedFile]) -> None:
+    if step.transfer is not None:
+        t = step.transfer
+        if step.stage == STAGE_IN:
+            staged.append(StagedFile(destination_path(t.source, t.destination), t.source.uri,
+                                     step.line, key, t.recursive))
+        else:
+            offloaded.append(OffloadedFile(t.source.path, t.destination.uri, step.line, key))
+        return
+    for found in extract_transfers(step.command, cwd=workdir, stage_in=step.stage == STAGE_IN):
+        if step.stage == STAGE_IN:
+            staged.append(StagedFile(found.destination.rstrip("/") or "/", found.source, step.line,
+                                     key, found.destination.endswith("/")))
+        else:
+            offloaded.append(OffloadedFile(found.source, found.destination, step.line, key))

@@ -1,0 +1,113 @@
+"""Render a plan's jobs into batch scripts with the scheduler's Jinja2 templates.
+
+Every value reaching a template is shell-quoted unless it went through a filter that makes it
+safe: ``argv`` (a quoted command line), ``header`` (a directive value checked against a strict
+character set), ``comment`` (text folded onto one comment line) or ``verbatim`` (the user's own
+script text, which is theirs to run). Undefined variables are errors (``StrictUndefined``).
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+import sys
+from collections.abc import Sequence
+from importlib import resources
+from pathlib import Path
+
+import jinja2
+
+from ..config import SiteConfig
+from ..errors import ConfigError
+from ..transfer.classify import grep_pattern
+from .plan import COMPUTE, Plan, PlannedJob
+
+_HEADER_SAFE = re.compile(r"^[A-Za-z0-9._:+@/=-]+$")
+
+
+class Shell(str):
+    """Text already safe to put in a shell script as it is."""
+
+
+def _finalize(value):
+    if isinstance(value, Shell):
+        return value
+    if isinstance(value, bool):
+        raise TypeError("a bare boolean reached a template; test it with {% if %}")
+    if isinstance(value, (int, float)):
+        return str(value)
+    if value is None:
+        raise TypeError("None reached a template; test it with {% if %}")
+    return shlex.quote(str(value))
+
+
+def _argv(value: Sequence[str]) -> Shell:
+    return Shell(shlex.join(str(v) for v in value))
+
+
+def _header(value) -> Shell:
+    text = str(value)
+    if not _HEADER_SAFE.match(text):
+        raise ValueError(f"unsafe value for a scheduler directive: {text!r}")
+    return Shell(text)
+
+
+def _comment(value) -> Shell:
+    return Shell(re.sub(r"[\x00-\x1f\x7f]+", " ", str(value)))
+
+
+def _verbatim(value) -> Shell:
+    return Shell(str(value))
+
+
+def template_environment(config: SiteConfig) -> jinja2.Environment:
+    """The Jinja2 environment: site override folder first, then the built-in job-templates."""
+    builtin = str(resources.files("scratchkeeper.job_templates"))
+    search = [builtin]
+    if config.templates.directory:
+        override = Path(config.templates.directory)
+        if not override.is_dir():
+            raise ConfigError(f"key 'templates.directory': expected a folder, got "
+                              f"'{override}' which is not one", path=config.source)
+        search.insert(0, str(override))
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader(search), undefined=jinja2.StrictUndefined,
+                             finalize=_finalize, autoescape=False, keep_trailing_newline=True,
+                             trim_blocks=True, lstrip_blocks=True)
+    env.filters.update(argv=_argv, header=_header, comment=_comment, verbatim=_verbatim,
+                       q=lambda v: Shell(shlex.quote(str(v))))
+    return env
+
+
+def scratchkeeper_argv() -> list[str]:
+    """How a data job calls back into scratchkeeper: this interpreter, this package."""
+    return [sys.executable, "-m", "scratchkeeper"]
+
+
+def render_plan(plan: Plan, parsed_shebang: str, compute_script: str, config: SiteConfig) -> None:
+    """Fill in ``job.script`` for every job of ``plan``."""
+    env = template_environment(config)
+    folder = plan.scheduler
+    for job in plan.jobs:
+        if job.role == COMPUTE:
+            template = env.get_template(f"{folder}/compute.sh.j2")
+            body = compute_script
+            if parsed_shebang and body.startswith(parsed_shebang):
+                body = body[len(parsed_shebang):].lstrip("\n")
+            job.script = template.render(
+                shebang=parsed_shebang or "#!/bin/bash", body=body, chain_id=plan.chain_id,
+                script_path=plan.script_path)
+        else:
+            template = env.get_template(f"{folder}/stage.sh.j2")
+            job.script = template.render(**_stage_context(plan, job, config))
+
+
+def _stage_context(plan: Plan, job: PlannedJob, config: SiteConfig) -> dict:
+    retry = config.retry
+    sk = scratchkeeper_argv()
+    if config.source != "(defaults)":
+        sk += ["--config", str(Path(config.source).resolve())]
+    return dict(
+        job=job, chain_id=plan.chain_id, script_path=plan.script_path, workdir=plan.workdir,
+        attempts=job.retries + 1, delay=job.retry_delay, backoff=retry.backoff,
+        max_delay=retry.max_delay, timeout=int(config.transfer.timeout),
+        permanent=grep_pattern(), scratchkeeper=sk, stage_in=job.role == "stage-in")

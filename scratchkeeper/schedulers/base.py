@@ -1,0 +1,211 @@
+"""The contract every scheduler backend module follows, and the class that runs it.
+
+A backend module (``slurm``, ``pbs``) holds only *build* functions (argv lists) and *parse*
+functions (tool output to dataclasses) plus its state-translation table; :class:`Scheduler` runs
+the commands through the one command runner, retries transient failures and confirms that a job
+missing from the queue really ended before saying so.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+import random
+import re
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from types import ModuleType
+
+from ..errors import CommandError, SchedulerError, UnknownJobError
+from ..runner import get_runner
+
+log = logging.getLogger(__name__)
+
+
+class JobState(str, enum.Enum):
+    """Scheduler-neutral job states."""
+
+    PENDING = "pending"
+    HELD = "held"
+    RUNNING = "running"
+    COMPLETING = "completing"
+    SUSPENDED = "suspended"
+    REQUEUED = "requeued"
+    COMPLETED = "completed"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+    TIMEOUT = "timeout"
+    NODE_FAIL = "node_fail"
+    OUT_OF_MEMORY = "out_of_memory"
+    PREEMPTED = "preempted"
+    #: finished, but the scheduler does not say how (e.g. the Torque wrappers' ``C``)
+    ENDED = "ended"
+    UNKNOWN = "unknown"
+
+    @property
+    def is_final(self) -> bool:
+        return self in _FINAL
+
+    @property
+    def is_queued(self) -> bool:
+        return self in (JobState.PENDING, JobState.HELD, JobState.REQUEUED)
+
+
+_FINAL = {JobState.COMPLETED, JobState.FAILED, JobState.CANCELLED, JobState.TIMEOUT,
+          JobState.NODE_FAIL, JobState.OUT_OF_MEMORY, JobState.PREEMPTED, JobState.ENDED}
+
+
+@dataclass(frozen=True)
+class JobRecord:
+    """What the scheduler says of one job."""
+
+    job_id: str
+    state: JobState
+    native_state: str
+    reason: str = ""
+    name: str = ""
+    queue: str = ""
+    user: str = ""
+    nodes: int = 0
+    priority: int | None = None
+    exit_code: int | None = None
+    dependency: str = ""
+    submit_time: float | None = None
+    start_time: float | None = None
+    end_time: float | None = None
+
+
+@dataclass(frozen=True)
+class SubmitSpec:
+    """A submission: ``dependencies`` maps a type (afterok, afterany) to job ids."""
+
+    script_path: str
+    queue: str
+    job_name: str
+    workdir: str
+    output_path: str | None = None
+    dependencies: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    hold: bool = False
+    kill_on_invalid_dependency: bool = True
+    extra_args: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class QueueSnapshot:
+    """One batched look at the queue: jobs in the scheduler's priority order."""
+
+    jobs: tuple[JobRecord, ...]
+    taken_at: float = field(default_factory=time.time)
+
+    def pending(self) -> list[JobRecord]:
+        return [j for j in self.jobs if j.state.is_queued]
+
+    def running(self) -> list[JobRecord]:
+        return [j for j in self.jobs if j.state in (JobState.RUNNING, JobState.COMPLETING,
+                                                    JobState.SUSPENDED)]
+
+
+# words in a scheduler's message that mean "try again later", not "your request is wrong"
+_TRANSIENT = re.compile(r"Socket timed out|Resource temporarily unavailable|Unable to contact "
+                        r"slurm controller|Connection refused|try again|Zero Bytes were transmitted"
+                        r"|communication failure|timed out", re.IGNORECASE)
+
+
+class Scheduler:
+    """Runs one backend module's commands with a timeout and retries of transient errors."""
+
+    def __init__(self, backend: ModuleType, *, timeout: float = 30.0, retries: int = 2,
+                 retry_delay: float = 1.0):
+        self.backend = backend
+        self.name = backend.NAME
+        self.timeout = timeout
+        self.retries = retries
+        self.retry_delay = retry_delay
+
+    # -- running -------------------------------------------------------------------------
+    def _run(self, argv: list[str], *, mutating: bool, retry: bool = True) -> str:
+        attempt = 0
+        while True:
+            try:
+                return get_runner().run(argv, timeout=self.timeout, mutating=mutating).stdout
+            except CommandError as err:
+                message = (err.stderr or err.stdout or str(err)).strip()
+                transient = err.returncode is None or bool(_TRANSIENT.search(message))
+                if retry and transient and attempt < self.retries:
+                    attempt += 1
+                    pause = self.retry_delay * (2 ** (attempt - 1)) * (1 + random.random() / 2)
+                    log.warning("%s: transient error, retry %d in %.1fs: %s", argv[0], attempt,
+                                pause, message)
+                    time.sleep(pause)
+                    continue
+                raise SchedulerError(f"{argv[0]}: {_scheduler_message(message)}") from err
+
+    # -- the contract ------------------------------------------------------------------------
+    def submit(self, spec: SubmitSpec) -> str:
+        """Submit and return the job id. Not retried: a retry could submit twice."""
+        stdout = self._run(self.backend.build_submit(spec), mutating=True, retry=False)
+        if get_runner().dry_run:
+            return f"<{spec.job_name}>"
+        return self.backend.parse_submit(stdout)
+
+    def query(self, job_ids: Sequence[str] | None = None) -> list[JobRecord]:
+        """Jobs the scheduler still holds in its queue (all of them with ``job_ids=None``)."""
+        return self.backend.parse_query(self._run(self.backend.build_query(job_ids), mutating=False))
+
+    def history(self, job_ids: Sequence[str]) -> list[JobRecord]:
+        """Finished jobs from accounting (sacct, PBS history)."""
+        argv = self.backend.build_history(job_ids)
+        return self.backend.parse_history(self._run(argv, mutating=False))
+
+    def snapshot(self) -> QueueSnapshot:
+        """One batched query of the whole queue, in priority order."""
+        return QueueSnapshot(tuple(self.backend.order_by_priority(self.query(None))))
+
+    def lookup(self, job_ids: Sequence[str]) -> dict[str, JobRecord]:
+        """The state of each job: queue first, then accounting for the ones gone from it.
+
+        A job that neither knows raises :class:`UnknownJobError`.
+        """
+        wanted = list(dict.fromkeys(str(j) for j in job_ids))
+        found: dict[str, JobRecord] = {}
+        try:
+            for record in self.query(wanted):
+                if record.job_id in wanted:
+                    found[record.job_id] = record
+        except SchedulerError as err:
+            # squeue -j with an id it forgot fails outright; accounting still knows it
+            if not self.backend.is_unknown_job_error(str(err)):
+                raise
+        missing = [j for j in wanted if j not in found or not found[j].state.is_final]
+        if missing:
+            for record in self.history(missing):
+                if record.job_id in missing and (record.job_id not in found
+                                                 or record.state.is_final):
+                    found[record.job_id] = record
+        unknown = [j for j in wanted if j not in found]
+        if unknown:
+            raise UnknownJobError(f"unknown job id{'s' if len(unknown) > 1 else ''}: "
+                                  + ", ".join(unknown))
+        return found
+
+    def cancel(self, job_ids: Sequence[str]) -> None:
+        if job_ids:
+            self._run(self.backend.build_cancel(list(job_ids)), mutating=True)
+
+    def hold(self, job_ids: Sequence[str]) -> None:
+        if job_ids:
+            self._run(self.backend.build_hold(list(job_ids)), mutating=True)
+
+    def release(self, job_ids: Sequence[str]) -> None:
+        if job_ids:
+            self._run(self.backend.build_release(list(job_ids)), mutating=True)
+
+    def system_nodes(self) -> int:
+        """Node count of the system (S in the replication window)."""
+        return self.backend.parse_nodes(self._run(self.backend.build_nodes(), mutating=False))
+
+
+def _scheduler_message(message: str) -> str:
+    lines = [line.strip() for line in message.splitlines() if line.strip()]
+    return " / ".join(lines[-3:]) if lines else "failed with no message"

@@ -1,0 +1,220 @@
+"""Slurm backend: build sbatch/squeue/sacct/scancel/scontrol argv and parse their output.
+
+Parsers are tested on output captured from the real Slurm 22.05 (tests/data/slurm/).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Sequence
+
+from ..errors import SchedulerError
+from .base import JobRecord, JobState, SubmitSpec
+
+NAME = "slurm"
+
+#: Slurm job states (squeue/sacct spelling) to scheduler-neutral ones
+STATES: dict[str, JobState] = {
+    "PENDING": JobState.PENDING, "PD": JobState.PENDING,
+    "CONFIGURING": JobState.PENDING, "CF": JobState.PENDING,
+    "REQUEUE_HOLD": JobState.HELD, "RH": JobState.HELD,
+    "REQUEUE_FED": JobState.REQUEUED, "RF": JobState.REQUEUED,
+    "REQUEUED": JobState.REQUEUED, "RQ": JobState.REQUEUED,
+    "RESIZING": JobState.RUNNING, "RS": JobState.RUNNING,
+    "RUNNING": JobState.RUNNING, "R": JobState.RUNNING,
+    "SIGNALING": JobState.RUNNING, "SI": JobState.RUNNING,
+    "STAGE_OUT": JobState.COMPLETING, "SO": JobState.COMPLETING,
+    "COMPLETING": JobState.COMPLETING, "CG": JobState.COMPLETING,
+    "SUSPENDED": JobState.SUSPENDED, "S": JobState.SUSPENDED,
+    "STOPPED": JobState.SUSPENDED, "ST": JobState.SUSPENDED,
+    "COMPLETED": JobState.COMPLETED, "CD": JobState.COMPLETED,
+    "FAILED": JobState.FAILED, "F": JobState.FAILED,
+    "BOOT_FAIL": JobState.FAILED, "BF": JobState.FAILED,
+    "DEADLINE": JobState.TIMEOUT, "DL": JobState.TIMEOUT,
+    "CANCELLED": JobState.CANCELLED, "CA": JobState.CANCELLED,
+    "REVOKED": JobState.CANCELLED, "RV": JobState.CANCELLED,
+    "SPECIAL_EXIT": JobState.FAILED, "SE": JobState.FAILED,
+    "TIMEOUT": JobState.TIMEOUT, "TO": JobState.TIMEOUT,
+    "NODE_FAIL": JobState.NODE_FAIL, "NF": JobState.NODE_FAIL,
+    "OUT_OF_MEMORY": JobState.OUT_OF_MEMORY, "OOM": JobState.OUT_OF_MEMORY,
+    "PREEMPTED": JobState.PREEMPTED, "PR": JobState.PREEMPTED,
+}
+
+#: pending reasons that mean "held" rather than "waiting its turn"
+_HELD_REASONS = {"JobHeldUser", "JobHeldAdmin", "JobHeld"}
+
+HISTORY_FIELDS = ("JobID", "JobName", "Partition", "User", "State", "ExitCode", "NNodes",
+                  "Submit", "Start", "End", "Reason")
+
+
+def build_submit(spec: SubmitSpec) -> list[str]:
+    argv = ["sbatch", "--parsable", f"--partition={spec.queue}", f"--job-name={spec.job_name}",
+            f"--chdir={spec.workdir}"]
+    if spec.output_path:
+        argv.append(f"--output={spec.output_path}")
+    if spec.dependencies:
+        argv.append("--dependency=" + ",".join(f"{kind}:{':'.join(ids)}"
+                                                for kind, ids in spec.dependencies))
+        if spec.kill_on_invalid_dependency:
+            argv.append("--kill-on-invalid-dep=yes")
+    if spec.hold:
+        argv.append("--hold")
+    argv += list(spec.extra_args)
+    argv.append(spec.script_path)
+    return argv
+
+
+def parse_submit(stdout: str) -> str:
+    """``sbatch --parsable`` prints ``jobid`` or ``jobid;cluster``."""
+    text = stdout.strip().splitlines()[-1] if stdout.strip() else ""
+    match = re.fullmatch(r"(\d+)(?:;\S+)?", text)
+    if not match:
+        raise SchedulerError(f"sbatch printed no job id: {stdout.strip()!r}")
+    return match.group(1)
+
+
+def build_query(job_ids: Sequence[str] | None) -> list[str]:
+    argv = ["squeue", "--json"]
+    if job_ids:
+        argv.append("--jobs=" + ",".join(job_ids))
+    return argv
+
+
+def parse_query(stdout: str) -> list[JobRecord]:
+    """Parse ``squeue --json`` (Slurm 22.05 data_parser v0.0.38 layout, newer ones too)."""
+    try:
+        document = json.loads(stdout)
+    except json.JSONDecodeError as err:
+        raise SchedulerError(f"squeue --json printed invalid JSON: {err}") from err
+    errors = document.get("errors") or []
+    if errors:
+        raise SchedulerError("squeue: " + "; ".join(str(e.get("error", e)) for e in errors))
+    return [_record_from_json(job) for job in document.get("jobs", [])]
+
+
+def _record_from_json(job: dict) -> JobRecord:
+    native = _first_state(job.get("job_state"))
+    reason = str(job.get("state_reason") or "")
+    state = STATES.get(native, JobState.UNKNOWN)
+    if state is JobState.PENDING and reason in _HELD_REASONS:
+        state = JobState.HELD
+    priority = _number(job.get("priority"))
+    return JobRecord(
+        job_id=str(job.get("job_id")), state=state, native_state=native,
+        reason="" if reason == "None" else reason, name=str(job.get("name") or ""),
+        queue=str(job.get("partition") or ""), user=str(job.get("user_name") or ""),
+        nodes=int(_number(job.get("node_count")) or 0),
+        priority=int(priority) if priority is not None else None,
+        exit_code=_exit_code(job.get("exit_code")),
+        dependency=str(job.get("dependency") or ""),
+        submit_time=_time(job.get("submit_time")), start_time=_time(job.get("start_time")),
+        end_time=_time(job.get("end_time")))
+
+
+def _first_state(value) -> str:
+    # 22.05: "PENDING"; 23.02+: ["PENDING"] (flags may follow)
+    if isinstance(value, list):
+        return str(value[0]) if value else "UNKNOWN"
+    return str(value or "UNKNOWN")
+
+
+def _number(value):
+    # 23.02+ wraps numbers as {"set": true, "infinite": false, "number": N}
+    if isinstance(value, dict):
+        if not value.get("set", True) or value.get("infinite"):
+            return None
+        value = value.get("number")
+    if isinstance(value, (int, float)):
+        return value
+    return None
+
+
+def _time(value) -> float | None:
+    number = _number(value)
+    return float(number) if number else None
+
+
+def _exit_code(value) -> int | None:
+    # 23.02+: {"status": ..., "return_code": N}; 22.05: the raw wait(2) status as an integer
+    if isinstance(value, dict):
+        if "return_code" in value:
+            return _number(value["return_code"])
+        value = _number(value)
+    if isinstance(value, int):
+        signal = value & 0x7F
+        return 128 + signal if signal else (value >> 8) & 0xFF
+    return None
+
+
+def build_history(job_ids: Sequence[str]) -> list[str]:
+    return ["sacct", "--parsable2", "--noheader", "--allocations", "--duplicates",
+            "--format=" + ",".join(HISTORY_FIELDS), "--jobs=" + ",".join(job_ids)]
+
+
+def parse_history(stdout: str) -> list[JobRecord]:
+    """Parse ``sacct --parsable2 --noheader --format=HISTORY_FIELDS``; the last line of a job wins."""
+    records: dict[str, JobRecord] = {}
+    for number, line in enumerate(stdout.splitlines(), 1):
+        if not line.strip():
+            continue
+        parts = line.split("|")
+        if len(parts) != len(HISTORY_FIELDS):
+            raise SchedulerError(f"sacct line {number}: expected {len(HISTORY_FIELDS)} fields, "
+                                 f"got {len(parts)}: {line!r}")
+        row = dict(zip(HISTORY_FIELDS, parts))
+        native = row["State"].split()[0] if row["State"] else "UNKNOWN"
+        code = row["ExitCode"].split(":")[0]
+        records[row["JobID"]] = JobRecord(
+            job_id=row["JobID"], state=STATES.get(native, JobState.UNKNOWN), native_state=native,
+            reason="" if row["Reason"] == "None" else row["Reason"], name=row["JobName"],
+            queue=row["Partition"], user=row["User"],
+            nodes=int(row["NNodes"]) if row["NNodes"].isdigit() else 0,
+            exit_code=int(code) if code.isdigit() else None,
+            submit_time=_sacct_time(row["Submit"]), start_time=_sacct_time(row["Start"]),
+            end_time=_sacct_time(row["End"]))
+    return list(records.values())
+
+
+def _sacct_time(text: str) -> float | None:
+    import datetime
+
+    if not text or text in ("Unknown", "None"):
+        return None
+    try:
+        return datetime.datetime.fromisoformat(text).timestamp()
+    except ValueError:
+        return None
+
+
+def build_cancel(job_ids: Sequence[str]) -> list[str]:
+    return ["scancel", *job_ids]
+
+
+def build_hold(job_ids: Sequence[str]) -> list[str]:
+    return ["scontrol", "hold", ",".join(job_ids)]
+
+
+def build_release(job_ids: Sequence[str]) -> list[str]:
+    return ["scontrol", "release", ",".join(job_ids)]
+
+
+def build_nodes() -> list[str]:
+    return ["sinfo", "--noheader", "--Node", "--format=%N"]
+
+
+def parse_nodes(stdout: str) -> int:
+    """Distinct node names (sinfo --Node lists a node once per partition)."""
+    return len({line.strip() for line in stdout.splitlines() if line.strip()})
+
+
+def order_by_priority(records: list[JobRecord]) -> list[JobRecord]:
+    """Running jobs first, then pending ones by descending priority, then by submit time."""
+    def key(record: JobRecord):
+        return (record.state.is_queued, -(record.priority or 0), record.submit_time or 0,
+                int(record.job_id) if record.job_id.isdigit() else 0)
+    return sorted(records, key=key)
+
+
+def is_unknown_job_error(message: str) -> bool:
+    return "Invalid job id" in message
