@@ -1,0 +1,198 @@
+"""Scheduler backends: argv builders, and parsers on output captured from the real cluster.
+
+The files under data/ come from tests/schedulers/capture.py on the local cluster (Slurm 22.05.8
+and its Torque wrappers); manifest.json says which job was left in which state.
+"""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from scratchkeeper.errors import SchedulerError, UnknownJobError
+from scratchkeeper.runner import CommandResult, CommandRunner, set_runner
+from scratchkeeper.errors import CommandError
+from scratchkeeper.schedulers import JobState, Scheduler, SubmitSpec, pbs, slurm
+
+DATA = Path(__file__).parent / "data"
+KNOWN = json.loads((DATA / "manifest.json").read_text())
+
+
+def by_id(records):
+    return {r.job_id: r for r in records}
+
+
+def test_slurm_submit_argv():
+    spec = SubmitSpec(script_path="/s/x.sh", queue="dataxfer", job_name="j.stage-in", workdir="/w",
+                      output_path="/s/%j.out", dependencies=(("afterok", ("1", "2")), ("afterany", ("3",))),
+                      hold=True)
+    assert slurm.build_submit(spec) == [
+        "sbatch", "--parsable", "--partition=dataxfer", "--job-name=j.stage-in", "--chdir=/w",
+        "--output=/s/%j.out", "--dependency=afterok:1:2,afterany:3", "--kill-on-invalid-dep=yes",
+        "--hold", "/s/x.sh"]
+
+
+def test_slurm_parse_submit():
+    assert slurm.parse_submit((DATA / "sbatch-parsable.txt").read_text()).isdigit()
+    assert slurm.parse_submit("42;cluster\n") == "42"
+    with pytest.raises(SchedulerError):
+        slurm.parse_submit("Submitted batch job 42")
+
+
+def test_slurm_squeue_json_states():
+    records = by_id(slurm.parse_query((DATA / "squeue.json").read_text()))
+    assert records[KNOWN["completed"]].state is JobState.COMPLETED
+    failed = records[KNOWN["failed"]]
+    assert failed.state is JobState.FAILED and failed.exit_code == 3
+    assert failed.reason == "NonZeroExitCode"
+    assert records[KNOWN["cancelled"]].state is JobState.CANCELLED
+    assert records[KNOWN["running"]].state is JobState.RUNNING
+    held = records[KNOWN["held"]]
+    assert held.state is JobState.HELD and held.reason == "JobHeldUser"
+    dependent = records[KNOWN["dependent"]]
+    assert dependent.state is JobState.PENDING and dependent.queue == "dataxfer"
+    assert dependent.dependency.startswith(f"afterok:{KNOWN['running']}")
+    assert all(r.nodes >= 1 for r in records.values())
+
+
+def test_slurm_sacct_states():
+    records = by_id(slurm.parse_history((DATA / "sacct.txt").read_text()))
+    assert records[KNOWN["completed"]].state is JobState.COMPLETED
+    assert records[KNOWN["failed"]].exit_code == 3
+    assert records[KNOWN["failed"]].state is JobState.FAILED
+    assert records[KNOWN["cancelled"]].state is JobState.CANCELLED  # "CANCELLED by 0"
+    assert records[KNOWN["held"]].state is JobState.PENDING
+    assert records[KNOWN["completed"]].end_time is not None
+    with pytest.raises(SchedulerError, match="sacct line 1"):
+        slurm.parse_history("1|2|3\n")
+
+
+def test_slurm_nodes_and_priority_order():
+    assert slurm.parse_nodes((DATA / "sinfo-nodes.txt").read_text()) == 8
+    records = slurm.order_by_priority(slurm.parse_query((DATA / "squeue.json").read_text()))
+    queued = [r for r in records if r.state.is_queued]
+    assert records[: len(records) - len(queued)] == [r for r in records if not r.state.is_queued]
+    assert [r.priority for r in queued] == sorted((r.priority for r in queued), reverse=True)
+
+
+def test_slurm_bad_json_and_errors():
+    with pytest.raises(SchedulerError, match="invalid JSON"):
+        slurm.parse_query("{")
+    with pytest.raises(SchedulerError, match="boom"):
+        slurm.parse_query('{"errors": [{"error": "boom"}], "jobs": []}')
+
+
+def test_pbs_qstat_f():
+    records = by_id(pbs.parse_query((DATA / "qstat-f.txt").read_text()))
+    # Slurm's wrappers print "C" and no exit_status for every finished job
+    assert records[KNOWN["completed"]].state is JobState.ENDED
+    assert records[KNOWN["failed"]].state is JobState.ENDED
+    assert records[KNOWN["running"]].state is JobState.RUNNING
+    assert records[KNOWN["running"]].end_time is None
+    assert records[KNOWN["held"]].state is JobState.PENDING
+    assert records[KNOWN["dependent"]].queue == "dataxfer"
+    assert records[KNOWN["running"]].nodes == 1
+
+
+TORQUE_QSTAT = """Job Id: 1234.head.example.org
+    Job_Name = sim
+    Job_Owner = alice@login.example.org
+    job_state = C
+    queue = batch
+    server = head.example.org
+    depend = afterok:1233.head.example.org@head.example.org,afterany:1232.head
+\t.example.org@head.example.org
+    exit_status = 3
+    Resource_List.nodect = 4
+    comp_time = Sun Nov 22 02:00:00 2026
+    qtime = Sun Nov 22 01:00:00 2026
+
+Job Id: 1235.head.example.org
+    Job_Name = held
+    job_state = H
+    queue = dataxfer
+    Resource_List.nodes = 2:ppn=8
+"""
+
+
+def test_pbs_documented_torque_layout():
+    records = by_id(pbs.parse_query(TORQUE_QSTAT))
+    done = records["1234.head.example.org"]
+    assert done.state is JobState.FAILED and done.exit_code == 3 and done.nodes == 4
+    assert done.dependency.endswith("1232.head.example.org@head.example.org")
+    assert done.end_time is not None and done.user == "alice"
+    assert records["1235.head.example.org"].state is JobState.HELD
+    assert records["1235.head.example.org"].nodes == 2
+
+
+def test_pbs_submit_and_refusals():
+    spec = SubmitSpec(script_path="/s/x.sh", queue="dataxfer", job_name="j", workdir="/w",
+                      dependencies=(("afterok", ("7",)),), hold=True)
+    assert pbs.build_submit(spec) == ["qsub", "-q", "dataxfer", "-N", "j", "-wd", "/w", "-W",
+                                      "depend=afterok:7", "-h", "/s/x.sh"]
+    with pytest.raises(SchedulerError, match="cannot pass on safely"):
+        pbs.build_submit(SubmitSpec(script_path="/s/x.sh", queue="q", job_name="j",
+                                    workdir="/home/a b"))
+    assert pbs.parse_submit("123\n") == "123"
+    assert pbs.parse_submit("456.head.example.org\n") == "456.head.example.org"
+    with pytest.raises(SchedulerError, match="There was an error running the Slurm sbatch command"):
+        pbs.parse_submit((DATA / "qsub-bad-queue.txt").read_text())
+    assert pbs.parse_nodes((DATA / "pbsnodes-a.txt").read_text()) == 8
+
+
+class ScriptedRunner(CommandRunner):
+    """Answers commands from a table: (argv prefix) -> CommandResult or exception."""
+
+    def __init__(self, answers):
+        super().__init__()
+        self.answers = answers
+
+    def run(self, argv, **kwargs):
+        self.recorded.append(tuple(argv))
+        for prefix, answer in self.answers:
+            if tuple(argv[: len(prefix)]) == prefix:
+                if isinstance(answer, Exception):
+                    raise answer
+                return answer
+        raise AssertionError(f"unexpected command {argv}")
+
+
+@pytest.fixture
+def scripted():
+    previous = []
+
+    def install(answers):
+        runner = ScriptedRunner(answers)
+        previous.append(set_runner(runner))
+        return runner
+    yield install
+    if previous:
+        set_runner(previous[0])
+
+
+def test_lookup_falls_back_to_accounting_and_names_unknown_ids(scripted):
+    squeue = (DATA / "squeue.json").read_text()
+    sacct = (DATA / "sacct.txt").read_text()
+    scripted([(("squeue",), CommandResult(("squeue",), 0, squeue, "", 0.1)),
+              (("sacct",), CommandResult(("sacct",), 0, sacct, "", 0.1))])
+    scheduler = Scheduler(slurm)
+    found = scheduler.lookup([KNOWN["failed"], KNOWN["running"]])
+    assert found[KNOWN["failed"]].state is JobState.FAILED
+    with pytest.raises(UnknownJobError, match="999999"):
+        scheduler.lookup(["999999"])
+
+
+def test_transient_errors_are_retried_and_permanent_ones_are_not(scripted):
+    timeout = CommandError("squeue failed", argv=["squeue"], returncode=1,
+                           stderr="squeue: error: Socket timed out on send/recv operation")
+    runner = scripted([(("squeue",), timeout)])
+    scheduler = Scheduler(slurm, retries=2, retry_delay=0.01)
+    with pytest.raises(SchedulerError, match="Socket timed out"):
+        scheduler.query(None)
+    assert len(runner.recorded) == 3
+    bad = CommandError("sbatch failed", argv=["sbatch"], returncode=1,
+                       stderr=(DATA / "sbatch-bad-partition.stderr").read_text())
+    runner = scripted([(("sbatch",), bad)])
+    with pytest.raises(SchedulerError, match="Invalid partition name specified"):
+        scheduler.submit(SubmitSpec(script_path="/x", queue="nosuch", job_name="j", workdir="/"))
+    assert len(runner.recorded) == 1
