@@ -57,6 +57,8 @@ class StorageConfig:
     stripe_size: int = _opt(1 << 20, "default stripe size in bytes (multiple of 64 KiB)", minimum=65536)
     lfs: str = _opt("lfs", "lustre backend: the lfs command")
     lctl: str = _opt("lctl", "lustre backend: the lctl command")
+    pools: dict[str, str] = _opt(None, "local backend: OST pools, name = \"0-3,8\" (lfs setstripe -p)",
+                                 factory=dict)
 
 
 @dataclass(frozen=True)

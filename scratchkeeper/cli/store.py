@@ -1,0 +1,271 @@
+"""``scratchkeeper store``: use the storage backend by hand (put, get, layout, df, fail an OST...)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+from ..errors import InputError
+from ..storage import LayoutRequest, open_backend, parse_ost_list, parse_size
+from . import site_config
+
+COPY_CHUNK = 4 << 20
+
+
+def register(subparsers) -> None:
+    parser = subparsers.add_parser(
+        "store", help="use the storage backend: put, get, cat, layout, df, ls, rm, fail-ost...",
+        description="Work with files of the storage backend named by storage.backend.")
+    commands = parser.add_subparsers(dest="store_command", metavar="ACTION")
+    commands.required = True
+
+    put = commands.add_parser("put", help="copy a local file into the store with a layout")
+    put.add_argument("local", metavar="LOCAL")
+    put.add_argument("path", metavar="PATH", help="scratch path (relative: below storage.scratch_root)")
+    _layout_options(put)
+    put.set_defaults(func=_put)
+
+    imp = commands.add_parser("import", help="make the POSIX file a data job wrote at PATH a "
+                                             "managed file")
+    imp.add_argument("path", metavar="PATH")
+    imp.add_argument("--stripe-count", type=int, help="stripe count (config: storage.stripe_count)")
+    imp.add_argument("--stripe-size", type=_argument(parse_size), help="stripe size, e.g. 1M "
+                                                            "(config: storage.stripe_size)")
+    imp.set_defaults(func=_import)
+
+    get = commands.add_parser("get", help="copy a stored file to a local file")
+    get.add_argument("path", metavar="PATH")
+    get.add_argument("local", metavar="LOCAL")
+    get.set_defaults(func=_get)
+
+    cat = commands.add_parser("cat", help="write a stored file to standard output")
+    cat.add_argument("path", metavar="PATH")
+    cat.set_defaults(func=_cat)
+
+    layout = commands.add_parser("layout", help="show a file's layout (like lfs getstripe)")
+    layout.add_argument("path", metavar="PATH")
+    layout.add_argument("--json", action="store_true")
+    layout.set_defaults(func=_layout)
+
+    df = commands.add_parser("df", help="list OSTs with state and space (like lfs df)")
+    df.add_argument("--json", action="store_true")
+    df.add_argument("--check", type=float, metavar="TIMEOUT",
+                    help="probe every OST at once first, waiting at most TIMEOUT seconds "
+                         "(config: recovery.probe_timeout)")
+    df.set_defaults(func=_df)
+
+    ls = commands.add_parser("ls", help="list a scratch directory of the store")
+    ls.add_argument("path", metavar="PATH", nargs="?", default="")
+    ls.set_defaults(func=_ls)
+
+    rm = commands.add_parser("rm", help="remove a stored file")
+    rm.add_argument("path", metavar="PATH")
+    rm.set_defaults(func=_rm)
+
+    mirror = commands.add_parser("mirror", help="add a verified mirror on distinct OSTs")
+    mirror.add_argument("path", metavar="PATH")
+    _layout_options(mirror)
+    mirror.set_defaults(func=_mirror)
+
+    unmirror = commands.add_parser("unmirror", help="remove one mirror of a file")
+    unmirror.add_argument("path", metavar="PATH")
+    unmirror.add_argument("mirror_id", metavar="MIRROR_ID", type=int)
+    unmirror.set_defaults(func=_unmirror)
+
+    xattr = commands.add_parser("xattr", help="show, set or remove extended attributes")
+    xattr.add_argument("path", metavar="PATH")
+    xattr.add_argument("--set", nargs=2, metavar=("NAME", "VALUE"))
+    xattr.add_argument("--remove", metavar="NAME")
+    xattr.set_defaults(func=_xattr)
+
+    for action, helptext in (("fail-ost", "take an OST down: its objects become unreadable"),
+                             ("restore-ost", "bring a failed OST back")):
+        sub = commands.add_parser(action, help=f"local store only: {helptext}")
+        sub.add_argument("ost_index", metavar="N", type=int)
+        sub.set_defaults(func=_fail_ost if action == "fail-ost" else _restore_ost)
+
+
+def _argument(parse):
+    """Turn a parser raising InputError into an argparse type (exit 2 with argparse's message)."""
+    def convert(text: str):
+        try:
+            return parse(text)
+        except InputError as err:
+            raise argparse.ArgumentTypeError(str(err)) from None
+    convert.__name__ = parse.__name__
+    return convert
+
+
+def _layout_options(parser) -> None:
+    parser.add_argument("--stripe-count", "-c", type=int,
+                        help="number of OSTs, -1 for all (config: storage.stripe_count)")
+    parser.add_argument("--stripe-size", "-S", type=_argument(parse_size),
+                        help="bytes per stripe, e.g. 1M (config: storage.stripe_size)")
+    parser.add_argument("--ost-list", "-o", type=_argument(parse_ost_list), help="explicit OSTs, e.g. 1,3,5-7")
+    parser.add_argument("--pool", "-p", help="OST pool (config: storage.pools)")
+
+
+def _request(args) -> LayoutRequest:
+    request = LayoutRequest(stripe_count=args.stripe_count, stripe_size=args.stripe_size,
+                            ost_list=args.ost_list, pool=args.pool)
+    request.check()
+    return request
+
+
+def _backend(args):
+    return open_backend(site_config(args))
+
+
+def _put(args) -> int:
+    backend = _backend(args)
+    request = _request(args)
+    try:
+        source = open(args.local, "rb")
+    except OSError as err:
+        raise InputError(f"cannot read: {err.strerror}", path=args.local) from None
+    with source:
+        layout = backend.create(args.path, request)
+        try:
+            offset = 0
+            while chunk := source.read(COPY_CHUNK):
+                backend.write(layout.path, offset, chunk)
+                offset += len(chunk)
+        except BaseException:
+            backend.remove(layout.path)  # no half-written file stays behind
+            raise
+    print(f"{layout.path}: {offset} bytes on OSTs {','.join(map(str, layout.ost_list))}")
+    return 0
+
+
+def _import(args) -> int:
+    layout = _backend(args).import_file(args.path, stripe_count=args.stripe_count,
+                                        stripe_size=args.stripe_size)
+    print(f"{layout.path}: imported on OSTs {','.join(map(str, layout.ost_list))}")
+    return 0
+
+
+def _get(args) -> int:
+    backend = _backend(args)
+    temp = f"{args.local}.part-{os.getpid()}"
+    try:
+        with open(temp, "wb") as target:
+            for chunk in backend.open_reader(args.path, chunk_size=COPY_CHUNK):
+                target.write(chunk)
+    except OSError as err:
+        _unlink_quietly(temp)
+        raise InputError(f"cannot write: {err.strerror}", path=args.local) from None
+    except BaseException:
+        _unlink_quietly(temp)
+        raise
+    os.replace(temp, args.local)
+    return 0
+
+
+def _unlink_quietly(path: str) -> None:
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
+
+
+def _cat(args) -> int:
+    backend = _backend(args)
+    out = sys.stdout.buffer
+    for chunk in backend.open_reader(args.path, chunk_size=COPY_CHUNK):
+        out.write(chunk)
+    out.flush()
+    return 0
+
+
+def _layout(args) -> int:
+    backend = _backend(args)
+    layout = backend.layout(args.path)
+    info = backend.stat(layout.path)
+    if args.json:
+        print(json.dumps(dict(layout.to_dict(), size=info.size), indent=2))
+        return 0
+    print(layout.path)
+    print(f"  size:          {info.size}")
+    print(f"  layout_gen:    {layout.layout_gen}")
+    print(f"  mirror_count:  {len(layout.mirror_ids)}")
+    for comp in layout.components:
+        end = "EOF" if comp.extent_end is None else comp.extent_end
+        print(f"  component {comp.comp_id} (mirror {comp.mirror_id}) [{comp.extent_start}, {end})")
+        print(f"    stripe_count: {comp.stripe_count}  stripe_size: {comp.stripe_size}  "
+              f"pool: {comp.pool or '-'}  flags: {comp.flags}")
+        print("    obdidx  object")
+        for obj in comp.objects:
+            print(f"    {obj.ost_index:6d}  {obj.object_id}")
+    return 0
+
+
+def _df(args) -> int:
+    backend = _backend(args)
+    osts = backend.check_osts(args.check) if args.check is not None else backend.list_osts()
+    if args.json:
+        print(json.dumps([o.to_dict() for o in osts], indent=2))
+        return 0
+    print(f"{'OST':>5} {'name':24} {'state':12} {'used':>14} {'available':>16}  detail")
+    for ost in osts:
+        used = "-" if ost.used_bytes is None else str(ost.used_bytes)
+        avail = "-" if ost.available_bytes is None else str(ost.available_bytes)
+        print(f"{ost.ost_index:5d} {ost.name:24} {ost.state:12} {used:>14} {avail:>16}  "
+              f"{ost.detail}")
+    return 0 if all(o.healthy for o in osts) or args.check is None else 1
+
+
+def _ls(args) -> int:
+    for name in _backend(args).list_dir(args.path):
+        print(name)
+    return 0
+
+
+def _rm(args) -> int:
+    _backend(args).remove(args.path)
+    return 0
+
+
+def _mirror(args) -> int:
+    layout = _backend(args).add_mirror(args.path, _request(args))
+    newest = max(layout.mirror_ids)
+    print(f"{layout.path}: mirror {newest} on OSTs "
+          f"{','.join(str(i) for i in sorted(layout.osts(newest)))}")
+    return 0
+
+
+def _unmirror(args) -> int:
+    layout = _backend(args).remove_mirror(args.path, args.mirror_id)
+    print(f"{layout.path}: mirrors {','.join(map(str, layout.mirror_ids))} left")
+    return 0
+
+
+def _xattr(args) -> int:
+    backend = _backend(args)
+    if args.set:
+        backend.set_xattr(args.path, args.set[0], os.fsencode(args.set[1]))
+    if args.remove:
+        backend.remove_xattr(args.path, args.remove)
+    for name, value in backend.list_xattrs(args.path).items():
+        print(f"{name}={value.decode('utf-8', 'backslashreplace')}")
+    return 0
+
+
+def _local_store(args):
+    backend = _backend(args)
+    if not hasattr(backend, "fail_ost"):
+        raise InputError(f"{args.store_command}: only the local store can fail or restore an OST "
+                         f"(storage.backend is {backend.name!r})")
+    return backend
+
+
+def _fail_ost(args) -> int:
+    _local_store(args).fail_ost(args.ost_index)
+    return 0
+
+
+def _restore_ost(args) -> int:
+    _local_store(args).restore_ost(args.ost_index)
+    return 0
+

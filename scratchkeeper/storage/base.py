@@ -1,0 +1,364 @@
+"""The one storage interface: what the planner, the replication daemon and recovery call.
+
+Two backends implement it: :class:`~scratchkeeper.storage.local.LocalStripedStore` (the
+embedded striped store) and :class:`~scratchkeeper.storage.lustre.LustreBackend` (drives
+``lfs``). Paths are scratch paths; every entry point confines them to ``scratch_root``.
+
+Rebuilding lost stripes (seed 004, 4.6.3) is three steps so that both backends can keep a
+reader from ever seeing a half-patched file: :meth:`StorageBackend.begin_rebuild` allocates the
+substitute objects and records the intent, :meth:`StorageBackend.write_rebuild` patches byte
+ranges into them (only ranges the rebuild lists as lost), and
+:meth:`StorageBackend.commit_rebuild` checks every lost byte was written and switches the layout
+in one atomic step (local: one SQLite transaction; Lustre: ``lfs swap_layouts``).
+"""
+
+from __future__ import annotations
+
+import abc
+import concurrent.futures
+import os
+import posixpath
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field, replace
+
+from ..errors import InputError, StorageError, TargetUnavailable
+from .layout import (Extent, FileLayout, LayoutRequest, StripeObject, merge_extents,
+                     subtract_extents)
+
+XATTR_PREFIX = "user.scratchkeeper."
+DEFAULT_CHUNK = 4 << 20
+
+OST_ACTIVE = "active"          # answering
+OST_FAILED = "failed"          # known dead (local store: failed by ``fail-ost``)
+OST_UNREACHABLE = "unreachable"  # did not answer within the probe timeout
+OST_INACTIVE = "inactive"      # administratively deactivated
+
+
+@dataclass(frozen=True)
+class FileStat:
+    """What ``stat`` says about a managed file."""
+
+    path: str
+    size: int
+    uid: int
+    gid: int
+    mode: int
+    mtime: float
+
+
+@dataclass(frozen=True)
+class OstStatus:
+    """One OST: its index, state and space in bytes (``None`` where the state hides them)."""
+
+    ost_index: int
+    name: str
+    state: str
+    total_bytes: int | None = None
+    used_bytes: int | None = None
+    available_bytes: int | None = None
+    detail: str = ""
+
+    @property
+    def healthy(self) -> bool:
+        return self.state == OST_ACTIVE
+
+    def to_dict(self) -> dict:
+        return {"ost_index": self.ost_index, "name": self.name, "state": self.state,
+                "total_bytes": self.total_bytes, "used_bytes": self.used_bytes,
+                "available_bytes": self.available_bytes, "detail": self.detail}
+
+
+@dataclass
+class Rebuild:
+    """An in-flight rebuild of a file's stripes on substitute OSTs (``failed -> substitute``).
+
+    ``lost`` are the byte ranges the caller must patch; ``patched`` grows as it does. The record
+    is persisted by the backend, so a restarted recovery service finds it in
+    :meth:`StorageBackend.open_rebuilds` and either finishes or aborts it.
+    """
+
+    rebuild_id: str
+    path: str
+    substitutes: dict[int, int]
+    file_size: int
+    base_layout_gen: int
+    new_layout: FileLayout
+    lost: list[Extent]
+    patched: list[Extent] = field(default_factory=list)
+    created: float = field(default_factory=time.time)
+
+    @property
+    def missing(self) -> list[Extent]:
+        """Lost ranges not patched yet."""
+        return subtract_extents(self.lost, self.patched)
+
+    def to_dict(self) -> dict:
+        return {"rebuild_id": self.rebuild_id, "path": self.path,
+                "substitutes": {str(k): v for k, v in self.substitutes.items()},
+                "file_size": self.file_size, "base_layout_gen": self.base_layout_gen,
+                "new_layout": self.new_layout.to_dict(),
+                "lost": [list(e) for e in self.lost], "patched": [list(e) for e in self.patched],
+                "created": self.created}
+
+    @classmethod
+    def from_dict(cls, raw: dict) -> Rebuild:
+        return cls(rebuild_id=raw["rebuild_id"], path=raw["path"],
+                   substitutes={int(k): int(v) for k, v in raw["substitutes"].items()},
+                   file_size=int(raw["file_size"]), base_layout_gen=int(raw["base_layout_gen"]),
+                   new_layout=FileLayout.from_dict(raw["new_layout"]),
+                   lost=[Extent(*e) for e in raw["lost"]],
+                   patched=[Extent(*e) for e in raw["patched"]],
+                   created=float(raw.get("created", 0.0)))
+
+
+class ScratchPaths:
+    """Confines paths to the scratch root: relative paths are taken from it, ``..`` is refused."""
+
+    def __init__(self, scratch_root: str):
+        root = posixpath.normpath(scratch_root)
+        if not posixpath.isabs(root):
+            raise InputError(f"scratch_root {scratch_root!r} must be an absolute path")
+        self.root = root
+
+    def resolve(self, path: str | os.PathLike) -> str:
+        """The absolute, normalised scratch path of ``path``; refuses anything outside the root."""
+        text = os.fspath(path)
+        if not text or "\x00" in text:
+            raise InputError(f"invalid path {text!r}")
+        if ".." in text.split("/"):
+            raise InputError(f"{text}: '..' is not allowed in a scratch path")
+        full = posixpath.normpath(text if posixpath.isabs(text) else posixpath.join(self.root, text))
+        if full != self.root and not full.startswith(self.root.rstrip("/") + "/"):
+            raise InputError(f"{text}: outside the scratch root {self.root}")
+        return full
+
+    def relative(self, path: str | os.PathLike) -> str:
+        """``path`` relative to the scratch root ('' for the root itself)."""
+        full = self.resolve(path)
+        return "" if full == self.root else full[len(self.root.rstrip("/")) + 1:]
+
+    def absolute(self, relative: str) -> str:
+        return posixpath.join(self.root, relative) if relative else self.root
+
+
+class StorageBackend(abc.ABC):
+    """One interface over the local striped store and Lustre; constructors run no command."""
+
+    name: str = "abstract"
+
+    def __init__(self, scratch_root: str, *, default_stripe_count: int, default_stripe_size: int):
+        self.paths = ScratchPaths(scratch_root)
+        self.default_stripe_count = default_stripe_count
+        self.default_stripe_size = default_stripe_size
+
+    @property
+    def scratch_root(self) -> str:
+        return self.paths.root
+
+    # -- namespace -----------------------------------------------------------------------------
+    @abc.abstractmethod
+    def create(self, path: str, request: LayoutRequest = LayoutRequest(), *,
+               owner: tuple[int, int] | None = None, mode: int = 0o644) -> FileLayout:
+        """Create an empty file with the requested layout; an existing file is an error."""
+
+    @abc.abstractmethod
+    def import_file(self, path: str, *, stripe_count: int | None = None,
+                    stripe_size: int | None = None,
+                    owner: tuple[int, int] | None = None) -> FileLayout:
+        """Make the file a data job wrote at this scratch path a managed file; return its layout."""
+
+    @abc.abstractmethod
+    def layout(self, path: str) -> FileLayout:
+        """The file's layout: components in order with their OST lists, mirrors included."""
+
+    @abc.abstractmethod
+    def stat(self, path: str) -> FileStat:
+        """Size, owner, mode and mtime of a managed file."""
+
+    @abc.abstractmethod
+    def exists(self, path: str) -> bool:
+        """Whether a managed file exists at ``path``."""
+
+    @abc.abstractmethod
+    def remove(self, path: str) -> None:
+        """Remove the file and all its objects."""
+
+    @abc.abstractmethod
+    def list_dir(self, path: str = "") -> list[str]:
+        """Names directly below a scratch directory (sub-directories end with '/')."""
+
+    @abc.abstractmethod
+    def files_on_ost(self, ost_index: int) -> list[str]:
+        """Every file with an object on ``ost_index`` (``lfs find --ost``): what a failure hits."""
+
+    # -- data ----------------------------------------------------------------------------------
+    @abc.abstractmethod
+    def read(self, path: str, offset: int, length: int) -> bytes:
+        """Bytes ``[offset, offset+length)`` (short at end of file).
+
+        A stripe no mirror can serve raises :class:`TargetUnavailable` naming the OST.
+        """
+
+    @abc.abstractmethod
+    def write(self, path: str, offset: int, data: bytes) -> None:
+        """Write ``data`` at ``offset`` (every mirror is updated), growing the file if needed."""
+
+    def open_reader(self, path: str, *, offset: int = 0, length: int | None = None,
+                    chunk_size: int = DEFAULT_CHUNK) -> Iterator[bytes]:
+        """Stream a byte range in chunks; a failed stripe raises :class:`TargetUnavailable`.
+
+        The caller knows how far it got, so it can wait for recovery and resume from there.
+        """
+        size = self.stat(path).size
+        end = size if length is None else min(size, offset + length)
+        position = offset
+        while position < end:
+            chunk = self.read(path, position, min(chunk_size, end - position))
+            if not chunk:
+                break
+            yield chunk
+            position += len(chunk)
+
+    # -- extended attributes (seed 004, 4.6.1: recovery hints) ---------------------------------
+    @abc.abstractmethod
+    def set_xattr(self, path: str, name: str, value: bytes) -> None:
+        """Set an extended attribute such as ``user.scratchkeeper.source``."""
+
+    @abc.abstractmethod
+    def get_xattr(self, path: str, name: str) -> bytes | None:
+        """An extended attribute's value, or None when unset."""
+
+    @abc.abstractmethod
+    def list_xattrs(self, path: str) -> dict[str, bytes]:
+        """Every ``user.*`` extended attribute of the file."""
+
+    @abc.abstractmethod
+    def remove_xattr(self, path: str, name: str) -> None:
+        """Remove an extended attribute (absent is not an error)."""
+
+    # -- OSTs ----------------------------------------------------------------------------------
+    @abc.abstractmethod
+    def list_osts(self) -> list[OstStatus]:
+        """Every OST with its last known state and space, without probing it."""
+
+    @abc.abstractmethod
+    def _probe_ost(self, ost: OstStatus, timeout: float) -> OstStatus:
+        """Check one OST now; may block up to ``timeout`` (the caller enforces the deadline)."""
+
+    def check_osts(self, timeout: float) -> list[OstStatus]:
+        """Probe every OST at once; returns after at most ``timeout`` seconds whatever their number.
+
+        An OST whose probe has not answered by the deadline is reported ``unreachable``.
+        """
+        osts = self.list_osts()
+        if not osts:
+            return []
+        pool = concurrent.futures.ThreadPoolExecutor(max_workers=len(osts),
+                                                     thread_name_prefix="ost-probe")
+        try:
+            futures = {pool.submit(self._probe_ost, ost, timeout): ost for ost in osts}
+            done, _ = concurrent.futures.wait(futures, timeout=timeout)
+            results = []
+            for future, ost in futures.items():
+                if future in done and future.exception() is None:
+                    results.append(future.result())
+                elif future in done:
+                    results.append(replace(ost, state=OST_UNREACHABLE,
+                                           detail=str(future.exception())))
+                else:
+                    results.append(replace(ost, state=OST_UNREACHABLE,
+                                           detail=f"no answer within {timeout:g}s"))
+            return sorted(results, key=lambda o: o.ost_index)
+        finally:
+            # a hung probe must not hold the caller past the deadline
+            pool.shutdown(wait=False, cancel_futures=True)
+
+    def pick_substitute(self, layout: FileLayout, *, exclude: set[int] = frozenset(),
+                        osts: list[OstStatus] | None = None) -> int:
+        """A healthy OST not already holding part of the file, the least loaded first."""
+        candidates = [o for o in (osts if osts is not None else self.list_osts())
+                      if o.healthy and o.ost_index not in layout.osts()
+                      and o.ost_index not in exclude]
+        if not candidates:
+            raise TargetUnavailable(f"{layout.path}: no healthy OST outside the file's stripe set "
+                                    "to substitute", path=layout.path)
+        return min(candidates, key=lambda o: (o.used_bytes or 0, o.ost_index)).ost_index
+
+    # -- mirrors -------------------------------------------------------------------------------
+    @abc.abstractmethod
+    def add_mirror(self, path: str, request: LayoutRequest = LayoutRequest()) -> FileLayout:
+        """Add a verified replica of the file on OSTs distinct from its other mirrors."""
+
+    @abc.abstractmethod
+    def remove_mirror(self, path: str, mirror_id: int) -> FileLayout:
+        """Drop one mirror; the last one cannot be removed."""
+
+    # -- rebuilding lost stripes (recovery) ----------------------------------------------------
+    @abc.abstractmethod
+    def begin_rebuild(self, path: str, substitutes: dict[int, int]) -> Rebuild:
+        """Allocate objects on the substitute OSTs and record the rebuild; nothing visible yet."""
+
+    @abc.abstractmethod
+    def write_rebuild(self, rebuild: Rebuild, offset: int, data: bytes) -> None:
+        """Patch bytes of a lost range into the substitute objects."""
+
+    @abc.abstractmethod
+    def commit_rebuild(self, rebuild: Rebuild) -> FileLayout:
+        """Switch the file to the new layout atomically, once every lost byte is patched."""
+
+    @abc.abstractmethod
+    def abort_rebuild(self, rebuild: Rebuild) -> None:
+        """Forget a rebuild and free its substitute objects; the file is left as it was."""
+
+    @abc.abstractmethod
+    def open_rebuilds(self) -> list[Rebuild]:
+        """Rebuilds begun and neither committed nor aborted (after a crash, say)."""
+
+    # -- helpers for backends ------------------------------------------------------------------
+    def _check_patch(self, rebuild: Rebuild, offset: int, data: bytes) -> Extent:
+        extent = Extent(offset, len(data))
+        if subtract_extents([extent], rebuild.lost):
+            raise StorageError(f"{rebuild.path}: rebuild {rebuild.rebuild_id}: bytes "
+                               f"{offset}+{len(data)} are not in a lost range")
+        return extent
+
+    def _check_complete(self, rebuild: Rebuild) -> None:
+        missing = rebuild.missing
+        if missing:
+            shown = ", ".join(f"{e.offset}+{e.length}" for e in missing[:3])
+            raise StorageError(f"{rebuild.path}: rebuild {rebuild.rebuild_id} still misses "
+                               f"{sum(e.length for e in missing)} bytes ({shown}"
+                               f"{', ...' if len(missing) > 3 else ''})")
+
+    def _rebuild_plan(self, layout: FileLayout, file_size: int,
+                      substitutes: dict[int, int]) -> list[Extent]:
+        """Validate a substitution and return the byte ranges the substitute objects must hold."""
+        if not substitutes:
+            raise InputError(f"{layout.path}: no OST to substitute")
+        used = layout.osts()
+        for failed, substitute in substitutes.items():
+            if failed not in used:
+                raise InputError(f"{layout.path}: OST {failed} holds no stripe of the file")
+            if substitute in used:
+                raise InputError(f"{layout.path}: substitute OST {substitute} already holds a "
+                                 "stripe of the file")
+        if len(set(substitutes.values())) != len(substitutes):
+            raise InputError(f"{layout.path}: two failed OSTs mapped to the same substitute")
+        return merge_extents(e for failed in substitutes
+                             for e in layout.extents_on_ost(failed, file_size))
+
+
+def substitute_layout(layout: FileLayout, substitutes: dict[int, int],
+                      new_object_id: Callable[[int, int], str]) -> FileLayout:
+    """``layout`` with each failed OST replaced by its substitute (same stripe position).
+
+    ``new_object_id(component_index, position)`` names the new object.
+    """
+    components = []
+    for index, comp in enumerate(layout.components):
+        objects = tuple(StripeObject(substitutes[obj.ost_index], new_object_id(index, position))
+                        if obj.ost_index in substitutes else obj
+                        for position, obj in enumerate(comp.objects))
+        components.append(replace(comp, objects=objects))
+    return FileLayout(tuple(components), layout.layout_gen + 1, layout.path)

@@ -1,0 +1,50 @@
+"""The local store of the running local cluster: a GridFTP stage-in imported, then read back.
+
+Marked ``cluster``; it never fails an OST, since other tests share the cluster's store.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import uuid
+
+import pytest
+
+from scratchkeeper.config import load_config
+from scratchkeeper.storage import open_backend
+
+pytestmark = pytest.mark.cluster
+
+
+@pytest.fixture
+def cluster_paths(local_cluster):
+    tag = f"storage-{uuid.uuid4().hex[:8]}"
+    source = local_cluster.source_dir / f"{tag}.dat"
+    scratch_dir = local_cluster.scratch_root / "tests" / tag
+    scratch_dir.mkdir(parents=True)
+    yield source, scratch_dir
+    source.unlink(missing_ok=True)
+    shutil.rmtree(scratch_dir, ignore_errors=True)
+
+
+def test_gridftp_stage_in_becomes_a_striped_file(local_cluster, cluster_paths):
+    source, scratch_dir = cluster_paths
+    content = os.urandom(5 * 1024 * 1024 + 12_345)
+    source.write_bytes(content)
+    staged = scratch_dir / "input.dat"
+    local_cluster.command(["globus-url-copy", f"{local_cluster.gridftp_url}{source}",
+                           f"file://{staged}"], timeout=60)
+    backend = open_backend(load_config(local_cluster.site_config))
+    layout = backend.import_file(str(staged), stripe_count=4, stripe_size=1 << 20)
+    try:
+        assert not staged.exists() and layout.stripe_count == 4
+        backend.set_xattr(layout.path, "user.scratchkeeper.source",
+                          f"{local_cluster.gridftp_url}{source}".encode())
+        assert b"".join(backend.open_reader(layout.path)) == content
+        assert layout.path in backend.files_on_ost(layout.ost_list[0])
+        osts = backend.check_osts(timeout=5.0)
+        assert {o.ost_index for o in osts} >= set(layout.ost_list)
+    finally:
+        backend.remove(layout.path)
+    assert not backend.exists(layout.path)

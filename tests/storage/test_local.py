@@ -1,0 +1,254 @@
+"""The local striped store beyond the shared contract: import, OST failure, crash safety."""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import random
+import signal
+import time
+from pathlib import Path
+
+import pytest
+
+from scratchkeeper.errors import InputError, StorageError, TargetUnavailable
+from scratchkeeper.storage import LayoutRequest
+from scratchkeeper.storage.local import LocalStripedStore
+
+
+def payload(size: int, seed: int = 5) -> bytes:
+    return random.Random(seed).randbytes(size)
+
+
+def objects_on_disk(store: LocalStripedStore) -> set[str]:
+    found = set()
+    for ost_dir in Path(store.store_root).glob("ost*"):
+        found |= {p.name for p in ost_dir.iterdir() if not p.name.startswith(".")}
+    return found
+
+
+def objects_in_layouts(store: LocalStripedStore) -> set[str]:
+    found = set()
+    for row in store.db.query("SELECT path FROM files"):
+        found |= {o.object_id for c in store.layout(row["path"]).components for o in c.objects}
+    return found
+
+
+def reopen(store: LocalStripedStore) -> LocalStripedStore:
+    return LocalStripedStore(store.scratch_root, str(store.store_root), ost_count=store.ost_count,
+                             default_stripe_count=store.default_stripe_count,
+                             default_stripe_size=store.default_stripe_size)
+
+
+def write_posix(store: LocalStripedStore, relative: str, data: bytes) -> Path:
+    path = Path(store.scratch_root) / relative
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(data)
+    return path
+
+
+def test_import_moves_the_bytes_and_keeps_owner_mode_mtime(local_store):
+    data = payload(1_234_567)
+    path = write_posix(local_store, "u1/input.dat", data)
+    os.chown(path, 1234, 5678)
+    os.chmod(path, 0o640)
+    os.utime(path, (1_700_000_000, 1_700_000_000))
+    layout = local_store.import_file(str(path), stripe_count=3, stripe_size=131072)
+    assert not path.exists()
+    assert (layout.stripe_count, layout.stripe_size) == (3, 131072)
+    info = local_store.stat(str(path))
+    assert (info.size, info.uid, info.gid, info.mode, info.mtime) == \
+        (len(data), 1234, 5678, 0o640, 1_700_000_000)
+    assert local_store.read(str(path), 0, len(data)) == data
+
+
+def test_objects_hold_their_stripes_back_to_back_as_lustre_does(local_store):
+    data = payload(5 * 65536 + 100)
+    path = write_posix(local_store, "obj", data)
+    layout = local_store.import_file(str(path), stripe_count=4, stripe_size=65536)
+    unit = 65536
+    for position, obj in enumerate(layout.first.objects):
+        expected = b"".join(data[s * unit:(s + 1) * unit] for s in range(position, 6, 4))
+        on_disk = (Path(local_store.store_root) / f"ost{obj.ost_index:04d}" / obj.object_id)
+        assert on_disk.read_bytes() == expected
+
+
+def test_import_refuses_symlinks(local_store, tmp_path):
+    outside = tmp_path / "secret"
+    outside.write_bytes(b"x")
+    link = Path(local_store.scratch_root) / "link"
+    link.symlink_to(outside)
+    with pytest.raises(InputError, match="symbolic link"):
+        local_store.import_file(str(link))
+    (Path(local_store.scratch_root) / "dirlink").symlink_to(tmp_path)
+    with pytest.raises(InputError, match="outside the scratch root"):
+        local_store.import_file(str(Path(local_store.scratch_root) / "dirlink" / "secret"))
+    assert outside.read_bytes() == b"x"
+
+
+def test_import_interrupted_mid_copy_leaves_the_posix_file_and_no_object(local_store,
+                                                                           monkeypatch):
+    data = payload(300_000)
+    path = write_posix(local_store, "half", data)
+
+    def broken_copy(*args, **kwargs):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(local_store, "_copy_in", broken_copy)
+    with pytest.raises(OSError):
+        local_store.import_file(str(path))
+    assert path.read_bytes() == data
+    assert not local_store.exists(str(path))
+    assert objects_on_disk(local_store) == set()
+
+
+def test_import_finishes_after_a_crash_between_commit_and_unlink(local_store):
+    data = payload(100_000)
+    path = write_posix(local_store, "twice", data)
+    stamp = os.stat(path).st_mtime
+    local_store.import_file(str(path))
+    # what a crash before the unlink leaves: the committed store file and the POSIX file
+    path.write_bytes(data)
+    os.utime(path, (stamp, stamp))
+    layout = local_store.import_file(str(path))
+    assert not path.exists() and local_store.read(layout.path, 0, len(data)) == data
+
+
+def _import_child(scratch: str, store: str, relative: str) -> None:
+    backend = LocalStripedStore(scratch, store, ost_count=8, default_stripe_count=4,
+                                default_stripe_size=65536)
+    backend.import_file(relative)
+
+
+def test_kill_9_during_import_leaves_one_whole_copy_and_no_leaked_object(local_store):
+    data = payload(24 << 20, seed=11)
+    rng = random.Random(3)
+    context = multiprocessing.get_context("fork")
+    local_store.list_osts()  # create the store before the children race for it
+    for trial in range(6):
+        relative = f"kill/{trial}.dat"
+        path = write_posix(local_store, relative, data)
+        child = context.Process(target=_import_child,
+                                args=(local_store.scratch_root, str(local_store.store_root),
+                                      relative))
+        child.start()
+        time.sleep(rng.uniform(0.0, 0.25))
+        os.kill(child.pid, signal.SIGKILL)
+        child.join()
+        store = reopen(local_store)  # the next user collects what the dead one left
+        store.list_osts()
+        if store.exists(relative):
+            assert store.read(relative, 0, len(data)) == data
+        else:
+            assert path.read_bytes() == data
+        if path.exists() and store.exists(relative):
+            store.import_file(relative)  # finishes the interrupted import
+            assert not path.exists()
+        assert objects_on_disk(store) == objects_in_layouts(store)
+
+
+def test_failed_ost_makes_its_stripes_unreadable_until_restored(local_store):
+    data = payload(600_000)
+    path = write_posix(local_store, "f", data)
+    layout = local_store.import_file(str(path), stripe_count=4, stripe_size=65536)
+    dead = layout.ost_list[1]
+    local_store.fail_ost(dead)
+    assert local_store.read(str(path), 0, 65536) == data[:65536]  # stripe 0 is elsewhere
+    with pytest.raises(TargetUnavailable) as caught:
+        local_store.read(str(path), 0, len(data))
+    assert caught.value.ost_index == dead and caught.value.path == layout.path
+    with pytest.raises(TargetUnavailable):
+        local_store.write(str(path), 65536 - 1, b"xy")  # spans stripes 0 and 1: nothing written
+    local_store.write(str(path), 0, b"y")  # stripe 0 alone is on a healthy OST
+    assert local_store.files_on_ost(dead) == [layout.path]
+    local_store.restore_ost(dead)
+    assert local_store.read(str(path), 0, len(data)) == b"y" + data[1:]
+
+
+def test_a_mirror_serves_the_stripes_of_a_failed_ost(local_store):
+    data = payload(500_000)
+    path = write_posix(local_store, "m", data)
+    layout = local_store.import_file(str(path), stripe_count=2, stripe_size=65536)
+    local_store.add_mirror(str(path))
+    local_store.fail_ost(layout.ost_list[0])
+    assert local_store.read(str(path), 0, len(data)) == data
+
+
+def test_rebuild_survives_a_restart_and_old_objects_go_once_the_ost_is_back(local_store):
+    data = payload(400_000)
+    path = write_posix(local_store, "rb", data)
+    layout = local_store.import_file(str(path), stripe_count=4, stripe_size=65536)
+    dead = layout.ost_list[3]
+    local_store.fail_ost(dead)
+    rebuild = local_store.begin_rebuild(str(path), {dead: 6})
+    half = rebuild.lost[: len(rebuild.lost) // 2]
+    for extent in half:
+        local_store.write_rebuild(rebuild, extent.offset, data[extent.offset:extent.end])
+    restarted = reopen(local_store)
+    (pending,) = restarted.open_rebuilds()
+    assert pending.patched == half and pending.missing == rebuild.lost[len(half):]
+    for extent in pending.missing:
+        restarted.write_rebuild(pending, extent.offset, data[extent.offset:extent.end])
+    restarted.commit_rebuild(pending)
+    assert restarted.read(str(path), 0, len(data)) == data
+    stale = layout.first.objects[3].object_id
+    restarted.restore_ost(dead)
+    assert stale not in objects_on_disk(restarted)
+    assert objects_on_disk(restarted) == objects_in_layouts(restarted)
+
+
+def test_remove_frees_every_object(local_store):
+    path = write_posix(local_store, "gone", payload(300_000))
+    local_store.import_file(str(path))
+    local_store.remove(str(path))
+    assert objects_on_disk(local_store) == set()
+
+
+def test_pools_and_unknown_pool(local_store):
+    layout = local_store.create("p", LayoutRequest(stripe_count=2, pool="flash"))
+    assert set(layout.ost_list) <= {4, 5, 6, 7}
+    with pytest.raises(InputError, match="no such pool"):
+        local_store.create("q", LayoutRequest(pool="slow"))
+
+
+def test_fewer_osts_than_the_store_has_is_refused(local_store):
+    local_store.list_osts()
+    smaller = LocalStripedStore(local_store.scratch_root, str(local_store.store_root), ost_count=4)
+    with pytest.raises(StorageError, match="ost_count"):
+        smaller.list_osts()
+
+
+def test_explicit_ost_on_a_failed_ost_is_refused(local_store):
+    local_store.fail_ost(2)
+    with pytest.raises(TargetUnavailable):
+        local_store.create("x", LayoutRequest(ost_list=(1, 2)))
+    assert not local_store.exists("x")
+    with pytest.raises(InputError, match="no such OST"):
+        local_store.fail_ost(99)
+
+
+def _busy_writer(scratch: str, store: str, worker: int) -> None:
+    backend = LocalStripedStore(scratch, store, ost_count=8, default_stripe_count=4,
+                                default_stripe_size=65536)
+    for number in range(8):
+        data = payload(150_000, seed=worker * 100 + number)
+        layout = backend.create(f"w{worker}/{number}", LayoutRequest(stripe_count=3))
+        backend.write(layout.path, 0, data)
+        backend.set_xattr(layout.path, "user.scratchkeeper.source", b"file:///x")
+        if backend.read(layout.path, 0, len(data)) != data:
+            raise SystemExit(3)
+
+
+def test_several_processes_use_the_store_at_once(local_store):
+    local_store.list_osts()
+    context = multiprocessing.get_context("fork")
+    workers = [context.Process(target=_busy_writer, args=(local_store.scratch_root,
+                                                          str(local_store.store_root), w))
+               for w in range(4)]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join(60)
+    assert [w.exitcode for w in workers] == [0, 0, 0, 0]
+    assert len(local_store.db.query("SELECT path FROM files")) == 32
+    assert objects_on_disk(local_store) == objects_in_layouts(local_store)

@@ -1,0 +1,54 @@
+"""Lustre-only behaviour on the fake ``lfs``: the commands issued and EIO mapped to an OST."""
+
+from __future__ import annotations
+
+import errno
+
+import pytest
+
+from scratchkeeper.errors import StorageError, TargetUnavailable
+from scratchkeeper.storage import LayoutRequest
+
+
+def commands(fake, *words):
+    return [argv for argv in fake.calls if list(argv[1:1 + len(words)]) == list(words)]
+
+
+def test_an_io_error_names_the_ost_of_the_stripe(lustre_backend):
+    layout = lustre_backend.create("f", LayoutRequest(stripe_size=65536, ost_list=(6, 2, 4)))
+    lustre_backend.write(layout.path, 0, bytes(400_000))
+    error = lustre_backend._io_error(layout.path, 3 * 65536 + 5 + 65536,
+                                     OSError(errno.EIO, "Input/output error"))
+    assert isinstance(error, TargetUnavailable)
+    assert error.ost_index == 2 and error.path == layout.path
+
+
+def test_mirror_is_verified_after_extend(fake_lustre, lustre_backend):
+    layout = lustre_backend.create("m", LayoutRequest(stripe_count=2))
+    lustre_backend.add_mirror(layout.path)
+    extend = commands(fake_lustre, "mirror", "extend")
+    verify = commands(fake_lustre, "mirror", "verify")
+    assert extend and verify
+    assert fake_lustre.calls.index(verify[0]) > fake_lustre.calls.index(extend[0])
+
+
+def test_rebuild_goes_through_setstripe_on_substitutes_and_swap_layouts(fake_lustre,
+                                                                        lustre_backend):
+    layout = lustre_backend.create("r", LayoutRequest(stripe_size=65536, ost_list=(0, 1, 2)))
+    data = bytes(range(256)) * 1000
+    lustre_backend.write(layout.path, 0, data)
+    rebuild = lustre_backend.begin_rebuild(layout.path, {1: 5})
+    temp_setstripe = commands(fake_lustre, "setstripe")[-1]
+    assert temp_setstripe[temp_setstripe.index("-o") + 1] == "0,5,2"
+    for extent in rebuild.lost:
+        lustre_backend.write_rebuild(rebuild, extent.offset, data[extent.offset:extent.end])
+    lustre_backend.commit_rebuild(rebuild)
+    assert commands(fake_lustre, "swap_layouts")
+    assert lustre_backend.list_dir("") == ["r"]  # the temporary file is gone
+
+
+def test_composite_files_are_not_rebuilt_in_place(lustre_backend):
+    layout = lustre_backend.create("c", LayoutRequest(stripe_count=2))
+    lustre_backend.add_mirror(layout.path)
+    with pytest.raises(StorageError, match="composite"):
+        lustre_backend.begin_rebuild(layout.path, {layout.ost_list[0]: 7})
