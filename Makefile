@@ -20,7 +20,7 @@ demo: cluster
 
 ## Every test, the ones on the real local cluster included.
 test: cluster
-	$(PY) -m pytest $(PYTEST_ARGS)
+	SCRATCHKEEPER_REQUIRE_CLUSTER=1 $(PY) -m pytest $(PYTEST_ARGS)
 
 ## Only the tests that need no cluster.
 test-unit: deps

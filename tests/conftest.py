@@ -1,0 +1,129 @@
+"""Fixtures shared by every test folder: only the real local cluster (scripts/local-cluster).
+
+Fixtures of one area live in that area's test folder, not here.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from scratchkeeper.runner import CommandRunner
+
+NOT_RUNNING = "local cluster not running: scripts/local-cluster up"
+REQUIRE_ENV = "SCRATCHKEEPER_REQUIRE_CLUSTER"
+# States after which a Slurm job never changes again (sacct's words).
+FINISHED_STATES = frozenset({"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL",
+                             "OUT_OF_MEMORY", "PREEMPTED", "BOOT_FAIL", "DEADLINE"})
+
+
+@dataclass(frozen=True)
+class LocalCluster:
+    """What `scripts/local-cluster up` recorded in cluster.json, plus job helpers for tests."""
+
+    status_path: Path
+    local_dir: Path
+    cluster_name: str
+    site_config: Path
+    site_config_pbs: Path
+    source_dir: Path
+    sink_dir: Path
+    scratch_root: Path
+    store_root: Path
+    state_db: Path
+    log_dir: Path
+    gridftp_port: int
+    gridftp_url: str
+    http_port: int
+    http_source_url: str
+    http_sink_url: str
+    nodes: tuple[str, ...]
+    partitions: tuple[str, ...]
+
+    def command(self, argv: list[str], timeout: float = 30.0, check: bool = True):
+        """Run a command against the real cluster.
+
+        A private runner, not the process-wide one: a test that swaps in a fake runner with
+        ``set_runner`` must not turn the cluster's own checks into fakes.
+        """
+        return CommandRunner().run(argv, timeout=timeout, check=check, mutating=False)
+
+    def job_state(self, job_id: str) -> str | None:
+        """The job's state as accounting records it ("CANCELLED by 0" gives CANCELLED).
+
+        None until the record is complete: for about a second after a short job ends, sacct
+        already says COMPLETED but the Partition field is still empty.
+        """
+        result = self.command(["sacct", "-n", "-X", "-P", "-o", "State,Partition",
+                               "-j", str(job_id)], check=False)
+        fields = result.stdout.strip().split("|")
+        if not result.ok or len(fields) != 2 or not fields[1]:
+            return None
+        return fields[0].split()[0]
+
+    def wait_for_job(self, job_id: str, timeout: float = 60.0) -> str:
+        """Wait until the job has finished and accounting holds its full record; return its state."""
+        deadline = time.monotonic() + timeout
+        state = None
+        while time.monotonic() < deadline:
+            state = self.job_state(job_id)
+            if state in FINISHED_STATES:
+                return state
+            time.sleep(0.5)
+        pytest.fail(f"job {job_id} not finished after {timeout:g}s (last state {state})")
+
+
+def _cluster_problem(status_path: Path) -> str | None:
+    """Why the local cluster cannot be used, or None when it is up."""
+    try:
+        status = json.loads(status_path.read_text())
+    except FileNotFoundError:
+        return f"no {status_path}"
+    except (OSError, json.JSONDecodeError) as err:
+        return f"{status_path}: {err}"
+    if status.get("state") != "up":
+        return f"{status_path} says state {status.get('state')!r}"
+    for name, pid in status.get("pids", {}).items():
+        if not pid or not Path(f"/proc/{pid}").exists():
+            return f"{name} (pid {pid}) is not running"
+        if Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z":
+            return f"{name} (pid {pid}) has exited"
+    return None
+
+
+@pytest.fixture(scope="session")
+def local_cluster() -> LocalCluster:
+    """The running local cluster; skipped when it is not up, failed if SCRATCHKEEPER_REQUIRE_CLUSTER=1."""
+    local_dir = Path(os.environ.get("SK_LOCAL_DIR", "/var/lib/scratchkeeper-local"))
+    status_path = local_dir / "cluster.json"
+    problem = _cluster_problem(status_path)
+    if problem is not None:
+        if os.environ.get(REQUIRE_ENV) == "1":
+            pytest.fail(f"{NOT_RUNNING} ({problem}; {REQUIRE_ENV}=1)", pytrace=False)
+        pytest.skip(NOT_RUNNING)
+    status = json.loads(status_path.read_text())
+    return LocalCluster(
+        status_path=status_path,
+        local_dir=local_dir,
+        cluster_name=status["cluster_name"],
+        site_config=Path(status["site_config"]),
+        site_config_pbs=Path(status["site_config_pbs"]),
+        source_dir=Path(status["source_dir"]),
+        sink_dir=Path(status["sink_dir"]),
+        scratch_root=Path(status["scratch_root"]),
+        store_root=Path(status["store_root"]),
+        state_db=Path(status["state_db"]),
+        log_dir=Path(status["log_dir"]),
+        gridftp_port=status["ports"]["gridftp"],
+        gridftp_url=status["gridftp_url"],
+        http_port=status["ports"]["http"],
+        http_source_url=status["http_source_url"],
+        http_sink_url=status["http_sink_url"],
+        nodes=tuple(status["nodes"]),
+        partitions=tuple(status["partitions"]),
+    )
