@@ -6,13 +6,14 @@ dry-run mode a command that changes something is printed and not run.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import shlex
 import signal
 import subprocess
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from .errors import CommandError, CommandTimeout
@@ -42,14 +43,29 @@ class CommandResult:
 class CommandRunner:
     """Runs argv lists with a timeout; ``dry_run`` prints mutating commands instead of running them.
 
-    ``recorded`` keeps every argv handed to the runner (run or not), which ``plan --dry-run``
-    prints and tests inspect.
+    :meth:`capture` collects the commands of a block (``plan --dry-run`` prints them, benchmarks
+    add up their durations); nothing is kept outside such a block, so daemons do not grow.
     """
 
     dry_run: bool = False
     default_timeout: float = DEFAULT_TIMEOUT
-    recorded: list[tuple[str, ...]] = field(default_factory=list)
     echo: Callable[[str], None] | None = None
+    _sinks: list[list[CommandResult]] = field(default_factory=list, repr=False)
+
+    @contextlib.contextmanager
+    def capture(self) -> Iterator[list[CommandResult]]:
+        """Collect every command handed to the runner inside the block (dry-run ones too)."""
+        sink: list[CommandResult] = []
+        self._sinks.append(sink)
+        try:
+            yield sink
+        finally:
+            self._sinks.remove(sink)
+
+    def _keep(self, result: CommandResult) -> CommandResult:
+        for sink in self._sinks:
+            sink.append(result)
+        return result
 
     def run(self, argv: Sequence[str], *, timeout: float | None = None, check: bool = True,
             input: str | bytes | None = None, env: Mapping[str, str] | None = None,
@@ -60,13 +76,12 @@ class CommandRunner:
         ``check`` raises :class:`CommandError` on a non-zero exit.
         """
         argv = tuple(str(a) for a in argv)
-        self.recorded.append(argv)
         line = shlex.join(argv)
         if self.dry_run and mutating:
             log.info("dry-run: %s", line)
             if self.echo:
                 self.echo(line)
-            return CommandResult(argv, 0, "", "", 0.0, dry_run=True)
+            return self._keep(CommandResult(argv, 0, "", "", 0.0, dry_run=True))
         limit = self.default_timeout if timeout is None else timeout
         full_env = None
         if env is not None:
@@ -91,7 +106,7 @@ class CommandRunner:
             raise CommandTimeout(f"{argv[0]}: timed out after {limit:g}s: {line}", argv=list(argv),
                                  returncode=None, stdout=stdout or "", stderr=stderr or "") from err
         seconds = time.monotonic() - started
-        result = CommandResult(argv, proc.returncode, stdout, stderr, seconds)
+        result = self._keep(CommandResult(argv, proc.returncode, stdout, stderr, seconds))
         log.debug("exit %d after %.3fs: %s", proc.returncode, seconds, argv[0])
         if check and proc.returncode != 0:
             message = (stderr or stdout or "").strip() if text else ""

@@ -30,6 +30,7 @@ class Submission:
     plan: Plan
     job_ids: dict[str, str]
     commands: list[list[str]]
+    scheduler_seconds: float = 0.0
 
 
 def new_chain_id() -> str:
@@ -102,35 +103,41 @@ def submit_plan(plan: Plan, config: SiteConfig, store: StateStore | None,
             script.chmod(0o700)
         records.record_plan(store, plan, os.getuid() if owner_uid is None else owner_uid,
                             {job.key: log for job, _, log in entries if log})
-    first = len(runner.recorded)
     ids: dict[str, str] = {}
     held: list[str] = []
     has_dependents = len(plan.jobs) > 1
-    try:
-        for job, script, log_path in entries:
-            deps: dict[str, list[str]] = {}
-            for dep in job.depends_on:
-                deps.setdefault(dep.type, []).append(ids[dep.key])
-            hold = job.role == "stage-in" and has_dependents
-            spec = SubmitSpec(script_path=str(script), queue=job.queue, job_name=job.name,
-                              workdir=plan.workdir, output_path=log_path,
-                              dependencies=tuple((t, tuple(v)) for t, v in deps.items()),
-                              hold=hold,
-                              kill_on_invalid_dependency=config.scheduler.kill_on_invalid_dependency)
-            job_id = scheduler.submit(spec)
-            ids[job.key] = job_id
-            if hold:
-                held.append(job_id)
-            if not dry_run:
-                records.set_job_submitted(store, plan.chain_id, job.key, job_id)
-            log.info("chain %s: %s submitted as %s", plan.chain_id, job.key, job_id)
-        scheduler.release(held)
-    except ScratchkeeperError as err:
-        _roll_back(plan, store, scheduler, ids, dry_run, err)
-        raise
+    with runner.capture() as commands:
+        try:
+            _submit_all(plan, config, store, scheduler, entries, ids, held, has_dependents, dry_run)
+        except ScratchkeeperError as err:
+            _roll_back(plan, store, scheduler, ids, dry_run, err)
+            raise
     if not dry_run:
         records.set_chain_state(store, plan.chain_id, records.SUBMITTED)
-    return Submission(plan, ids, [list(a) for a in runner.recorded[first:]])
+    return Submission(plan, ids, [list(c.argv) for c in commands],
+                      sum(c.seconds for c in commands))
+
+
+def _submit_all(plan: Plan, config: SiteConfig, store, scheduler: Scheduler, entries,
+                ids: dict[str, str], held: list[str], has_dependents: bool, dry_run: bool) -> None:
+    """Submit in order, filling ``ids`` as it goes (the caller rolls back on error)."""
+    for job, script, log_path in entries:
+        deps: dict[str, list[str]] = {}
+        for dep in job.depends_on:
+            deps.setdefault(dep.type, []).append(ids[dep.key])
+        hold = job.role == "stage-in" and has_dependents
+        spec = SubmitSpec(script_path=str(script), queue=job.queue, job_name=job.name,
+                          workdir=plan.workdir, output_path=log_path,
+                          dependencies=tuple((t, tuple(v)) for t, v in deps.items()), hold=hold,
+                          kill_on_invalid_dependency=config.scheduler.kill_on_invalid_dependency)
+        job_id = scheduler.submit(spec)
+        ids[job.key] = job_id
+        if hold:
+            held.append(job_id)
+        if not dry_run:
+            records.set_job_submitted(store, plan.chain_id, job.key, job_id)
+        log.info("chain %s: %s submitted as %s", plan.chain_id, job.key, job_id)
+    scheduler.release(held)
 
 
 def _roll_back(plan: Plan, store, scheduler: Scheduler, ids: dict[str, str], dry_run: bool,

@@ -20,9 +20,10 @@ from scratchkeeper.storage import open_backend
 pytestmark = pytest.mark.cluster
 
 
-def sk(cluster, *args, config=None, check=True):
+def sk(cluster, *args, config=None, check=True, cwd=None):
+    """Run the real CLI; jobs it submits run in ``cwd`` (their output files land there)."""
     argv = [sys.executable, "-m", "scratchkeeper", "-c", str(config or cluster.site_config), *args]
-    result = subprocess.run(argv, capture_output=True, text=True, timeout=180)
+    result = subprocess.run(argv, capture_output=True, text=True, timeout=180, cwd=cwd)
     if check and result.returncode != 0:
         raise AssertionError(f"{argv} exit {result.returncode}: {result.stderr}")
     return result
@@ -65,7 +66,7 @@ def test_chain_stages_in_computes_and_stages_out(local_cluster, work, flavour):
     config_path = local_cluster.site_config if flavour == "slurm" else local_cluster.site_config_pbs
     script = write_script(tmp_path, chain_script(local_cluster, name, scratch))
     submitted = json.loads(sk(local_cluster, "submit", str(script), "--json",
-                              config=config_path).stdout)
+                              config=config_path, cwd=tmp_path).stdout)
     roles = [job["role"] for job in submitted["jobs"]]
     assert roles == ["stage-in", "compute", "stage-out"]
     status = sk(local_cluster, "status", submitted["jobs"][1]["job_id"], "--json", "--wait", "150",
@@ -104,7 +105,7 @@ def test_permanent_stage_in_failure_cancels_the_chain(local_cluster, work):
 touch {scratch}/compute-ran
 #STAGEOUT {scratch}/compute-ran {local_cluster.gridftp_url}{local_cluster.sink_dir}/{name}.ran
 """)
-    submitted = json.loads(sk(local_cluster, "submit", str(script), "--json").stdout)
+    submitted = json.loads(sk(local_cluster, "submit", str(script), "--json", cwd=tmp_path).stdout)
     ids = [j["job_id"] for j in submitted["jobs"]]
     status = sk(local_cluster, "status", ids[0], "--json", "--wait", "90", check=False)
     assert status.returncode == 1
@@ -129,7 +130,7 @@ def test_transient_failure_is_retried_then_fails(local_cluster, work):
 #STAGEIN ftp://127.0.0.1:9/{name}.dat {scratch}/x.dat
 true
 """)
-    submitted = json.loads(sk(local_cluster, "submit", str(script), "--json").stdout)
+    submitted = json.loads(sk(local_cluster, "submit", str(script), "--json", cwd=tmp_path).stdout)
     report = json.loads(sk(local_cluster, "status", submitted["chain_id"], "--json", "--wait",
                            "90", check=False).stdout)
     assert report["state"] == "stage-in-failed"
@@ -148,7 +149,7 @@ def test_failed_submission_cancels_what_was_submitted(local_cluster, work):
 #STAGEIN {local_cluster.http_source_url}{name}.dat {scratch}/in.dat
 true
 """)
-    result = sk(local_cluster, "submit", str(script), config=site, check=False)
+    result = sk(local_cluster, "submit", str(script), config=site, check=False, cwd=tmp_path)
     assert result.returncode == 1
     assert "Invalid partition name specified" in result.stderr  # the scheduler's own words
     assert "cancelled the jobs already submitted" in result.stderr
@@ -167,7 +168,7 @@ true
 def test_malformed_directive_submits_nothing(local_cluster, work, directive):
     name, _, _, tmp_path = work
     script = write_script(tmp_path, f"#!/bin/bash\n#SBATCH --job-name={name}\n{directive}\ntrue\n")
-    result = sk(local_cluster, "submit", str(script), check=False)
+    result = sk(local_cluster, "submit", str(script), check=False, cwd=tmp_path)
     assert result.returncode == 2
     assert result.stderr.startswith(f"{script}:3: ")
     assert len(result.stderr.strip().splitlines()) == 1
