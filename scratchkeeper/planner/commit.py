@@ -99,7 +99,8 @@ def _commit_file(store, config, backend, chain_id, staged, path, source, compute
                 "chain": chain_id, "job": compute_id, "staged": f"{time.time():.0f}"}
     inside = _inside(path, config.storage.scratch_root)
     if inside:
-        backend.import_file(path, owner=(info.st_uid, info.st_gid))
+        # a re-staged input supersedes what an earlier chain put at the same path
+        backend.import_file(path, owner=(info.st_uid, info.st_gid), replace=True)
         for name, value in metadata.items():
             backend.set_xattr(path, XATTR + name, value.encode())
     else:

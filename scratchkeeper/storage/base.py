@@ -165,8 +165,11 @@ class StorageBackend(abc.ABC):
     @abc.abstractmethod
     def import_file(self, path: str, *, stripe_count: int | None = None,
                     stripe_size: int | None = None,
-                    owner: tuple[int, int] | None = None) -> FileLayout:
-        """Make the file a data job wrote at this scratch path a managed file; return its layout."""
+                    owner: tuple[int, int] | None = None, replace: bool = False) -> FileLayout:
+        """Make the file a data job wrote at this scratch path a managed file; return its layout.
+
+        ``replace``: a different managed file already at ``path`` is superseded atomically.
+        """
 
     @abc.abstractmethod
     def layout(self, path: str) -> FileLayout:

@@ -348,11 +348,13 @@ class LocalStripedStore(StorageBackend):
 
     def import_file(self, path: str, *, stripe_count: int | None = None,
                     stripe_size: int | None = None,
-                    owner: tuple[int, int] | None = None) -> FileLayout:
+                    owner: tuple[int, int] | None = None, replace: bool = False) -> FileLayout:
         """Move the POSIX file a transfer wrote at ``path`` into the striped store.
 
         The store file is committed before the POSIX file is unlinked; an import that finds both
-        (a crash between the two) finishes by unlinking the POSIX file.
+        (a crash between the two) finishes by unlinking the POSIX file. ``replace`` lets a new
+        transfer supersede a different store file at the same path (a re-staged input), in the
+        same transaction that commits the new one.
         """
         full = self.paths.resolve(path)
         real_root = os.path.realpath(self.scratch_root)
@@ -378,7 +380,8 @@ class LocalStripedStore(StorageBackend):
                 if existing[0]["size"] == info.st_size and existing[0]["mtime"] == info.st_mtime:
                     os.unlink(full)  # the earlier import committed, then died before this
                     return self.layout(full)
-                raise InputError(f"{full}: a different file already exists in the store")
+                if not replace:
+                    raise InputError(f"{full}: a different file already exists in the store")
             request = LayoutRequest(stripe_count=stripe_count, stripe_size=stripe_size)
             component = self._new_component(request)
             layout = FileLayout((component,), 0, full)
@@ -389,6 +392,10 @@ class LocalStripedStore(StorageBackend):
                 self._create_objects(component.objects)
                 self._copy_in(fd, info.st_size, component)
                 with self.db.transaction() as conn:
+                    if existing:
+                        old = conn.execute("SELECT * FROM files WHERE path = ?", (full,)).fetchone()
+                        if old is not None:
+                            self._doom_file_in(conn, old)
                     self._insert_file(conn, full, layout, size=info.st_size, uid=uid, gid=gid,
                                       mode=statmod.S_IMODE(info.st_mode), mtime=info.st_mtime)
                     self._release_claim(conn, component.objects, claim)
@@ -399,6 +406,8 @@ class LocalStripedStore(StorageBackend):
             os.close(fd)
         os.unlink(full)
         _fsync_dir(os.path.dirname(full))
+        if existing:
+            self._collect_garbage()
         log.info("store: imported %s (%d bytes, OSTs %s)", full, info.st_size,
                  ",".join(map(str, component.ost_list)))
         return layout
@@ -484,17 +493,21 @@ class LocalStripedStore(StorageBackend):
 
     def remove(self, path: str) -> None:
         row = self._row(path)
-        layout = self._layout_of(row)
         with self.db.transaction() as conn:
-            conn.execute("DELETE FROM files WHERE path = ?", (row["path"],))
-            conn.executemany("INSERT OR REPLACE INTO object_intents(ost_index, object_id, owner) "
-                             "VALUES (?, ?, ?)",
-                             [(o.ost_index, o.object_id, DOOMED)
-                              for c in layout.components for o in c.objects])
-            for rebuild in conn.execute("SELECT rebuild_id FROM rebuilds WHERE path = ?",
-                                        (row["path"],)).fetchall():
-                self._abort_in(conn, rebuild["rebuild_id"])
+            self._doom_file_in(conn, row)
         self._collect_garbage()
+
+    def _doom_file_in(self, conn, row) -> None:
+        """Inside a transaction: forget the file and mark its objects for collection."""
+        layout = self._layout_of(row)
+        conn.execute("DELETE FROM files WHERE path = ?", (row["path"],))
+        conn.executemany("INSERT OR REPLACE INTO object_intents(ost_index, object_id, owner) "
+                         "VALUES (?, ?, ?)",
+                         [(o.ost_index, o.object_id, DOOMED)
+                          for c in layout.components for o in c.objects])
+        for rebuild in conn.execute("SELECT rebuild_id FROM rebuilds WHERE path = ?",
+                                    (row["path"],)).fetchall():
+            self._abort_in(conn, rebuild["rebuild_id"])
 
     def list_dir(self, path: str = "") -> list[str]:
         full = self.paths.resolve(path or self.scratch_root)

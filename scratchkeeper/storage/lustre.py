@@ -125,8 +125,11 @@ class LustreBackend(StorageBackend):
 
     def import_file(self, path: str, *, stripe_count: int | None = None,
                     stripe_size: int | None = None,
-                    owner: tuple[int, int] | None = None) -> FileLayout:
-        """The transfer wrote straight into Lustre: only ownership is fixed, the layout returned."""
+                    owner: tuple[int, int] | None = None, replace: bool = False) -> FileLayout:
+        """The transfer wrote straight into Lustre: only ownership is fixed, the layout returned.
+
+        ``replace`` changes nothing here: the transfer itself already overwrote the file.
+        """
         full = self._file(path)
         if owner is not None:
             os.chown(full, *owner, follow_symlinks=False)

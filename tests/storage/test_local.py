@@ -252,3 +252,21 @@ def test_several_processes_use_the_store_at_once(local_store):
     assert [w.exitcode for w in workers] == [0, 0, 0, 0]
     assert len(local_store.db.query("SELECT path FROM files")) == 32
     assert objects_on_disk(local_store) == objects_in_layouts(local_store)
+
+
+def test_import_with_replace_supersedes_a_different_file(local_store):
+    path = write_posix(local_store, "u1/restaged.dat", payload(300_000, seed=1))
+    local_store.import_file(str(path))
+    local_store.set_xattr(str(path), "user.scratchkeeper.source", b"http://h/old")
+    before = objects_on_disk(local_store)
+    newer = payload(70_000, seed=2)
+    path = write_posix(local_store, "u1/restaged.dat", newer)
+    with pytest.raises(InputError, match="different file already exists"):
+        local_store.import_file(str(path))
+    local_store.import_file(str(path), replace=True)
+    assert local_store.read(str(path), 0, len(newer) + 10) == newer
+    assert local_store.get_xattr(str(path), "user.scratchkeeper.source") is None
+    assert not path.exists()
+    # the superseded file's objects are collected; only the new file's remain
+    assert objects_on_disk(local_store) == objects_in_layouts(local_store)
+    assert not (before & objects_on_disk(local_store))
