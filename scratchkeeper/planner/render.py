@@ -8,6 +8,7 @@ script text, which is theirs to run). Undefined variables are errors (``StrictUn
 
 from __future__ import annotations
 
+import functools
 import re
 import shlex
 import sys
@@ -62,14 +63,19 @@ def _verbatim(value) -> Shell:
 
 def template_environment(config: SiteConfig) -> jinja2.Environment:
     """The Jinja2 environment: site override folder first, then the built-in job-templates."""
-    builtin = str(resources.files("scratchkeeper.job_templates"))
-    search = [builtin]
-    if config.templates.directory:
-        override = Path(config.templates.directory)
-        if not override.is_dir():
-            raise ConfigError(f"key 'templates.directory': expected a folder, got "
-                              f"'{override}' which is not one", path=config.source)
-        search.insert(0, str(override))
+    if config.templates.directory and not Path(config.templates.directory).is_dir():
+        raise ConfigError(f"key 'templates.directory': expected a folder, got "
+                          f"'{config.templates.directory}' which is not one", path=config.source)
+    return _environment(config.templates.directory)
+
+
+@functools.lru_cache(maxsize=8)
+def _environment(override: str) -> jinja2.Environment:
+    """One environment per override folder, so compiled templates are reused (Jinja2 checks
+    the files' mtimes, so an edited site template is still picked up)."""
+    search = [str(resources.files("scratchkeeper.job_templates"))]
+    if override:
+        search.insert(0, override)
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(search), undefined=jinja2.StrictUndefined,
                              finalize=_finalize, autoescape=False, keep_trailing_newline=True,
                              trim_blocks=True, lstrip_blocks=True)

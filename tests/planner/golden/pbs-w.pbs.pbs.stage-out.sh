@@ -27,7 +27,7 @@ sk_retry() {
       rm -f "$errfile"
       return 0
     fi
-    SK_LAST_ERROR="line $line: exit $rc: $(tail -n 4 "$errfile" | tr -s '\n\t' '  ' | cut -c1-400)"
+    SK_LAST_ERROR="exit $rc: $(tail -n 4 "$errfile" | tr -s '\n\t' '  ' | cut -c1-400)"
     if grep -Eq -- "$SK_PERMANENT" "$errfile"; then
       sk_log "line $line: permanent error, not retried: $SK_LAST_ERROR"
       rm -f "$errfile"
