@@ -109,6 +109,25 @@ class ReplicationConfig:
     interval: float = _opt(30.0, "seconds between decision cycles", minimum=0, exclusive_minimum=True)
     workers: int = _opt(2, "replica copies made at once by the daemon's own pool", minimum=1)
     partitions: dict[str, PartitionReplication] = _opt(None, "per-partition overrides", factory=dict)
+    max_space_fraction: float = _opt(0.25, "replicas may fill at most this fraction of scratch; "
+                                     "further creations wait", minimum=0, maximum=1,
+                                     exclusive_minimum=True)
+    backoff_max: float = _opt(300.0, "longest pause (seconds) between cycles while the scheduler "
+                              "fails", minimum=0, exclusive_minimum=True)
+    create_attempts: int = _opt(3, "tries of one replica creation before it is left failed",
+                                minimum=1)
+    retry_delay: float = _opt(60.0, "seconds before a failed replica creation is tried again",
+                              minimum=0)
+    unknown_grace: float = _opt(3600.0, "seconds a job unknown to both the queue and accounting "
+                                "keeps its replica before it is treated as ended", minimum=0)
+    close_events: str = _opt("auto", "source of file-close events: auto (local: inotify, lustre: "
+                             "changelog when changelog_mdt is set), inotify, changelog, none "
+                             "(removal at job end only)",
+                             choices=("auto", "inotify", "changelog", "none"))
+    close_quiet: float = _opt(2.0, "seconds with no open of a replicated input after its last "
+                              "close before it counts as closed", minimum=0)
+    changelog_mdt: str = _opt("", "lustre: MDT whose changelog is read (e.g. scratch-MDT0000)")
+    changelog_user: str = _opt("", "lustre: changelog user registered for the daemon (e.g. cl1)")
 
 
 @dataclass(frozen=True)
@@ -119,6 +138,30 @@ class RecoveryConfig:
     check_interval: float = _opt(300.0, "seconds between availability checks of staged inputs",
                                  minimum=0, exclusive_minimum=True)
     workers: int = _opt(4, "ranges patched at once", minimum=1)
+    file_workers: int = _opt(2, "files recovered at once by recoveryd", minimum=1)
+    chunk_size: int = _opt(4 << 20, "largest piece of a lost range fetched in one request",
+                           minimum=65536)
+    ftp_method: str = _opt("eret", "how ftp:// ranges are fetched: 'eret' (one control "
+                           "connection, ERET P and CKSM per range) or 'globus-url-copy' "
+                           "(-partial-offset/-partial-length per range)",
+                           choices=("eret", "globus-url-copy"))
+    scope: str = _opt("all", "what the periodic check recovers: 'all' files with a source on a "
+                      "failed OST (inputs of queued jobs first) or only 'queued-inputs'",
+                      choices=("all", "queued-inputs"))
+    substitute_attempts: int = _opt(3, "substitute OSTs tried when one fails during patching",
+                                    minimum=1)
+    wait_timeout: float = _opt(3600.0, "seconds a reader or the pre-execution hook waits for a "
+                               "patch", minimum=0, exclusive_minimum=True)
+    sync_bytes: int = _opt(64 << 20, "bytes patched between two syncs of the "
+                           "substitute objects (what a crash may make it fetch again)",
+                           minimum=1)
+    range_checksum: str = _opt("ADLER32", "GridFTP CKSM algorithm verifying each patched range "
+                               "(the whole source is checked with SHA-256)",
+                               choices=("ADLER32", "MD5"))
+    hook_user: str = _opt("slurm", "user besides root whose pre-execution hook may ask recoveryd "
+                          "to check a job's inputs (Slurm's SlurmUser)")
+    verify_source: bool = _opt(True, "before patching, ask servers that can (GridFTP CKSM) "
+                               "whether the source still has the SHA-256 recorded at stage-in")
 
 
 @dataclass(frozen=True)

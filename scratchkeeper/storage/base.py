@@ -306,6 +306,15 @@ class StorageBackend(abc.ABC):
     def write_rebuild(self, rebuild: Rebuild, offset: int, data: bytes) -> None:
         """Patch bytes of a lost range into the substitute objects."""
 
+    def write_rebuild_batch(self, rebuild: Rebuild, pieces: list[tuple[int, bytes]]) -> None:
+        """Patch several ``(offset, data)`` ranges; backends that can sync once override this."""
+        for offset, data in pieces:
+            self.write_rebuild(rebuild, offset, data)
+
+    @abc.abstractmethod
+    def read_rebuild(self, rebuild: Rebuild, offset: int, length: int) -> bytes:
+        """Bytes of the file as the rebuild will make it (to verify a checksum before commit)."""
+
     @abc.abstractmethod
     def commit_rebuild(self, rebuild: Rebuild) -> FileLayout:
         """Switch the file to the new layout atomically, once every lost byte is patched."""

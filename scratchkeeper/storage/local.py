@@ -532,11 +532,15 @@ class LocalStripedStore(StorageBackend):
         if offset < 0 or length < 0:
             raise InputError(f"{path}: negative offset or length")
         row = self._row(path)
-        layout = self._layout_of(row)
-        end = min(row["size"], offset + length)
+        return self._read_through(self._layout_of(row), row["size"], offset, length,
+                                  self._healthy())
+
+    def _read_through(self, layout: FileLayout, size: int, offset: int, length: int,
+                      healthy: set[int]) -> bytes:
+        """Read ``[offset, offset+length)`` of a file of ``size`` bytes through ``layout``."""
+        end = min(size, offset + length)
         if end <= offset:
             return b""
-        healthy = self._healthy()
         out = bytearray()
         handles: dict[StripeObject, int] = {}
         try:
@@ -750,21 +754,48 @@ class LocalStripedStore(StorageBackend):
         return Rebuild.from_dict(json.loads(found["record"]))
 
     def write_rebuild(self, rebuild: Rebuild, offset: int, data: bytes) -> None:
-        extent = self._check_patch(rebuild, offset, data)
-        for comp in rebuild.new_layout.components:
-            lo, hi = _span(comp, offset, extent.end)
-            # only the substitute objects: the surviving ones already hold their bytes
-            positions = {p for p, o in enumerate(comp.objects)
-                         if o.ost_index in rebuild.substitutes.values()}
-            if hi > lo and positions:
-                self._write_range(comp, lo, data[lo - offset:hi - offset], rebuild.path,
-                                  positions=positions, sync=True)
+        self.write_rebuild_batch(rebuild, [(offset, data)])
+
+    def write_rebuild_batch(self, rebuild: Rebuild, pieces: list[tuple[int, bytes]]) -> None:
+        """Patch several lost ranges with one sync per object and one journal update."""
+        extents = [self._check_patch(rebuild, offset, data) for offset, data in pieces]
+        handles: dict[StripeObject, int] = {}
+        try:
+            for (offset, data), extent in zip(pieces, extents):
+                for comp in rebuild.new_layout.components:
+                    lo, hi = _span(comp, offset, extent.end)
+                    if hi <= lo:
+                        continue
+                    view = memoryview(data)
+                    for piece in comp.pieces(lo, hi - lo):
+                        obj = comp.objects[piece.position]
+                        # only the substitute objects: the surviving ones hold their bytes
+                        if obj.ost_index not in rebuild.substitutes.values():
+                            continue
+                        handle = handles.get(obj)
+                        if handle is None:
+                            handle = handles[obj] = self._open_object(obj, os.O_WRONLY,
+                                                                      rebuild.path)
+                        start = piece.file_offset - offset
+                        os.pwrite(handle, view[start:start + piece.length], piece.object_offset)
+            # the journal may only say "patched" of bytes that are on disk
+            for handle in handles.values():
+                os.fsync(handle)
+        finally:
+            for handle in handles.values():
+                os.close(handle)
         with self.db.transaction() as conn:
             current = self._load_rebuild(conn, rebuild.rebuild_id)
-            current.patched = merge_extents(current.patched + [extent])
+            current.patched = merge_extents(current.patched + extents)
             conn.execute("UPDATE rebuilds SET record = ? WHERE rebuild_id = ?",
                          (json.dumps(current.to_dict()), rebuild.rebuild_id))
         rebuild.patched = current.patched
+
+    def read_rebuild(self, rebuild: Rebuild, offset: int, length: int) -> bytes:
+        if offset < 0 or length < 0:
+            raise InputError(f"{rebuild.path}: negative offset or length")
+        layout = replace(rebuild.new_layout, path=rebuild.path)
+        return self._read_through(layout, rebuild.file_size, offset, length, self._healthy())
 
     def commit_rebuild(self, rebuild: Rebuild) -> FileLayout:
         owner = f"rebuild:{rebuild.rebuild_id}"

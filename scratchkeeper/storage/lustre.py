@@ -381,6 +381,27 @@ class LustreBackend(StorageBackend):
                          (json.dumps(current.to_dict()), rebuild.rebuild_id))
         rebuild.patched = current.patched
 
+    def read_rebuild(self, rebuild: Rebuild, offset: int, length: int) -> bytes:
+        if offset < 0 or length < 0:
+            raise InputError(f"{rebuild.path}: negative offset or length")
+        temp, current = self._temp_of(rebuild.rebuild_id)
+        end = min(current.file_size, offset + length)
+        fd = os.open(temp, os.O_RDONLY | os.O_NOFOLLOW)
+        try:
+            parts, position = [], offset
+            while position < end:
+                try:
+                    data = os.pread(fd, end - position, position)
+                except OSError as err:
+                    raise self._io_error(temp, position, err) from err
+                if not data:
+                    break
+                parts.append(data)
+                position += len(data)
+        finally:
+            os.close(fd)
+        return b"".join(parts)
+
     def commit_rebuild(self, rebuild: Rebuild) -> FileLayout:
         temp, current = self._temp_of(rebuild.rebuild_id)
         self._check_complete(current)

@@ -1,0 +1,1 @@
+"""Recovery benchmark: python -m benchmarks.recovery [--quick]."""

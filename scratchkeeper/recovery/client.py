@@ -1,0 +1,116 @@
+"""The recovery service's request protocol on its Unix socket, and the client side of it.
+
+One JSON object per line each way, one request per connection. Requests::
+
+    {"op": "report", "path": F, "ost_index": i}   file F lost OST i (reader, user)
+    {"op": "status", "path": F}                   is F whole?
+    {"op": "wait", "path": F, "timeout": s}       block until F is whole or lost
+    {"op": "recover", "path": F, "wait": true}    recover F now; with wait, the outcome (plan)
+    {"op": "check-job", "job_id": J, "timeout": s}  pre-execution hook (root only)
+    {"op": "list"}                                recent requests (a user sees their own)
+
+Replies are ``{"ok": true, ...}`` or ``{"ok": false, "error": message, "kind": class}``. The
+service authorises each request by the peer's credentials (``SO_PEERCRED``): a user may ask
+only about files they own; root may ask about anything.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import struct
+
+from ..errors import (InputError, PermissionDenied, RecoveryError, ScratchkeeperError,
+                      StorageError)
+
+MAX_LINE = 1 << 20
+
+#: error classes a reply may name, so the client raises what the service raised
+ERROR_KINDS = {cls.__name__: cls for cls in (InputError, PermissionDenied, RecoveryError,
+                                             StorageError, ScratchkeeperError)}
+
+
+class ServiceUnavailable(RecoveryError):
+    """The recovery service's socket does not answer."""
+
+
+def peer_credentials(conn: socket.socket) -> tuple[int, int, int]:
+    """(pid, uid, gid) of the process at the other end of a Unix socket."""
+    raw = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+    return struct.unpack("3i", raw)
+
+
+def read_message(stream) -> dict:
+    line = stream.readline(MAX_LINE + 1)
+    if not line:
+        raise EOFError("connection closed")
+    if len(line) > MAX_LINE:
+        raise InputError("request longer than 1 MiB")
+    try:
+        message = json.loads(line)
+    except json.JSONDecodeError as err:
+        raise InputError(f"request is not JSON: {err}") from None
+    if not isinstance(message, dict):
+        raise InputError("request must be a JSON object")
+    return message
+
+
+def encode(message: dict) -> bytes:
+    return (json.dumps(message, separators=(",", ":")) + "\n").encode()
+
+
+class RecoveryClient:
+    """Talks to ``scratchkeeper recoveryd`` over its Unix socket (``recovery.socket``)."""
+
+    def __init__(self, socket_path: str, *, connect_timeout: float = 10.0):
+        self.socket_path = socket_path
+        self.connect_timeout = connect_timeout
+
+    def call(self, message: dict, *, timeout: float | None = None) -> dict:
+        """Send one request, return the reply; an error reply is raised as its class."""
+        conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            conn.settimeout(self.connect_timeout)
+            try:
+                conn.connect(self.socket_path)
+            except (FileNotFoundError, ConnectionRefusedError) as err:
+                raise ServiceUnavailable(f"recovery service not running ({self.socket_path}: "
+                                         f"{err.strerror})") from None
+            conn.settimeout(None if timeout is None else timeout + self.connect_timeout)
+            conn.sendall(encode(message))
+            with conn.makefile("rb") as stream:
+                try:
+                    reply = read_message(stream)
+                except EOFError:
+                    raise ServiceUnavailable("the recovery service closed the connection "
+                                             "without answering") from None
+        except socket.timeout:
+            raise RecoveryError(f"no answer from the recovery service within "
+                                f"{timeout or self.connect_timeout:g}s") from None
+        finally:
+            conn.close()
+        if not reply.get("ok"):
+            kind = ERROR_KINDS.get(reply.get("kind", ""), RecoveryError)
+            raise kind(reply.get("error", "the recovery service refused the request"))
+        return reply
+
+    def report(self, path: str, ost_index: int | None = None) -> dict:
+        return self.call({"op": "report", "path": path, "ost_index": ost_index})
+
+    def status(self, path: str) -> dict:
+        return self.call({"op": "status", "path": path})
+
+    def wait(self, path: str, timeout: float) -> dict:
+        return self.call({"op": "wait", "path": path, "timeout": timeout}, timeout=timeout)
+
+    def recover(self, path: str, *, wait: bool = True, timeout: float = 3600.0,
+                osts: list[int] | None = None) -> dict:
+        return self.call({"op": "recover", "path": path, "wait": wait, "timeout": timeout,
+                          "osts": osts or []}, timeout=timeout if wait else None)
+
+    def check_job(self, job_id: str, timeout: float) -> dict:
+        return self.call({"op": "check-job", "job_id": job_id, "timeout": timeout},
+                         timeout=timeout)
+
+    def list(self) -> dict:
+        return self.call({"op": "list"})

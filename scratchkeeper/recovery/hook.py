@@ -1,0 +1,47 @@
+"""The pre-execution hook: verify a job's staged inputs and recover them before it starts.
+
+Slurm runs ``scratchkeeper recovery hook`` as ``PrologSlurmctld`` (``$SLURM_JOB_ID``), PBS as
+its prologue (first argument, or ``$PBS_JOBID``). It exits 0 when every staged input of the job
+is whole (after patching if needed) and non-zero with one line naming the lost file and why
+only when recovery is impossible.
+"""
+
+from __future__ import annotations
+
+import time
+
+from ..errors import InputError
+from ..planner import records as planner_records
+from . import records
+
+
+def job_inputs(store, job_id: str) -> list[str]:
+    """Staged files (and declared inputs) of the chain the job belongs to."""
+    chain_id = planner_records.chain_of_job(store, job_id)
+    if chain_id is None:
+        return []
+    paths = [row["path"] for row in planner_records.staged_files(store, chain_id)
+             if row["state"] == "staged"]
+    paths += [row["path"] for row in store.query("SELECT path FROM job_inputs WHERE chain_id = ?",
+                                                 (chain_id,))]
+    return list(dict.fromkeys(paths))
+
+
+def check_job(service, job_id: str, timeout: float) -> dict:
+    """Check every input of ``job_id`` through the service; wait for patches up to ``timeout``."""
+    if not job_id or not job_id.replace(".", "").replace("_", "").isalnum():
+        raise InputError(f"job id {job_id!r}: expected the scheduler's job id")
+    deadline = time.monotonic() + timeout
+    results = []
+    for path in job_inputs(service.store, job_id):
+        if not service.backend.exists(path):
+            continue  # a declared input that is no managed file (outside scratch): not ours
+        status = service.wait_for(path, max(0.0, deadline - time.monotonic()))
+        results.append(status)
+    broken = [s for s in results if not s["whole"]]
+    reason = "; ".join(f"{s['path']}: {s['reason'] or s['state']}"
+                       + (" (timed out waiting for the patch)" if s.get("timed_out") else "")
+                       for s in broken)
+    return {"job_id": job_id, "whole": not broken, "files": results, "reason": reason,
+            "checked": len(results), "recovering": [s["path"] for s in broken
+                                                    if s["state"] == records.RECOVERING]}

@@ -1,0 +1,651 @@
+"""Reconstruction of one file (seed 004, 4.6.3): lost ranges -> plan -> ranged patches -> switch.
+
+1. Probe the OSTs (one timeout for all) and find the file's failed ones.
+2. The lost ranges follow from stripe size, stripe count, each failed OST's position in the
+   stripe list and the file size (:meth:`FileLayout.extents_on_ost`); bytes a surviving mirror
+   still holds are not lost.
+3. A substitute per failed OST: healthy, not in the file's stripe set, least loaded.
+4. ``begin_rebuild`` allocates the substitute objects; nothing is visible to readers yet.
+5. The ranges are cut into chunks and each chunk is fetched from the source the plan picks
+   (the URI recorded at stage-in, other URIs, a surviving mirror) with ranged transfers,
+   transient failures retried with backoff and jitter, permanent ones not.
+6. Verification: a range the server vouched for (GridFTP ``CKSM``) is checked as it arrives;
+   if any range was not, the whole rebuilt file is read back and compared with the SHA-256
+   recorded at stage-in. Then ``commit_rebuild`` switches the layout atomically.
+
+If the source cannot deliver, the rebuild is aborted and the file is reported lost: its
+layout is left as it was (bytes on the failed OST unreadable), never half patched.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import hashlib
+import logging
+import random
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from ..config import SiteConfig
+from ..errors import (InputError, RecoveryError, ScratchkeeperError, StorageError,
+                      TargetUnavailable, TransferError)
+from ..storage import Extent, FileLayout, OstStatus, Rebuild, StorageBackend
+from ..storage.base import XATTR_PREFIX
+from ..transfer.ranged import RangedReader, measure, open_ranged
+from . import plan as planning
+from .safety import check_inside_scratch
+
+log = logging.getLogger(__name__)
+
+VERIFY_CHUNK = 4 << 20
+LANE_BYTES = 16 << 20  # least work worth its own connection
+BATCH_CHUNKS = 16  # chunks handed to one client call (curl --next, one ERET session)
+
+# outcome states
+WHOLE, PATCHED, LOST = "whole", "patched", "lost"
+
+
+@dataclass
+class Outcome:
+    """What recovering one file did."""
+
+    path: str
+    state: str
+    failed_osts: list[int] = field(default_factory=list)
+    substitutes: dict[int, int] = field(default_factory=dict)
+    patched_bytes: int = 0
+    seconds: float = 0.0
+    verified: str = ""          # "ranges", "file", or "" when nothing was patched
+    reason: str = ""
+    plan: planning.PatchPlan | None = None
+    attempts: int = 0
+
+    def to_dict(self) -> dict:
+        return {"path": self.path, "state": self.state, "failed_osts": self.failed_osts,
+                "substitutes": {str(k): v for k, v in self.substitutes.items()},
+                "patched_bytes": self.patched_bytes, "seconds": round(self.seconds, 6),
+                "verified": self.verified, "reason": self.reason, "attempts": self.attempts,
+                "plan": self.plan.to_dict() if self.plan else None,
+                "explain": self.plan.explain() if self.plan else ""}
+
+
+class PatchFailed(RecoveryError):
+    """Every source of some chunk failed: the file cannot be recovered now."""
+
+
+class RecoveryInterrupted(RecoveryError):
+    """The service is stopping: the rebuild is left as it is for the next start to resume."""
+
+
+class ChecksumMismatch(RecoveryError):
+    """The rebuilt file's SHA-256 is not the one recorded at stage-in."""
+
+
+@dataclass(frozen=True)
+class FileHints:
+    """The recovery metadata of a file (extended attributes written at stage-in)."""
+
+    sources: tuple[str, ...]
+    sha256: str | None
+    size: int | None
+
+    @classmethod
+    def read(cls, backend: StorageBackend, path: str) -> FileHints:
+        xattrs = backend.list_xattrs(path)
+        primary = xattrs.get(XATTR_PREFIX + "source", b"").decode().strip()
+        extra = xattrs.get(XATTR_PREFIX + "sources", b"").decode().split()
+        sources = tuple(dict.fromkeys(s for s in [primary, *extra] if s))
+        sha = xattrs.get(XATTR_PREFIX + "sha256", b"").decode().strip() or None
+        size_text = xattrs.get(XATTR_PREFIX + "size", b"").decode().strip()
+        return cls(sources, sha.removeprefix("sha256:") if sha else None,
+                   int(size_text) if size_text.isdigit() else None)
+
+
+class SourceLoad:
+    """Bytes still to be fetched from each source by all recoveries in flight (``X_d``)."""
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._bytes: dict[str, int] = {}
+
+    def get(self, name: str) -> int:
+        with self._lock:
+            return self._bytes.get(name, 0)
+
+    def add(self, name: str, amount: int) -> None:
+        with self._lock:
+            self._bytes[name] = max(0, self._bytes.get(name, 0) + amount)
+
+
+class Recoverer:
+    """Recovers files of one storage backend from their sources; safe to share across threads."""
+
+    def __init__(self, backend: StorageBackend, config: SiteConfig, *,
+                 load: SourceLoad | None = None, stop: threading.Event | None = None):
+        self.backend = backend
+        self.config = config
+        self.load = load or SourceLoad()
+        # GridFTP connections cost tens of ms (the server forks and logs in): reuse them
+        self.readers = _ReaderPool(self._open_reader)
+        self.stop = stop or threading.Event()
+
+    # -- entry point ---------------------------------------------------------------------------
+    def recover(self, path: str, *, reported_osts: tuple[int, ...] = (),
+                resume_rebuild_id: str | None = None,
+                on_rebuild: Callable[[str | None], None] = lambda rebuild_id: None,
+                progress: Callable[[int, int], None] | None = None,
+                measure_sources: bool = True) -> Outcome:
+        """Make ``path`` whole again if it lost bytes; returns what was done (lost included).
+
+        ``on_rebuild`` is told the rebuild id as soon as one exists (None once it is gone), so
+        the caller can persist it and a restart resumes instead of starting over.
+        """
+        started = time.monotonic()
+        full = self.backend.paths.resolve(path)
+        check_inside_scratch(full, self.backend.scratch_root)
+        hints = FileHints.read(self.backend, full)
+        stat = self.backend.stat(full)
+        if hints.size is not None and hints.size != stat.size:
+            raise RecoveryError(f"{full}: is {stat.size} bytes, {hints.size} were staged in: the "
+                                "file changed since, its source no longer describes it")
+        rebuild = self._resumable(full, resume_rebuild_id)
+        resumed = rebuild is not None  # bytes patched before a crash: verify the whole file
+        bad_substitutes: set[int] = set()
+        mismatches = 0
+        outcome = Outcome(full, WHOLE)
+        attempts = self.config.recovery.substitute_attempts
+        while True:
+            outcome.attempts += 1
+            statuses = self.backend.check_osts(self.config.recovery.probe_timeout)
+            healthy = {o.ost_index for o in statuses if o.healthy}
+            layout = self.backend.layout(full)
+            failed = sorted(layout.osts() - healthy)
+            if rebuild is not None and (rebuild.base_layout_gen != layout.layout_gen
+                                        or set(rebuild.substitutes) != set(failed)
+                                        or any(s not in healthy
+                                               for s in rebuild.substitutes.values())):
+                log.info("%s: rebuild %s no longer fits the failed OSTs; starting again",
+                         full, rebuild.rebuild_id)
+                self._abort(rebuild, on_rebuild)
+                rebuild = None
+                resumed = False
+            outcome.failed_osts = failed
+            unreported = set(reported_osts) - set(failed)
+            if unreported:
+                log.info("%s: reported OSTs %s answer the probe", full, sorted(unreported))
+            if rebuild is None:
+                truly_lost = layout.lost_extents(failed, stat.size)
+                if not truly_lost:
+                    outcome.seconds = time.monotonic() - started
+                    outcome.reason = ("a surviving mirror serves every byte" if failed
+                                      else "no OST of the file has failed")
+                    return outcome
+                if not hints.sources:
+                    raise RecoveryError(f"{full}: lost {sum(e.length for e in truly_lost)} bytes "
+                                        f"on OST {', '.join(map(str, failed))} and has no "
+                                        f"recovery source ({XATTR_PREFIX}source is not set)")
+                rebuild = self._begin(full, layout, failed, statuses, bad_substitutes)
+                on_rebuild(rebuild.rebuild_id)
+            else:
+                truly_lost = layout.lost_extents(rebuild.substitutes, stat.size)
+            outcome.substitutes = dict(rebuild.substitutes)
+            try:
+                verified_ranges = self._patch(rebuild, layout, hints, truly_lost, outcome,
+                                              progress, measure_sources)
+                outcome.verified = "ranges" if verified_ranges else "file"
+                if not verified_ranges or resumed:
+                    self._verify_file(rebuild, hints)
+                    outcome.verified = "file"
+                self.backend.commit_rebuild(rebuild)
+                on_rebuild(None)
+            except TargetUnavailable as err:
+                self._abort(rebuild, on_rebuild)
+                rebuild, resumed = None, False
+                if err.ost_index is not None and err.ost_index in outcome.substitutes.values():
+                    bad_substitutes.add(err.ost_index)
+                if outcome.attempts >= attempts:
+                    return self._lost(outcome, started, f"storage failed during patching: {err}")
+                log.warning("%s: %s; trying again with another substitute", full, err)
+                continue
+            except ChecksumMismatch as err:
+                self._abort(rebuild, on_rebuild)
+                rebuild, resumed = None, False
+                mismatches += 1
+                if mismatches > 1:
+                    return self._lost(outcome, started, str(err))
+                log.warning("%s: %s; patching once more from scratch", full, err)
+                continue
+            except (PatchFailed, TransferError) as err:
+                self._abort(rebuild, on_rebuild)
+                return self._lost(outcome, started, str(err))
+            # anything else (the service stopping, a bug) leaves the rebuild to be resumed
+            outcome.state = PATCHED
+            outcome.seconds = time.monotonic() - started
+            log.info("%s: patched %d bytes (OST %s -> %s) in %.2fs, verified by %s", full,
+                     outcome.patched_bytes, ",".join(map(str, outcome.substitutes)),
+                     ",".join(map(str, outcome.substitutes.values())), outcome.seconds,
+                     outcome.verified)
+            return outcome
+
+    # -- steps ---------------------------------------------------------------------------------
+    def _resumable(self, full: str, rebuild_id: str | None) -> Rebuild | None:
+        if not rebuild_id:
+            return None
+        for rebuild in self.backend.open_rebuilds():
+            if rebuild.rebuild_id == rebuild_id and rebuild.path == full:
+                log.info("%s: resuming rebuild %s (%d bytes still missing)", full, rebuild_id,
+                         sum(e.length for e in rebuild.missing))
+                return rebuild
+        return None
+
+    def _begin(self, full: str, layout: FileLayout, failed: list[int],
+               statuses: list[OstStatus], bad: set[int]) -> Rebuild:
+        substitutes: dict[int, int] = {}
+        for ost in failed:
+            substitutes[ost] = self.backend.pick_substitute(
+                layout, exclude=set(failed) | set(substitutes.values()) | bad, osts=statuses)
+        rebuild = self.backend.begin_rebuild(full, substitutes)
+        log.info("%s: rebuild %s: %s, %d bytes to patch", full, rebuild.rebuild_id,
+                 ", ".join(f"OST {f} -> {s}" for f, s in substitutes.items()),
+                 sum(e.length for e in rebuild.lost))
+        return rebuild
+
+    def _abort(self, rebuild: Rebuild, on_rebuild: Callable[[str | None], None]) -> None:
+        try:
+            self.backend.abort_rebuild(rebuild)
+        except StorageError as err:
+            log.warning("%s: aborting rebuild %s: %s", rebuild.path, rebuild.rebuild_id, err)
+        on_rebuild(None)
+
+    def _lost(self, outcome: Outcome, started: float, reason: str) -> Outcome:
+        outcome.state = LOST
+        outcome.reason = reason
+        outcome.seconds = time.monotonic() - started
+        log.error("%s: lost: %s", outcome.path, reason)
+        return outcome
+
+    def plan_for(self, rebuild: Rebuild, layout: FileLayout, hints: FileHints,
+                 truly_lost: list[Extent], measure_sources: bool = True) -> planning.PatchPlan:
+        """The patch plan of a rebuild's missing ranges (measuring sources when there is a choice)."""
+        chunks = planning.cut_chunks(rebuild.missing, layout.stripe_size,
+                                     self.config.recovery.chunk_size)
+        sources, candidates = planning.candidate_sources(chunks, hints.sources, truly_lost)
+        if not chunks:
+            return planning.PatchPlan([], sources, [], [])
+        estimates = [planning.SourceEstimate(queued_bytes=self.load.get(s.name)) for s in sources]
+        if measure_sources and any(len(c) > 1 for c in candidates):
+            probe = Extent(0, min(self.config.recovery.chunk_size, rebuild.file_size))
+            estimates = [self._measure(s, rebuild, probe, candidates, chunks, i)
+                         for i, s in enumerate(sources)]
+        return planning.choose(chunks, sources, candidates, estimates,
+                               self.config.recovery.chunk_size)
+
+    def _measure(self, source: planning.PatchSource, rebuild: Rebuild, probe: Extent,
+                 candidates: list[list[int]], chunks: list[Extent],
+                 index: int) -> planning.SourceEstimate:
+        queued = self.load.get(source.name)
+        try:
+            if source.kind == planning.STORE:
+                served = next(c for c, cands in zip(chunks, candidates) if index in cands)
+                started = time.monotonic()
+                self.backend.read(rebuild.path, served.offset, 1)
+                latency = time.monotonic() - started
+                started = time.monotonic()
+                self.backend.read(rebuild.path, served.offset, served.length)
+                elapsed = max(time.monotonic() - started, 1e-6)
+                return planning.SourceEstimate(latency, served.length / elapsed, queued)
+            reader = self._reader(source.name)
+            try:
+                latency, throughput = measure(reader, probe)
+            except BaseException:
+                self._done(reader, False)
+                raise
+            self._done(reader, True)
+            return planning.SourceEstimate(latency, throughput, queued)
+        except (ScratchkeeperError, OSError) as err:
+            return planning.SourceEstimate(queued_bytes=queued, error=str(err))
+
+    def _reader(self, uri: str) -> RangedReader:
+        """An idle connection to ``uri`` from the pool, or a new one (hand it back with _done)."""
+        return self.readers.take(uri)
+
+    def _done(self, reader: RangedReader, ok: bool) -> None:
+        """Keep a reader that worked for the next request; close one that failed."""
+        if ok:
+            self.readers.give(reader)
+        else:
+            reader.close()
+
+    def _open_reader(self, uri: str) -> RangedReader:
+        return open_ranged(uri, self.config.transfer, ftp_method=self.config.recovery.ftp_method,
+                           spool_dir=self.backend.scratch_root,
+                           range_checksum=self.config.recovery.range_checksum)
+
+    def _patch(self, rebuild: Rebuild, layout: FileLayout, hints: FileHints,
+               truly_lost: list[Extent], outcome: Outcome,
+               progress: Callable[[int, int], None] | None, measure_sources: bool) -> bool:
+        """Fetch and write every missing chunk; True when every range was server-verified.
+
+        With one source, its whole-file check (a server-side hash of the whole source) runs
+        while the ranges are patched and is awaited before the caller commits; with several,
+        it runs first so that a changed source gets no chunk.
+        """
+        source_check = None
+        checker = concurrent.futures.ThreadPoolExecutor(max_workers=1,
+                                                        thread_name_prefix="source-check")
+        if len(hints.sources) == 1:
+            source_check = checker.submit(self._usable_sources, hints)
+        else:
+            hints = self._usable_sources(hints)
+        try:
+            verified = self._patch_from(rebuild, layout, hints, truly_lost, outcome, progress,
+                                        measure_sources)
+            if source_check is not None:
+                source_check.result()  # a changed source: the rebuild is aborted, not committed
+        finally:
+            checker.shutdown(wait=True)
+        return verified
+
+    def _patch_from(self, rebuild: Rebuild, layout: FileLayout, hints: FileHints,
+                    truly_lost: list[Extent], outcome: Outcome,
+                    progress: Callable[[int, int], None] | None, measure_sources: bool) -> bool:
+        patch_plan = self.plan_for(rebuild, layout, hints, truly_lost, measure_sources)
+        outcome.plan = patch_plan
+        total = patch_plan.total_bytes
+        done = [0]
+        verified = [True]
+        lock = threading.Lock()
+        failure = threading.Event()
+
+        def written(extent: Extent, was_verified: bool) -> None:
+            with lock:
+                done[0] += extent.length
+                outcome.patched_bytes += extent.length
+                if not was_verified:
+                    verified[0] = False
+                now = done[0]
+            if progress:
+                progress(now, total)
+
+        lanes = []
+        for index, source in enumerate(patch_plan.sources):
+            mine = patch_plan.chunks_of(index)
+            if not mine:
+                continue
+            self.load.add(source.name, sum(c.length for c in mine))
+            # a lane costs a connection (tens of ms): one per LANE_BYTES of work at most
+            share = -(-sum(c.length for c in mine) // LANE_BYTES)
+            workers = max(1, min(self.config.recovery.workers, len(mine), share))
+            for lane in range(workers):
+                lanes.append((index, mine[lane::workers]))
+        if not lanes:
+            return True
+        writer = _RebuildWriter(self, rebuild, self.config.recovery.sync_bytes, written)
+        pool = concurrent.futures.ThreadPoolExecutor(max_workers=len(lanes),
+                                                     thread_name_prefix="patch")
+        errors = []
+        try:
+            futures = [pool.submit(self._run_lane, rebuild, patch_plan, index, chunks, writer,
+                                   failure) for index, chunks in lanes]
+            for future in concurrent.futures.as_completed(futures):
+                error = future.exception()
+                if error is not None:
+                    failure.set()
+                    errors.append(error)
+            try:
+                writer.drain()
+            except Exception as err:  # a substitute that failed on the last group
+                errors.append(err)
+        finally:
+            pool.shutdown(wait=True)
+            writer.close()
+            for index, source in enumerate(patch_plan.sources):
+                self.load.add(source.name, -sum(c.length for c in patch_plan.chunks_of(index)))
+        if errors:
+            for error in errors:
+                if isinstance(error, RecoveryInterrupted):
+                    raise error
+            # a failed storage target outranks a source problem: it is worth another substitute
+            for error in errors:
+                if isinstance(error, TargetUnavailable):
+                    raise error
+            raise errors[0]
+        missing = self.backend.open_rebuilds()
+        for current in missing:
+            if current.rebuild_id == rebuild.rebuild_id and current.missing:
+                raise StorageError(f"{rebuild.path}: {sum(e.length for e in current.missing)} "
+                                   "bytes still missing after patching")
+        return verified[0]
+
+    def _run_lane(self, rebuild: Rebuild, patch_plan: planning.PatchPlan, source_index: int,
+                  chunks: list[Extent], writer: _RebuildWriter,
+                  failure: threading.Event) -> None:
+        """Fetch ``chunks`` from one source into the writer (falling back to other candidates).
+
+        Fetching and writing overlap: the writer syncs one group while lanes fetch the next.
+        """
+        unfetched = list(chunks)
+        source = patch_plan.sources[source_index]
+        tried: set[int] = {source_index}
+        while unfetched:
+            reader = None if source.kind == planning.STORE else self._reader(source.name)
+            ok = False
+            try:
+                self._fetch_with_retries(reader, rebuild, unfetched, writer, failure)
+                ok = True
+                return
+            except TransferError as err:
+                # what did arrive stays with the writer; another source that can serve every chunk left?
+                alternatives = [i for i in _common_candidates(patch_plan, unfetched)
+                                if i not in tried]
+                if not alternatives:
+                    raise TransferError(f"{rebuild.path}: cannot fetch "
+                                        f"{sum(c.length for c in unfetched)} lost bytes: "
+                                        f"{err}", permanent=err.permanent) from err
+                source_index = alternatives[0]
+                tried.add(source_index)
+                source = patch_plan.sources[source_index]
+                log.warning("%s: %s; falling back to %s", rebuild.path, err, source.name)
+            finally:
+                if reader is not None:
+                    self._done(reader, ok)
+
+    def _fetch_with_retries(self, reader: RangedReader | None, rebuild: Rebuild,
+                            unfetched: list[Extent], writer: _RebuildWriter,
+                            failure: threading.Event) -> None:
+        """Fetch every chunk of ``unfetched`` (removing each as it arrives) into ``writer``."""
+        retry = self.config.retry
+        attempt = 0
+        while unfetched:
+            if self.stop.is_set():
+                raise RecoveryInterrupted(f"{rebuild.path}: the service is stopping")
+            if failure.is_set():
+                raise PatchFailed(f"{rebuild.path}: another lane failed")
+            try:
+                for piece in self._fetch(reader, rebuild, unfetched[:BATCH_CHUNKS]):
+                    unfetched.remove(piece[0])
+                    writer.add(piece)
+                attempt = 0
+            except TransferError as err:
+                attempt += 1
+                if err.permanent or attempt >= retry.attempts:
+                    raise
+                delay = min(retry.max_delay, retry.delay * retry.backoff ** (attempt - 1))
+                delay *= random.uniform(0.5, 1.0)  # jitter: lanes do not retry in step
+                log.warning("%s: %s (try %d of %d); retrying in %.1fs", rebuild.path, err,
+                            attempt, retry.attempts, delay)
+                if reader is not None:
+                    reader.close()
+                if self.stop.wait(delay):
+                    raise RecoveryInterrupted(f"{rebuild.path}: the service is stopping") from err
+
+    def _fetch(self, reader: RangedReader | None, rebuild: Rebuild, batch: list[Extent]):
+        if reader is None:
+            for extent in batch:
+                yield extent, self.backend.read(rebuild.path, extent.offset, extent.length), True
+            return
+        for piece in reader.fetch(batch):
+            yield piece.extent, piece.data, piece.verified
+
+    def _usable_sources(self, hints: FileHints) -> FileHints:
+        """Drop sources a server says no longer hold what was staged (GridFTP whole-file CKSM).
+
+        A source that cannot answer now is kept: patching retries it. If every source is
+        known bad, the first reason is raised as a permanent error.
+        """
+        if not hints.sha256 or not self.config.recovery.verify_source:
+            return hints
+        kept, reasons = [], []
+        for uri in hints.sources:
+            try:
+                reader = self._reader(uri)
+                try:
+                    digest = reader.whole_checksum("SHA256")
+                except BaseException:
+                    self._done(reader, False)
+                    raise
+                self._done(reader, True)
+            except TransferError as err:
+                if err.permanent:
+                    reasons.append(str(err))
+                    continue
+                digest = None
+            if digest is not None and digest != hints.sha256:
+                reasons.append(f"{uri}: the source changed since stage-in (its SHA-256 is "
+                               f"{digest[:12]}..., {hints.sha256[:12]}... was staged)")
+                continue
+            kept.append(uri)
+        if not kept:
+            raise TransferError(reasons[0], permanent=True)
+        for reason in reasons:
+            log.warning("%s", reason)
+        return FileHints(tuple(kept), hints.sha256, hints.size)
+
+    def _verify_file(self, rebuild: Rebuild, hints: FileHints) -> None:
+        """Read the rebuilt file back and compare it with the SHA-256 recorded at stage-in."""
+        if not hints.sha256:
+            raise ChecksumMismatch(f"{rebuild.path}: some patched ranges could not be verified "
+                                   "and no SHA-256 was recorded at stage-in")
+        digest = hashlib.sha256()
+        for offset in range(0, rebuild.file_size, VERIFY_CHUNK):
+            digest.update(self.backend.read_rebuild(
+                rebuild, offset, min(VERIFY_CHUNK, rebuild.file_size - offset)))
+        if digest.hexdigest() != hints.sha256:
+            raise ChecksumMismatch(f"{rebuild.path}: the patched file's SHA-256 differs from the "
+                                   "one recorded at stage-in (a corrupted range, or the source "
+                                   "changed)")
+
+
+class _ReaderPool:
+    """Idle ranged readers per URI, reused across lanes and files; stale ones are closed."""
+
+    def __init__(self, opener: Callable[[str], RangedReader], max_idle: float = 20.0):
+        self.opener = opener
+        self.max_idle = max_idle
+        self.lock = threading.Lock()
+        self.idle: dict[str, list[tuple[RangedReader, float]]] = {}
+
+    def take(self, uri: str) -> RangedReader:
+        now = time.monotonic()
+        stale = []
+        reader = None
+        with self.lock:
+            waiting = self.idle.get(uri, [])
+            while waiting:
+                candidate, since = waiting.pop()
+                if now - since <= self.max_idle:
+                    reader = candidate
+                    break
+                stale.append(candidate)
+        for old in stale:
+            old.close()
+        return reader if reader is not None else self.opener(uri)
+
+    def give(self, reader: RangedReader) -> None:
+        with self.lock:
+            self.idle.setdefault(reader.location.text, []).append((reader, time.monotonic()))
+
+    def close_all(self) -> None:
+        with self.lock:
+            readers = [r for waiting in self.idle.values() for r, _ in waiting]
+            self.idle.clear()
+        for reader in readers:
+            reader.close()
+
+
+class _RebuildWriter:
+    """Writes the chunks every lane fetched, in groups of ``sync_bytes`` with one sync each.
+
+    One writer per rebuild: all lanes patch the same substitute objects, and one sync of a
+    big group costs far less than each lane syncing its own. One group is written while the
+    lanes fetch the next; a lane that fills a group waits for the previous one (bounded memory).
+    """
+
+    def __init__(self, recoverer: Recoverer, rebuild: Rebuild, sync_bytes: int,
+                 written: Callable[[Extent, bool], None]):
+        self.recoverer = recoverer
+        self.rebuild = rebuild
+        self.sync_bytes = sync_bytes
+        self.written = written
+        self.lock = threading.Lock()
+        self.buffered: list[tuple[Extent, bytes, bool]] = []
+        self.buffered_bytes = 0
+        self.pool = concurrent.futures.ThreadPoolExecutor(max_workers=1,
+                                                          thread_name_prefix="patch-write")
+        self.in_flight: concurrent.futures.Future | None = None
+
+    def add(self, piece: tuple[Extent, bytes, bool]) -> None:
+        with self.lock:
+            self.buffered.append(piece)
+            self.buffered_bytes += len(piece[1])
+            full = self.buffered_bytes >= self.sync_bytes
+        if full:
+            self.flush()
+
+    def flush(self) -> None:
+        """Hand the buffered chunks to the writer once the previous group is on disk."""
+        with self.lock:
+            self._wait()
+            if self.buffered:
+                group, self.buffered, self.buffered_bytes = self.buffered, [], 0
+                self.in_flight = self.pool.submit(self._write, group)
+
+    def drain(self) -> None:
+        """Write what is buffered and wait until all of it is on disk."""
+        self.flush()
+        with self.lock:
+            self._wait()
+
+    def _wait(self) -> None:
+        if self.in_flight is not None:
+            future, self.in_flight = self.in_flight, None
+            future.result()  # a failed substitute surfaces here
+
+    def _write(self, group: list[tuple[Extent, bytes, bool]]) -> None:
+        self.recoverer.backend.write_rebuild_batch(
+            self.rebuild, [(extent.offset, data) for extent, data, _ in group])
+        for extent, _, was_verified in group:
+            self.written(extent, was_verified)
+
+    def close(self) -> None:
+        self.pool.shutdown(wait=True)
+
+
+def _common_candidates(patch_plan: planning.PatchPlan, pending: list[Extent]) -> list[int]:
+    index = {c: i for i, c in enumerate(patch_plan.chunks)}
+    common: set[int] | None = None
+    for chunk in pending:
+        options = set(patch_plan.candidates[index[chunk]])
+        common = options if common is None else common & options
+    return sorted(common or ())
+
+
+def lost_ranges(stripe_size: int, stripe_count: int, position: int, file_size: int) -> list[Extent]:
+    """The seed's formula on its own: bytes stripe ``position`` holds in a plain RAID-0 file."""
+    if not 0 <= position < stripe_count:
+        raise InputError(f"stripe position {position} outside 0..{stripe_count - 1}")
+    round_size = stripe_size * stripe_count
+    return [Extent(start, min(stripe_size, file_size - start))
+            for start in range(position * stripe_size, file_size, round_size)]

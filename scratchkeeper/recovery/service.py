@@ -1,0 +1,414 @@
+"""``scratchkeeper recoveryd``: detection before and during jobs, and the workers that patch.
+
+* Before jobs: every ``recovery.check_interval`` seconds all OSTs are probed at once (one
+  ``probe_timeout`` in total) and the files with bytes on a failed OST are queued: the staged
+  inputs of queued jobs first (one batched queue query), then, with ``recovery.scope = "all"``,
+  every other file carrying a source.
+* During jobs: requests on the Unix socket (:mod:`.client`) from the reader, the
+  pre-execution hook and users, authorised by peer credentials.
+* Workers take requests from the state store; a request is persisted before it is
+  acknowledged and a running one names its worker, so after a kill -9 the next start queues it
+  again and resumes the rebuild it had begun (or aborts a rebuild no request owns).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import pwd
+import random
+import signal
+import socket
+import socketserver
+import threading
+import time
+
+from ..config import SiteConfig
+from ..errors import (InputError, PermissionDenied, RecoveryError, ScratchkeeperError,
+                      StorageError, UnknownJobError)
+from ..planner import records as planner_records
+from ..state import StateStore
+from ..storage import StorageBackend, open_backend
+from ..storage.base import XATTR_PREFIX
+from . import records
+from .client import ERROR_KINDS, encode, peer_credentials, read_message
+from .reconstruct import LOST, Recoverer, RecoveryInterrupted, SourceLoad
+from .safety import check_inside_scratch
+
+log = logging.getLogger(__name__)
+
+MAX_BACKOFF = 300.0
+
+
+def process_request(store: StateStore, recoverer: Recoverer, row) -> dict:
+    """Run one claimed request to its end and record the outcome (shared by daemon and CLI)."""
+    request_id, path = row["request_id"], row["path"]
+    try:
+        outcome = recoverer.recover(
+            path, reported_osts=tuple(json.loads(row["reported_osts"])),
+            resume_rebuild_id=row["rebuild_id"],
+            on_rebuild=lambda rebuild_id: records.set_rebuild(store, request_id, rebuild_id))
+    except RecoveryInterrupted:
+        raise  # the request stays running under a dead worker: the next start resumes it
+    except ScratchkeeperError as err:
+        records.finish(store, request_id, ok=False, path=path, file_state=records.LOST,
+                       reason=str(err))
+        _mark_lost(recoverer.backend, path, str(err))
+        log.error("request %d: %s: %s", request_id, path, err)
+        return {"path": path, "state": LOST, "reason": str(err)}
+    result = outcome.to_dict()
+    if outcome.state == LOST:
+        records.finish(store, request_id, ok=False, path=path, file_state=records.LOST,
+                       reason=outcome.reason, outcome=result, seconds=outcome.seconds)
+        _mark_lost(recoverer.backend, path, outcome.reason)
+    else:
+        records.finish(store, request_id, ok=True, path=path, file_state=records.WHOLE,
+                       reason=outcome.reason, outcome=result, patched_bytes=outcome.patched_bytes,
+                       seconds=outcome.seconds)
+        with contextlib.suppress(ScratchkeeperError):
+            recoverer.backend.remove_xattr(path, XATTR_PREFIX + "lost")
+    return result
+
+
+def _mark_lost(backend: StorageBackend, path: str, reason: str) -> None:
+    """Say on the file itself why it is lost (users see it with ``store xattr``)."""
+    with contextlib.suppress(ScratchkeeperError):
+        backend.set_xattr(path, XATTR_PREFIX + "lost", reason.encode()[:4096])
+
+
+def resume(store: StateStore, backend: StorageBackend) -> tuple[list[int], list[str]]:
+    """After a crash: queue orphaned requests again, abort rebuilds no active request owns."""
+    requeued = records.requeue_orphans(store)
+    owned = records.rebuild_ids_in_use(store)
+    aborted = []
+    for rebuild in backend.open_rebuilds():
+        if rebuild.rebuild_id not in owned:
+            backend.abort_rebuild(rebuild)
+            aborted.append(rebuild.rebuild_id)
+    if requeued or aborted:
+        log.info("resume: %d request(s) queued again, %d orphaned rebuild(s) aborted",
+                 len(requeued), len(aborted))
+    return requeued, aborted
+
+
+def file_status(store: StateStore, backend: StorageBackend, path: str) -> dict:
+    """Is the file whole (no byte lost on a failed OST)? Plus its recovery state."""
+    full = backend.paths.resolve(path)
+    layout = backend.layout(full)
+    size = backend.stat(full).size
+    down = {o.ost_index for o in backend.list_osts() if not o.healthy}
+    failed = sorted(layout.osts() & down)
+    lost = layout.lost_extents(failed, size)
+    state_row = records.file_state(store, full)
+    active = records.active_request(store, full)
+    if active is not None:
+        state = records.RECOVERING
+    elif not lost:
+        state = records.WHOLE
+    elif state_row is not None and state_row["state"] == records.LOST:
+        state = records.LOST
+    else:
+        state = "damaged"
+    return {"path": full, "whole": not lost, "state": state, "failed_osts": failed,
+            "lost_bytes": sum(e.length for e in lost),
+            "reason": state_row["reason"] if state_row is not None and lost else "",
+            "request_id": active["request_id"] if active is not None else None}
+
+
+class RecoveryService:
+    """The daemon: socket server, patch workers and the periodic check, until ``stop`` is set."""
+
+    def __init__(self, config: SiteConfig, *, backend: StorageBackend | None = None,
+                 store: StateStore | None = None, scheduler=None):
+        self.config = config
+        self.backend = backend or open_backend(config)
+        self.store = store or StateStore(config.state.database)
+        self._scheduler = scheduler
+        self.stop = threading.Event()
+        self.changed = threading.Condition()
+        self.load = SourceLoad()
+        self.recoverer = Recoverer(self.backend, config, load=self.load, stop=self.stop)
+        self.worker = records.worker_id()
+        self._threads: list[threading.Thread] = []
+        self._server: socketserver.ThreadingUnixStreamServer | None = None
+        self.failures = 0
+
+    # -- life cycle ----------------------------------------------------------------------------
+    def start(self) -> None:
+        records.open_records(self.store)
+        planner_records.open_records(self.store)
+        resume(self.store, self.backend)
+        self._bind()
+        for number in range(self.config.recovery.file_workers):
+            self._spawn(self._work, f"recover-{number}")
+        self._spawn(self._server.serve_forever, "socket")
+        self._notify()
+        log.info("recoveryd: listening on %s, %d file worker(s), check every %gs",
+                 self.config.recovery.socket, self.config.recovery.file_workers,
+                 self.config.recovery.check_interval)
+
+    def _spawn(self, target, name: str) -> None:
+        thread = threading.Thread(target=target, name=name, daemon=True)
+        thread.start()
+        self._threads.append(thread)
+
+    def _bind(self) -> None:
+        path = self.config.recovery.socket
+        os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+        with contextlib.suppress(FileNotFoundError):
+            probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            try:
+                probe.connect(path)
+                raise RecoveryError(f"{path}: another recoveryd is already listening")
+            except ConnectionRefusedError:
+                os.unlink(path)  # left by a daemon that died
+            finally:
+                probe.close()
+        service = self
+
+        class Handler(socketserver.StreamRequestHandler):
+            def handle(self):
+                service._handle(self.connection, self.rfile, self.wfile)
+
+        server = socketserver.ThreadingUnixStreamServer(path, Handler, bind_and_activate=False)
+        server.daemon_threads = True
+        server.server_bind()
+        os.chmod(path, 0o666)  # every user may ask; each request is authorised on its own
+        server.server_activate()
+        self._server = server
+
+    def run(self) -> None:
+        """The periodic check until SIGTERM/SIGINT or ``stop``; backoff with jitter on errors."""
+        interval = self.config.recovery.check_interval
+        wait = 0.0
+        while not self.stop.wait(wait):
+            try:
+                self.check_cycle()
+                self.failures = 0
+                wait = interval
+            except ScratchkeeperError as err:
+                self.failures += 1
+                wait = min(MAX_BACKOFF, interval * 2 ** min(self.failures, 8))
+                wait *= random.uniform(0.5, 1.0)
+                log.error("check cycle failed (%d in a row): %s; next in %.0fs", self.failures,
+                          err, wait)
+
+    def shutdown(self) -> None:
+        self.stop.set()
+        self._notify()
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(self.config.recovery.socket)
+        for thread in self._threads:
+            thread.join(timeout=30)
+        self.recoverer.readers.close_all()
+
+    def install_signal_handlers(self) -> None:
+        def on_signal(signum, frame):
+            log.info("recoveryd: signal %d, stopping", signum)
+            self.stop.set()
+            self._notify()
+
+        signal.signal(signal.SIGTERM, on_signal)
+        signal.signal(signal.SIGINT, on_signal)
+
+    def _notify(self) -> None:
+        with self.changed:
+            self.changed.notify_all()
+
+    # -- work ----------------------------------------------------------------------------------
+    def enqueue(self, path: str, osts: list[int], uid: int, origin: str) -> int:
+        request_id, created = records.enqueue(self.store, path, reported_osts=osts,
+                                              requested_by=uid, origin=origin)
+        if created:
+            log.info("request %d: %s (%s, uid %d, OSTs %s)", request_id, path, origin, uid,
+                     osts or "-")
+        self._notify()
+        return request_id
+
+    def _work(self) -> None:
+        while not self.stop.is_set():
+            try:
+                row = records.claim_next(self.store, self.worker)
+            except ScratchkeeperError as err:
+                log.error("claiming a request: %s", err)
+                self.stop.wait(5.0)
+                continue
+            if row is None:
+                with self.changed:
+                    self.changed.wait(timeout=5.0)
+                continue
+            try:
+                process_request(self.store, self.recoverer, row)
+            except RecoveryInterrupted:
+                log.info("request %d: %s: left for the next start", row["request_id"], row["path"])
+                return
+            except Exception:  # a bug must not kill the worker; the request is closed as failed
+                log.exception("request %d: %s", row["request_id"], row["path"])
+                with contextlib.suppress(ScratchkeeperError):
+                    records.finish(self.store, row["request_id"], ok=False, path=row["path"],
+                                   file_state=records.LOST, reason="internal error; see log")
+            self._notify()
+
+    def check_cycle(self) -> list[str]:
+        """Probe every OST at once; queue the files with lost bytes. Returns the paths queued."""
+        statuses = self.backend.check_osts(self.config.recovery.probe_timeout)
+        failed = sorted(o.ost_index for o in statuses if not o.healthy)
+        if not failed:
+            return []
+        log.info("check: OST %s not healthy", ", ".join(map(str, failed)))
+        affected = {path for ost in failed for path in self.backend.files_on_ost(ost)}
+        ordered = [p for p in self._queued_inputs() if p in affected]
+        if self.config.recovery.scope == "all":
+            ordered += sorted(affected - set(ordered))
+        queued = []
+        for path in ordered:
+            try:
+                if records.active_request(self.store, path) is not None:
+                    continue
+                last = records.file_state(self.store, path)
+                if last is not None and last["state"] == records.LOST:
+                    continue  # reported lost: only a new report or `recover` tries again
+                if self.backend.get_xattr(path, XATTR_PREFIX + "source") is None:
+                    continue
+                layout = self.backend.layout(path)
+                if not layout.lost_extents(failed, self.backend.stat(path).size):
+                    continue
+            except (InputError, StorageError) as err:
+                log.warning("check: %s: %s", path, err)
+                continue
+            self.enqueue(path, [o for o in failed if o in layout.osts()], 0, "check")
+            queued.append(path)
+        return queued
+
+    def _queued_inputs(self) -> list[str]:
+        """Staged inputs of queued jobs, in the scheduler's priority order (one queue query)."""
+        try:
+            from ..schedulers import get_scheduler
+            scheduler = self._scheduler or get_scheduler(self.config)
+            snapshot = scheduler.snapshot()
+        except ScratchkeeperError as err:
+            log.warning("check: queue not available (%s); checking files without job order", err)
+            return []
+        paths = []
+        for job in snapshot.pending():
+            chain_id = planner_records.chain_of_job(self.store, job.job_id)
+            if chain_id is None:
+                continue
+            paths += [row["path"] for row in planner_records.staged_files(self.store, chain_id)
+                      if row["state"] == "staged"]
+        return list(dict.fromkeys(paths))
+
+    # -- waiting -------------------------------------------------------------------------------
+    def wait_for(self, path: str, timeout: float) -> dict:
+        """Until the file is whole, lost, or ``timeout``; the file's status at that moment."""
+        deadline = time.monotonic() + timeout
+        while True:
+            status = file_status(self.store, self.backend, path)
+            if status["state"] in (records.WHOLE, records.LOST) or status["whole"] \
+                    and status["request_id"] is None:
+                return status
+            if status["request_id"] is None:
+                self.enqueue(status["path"], status["failed_osts"], 0, "wait")
+            remaining = deadline - time.monotonic()
+            if remaining <= 0 or self.stop.is_set():
+                status["timed_out"] = remaining <= 0
+                return status
+            with self.changed:
+                self.changed.wait(timeout=min(remaining, 2.0))
+
+    # -- the socket ----------------------------------------------------------------------------
+    def _handle(self, conn: socket.socket, rfile, wfile) -> None:
+        try:
+            _, uid, _ = peer_credentials(conn)
+            message = read_message(rfile)
+            reply = {**self._dispatch(message, uid), "ok": True}
+        except EOFError:
+            return
+        except ScratchkeeperError as err:
+            # the nearest class the client knows, so it raises the same kind of error
+            kind = next(c.__name__ for c in type(err).__mro__ if c.__name__ in ERROR_KINDS)
+            reply = {"ok": False, "error": str(err), "kind": kind}
+        except Exception as err:  # answer the client, keep the daemon
+            log.exception("request failed")
+            reply = {"ok": False, "error": f"internal error: {err}", "kind": "RecoveryError"}
+        with contextlib.suppress(OSError):
+            wfile.write(encode(reply))
+            wfile.flush()
+
+    def _authorise(self, path, uid: int) -> str:
+        if not isinstance(path, str) or not path:
+            raise InputError("request without a 'path'")
+        full = self.backend.paths.resolve(path)
+        check_inside_scratch(full, self.backend.scratch_root)
+        owner = self.backend.stat(full).uid
+        if uid != 0 and owner != uid:
+            raise PermissionDenied(f"{full}: owned by uid {owner}; uid {uid} may ask only about "
+                                   "its own files")
+        return full
+
+    def _dispatch(self, message: dict, uid: int) -> dict:
+        op = message.get("op")
+        timeout = _number(message.get("timeout", self.config.recovery.wait_timeout), "timeout")
+        if op in ("report", "status", "wait", "recover"):
+            full = self._authorise(message.get("path"), uid)
+            if op == "status":
+                return file_status(self.store, self.backend, full)
+            if op == "report":
+                ost = message.get("ost_index")
+                osts = [ost] if isinstance(ost, int) else []
+                return {"request_id": self.enqueue(full, osts, uid, "report"),
+                        **file_status(self.store, self.backend, full)}
+            if op == "wait":
+                return self.wait_for(full, timeout)
+            request_id = self.enqueue(full, [o for o in message.get("osts", [])
+                                             if isinstance(o, int)], uid, "recover")
+            if not message.get("wait", True):
+                return {"request_id": request_id}
+            return self._wait_request(request_id, timeout)
+        if op == "check-job":
+            if uid != 0 and uid != _uid_of(self.config.recovery.hook_user):
+                raise PermissionDenied(f"check-job is for the scheduler's hook only (root or "
+                                       f"recovery.hook_user {self.config.recovery.hook_user!r})")
+            from .hook import check_job
+            return check_job(self, str(message.get("job_id", "")), timeout)
+        if op == "list":
+            rows = records.recent_requests(self.store, None if uid == 0 else uid)
+            return {"requests": [{k: row[k] for k in ("request_id", "path", "state", "origin",
+                                                        "requested_by", "reason", "created")}
+                                 for row in rows]}
+        raise InputError(f"unknown op {op!r} (report, status, wait, recover, check-job, list)")
+
+    def _wait_request(self, request_id: int, timeout: float) -> dict:
+        deadline = time.monotonic() + timeout
+        while True:
+            row = records.request(self.store, request_id)
+            if row["state"] in (records.DONE, records.FAILED):
+                outcome = json.loads(row["outcome"] or "{}")
+                return {"request_id": request_id, "state": row["state"], "reason": row["reason"],
+                        "outcome": outcome}
+            remaining = deadline - time.monotonic()
+            if remaining <= 0 or self.stop.is_set():
+                return {"request_id": request_id, "state": row["state"], "timed_out": True}
+            with self.changed:
+                self.changed.wait(timeout=min(remaining, 2.0))
+
+
+def _uid_of(user: str) -> int | None:
+    try:
+        return pwd.getpwnam(user).pw_uid
+    except KeyError:
+        return None
+
+
+def _number(value, name: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+        raise InputError(f"'{name}' must be a non-negative number, got {value!r}")
+    return float(value)
+
+
+__all__ = ["RecoveryService", "file_status", "process_request", "resume", "UnknownJobError"]

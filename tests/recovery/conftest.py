@@ -1,0 +1,147 @@
+"""Fixtures of the recovery tests: a private store and state per test, sources on the real servers.
+
+Sources live in their own folder under the cluster's source directory (served by GridFTP and
+nginx) and are removed afterwards; the shared store is never touched.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import tempfile
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from scratchkeeper.config import SiteConfig, load_config
+from scratchkeeper.storage import LayoutRequest, open_backend
+from scratchkeeper.storage.base import XATTR_PREFIX
+
+
+@dataclass
+class Site:
+    """A private scratch/store/state with the cluster's scheduler settings."""
+
+    root: Path
+    config: SiteConfig
+    config_path: Path
+
+    @property
+    def backend(self):
+        return open_backend(self.config)
+
+
+def write_site(root: Path, *, ost_count: int = 40, extra: str = "",
+               cluster_config: Path | None = None) -> Site:
+    """A site.toml of our own under ``root`` (the cluster's [scheduler] section reused)."""
+    (root / "scratch").mkdir(parents=True, exist_ok=True)
+    scheduler = ""
+    if cluster_config is not None:
+        text = cluster_config.read_text()
+        start = text.find("[scheduler]")
+        end = text.find("\n[", start + 1)
+        scheduler = text[start:end if end != -1 else None] if start != -1 else ""
+    sections = {
+        "storage": {"backend": '"local"', "scratch_root": f'"{root}/scratch"',
+                    "store_root": f'"{root}/store"', "ost_count": str(ost_count)},
+        "state": {"database": f'"{root}/state.db"'},
+        # sync after every chunk, so progress callbacks (and kills) land between chunks
+        "recovery": {"socket": f'"{root}/recoveryd.sock"', "probe_timeout": "2.0",
+                     "check_interval": "0.5", "sync_bytes": "1"},
+        "retry": {"attempts": "3", "delay": "0.2", "backoff": "2.0"},
+    }
+    section = None
+    for line in extra.strip().splitlines():
+        line = line.strip()
+        if line.startswith("["):
+            section = sections.setdefault(line.strip("[] "), {})
+        elif line:
+            key, _, value = line.partition("=")
+            section[key.strip()] = value.strip()
+    text = scheduler + "\n" + "".join(
+        f"[{name}]\n" + "".join(f"{k} = {v}\n" for k, v in keys.items()) + "\n"
+        for name, keys in sections.items())
+    path = root / "site.toml"
+    path.write_text(text)
+    return Site(root, load_config(path), path)
+
+
+@pytest.fixture
+def site_dir():
+    """A folder every user can traverse (tmp_path is root-only), removed afterwards."""
+    root = Path(tempfile.mkdtemp(prefix="sk-recovery-"))
+    os.chmod(root, 0o755)
+    yield root
+    shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.fixture
+def site(site_dir, local_cluster) -> Site:
+    return write_site(site_dir, cluster_config=local_cluster.site_config)
+
+
+class Sources:
+    """Files in a private folder of the cluster's source directory, with their URIs."""
+
+    def __init__(self, cluster):
+        self.cluster = cluster
+        self.folder = cluster.source_dir / f"recovery-tests-{uuid.uuid4().hex[:10]}"
+        self.folder.mkdir()
+        os.chmod(self.folder, 0o755)
+
+    def make(self, name: str, size: int, *, seed: int | None = None, mode: int = 0o644):
+        data = os.urandom(size) if seed is None else _pattern(size, seed)
+        path = self.folder / name
+        path.write_bytes(data)
+        os.chmod(path, mode)
+        return path, data
+
+    def ftp(self, path: Path) -> str:
+        return f"{self.cluster.gridftp_url}{path}"
+
+    def http(self, path: Path) -> str:
+        return self.cluster.http_source_url + str(path.relative_to(self.cluster.source_dir))
+
+    def file(self, path: Path) -> str:
+        return f"file://{path}"
+
+    def cleanup(self):
+        shutil.rmtree(self.folder, ignore_errors=True)
+
+
+def _pattern(size: int, seed: int) -> bytes:
+    block = hashlib.sha256(str(seed).encode()).digest() * 2048
+    return (block * (size // len(block) + 1))[:size]
+
+
+@pytest.fixture
+def sources(local_cluster):
+    found = Sources(local_cluster)
+    yield found
+    found.cleanup()
+
+
+def stage(backend, path: str, data: bytes, uri: str, *, stripe_count: int = 4,
+          stripe_size: int = 1 << 20, owner: tuple[int, int] | None = None,
+          extra_sources: list[str] | None = None, record_checksum: bool = True) -> str:
+    """Put ``data`` in the store as a staged input: layout, bytes and the stage-in xattrs."""
+    backend.create(path, LayoutRequest(stripe_count=stripe_count, stripe_size=stripe_size),
+                   owner=owner)
+    for offset in range(0, len(data), 8 << 20):
+        backend.write(path, offset, data[offset:offset + (8 << 20)])
+    backend.set_xattr(path, XATTR_PREFIX + "source", uri.encode())
+    if record_checksum:
+        backend.set_xattr(path, XATTR_PREFIX + "sha256", hashlib.sha256(data).hexdigest().encode())
+    backend.set_xattr(path, XATTR_PREFIX + "size", str(len(data)).encode())
+    if extra_sources:
+        backend.set_xattr(path, XATTR_PREFIX + "sources", "\n".join(extra_sources).encode())
+    return backend.paths.resolve(path)
+
+
+def read_all(backend, path: str) -> bytes:
+    size = backend.stat(path).size
+    return b"".join(backend.read(path, offset, min(8 << 20, size - offset))
+                    for offset in range(0, size, 8 << 20))

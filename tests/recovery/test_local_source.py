@@ -1,0 +1,106 @@
+"""Recovery with a file:// source and the rebuild calls it relies on (no cluster needed)."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+
+import pytest
+
+from scratchkeeper.errors import StorageError
+from scratchkeeper.recovery.reconstruct import LOST, PATCHED, Recoverer
+from scratchkeeper.storage import LayoutRequest
+
+from .conftest import read_all, stage, write_site
+
+KiB = 1 << 10
+
+
+@pytest.fixture
+def local_site(tmp_path):
+    return write_site(tmp_path / "site", ost_count=12,
+                      extra="[recovery]\nsync_bytes = 67108864")  # the default: batched syncs
+
+
+def test_batched_patch_from_a_file_source(local_site, tmp_path):
+    data = os.urandom(5_000_011)
+    source = tmp_path / "source.bin"
+    source.write_bytes(data)
+    backend = local_site.backend
+    path = stage(backend, "f.bin", data, f"file://{source}", stripe_count=4,
+                 stripe_size=64 * KiB)
+    layout = backend.layout(path)
+    backend.fail_ost(layout.ost_list[2])
+    backend.fail_ost(layout.ost_list[3])
+    outcome = Recoverer(backend, local_site.config).recover(path)
+    assert outcome.state == PATCHED and outcome.verified == "file"
+    assert outcome.patched_bytes == sum(
+        e.length for ost in layout.ost_list[2:] for e in layout.extents_on_ost(ost, len(data)))
+    assert read_all(backend, path) == data
+
+
+def test_changed_file_source_is_caught_by_the_file_checksum(local_site, tmp_path):
+    data = os.urandom(1_000_003)
+    source = tmp_path / "source.bin"
+    source.write_bytes(data)
+    backend = local_site.backend
+    path = stage(backend, "g.bin", data, f"file://{source}", stripe_count=2,
+                 stripe_size=64 * KiB)
+    source.write_bytes(bytes(len(data)))  # same size, other bytes: only a checksum can tell
+    failed = backend.layout(path).ost_list[0]
+    backend.fail_ost(failed)
+    outcome = Recoverer(backend, local_site.config).recover(path)
+    assert outcome.state == LOST and "SHA-256" in outcome.reason
+    assert failed in backend.layout(path).ost_list and backend.open_rebuilds() == []
+
+
+def test_read_rebuild_and_batched_writes(local_site):
+    backend = local_site.backend
+    data = bytes(range(256)) * 4096  # 1 MiB
+    backend.create("r.bin", LayoutRequest(stripe_count=4, stripe_size=64 * KiB))
+    backend.write("r.bin", 0, data)
+    layout = backend.layout("r.bin")
+    failed = layout.ost_list[0]
+    backend.fail_ost(failed)
+    rebuild = backend.begin_rebuild("r.bin", {failed: backend.pick_substitute(layout)})
+    pieces = [(e.offset, data[e.offset:e.end]) for e in rebuild.lost]
+    backend.write_rebuild_batch(rebuild, pieces[::2])
+    backend.write_rebuild_batch(rebuild, pieces[1::2])
+    assert rebuild.missing == []
+    assert backend.read_rebuild(rebuild, 0, len(data)) == data
+    assert backend.read_rebuild(rebuild, 1000, 70_000) == data[1000:71_000]
+    with pytest.raises(StorageError, match="not in a lost range"):
+        survivor = next(e for e in layout.extents_on_ost(layout.ost_list[1], len(data)))
+        backend.write_rebuild_batch(rebuild, [(survivor.offset, b"x")])
+    backend.commit_rebuild(rebuild)
+    assert backend.read("r.bin", 0, len(data)) == data
+    assert hashlib.sha256(read_all(backend, "r.bin")).digest() == hashlib.sha256(data).digest()
+
+
+def test_stopping_leaves_the_rebuild_and_a_restart_resumes_it(tmp_path):
+    from scratchkeeper.recovery.reconstruct import RecoveryInterrupted
+    site = write_site(tmp_path / "site", ost_count=8, extra="[recovery]\nsync_bytes = 1")
+    data = os.urandom(3_000_017)
+    source = tmp_path / "source.bin"
+    source.write_bytes(data)
+    backend = site.backend
+    path = stage(backend, "s.bin", data, f"file://{source}", stripe_count=2,
+                 stripe_size=64 * KiB)
+    backend.fail_ost(backend.layout(path).ost_list[1])
+    first = Recoverer(backend, site.config)
+    recorded = []
+
+    def stop_after_some(done, total):
+        if done >= total // 3:
+            first.stop.set()  # SIGTERM in the daemon
+
+    with pytest.raises(RecoveryInterrupted):
+        first.recover(path, on_rebuild=recorded.append, progress=stop_after_some)
+    (rebuild,) = backend.open_rebuilds()
+    assert recorded == [rebuild.rebuild_id]
+    already = sum(e.length for e in rebuild.patched)
+    assert 0 < already < sum(e.length for e in rebuild.lost)
+    outcome = Recoverer(backend, site.config).recover(path, resume_rebuild_id=rebuild.rebuild_id)
+    assert outcome.state == PATCHED and outcome.verified == "file"
+    assert outcome.patched_bytes == sum(e.length for e in rebuild.lost) - already
+    assert read_all(backend, path) == data and backend.open_rebuilds() == []

@@ -1,0 +1,86 @@
+"""Ranged transfers against the cluster's GridFTP and nginx servers (scratchkeeper.transfer.ranged)."""
+
+from __future__ import annotations
+
+import hashlib
+
+import pytest
+
+from scratchkeeper.config import TransferConfig
+from scratchkeeper.errors import TransferError
+from scratchkeeper.storage.layout import Extent
+from scratchkeeper.transfer.ranged import (CurlRangedReader, EretRangedReader,
+                                           GlobusRangedReader, PosixRangedReader, one_line,
+                                           open_ranged)
+
+pytestmark = pytest.mark.cluster
+
+RANGES = [Extent(0, 1), Extent(17, 65_536), Extent(1_000_003, 2_500_000), Extent(3_999_990, 10)]
+
+
+def _uri(sources, kind, path):
+    return {"eret": sources.ftp, "globus-url-copy": sources.ftp, "curl": sources.http,
+            "pread": sources.file}[kind](path)
+
+
+@pytest.mark.parametrize("kind,cls", [("eret", EretRangedReader),
+                                      ("globus-url-copy", GlobusRangedReader),
+                                      ("curl", CurlRangedReader), ("pread", PosixRangedReader)])
+def test_each_client_returns_exactly_the_ranges(sources, tmp_path, kind, cls):
+    path, data = sources.make("ranges.bin", 4_000_000)
+    with open_ranged(_uri(sources, kind, path), TransferConfig(), ftp_method=kind,
+                     spool_dir=str(tmp_path)) as reader:
+        assert isinstance(reader, cls)
+        pieces = list(reader.fetch(RANGES))
+        size = reader.size()
+    assert [p.extent for p in pieces] == RANGES
+    assert all(p.data == data[p.extent.offset:p.extent.end] for p in pieces)
+    assert all(p.verified for p in pieces) == (kind == "eret")
+    assert size == (None if kind == "globus-url-copy" else len(data))
+    assert list(tmp_path.iterdir()) == []  # the spool is gone
+
+
+def test_gridftp_whole_file_checksum(sources):
+    path, data = sources.make("whole.bin", 300_007)
+    with open_ranged(sources.ftp(path), TransferConfig()) as reader:
+        assert reader.whole_checksum("SHA256") == hashlib.sha256(data).hexdigest()
+
+
+@pytest.mark.parametrize("kind", ["eret", "globus-url-copy", "curl", "pread"])
+def test_range_past_the_end_is_permanent(sources, kind):
+    path, _ = sources.make("short.bin", 1000)
+    with open_ranged(_uri(sources, kind, path), TransferConfig(), ftp_method=kind) as reader:
+        with pytest.raises(TransferError) as caught:
+            list(reader.fetch([Extent(990, 100)]))
+    assert caught.value.permanent
+
+
+@pytest.mark.parametrize("kind", ["eret", "globus-url-copy", "curl", "pread"])
+def test_missing_source_is_permanent_and_one_line(sources, kind):
+    path = sources.folder / "never-there.bin"
+    with open_ranged(_uri(sources, kind, path), TransferConfig(), ftp_method=kind) as reader:
+        with pytest.raises(TransferError) as caught:
+            list(reader.fetch([Extent(0, 10)]))
+    assert caught.value.permanent
+    assert "\n" not in str(caught.value)
+
+
+def test_unreachable_server_is_transient():
+    with open_ranged("ftp://127.0.0.1:1/x/y", TransferConfig(), timeout=5) as reader:
+        with pytest.raises(TransferError) as caught:
+            list(reader.fetch([Extent(0, 10)]))
+    assert not caught.value.permanent
+
+
+def test_bad_uri_is_permanent():
+    with pytest.raises(TransferError, match="unknown URI scheme") as caught:
+        open_ranged("hsi://archive/x", TransferConfig())
+    assert caught.value.permanent
+    with pytest.raises(TransferError) as caught:
+        open_ranged("scp://host/x", TransferConfig())
+    assert caught.value.permanent
+
+
+def test_one_line_keeps_distinct_lines():
+    assert one_line("500-a\n500-a\n\n 500 b \n") == "500-a; 500 b"
+    assert len(one_line("x" * 1000)) == 300
