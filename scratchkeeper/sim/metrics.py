@@ -1,0 +1,49 @@
+"""Wait-time statistics across runs, filtered the way seed 004 section 4.7 did.
+
+Job wait times are bimodal (many zero waits, a few very long ones), so the seed left out the
+jobs that waited zero seconds *under every configuration* before taking mean and SD of all
+jobs. That needs every run of a comparison at once: it is done here, over runs that replayed
+the same jobs (same :meth:`ReplayConfig.workload_key`).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class WaitStats:
+    jobs: int
+    mean: float
+    sd: float
+
+
+def wait_stats(values: Sequence[float]) -> WaitStats:
+    """Mean and population SD (NaN for no value)."""
+    n = len(values)
+    if not n:
+        return WaitStats(0, math.nan, math.nan)
+    mean = math.fsum(values) / n
+    sd = math.sqrt(math.fsum((v - mean) ** 2 for v in values) / n)
+    return WaitStats(n, mean, sd)
+
+
+def nonzero_somewhere(waits_by_run: Mapping[object, Sequence[float]]) -> list[int]:
+    """Indices of the jobs that waited in at least one run (all runs replay the same jobs)."""
+    runs = list(waits_by_run.values())
+    if not runs:
+        return []
+    count = len(runs[0])
+    for waits in runs:
+        if len(waits) != count:
+            raise ValueError("runs to compare replayed different job counts "
+                             f"({count} and {len(waits)})")
+    return [i for i in range(count) if any(waits[i] > 0 for waits in runs)]
+
+
+def filtered_wait_stats(waits_by_run: Mapping[object, Sequence[float]]) -> dict[object, WaitStats]:
+    """Each run's wait statistics over the jobs that waited in at least one of the runs."""
+    keep = nonzero_somewhere(waits_by_run)
+    return {run: wait_stats([waits[i] for i in keep]) for run, waits in waits_by_run.items()}

@@ -1,0 +1,110 @@
+"""OST outages for the replay, taken from a real node-failure trace in one of two ways.
+
+``replayed``: each failure record hits OST ``node % ost_count`` at the same offset from the
+start of the failure trace as from the start of the job trace (the failure trace repeats when
+the job trace is longer). ``extrapolated`` (what seed 004 section 4.7.2 did): the trace gives the
+failure rate of one node and the repair times; each OST fails as a Poisson process with that
+rate and is down for a repair time drawn from the trace's own repair times.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+
+from ..errors import InputError
+from .traces import FailureRecord
+
+DAY = 86400.0
+
+
+@dataclass(frozen=True, slots=True)
+class OstOutage:
+    """OST ``ost_index`` is down from ``down`` to ``up`` (seconds of the replay clock)."""
+
+    ost_index: int
+    down: float
+    up: float
+
+
+@dataclass(frozen=True)
+class FailureStats:
+    """What the failure trace says about one node: failures per second and repair times."""
+
+    node_failure_rate: float
+    repair_seconds: tuple[float, ...]
+    records: int
+    period: float
+    system_nodes: int
+
+    @property
+    def node_mtbf_days(self) -> float:
+        return 1 / self.node_failure_rate / DAY if self.node_failure_rate > 0 else float("inf")
+
+    @property
+    def mean_repair_seconds(self) -> float:
+        return sum(self.repair_seconds) / len(self.repair_seconds) if self.repair_seconds else 0.0
+
+
+def failure_stats(records: list[FailureRecord], system_nodes: int | None = None) -> FailureStats:
+    """Per-node failure rate over the trace's period and its repair times."""
+    if not records:
+        raise InputError("the failure trace has no record for the chosen system")
+    nodes = system_nodes or max(r.system_nodes for r in records)
+    first = min(r.started for r in records)
+    last = max(r.started + r.down_seconds for r in records)
+    period = max(last - first, DAY)
+    return FailureStats(len(records) / (nodes * period),
+                        tuple(r.down_seconds for r in records), len(records), period, nodes)
+
+
+def _merge(outages: list[OstOutage]) -> list[OstOutage]:
+    """Overlapping outages of one OST become one (a target cannot fail while it is down)."""
+    outages.sort(key=lambda o: (o.ost_index, o.down))
+    merged: list[OstOutage] = []
+    for o in outages:
+        last = merged[-1] if merged else None
+        if last is not None and last.ost_index == o.ost_index and o.down <= last.up:
+            if o.up > last.up:
+                merged[-1] = OstOutage(o.ost_index, last.down, o.up)
+        else:
+            merged.append(o)
+    merged.sort(key=lambda o: (o.down, o.ost_index))
+    return merged
+
+
+def replayed_outages(records: list[FailureRecord], ost_count: int, horizon: float) -> list[OstOutage]:
+    """Failures replayed on the targets: node ``n`` fails as OST ``n % ost_count``."""
+    if not records:
+        raise InputError("the failure trace has no record for the chosen system")
+    first = min(r.started for r in records)
+    stats = failure_stats(records)
+    cycle = stats.period
+    outages = []
+    shift = 0.0
+    while shift < horizon:
+        for r in records:
+            down = r.started - first + shift
+            if down >= horizon:
+                break
+            if r.down_seconds > 0:
+                outages.append(OstOutage(r.node % ost_count, down, down + r.down_seconds))
+        shift += cycle
+    return _merge(outages)
+
+
+def extrapolated_outages(stats: FailureStats, ost_count: int, horizon: float,
+                         seed: int = 1) -> list[OstOutage]:
+    """Each OST fails as a Poisson process at the node failure rate (seed 004 section 4.7.2)."""
+    rng = random.Random(seed)
+    repairs = [s for s in stats.repair_seconds if s > 0] or [0.0]
+    outages = []
+    if stats.node_failure_rate <= 0:
+        return outages
+    for ost in range(ost_count):
+        t = rng.expovariate(stats.node_failure_rate)
+        while t < horizon:
+            repair = rng.choice(repairs)
+            outages.append(OstOutage(ost, t, t + repair))
+            t += repair + rng.expovariate(stats.node_failure_rate)
+    return _merge(outages)

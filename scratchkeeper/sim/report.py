@@ -1,0 +1,305 @@
+"""Plots with the shapes of seed 004 figures 4.5-4.12 and a table beside the seed's numbers.
+
+Input is a sweep's ``results.csv``. A figure is drawn when the results vary its x axis:
+jobs at risk and replica space vs alpha per strategy (fig. 4.7), wait mean/SD vs stripe count
+per recovery policy for all and for affected jobs (figs. 4.5, 4.9-4.12), the same vs load
+factor (fig. 4.6). Needs matplotlib (the ``plots`` extra).
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+import os
+from collections import defaultdict
+from dataclasses import dataclass
+
+from ..errors import InputError, ScratchkeeperError
+
+POLICY_LABELS = {"ideal": "ideal (no failure)", "none": "without recovery",
+                 "pre-execution": "pre-execution recovery", "on-the-fly": "on-the-fly recovery"}
+# Fixed per policy, so a policy has one colour in every panel (the ideal is absent from some).
+POLICY_COLORS = {"ideal": "black", "none": "tab:red", "pre-execution": "tab:orange",
+                 "on-the-fly": "tab:green"}
+
+#: What seed 004 section 4.7 reports, for the table beside ours.
+SEED_NUMBERS = [
+    ("affected_pct", "jobs affected by failures, stripe count 2 -> 32 (%)", "0.14 -> 2.09 (4.7.4)"),
+    ("utilisation_pct", "utilisation without / with recovery (%)", "70.50 / 70.54 (4.7.4)"),
+    ("affected_wait_mean", "mean wait of affected jobs, without -> with recovery (s)",
+     "> 100,000 -> thousands (4.7.4); hundreds of thousands -> tens (4.7.2)"),
+    ("filtered_wait_mean", "mean wait of all jobs (filtered), with recovery vs ideal",
+     "equal for every stripe count (4.7.2, 4.7.4)"),
+    ("at_risk_fcfs", "jobs at risk, FCFS window, alpha = 2 (%)", "> 60 (4.7.3)"),
+    ("at_risk_shortcut", "jobs at risk, T = 0.1 vs dispatch-aware", "virtually identical (4.7.3)"),
+    ("space_inf", "replica space, alpha = inf, mean of 300 samples (% of scratch)", "< 1.8 (4.7.3)"),
+    ("space_small", "replica space, T = 0.1, alpha 0.2 and 0.5 (% of scratch)", "< 0.5 (4.7.3)"),
+]
+
+
+@dataclass
+class Row:
+    values: dict
+    source: str = ""
+
+    def num(self, key: str) -> float:
+        text = self.values.get(key, "")
+        try:
+            return float(text) if text not in ("", None) else math.nan
+        except ValueError:
+            return math.nan
+
+    def text(self, key: str) -> str:
+        return self.values.get(key, "") or ""
+
+
+def read_results(path: str) -> list[Row]:
+    try:
+        with open(path, newline="") as stream:
+            reader = csv.DictReader(stream)
+            needed = {"policy", "stripe_count", "wait_mean"}
+            if not reader.fieldnames or not needed <= set(reader.fieldnames):
+                raise InputError("not a sweep results.csv (missing policy/stripe_count/wait_mean)",
+                                 path=path, line=1)
+            rows = [Row(dict(r), path) for r in reader]
+    except OSError as err:
+        raise InputError(f"cannot read results: {err.strerror or err}", path=path) from err
+    if not rows:
+        raise InputError("no result row", path=path)
+    return rows
+
+
+def _strategy_label(row: Row) -> str:
+    strategy = row.text("strategy")
+    if strategy == "shortcut":
+        return f"FCFS + shortcut T={row.num('threshold'):g}"
+    if strategy == "fcfs":
+        return "FCFS"
+    return "dispatch-aware (offline)"
+
+
+def _one_sweep(rows: list[Row], x_key: str) -> list[Row]:
+    """The rows of the results file (one sweep) with the most distinct values of ``x_key``."""
+    by_source: dict[str, list[Row]] = defaultdict(list)
+    for r in rows:
+        by_source[r.source].append(r)
+    return max(by_source.values(), key=lambda group: len({r.num(x_key) for r in group}))
+
+
+def _most_common(rows: list[Row], key: str) -> str:
+    counts: dict[str, int] = defaultdict(int)
+    for r in rows:
+        counts[r.text(key)] += 1
+    return max(counts, key=counts.get)
+
+
+def _pyplot():
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError as err:
+        raise ScratchkeeperError("scratchkeeper report needs matplotlib: pip install "
+                                 "'scratchkeeper[plots]'") from err
+    return plt
+
+
+def plot_replication(rows: list[Row], output: str, schedule: str = "model") -> str | None:
+    """Fig. 4.7: jobs at risk and replica space vs alpha, one line per strategy."""
+    rows = [r for r in rows if r.text("strategy") and (r.text("schedule") or "model") == schedule]
+    alphas = sorted({r.num("alpha") for r in rows})
+    if len(alphas) < 2:
+        return None
+    plt = _pyplot()
+    fig, (ax_risk, ax_space) = plt.subplots(1, 2, figsize=(11, 4.2))
+    positions = {a: i for i, a in enumerate(alphas)}
+    lines: dict[str, list[tuple[float, float, float]]] = defaultdict(list)
+    for r in rows:
+        lines[_strategy_label(r)].append((r.num("alpha"), r.num("at_risk_pct"),
+                                          r.num("space_mean_pct")))
+    for label, points in sorted(lines.items()):
+        points.sort()
+        xs = [positions[a] for a, _, _ in points]
+        ax_risk.plot(xs, [p[1] for p in points], marker="o", label=label)
+        ax_space.plot(xs, [p[2] for p in points], marker="o", label=label)
+    ticks = ["inf" if math.isinf(a) else f"{a:g}" for a in alphas]
+    for ax, title, ylabel in ((ax_risk, "(a) jobs at risk", "jobs at risk (%)"),
+                              (ax_space, "(b) replica space (mean of 300 samples)",
+                               "replica space (% of scratch)")):
+        ax.set_xticks(range(len(alphas)), ticks)
+        ax.set_xlabel("alpha")
+        ax.set_ylabel(ylabel)
+        ax.set_title(title)
+        ax.grid(alpha=0.3)
+    ax_risk.set_ylim(bottom=0)
+    ax_space.set_ylim(bottom=0)
+    ax_risk.legend(fontsize=8)
+    fig.tight_layout()
+    if schedule != "model":
+        fig.suptitle(f"on the {schedule} schedule", fontsize=9)
+        fig.tight_layout()
+    suffix = "" if schedule == "model" else f"_{schedule}"
+    path = os.path.join(output, f"replication_vs_alpha{suffix}.png")
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def plot_waits(rows: list[Row], x_key: str, x_label: str, name: str, output: str,
+               hold: tuple[str, ...]) -> str | None:
+    """Figs. 4.5/4.9-4.12 (x = stripe count) and 4.6 (x = load factor): wait mean/SD per policy."""
+    # Filtered statistics compare the runs of one sweep only: take the sweep (results file)
+    # that varies x the most. One schedule per (policy, x): replication variants repeat it.
+    rows = _one_sweep(rows, x_key)
+    fixed = {key: _most_common(rows, key) for key in hold}
+    chosen = [r for r in rows if all(r.text(k) == v for k, v in fixed.items())]
+    xs = sorted({r.num(x_key) for r in chosen})
+    if len(xs) < 2:
+        return None
+    plt = _pyplot()
+    # Several seeds per point are averaged (one row per seed: replication variants repeat it).
+    series: dict[str, dict[float, dict[str, Row]]] = defaultdict(lambda: defaultdict(dict))
+    for r in chosen:
+        series[r.text("policy")][r.num(x_key)].setdefault(r.text("seed"), r)
+    seeds = max(len(per_seed) for points in series.values() for per_seed in points.values())
+    fig, axes = plt.subplots(2, 2, figsize=(11, 7.5))
+    panels = [(axes[0][0], "filtered_wait_mean", "(a) all jobs: mean wait", False),
+              (axes[0][1], "filtered_wait_sd", "(b) all jobs: SD of wait", False),
+              (axes[1][0], "affected_wait_mean", "(c) affected jobs: mean wait", True),
+              (axes[1][1], "affected_wait_sd", "(d) affected jobs: SD of wait", True)]
+    order = [p for p in POLICY_LABELS if p in series]
+    for ax, key, title, log in panels:
+        for policy in order:
+            points = sorted(series[policy].items())
+            values = [(x, _avg(list(per_seed.values()), key)) for x, per_seed in points]
+            values = [(x, v) for x, v in values if not math.isnan(v)]
+            if policy == "ideal" and key.startswith("affected"):
+                continue        # no failure, so no affected job
+            if not values:
+                continue
+            style = "--" if policy == "ideal" else "-"
+            if len(values) == 1:
+                # Run once (the ideal does not depend on stripes): a level line across the plot.
+                ax.axhline(values[0][1], linestyle=style, color=POLICY_COLORS[policy],
+                           linewidth=1, label=POLICY_LABELS[policy])
+                continue
+            ax.plot([v[0] for v in values], [v[1] for v in values], style, marker="o",
+                    color=POLICY_COLORS[policy], label=POLICY_LABELS[policy])
+        ax.set_title(title)
+        ax.set_xlabel(x_label)
+        ax.set_ylabel("seconds")
+        if x_key == "stripe_count":
+            ax.set_xscale("log", base=2)
+            ax.set_xticks(xs, [f"{x:g}" for x in xs])
+        if log and ax.get_lines():
+            ax.set_yscale("log")
+        ax.grid(alpha=0.3)
+    axes[0][0].legend(fontsize=8)
+    held = ", ".join(f"{k}={v}" for k, v in fixed.items())
+    averaged = f"; mean of {seeds} seeds" if seeds > 1 else ""
+    fig.suptitle(f"Wait time vs {x_label} ({held}{averaged}); jobs with zero wait in every run "
+                 "left out of (a), (b)", fontsize=9)
+    fig.tight_layout()
+    path = os.path.join(output, name)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def summary_table(rows: list[Row]) -> list[tuple[str, str, str]]:
+    """(metric, ours, seed 004) for what the seed reports; ours is '-' where the sweep lacks it."""
+    def pick(**match):
+        return [r for r in rows if all(r.text(k) == v for k, v in match.items())]
+
+    def fmt(value, digits=2):
+        return "-" if value is None or math.isnan(value) else f"{value:,.{digits}f}"
+
+    ours: dict[str, str] = {}
+    model_rows = [r for r in rows if (r.text("schedule") or "model") == "model"]
+    every_row = model_rows or rows
+    # Recovery numbers come from one sweep (filtered waits compare its runs only) at its usual
+    # load: the sweep that varies the stripe count the most, as the figure.
+    rows = _one_sweep(every_row, "stripe_count")
+    load = _most_common(rows, "load_factor")
+    rows = [r for r in rows if r.text("load_factor") == load]
+    recovery = [r for r in rows if r.text("policy") in ("pre-execution", "on-the-fly", "none")]
+    counts = sorted({r.num("stripe_count") for r in recovery})
+    if counts:
+        lo = [r for r in recovery if r.num("stripe_count") == counts[0] and r.text("policy") == "none"]
+        hi = [r for r in recovery if r.num("stripe_count") == counts[-1] and r.text("policy") == "none"]
+        if lo and hi:
+            ours["affected_pct"] = (f"{fmt(_avg(lo, 'affected_pct'))} -> "
+                                    f"{fmt(_avg(hi, 'affected_pct'))} (stripe "
+                                    f"{counts[0]:g} -> {counts[-1]:g})")
+    none_rows, otf_rows = pick(policy="none"), pick(policy="on-the-fly")
+    if none_rows and otf_rows:
+        ours["utilisation_pct"] = (f"{fmt(_avg(none_rows, 'utilisation_pct'))} / "
+                                   f"{fmt(_avg(otf_rows, 'utilisation_pct'))}")
+        ours["affected_wait_mean"] = (f"{fmt(_avg(none_rows, 'affected_wait_mean'), 0)} -> "
+                                      f"{fmt(_avg(otf_rows, 'affected_wait_mean'), 0)} "
+                                      "(on-the-fly, mean over stripe counts)")
+    ideal = pick(policy="ideal")
+    if ideal and otf_rows:
+        ours["filtered_wait_mean"] = (f"{fmt(_avg(otf_rows, 'filtered_wait_mean'), 0)} vs "
+                                      f"{fmt(_avg(ideal, 'filtered_wait_mean'), 0)}")
+    rows = every_row
+    fcfs2 = [r for r in rows if r.text("strategy") == "fcfs" and r.num("alpha") == 2]
+    if fcfs2:
+        ours["at_risk_fcfs"] = fmt(_avg(fcfs2, "at_risk_pct"))
+    short = [r for r in rows if r.text("strategy") == "shortcut" and r.num("threshold") == 0.1]
+    oracle = [r for r in rows if r.text("strategy") == "dispatch-aware"]
+    if short and oracle:
+        ours["at_risk_shortcut"] = (f"{fmt(_avg(short, 'at_risk_pct'))} vs "
+                                    f"{fmt(_avg(oracle, 'at_risk_pct'))} (mean over alpha, %)")
+    inf_rows = [r for r in rows if r.text("strategy") and math.isinf(r.num("alpha"))]
+    if inf_rows:
+        ours["space_inf"] = fmt(max(r.num("space_mean_pct") for r in inf_rows))
+    small = [r for r in short if r.num("alpha") in (0.2, 0.5)]
+    if small:
+        ours["space_small"] = " / ".join(fmt(r.num("space_mean_pct")) for r in
+                                         sorted(small, key=lambda r: r.num("alpha")))
+    return [(label, ours.get(key, "-"), seed) for key, label, seed in SEED_NUMBERS]
+
+
+def _avg(rows: list[Row], key: str) -> float:
+    values = [r.num(key) for r in rows if not math.isnan(r.num(key))]
+    return sum(values) / len(values) if values else math.nan
+
+
+def write_table(rows: list[Row], path: str) -> str:
+    """The summary table as reStructuredText (a grid table readable as plain text too)."""
+    table = summary_table(rows)
+    header = ("metric", "this replay", "seed 004 section 4.7")
+    widths = [max(len(str(c)) for c in column) for column in zip(header, *table)]
+    rule = "+" + "+".join("-" * (w + 2) for w in widths) + "+"
+    head_rule = rule.replace("-", "=")
+
+    def line(cells):
+        return "| " + " | ".join(str(c).ljust(w) for c, w in zip(cells, widths)) + " |"
+
+    lines = [rule, line(header), head_rule]
+    for cells in table:
+        lines += [line(cells), rule]
+    with open(path, "w") as stream:
+        stream.write("\n".join(lines) + "\n")
+    return path
+
+
+def make_report(results: list[str], output: str) -> list[str]:
+    """Every figure the results allow, plus ``summary.rst``; returns the files written."""
+    rows = [row for path in results for row in read_results(path)]
+    os.makedirs(output, exist_ok=True)
+    written = []
+    for path in (
+        plot_replication(rows, output),
+        plot_replication(rows, output, "recorded"),
+        plot_waits(rows, "stripe_count",
+                   "stripe count", "wait_vs_stripe_count.png", output,
+                   hold=("load_factor", "backfill", "failure_mode")),
+        plot_waits(rows, "load_factor", "load factor", "wait_vs_load_factor.png", output,
+                   hold=("stripe_count", "backfill", "failure_mode")),
+    ):
+        if path:
+            written.append(path)
+    written.append(write_table(rows, os.path.join(output, "summary.rst")))
+    return written

@@ -1,0 +1,278 @@
+"""One replay configuration end to end: trace → workload → outages → schedule → metrics rows.
+
+Everything a run needs is in :class:`ReplayConfig` (plain values, so a sweep can write it to a
+CSV row and a Slurm array task can rebuild it); :func:`run_replay` returns one
+:class:`ReplayRow` per replication variant plus the per-job wait times that the cross-run
+filtering of :mod:`scratchkeeper.sim.metrics` needs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+from array import array
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from functools import lru_cache
+
+from ..errors import InputError
+from . import traces
+from .metrics import wait_stats
+from .outages import extrapolated_outages, failure_stats, replayed_outages
+from .replication import STRATEGIES, ReplicationParams, replay_replication
+from .scheduler import POLICIES, RecoveryParams, recorded_schedule, simulate
+from .workload import WorkloadParams, build_workload, from_lanl, from_site, from_swf
+
+TRACE_FORMATS = ("auto", "swf", "lanl-jobs", "site-csv")
+FAILURE_MODES = ("extrapolated", "replayed")
+#: ``ideal`` is the run without any failure (the seed's reference curve).
+RUN_POLICIES = ("ideal",) + POLICIES
+SCHEDULES = ("model", "recorded")
+
+
+@dataclass(frozen=True)
+class ReplayConfig:
+    """Every choice of one replay; defaults follow seed 004 section 4.7 where it gives one."""
+
+    trace: str
+    trace_format: str = "auto"
+    limit: int = 0                      # first N jobs of the trace (0: all)
+    strict: bool = False                # corrupt trace lines: fail (True) or skip and count
+    failures: str = ""                  # LANL failure CSV; empty: no failures
+    failure_mode: str = "extrapolated"
+    failure_system: int = 20
+    policy: str = "none"
+    schedule: str = "model"             # model: FCFS/EASY replay; recorded: the trace's dispatches
+    backfill: bool = True
+    procs_per_node: int = 1
+    system_nodes: int = 0               # 0: from the trace header (MaxProcs / procs per node)
+    load_factor: float = 1.0
+    stripe_count: int = 4
+    stripe_size: int = 1 << 20
+    ost_count: int = 64
+    patch_bandwidth: float = 100e6
+    patch_latency: float = 30.0
+    seed: int = 1
+    strategy: str = ""                  # replication strategy; empty: no replication analysis
+    alpha: float = 0.5
+    threshold: float = 0.1
+    copy_bandwidth: float = 250e6
+    scratch_bytes: float = 0.0          # 0: aggregate memory / 0.078 (Jaguar's ratio, seed table 4.2)
+    node_memory_bytes: float = 12 * 1024 ** 3
+
+    def __post_init__(self):
+        if self.trace_format not in TRACE_FORMATS:
+            raise InputError(f"unknown trace format {self.trace_format!r}; choose one of "
+                             f"{', '.join(TRACE_FORMATS)}")
+        if self.failure_mode not in FAILURE_MODES:
+            raise InputError(f"unknown failure mode {self.failure_mode!r}; choose one of "
+                             f"{', '.join(FAILURE_MODES)}")
+        if self.policy not in RUN_POLICIES:
+            raise InputError(f"unknown policy {self.policy!r}; choose one of "
+                             f"{', '.join(RUN_POLICIES)}")
+        if self.strategy and self.strategy not in STRATEGIES:
+            raise InputError(f"unknown replication strategy {self.strategy!r}; choose one of "
+                             f"{', '.join(STRATEGIES)}")
+        if self.schedule not in SCHEDULES:
+            raise InputError(f"unknown schedule {self.schedule!r}; choose one of "
+                             f"{', '.join(SCHEDULES)}")
+        if self.schedule == "recorded" and (self.policy != "ideal" or self.load_factor != 1):
+            raise InputError("the recorded schedule has no failure and no load change: use "
+                             "policy 'ideal' and load factor 1 with it")
+        if self.limit < 0:
+            raise InputError(f"limit must be >= 0, got {self.limit}")
+        self.workload_params()      # validates stripe count, load factor, ...
+        self.recovery_params()
+        if self.strategy:
+            # Fail before the schedule is computed, not after.
+            ReplicationParams(self.strategy, self.alpha, self.threshold, self.copy_bandwidth,
+                              self.scratch_bytes or 1.0)
+
+    @classmethod
+    def from_mapping(cls, values: dict, *, where: str = "") -> "ReplayConfig":
+        """Build from a dict (a TOML table or a CSV row), converting and naming unknown keys."""
+        known = {f.name: f for f in dataclasses.fields(cls)}
+        kwargs = {}
+        for key, value in values.items():
+            if key not in known:
+                raise InputError(f"unknown replay setting {key!r}", path=where or None)
+            kwargs[key] = _convert(known[key], value, where)
+        if "trace" not in kwargs:
+            raise InputError("replay setting 'trace' is required", path=where or None)
+        return cls(**kwargs)
+
+    def workload_params(self) -> WorkloadParams:
+        return WorkloadParams(procs_per_node=self.procs_per_node,
+                              system_nodes=self.system_nodes or None,
+                              load_factor=self.load_factor, stripe_count=self.stripe_count,
+                              stripe_size=self.stripe_size, ost_count=self.ost_count,
+                              seed=self.seed)
+
+    def recovery_params(self) -> RecoveryParams:
+        policy = "none" if self.policy == "ideal" else self.policy
+        return RecoveryParams(policy, self.patch_bandwidth, self.patch_latency)
+
+    def schedule_key(self) -> tuple:
+        """Settings that change the schedule; runs equal in these share one schedule."""
+        return tuple(getattr(self, f.name) for f in dataclasses.fields(self)
+                     if f.name not in _REPLICATION_ONLY)
+
+    def workload_key(self) -> tuple:
+        """Settings that change which jobs exist: runs equal in these can be compared job by job."""
+        return (self.trace, self.trace_format, self.limit, self.strict, self.procs_per_node,
+                self.system_nodes, self.load_factor)
+
+
+_REPLICATION_ONLY = {"strategy", "alpha", "threshold", "copy_bandwidth", "scratch_bytes",
+                     "node_memory_bytes"}
+
+
+def _convert(spec: dataclasses.Field, value, where: str):
+    kind = spec.type if isinstance(spec.type, str) else spec.type.__name__
+    try:
+        if kind == "bool":
+            if isinstance(value, str):
+                if value.lower() in ("1", "true", "yes"):
+                    return True
+                if value.lower() in ("0", "false", "no", ""):
+                    return False
+                raise ValueError(value)
+            return bool(value)
+        if kind == "int":
+            if isinstance(value, float) and not value.is_integer():
+                raise ValueError(value)
+            return int(value)
+        if kind == "float":
+            return float(value)     # accepts "inf"
+        return str(value)
+    except (TypeError, ValueError):
+        raise InputError(f"replay setting {spec.name!r} expects {kind}, got {value!r}",
+                         path=where or None) from None
+
+
+@dataclass
+class ReplayRow:
+    """The metrics of one configuration (one CSV row of a sweep)."""
+
+    config: ReplayConfig
+    values: dict = field(default_factory=dict)
+
+
+@dataclass
+class ReplayOutcome:
+    rows: list[ReplayRow]
+    waits: array                # final dispatch - submit, per job, in workload order
+    affected: bytearray         # 1 where the job was hit by a failure
+    skipped: list[str]
+
+
+def detect_format(path: str) -> str:
+    name = os.path.basename(path).lower()
+    for suffix in (".gz", ".xz", ".bz2"):
+        if name.endswith(suffix):
+            name = name[: -len(suffix)]
+    if name.endswith(".swf"):
+        return "swf"
+    if name.endswith(".csv"):
+        return "site-csv"
+    return "lanl-jobs"
+
+
+def load_trace(config: ReplayConfig):
+    """The trace's jobs, the system size in scheduling nodes, the machine's nodes, what was skipped."""
+    kind = detect_format(config.trace) if config.trace_format == "auto" else config.trace_format
+    header_nodes = machine_nodes = None
+    if kind == "swf":
+        trace = traces.read_swf(config.trace, strict=config.strict, limit=config.limit or None)
+        jobs = from_swf(trace.jobs)
+        procs = trace.header.max_procs
+        nodes = trace.header.max_nodes
+        if procs:
+            header_nodes = -(-procs // config.procs_per_node)
+        elif nodes and config.procs_per_node > 1:
+            header_nodes = nodes
+        machine_nodes = nodes
+        report = trace.report
+    elif kind == "lanl-jobs":
+        records, report = traces.read_lanl_jobs(config.trace, strict=config.strict)
+        jobs = from_lanl(records[: config.limit or None])
+    else:
+        records, report = traces.read_site_csv(config.trace, strict=config.strict)
+        jobs = from_site(records[: config.limit or None])
+    return jobs, header_nodes, machine_nodes, list(traces.iter_records(report))
+
+
+@lru_cache(maxsize=4)
+def _failure_records(path: str, system: int, strict: bool):
+    trace = traces.read_lanl_failures(path, strict=strict, system=system)
+    if not trace.records:
+        raise InputError(f"no failure record of system {system}", path=path)
+    return trace.records
+
+
+def run_replay(config: ReplayConfig, replications: Sequence[ReplayConfig] = (),
+               progress: Callable[[int, int], None] | None = None) -> ReplayOutcome:
+    """Replay ``config`` once; each of ``replications`` (same schedule) adds a replication row."""
+    trace_jobs, header_nodes, machine_nodes, skipped = load_trace(config)
+    workload = build_workload(trace_jobs, config.workload_params(), header_nodes)
+    del trace_jobs
+    for reason, count in sorted(workload.dropped.items()):
+        skipped.append(f"{config.trace}: left out {count} job(s): {reason}")
+    jobs = workload.jobs
+    horizon = jobs[-1].submit + max(j.run_time for j in jobs) * 4 + 86400
+    outages = []
+    node_mtbf_days = math.nan
+    if config.failures and config.policy != "ideal":
+        records = _failure_records(config.failures, config.failure_system, config.strict)
+        stats = failure_stats(records)
+        node_mtbf_days = stats.node_mtbf_days
+        if config.failure_mode == "replayed":
+            outages = replayed_outages(records, config.ost_count, horizon)
+        else:
+            outages = extrapolated_outages(stats, config.ost_count, horizon, seed=config.seed)
+    if config.schedule == "recorded":
+        schedule = recorded_schedule(jobs, workload.system_nodes)
+    else:
+        schedule = simulate(jobs, workload.system_nodes, backfill=config.backfill,
+                            outages=outages, recovery=config.recovery_params(),
+                            progress=progress)
+    waits = array("d", (j.start - j.submit for j in jobs))
+    affected = bytearray(1 if j.affected else 0 for j in jobs)
+    n = len(jobs)
+    hit = [w for w, a in zip(waits, affected) if a]
+    every, affected_only = wait_stats(waits), wait_stats(hit)
+    base = {
+        "jobs": n,
+        "system_nodes": workload.system_nodes,
+        "failures": schedule.failures,
+        "node_mtbf_days": node_mtbf_days,
+        "utilisation_pct": 100.0 * schedule.utilisation,
+        "wait_mean": every.mean,
+        "wait_sd": every.sd,
+        "affected_jobs": len(hit),
+        "affected_pct": 100.0 * len(hit) / n if n else 0.0,
+        "affected_wait_mean": affected_only.mean,
+        "affected_wait_sd": affected_only.sd,
+        "kills": sum(j.kills for j in jobs),
+        "makespan_s": schedule.last_end - schedule.first_submit,
+    }
+    rows = []
+    variants = list(replications) or [config]
+    machine_nodes = machine_nodes or workload.system_nodes
+    for variant in variants:
+        values = dict(base)
+        if variant.strategy:
+            # Seed table 4.2: memory is under 8 % of scratch on the top systems; without a
+            # given scratch size, take the aggregate memory as 7.8 % of it (Jaguar's ratio).
+            scratch = variant.scratch_bytes or machine_nodes * variant.node_memory_bytes / 0.078
+            result = replay_replication(schedule, ReplicationParams(
+                variant.strategy, variant.alpha, variant.threshold, variant.copy_bandwidth,
+                scratch))
+            values.update(scratch_bytes=scratch, at_risk_pct=result.at_risk_pct,
+                          space_mean_pct=result.space_mean_pct,
+                          space_max_pct=result.space_max_pct,
+                          replicated_jobs=result.replicated_jobs)
+        rows.append(ReplayRow(variant, values))
+    return ReplayOutcome(rows, waits, affected, skipped)
+

@@ -1,0 +1,279 @@
+"""A grid of replay configurations: plan it from a TOML file, run it here or as a Slurm array, collect.
+
+The sweep file has a ``[replay]`` table of settings shared by every run and a ``[grid]`` table
+whose values are lists; every combination is one run. Relative paths are taken from the
+sweep file's folder. Runs that differ only in replication settings share one schedule, so a
+*task* is one schedule and all its replication variants; task results are written under
+``OUTPUT/tasks/`` and :func:`collect` merges them into ``OUTPUT/results.csv`` with the
+cross-run filtered wait statistics.
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import hashlib
+import itertools
+import json
+import math
+import os
+import re
+import shlex
+import sys
+import tomllib
+from array import array
+from collections import defaultdict
+from collections.abc import Callable
+from dataclasses import dataclass
+from multiprocessing import get_context
+
+from ..errors import InputError, ScratchkeeperError
+from ..runner import get_runner
+from .metrics import filtered_wait_stats
+from .run import ReplayConfig, run_replay
+
+CONFIG_FIELDS = [f.name for f in dataclasses.fields(ReplayConfig)]
+METRIC_FIELDS = ["jobs", "system_nodes", "failures", "node_mtbf_days", "utilisation_pct",
+                 "wait_mean", "wait_sd", "filtered_jobs", "filtered_wait_mean",
+                 "filtered_wait_sd", "affected_jobs", "affected_pct", "affected_wait_mean",
+                 "affected_wait_sd", "kills", "makespan_s", "scratch_bytes", "at_risk_pct",
+                 "space_mean_pct", "space_max_pct", "replicated_jobs"]
+
+
+@dataclass
+class SweepPlan:
+    path: str
+    tasks: list[list[ReplayConfig]]     # each: configurations sharing one schedule
+
+    @property
+    def runs(self) -> int:
+        return sum(len(t) for t in self.tasks)
+
+
+def load_sweep(path: str) -> SweepPlan:
+    """Read a sweep file and expand its grid into tasks; errors name the file and the key."""
+    try:
+        with open(path, "rb") as stream:
+            document = tomllib.load(stream)
+    except OSError as err:
+        raise InputError(f"cannot read sweep file: {err.strerror or err}", path=path) from err
+    except tomllib.TOMLDecodeError as err:
+        # Python 3.11 puts the place only in the text: "Invalid value (at line 2, column 9)".
+        found = re.search(r"^(.*) \(at line (\d+), column \d+\)$", str(err))
+        message, line = (found.group(1), int(found.group(2))) if found else (str(err), None)
+        raise InputError(f"not valid TOML: {message}", path=path, line=line) from err
+    unknown = set(document) - {"replay", "grid"}
+    if unknown:
+        raise InputError(f"unknown table(s) {', '.join(sorted(unknown))}; expected [replay] "
+                         "and [grid]", path=path)
+    base = dict(document.get("replay", {}))
+    grids = document.get("grid", {})
+    # [grid] is one table; [[grid]] several, whose combinations are all run (a union of grids).
+    if isinstance(grids, dict):
+        grids = [grids]
+    for grid in grids:
+        if not isinstance(grid, dict):
+            raise InputError("grid must be a table or an array of tables", path=path)
+        for key, values in grid.items():
+            if not isinstance(values, list) or not values:
+                raise InputError(f"grid.{key} must be a non-empty list", path=path)
+            if key in base:
+                raise InputError(f"{key!r} is set in both [replay] and [grid]", path=path)
+    folder = os.path.dirname(os.path.abspath(path))
+    for key in ("trace", "failures"):
+        if base.get(key):
+            base[key] = os.path.normpath(os.path.join(folder, base[key]))
+    configs = []
+    seen = set()
+    for grid in grids:
+        keys = list(grid)
+        for combo in itertools.product(*(grid[k] for k in keys)):
+            values = dict(base)
+            values.update(zip(keys, combo))
+            for key in ("trace", "failures"):
+                if key in grid and values.get(key):
+                    values[key] = os.path.normpath(os.path.join(folder, values[key]))
+            config = ReplayConfig.from_mapping(values, where=path)
+            if config not in seen:
+                seen.add(config)
+                configs.append(config)
+    if not configs:
+        raise InputError("the sweep has no run", path=path)
+    tasks: dict[tuple, list[ReplayConfig]] = {}
+    for config in configs:
+        tasks.setdefault(config.schedule_key(), []).append(config)
+    return SweepPlan(os.path.abspath(path), list(tasks.values()))
+
+
+def task_digest(configs: list[ReplayConfig]) -> str:
+    """Fingerprint of a task's configurations, so a result left by another sweep is not merged."""
+    text = json.dumps([dataclasses.asdict(c) for c in configs], sort_keys=True, default=repr)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def _task_stem(output: str, index: int) -> str:
+    return os.path.join(output, "tasks", f"task-{index:04d}")
+
+
+def run_task(plan: SweepPlan, index: int, output: str) -> int:
+    """Run task ``index`` of the plan and write its rows and per-job waits; returns rows written."""
+    if not 0 <= index < len(plan.tasks):
+        raise InputError(f"task {index} out of range (the sweep has {len(plan.tasks)} tasks)",
+                         path=plan.path)
+    configs = plan.tasks[index]
+    outcome = run_replay(configs[0], configs)
+    stem = _task_stem(output, index)
+    os.makedirs(os.path.dirname(stem), exist_ok=True)
+    # Written under a temporary name and renamed, so a killed task leaves no half result.
+    with open(stem + ".waits.tmp", "wb") as stream:
+        outcome.waits.tofile(stream)
+    with open(stem + ".affected.tmp", "wb") as stream:
+        stream.write(outcome.affected)
+    rows = [dict(dataclasses.asdict(r.config), **r.values) for r in outcome.rows]
+    with open(stem + ".json.tmp", "w") as stream:
+        json.dump({"digest": task_digest(configs), "rows": rows, "skipped": outcome.skipped},
+                  stream, default=_json_default)
+    for suffix in (".waits", ".affected", ".json"):
+        os.replace(stem + suffix + ".tmp", stem + suffix)
+    return len(rows)
+
+
+def _json_default(value):
+    raise TypeError(f"cannot write {type(value).__name__} to JSON")
+
+
+def _run_task_in_child(args: tuple[SweepPlan, int, str]) -> tuple[int, str | None]:
+    plan, index, output = args
+    try:
+        run_task(plan, index, output)
+        return index, None
+    except ScratchkeeperError as err:
+        return index, str(err)
+
+
+def run_local(plan: SweepPlan, output: str, workers: int,
+              progress: Callable[[int, int], None] | None = None) -> list[str]:
+    """Run every task on up to ``workers`` local processes; returns the error lines of failed tasks."""
+    todo = [(plan, i, output) for i in range(len(plan.tasks))]
+    errors = []
+    done = 0
+    if workers <= 1:
+        results = map(_run_task_in_child, todo)
+        for index, error in results:
+            done += 1
+            if error:
+                errors.append(f"task {index}: {error}")
+            if progress:
+                progress(done, len(todo))
+        return errors
+    with get_context("fork").Pool(processes=workers) as pool:
+        for index, error in pool.imap_unordered(_run_task_in_child, todo):
+            done += 1
+            if error:
+                errors.append(f"task {index}: {error}")
+            if progress:
+                progress(done, len(todo))
+    return errors
+
+
+def slurm_script(plan: SweepPlan, output: str, *, partition: str = "", time_limit: str = "",
+                 python: str = sys.executable) -> str:
+    """The job-array script: task ``$SLURM_ARRAY_TASK_ID`` of the sweep, one core each."""
+    lines = ["#!/bin/sh",
+             "#SBATCH --job-name=sk-sweep",
+             f"#SBATCH --array=0-{len(plan.tasks) - 1}",
+             "#SBATCH --ntasks=1",
+             "#SBATCH --cpus-per-task=1",
+             f"#SBATCH --output={shlex.quote(os.path.join(output, 'tasks', 'slurm-%A_%a.out'))}"]
+    if partition:
+        lines.append(f"#SBATCH --partition={shlex.quote(partition)}")
+    if time_limit:
+        lines.append(f"#SBATCH --time={shlex.quote(time_limit)}")
+    lines.append(" ".join([shlex.quote(python), "-m", "scratchkeeper", "sweep",
+                           shlex.quote(plan.path), "--output", shlex.quote(output),
+                           "--task", '"$SLURM_ARRAY_TASK_ID"']))
+    return "\n".join(lines) + "\n"
+
+
+def submit_slurm(plan: SweepPlan, output: str, *, partition: str = "", time_limit: str = "",
+                 sbatch: str = "sbatch", timeout: float = 60.0) -> tuple[str, str]:
+    """Submit the array and a collect job that runs after it; returns both job ids."""
+    os.makedirs(os.path.join(output, "tasks"), exist_ok=True)
+    script = os.path.join(output, "sweep.sbatch")
+    with open(script, "w") as stream:
+        stream.write(slurm_script(plan, output, partition=partition, time_limit=time_limit))
+    runner = get_runner()
+    array_id = _job_id(runner.run([sbatch, "--parsable", script], timeout=timeout).stdout)
+    collect = " ".join([shlex.quote(sys.executable), "-m", "scratchkeeper", "sweep",
+                        shlex.quote(plan.path), "--output", shlex.quote(output), "--collect"])
+    argv = [sbatch, "--parsable", f"--dependency=afterany:{array_id}", "--job-name=sk-collect",
+            f"--output={os.path.join(output, 'collect-%j.out')}"]
+    if partition:
+        argv.append(f"--partition={partition}")
+    argv.append(f"--wrap={collect}")
+    collect_id = _job_id(runner.run(argv, timeout=timeout).stdout)
+    return array_id, collect_id
+
+
+def _job_id(stdout: str) -> str:
+    text = stdout.strip().split(";")[0]
+    if not text.isdigit():
+        raise ScratchkeeperError(f"sbatch --parsable printed {stdout.strip()!r}, not a job id")
+    return text
+
+
+def collect(plan: SweepPlan, output: str) -> tuple[str, int, list[int]]:
+    """Merge task results into ``OUTPUT/results.csv``; returns its path, rows, missing tasks."""
+    rows = []
+    waits_by_run: dict[tuple, dict[int, array]] = defaultdict(dict)
+    missing = []
+    for index in range(len(plan.tasks)):
+        stem = _task_stem(output, index)
+        try:
+            with open(stem + ".json") as stream:
+                document = json.load(stream)
+            if document.get("digest") != task_digest(plan.tasks[index]):
+                # Written for another grid (the sweep file changed): not this task's result.
+                missing.append(index)
+                continue
+            task_rows = document["rows"]
+            waits = array("d")
+            with open(stem + ".waits", "rb") as stream:
+                waits.frombytes(stream.read())
+        except FileNotFoundError:
+            missing.append(index)
+            continue
+        except (OSError, ValueError, KeyError) as err:
+            raise InputError(f"unreadable task result: {err}", path=stem + ".json") from err
+        for row in task_rows:
+            row["_task"] = index
+            rows.append(row)
+        config = plan.tasks[index][0]
+        waits_by_run[config.workload_key()][index] = waits
+    filtered = {}
+    for group in waits_by_run.values():
+        try:
+            filtered.update(filtered_wait_stats(group))
+        except ValueError as err:
+            raise InputError(f"cannot compare runs: {err}", path=plan.path) from err
+    for row in rows:
+        stats = filtered[row.pop("_task")]
+        row.update(filtered_jobs=stats.jobs, filtered_wait_mean=stats.mean,
+                   filtered_wait_sd=stats.sd)
+    path = os.path.join(output, "results.csv")
+    with open(path + ".tmp", "w", newline="") as stream:
+        writer = csv.DictWriter(stream, fieldnames=CONFIG_FIELDS + METRIC_FIELDS,
+                                extrasaction="ignore")
+        writer.writeheader()
+        for row in rows:
+            writer.writerow({k: _cell(v) for k, v in row.items()})
+    os.replace(path + ".tmp", path)
+    return path, len(rows), missing
+
+
+def _cell(value):
+    if isinstance(value, float):
+        if math.isnan(value):
+            return ""
+        return repr(value)
+    return value

@@ -1,0 +1,446 @@
+"""Readers of job and failure traces, each turning text into plain dataclasses.
+
+Four formats: the Standard Workload Format of the Parallel Workloads Archive (18 fields and the
+``; Key: value`` header), the LANL failure CSV (LA-UR-05-7318 columns), the LANL system-20 job
+log (LA-UR-06-0803, ``job_end_time user_id nprocs submit_time ... / node ranges /``) and a simple
+CSV for a site's own job log. A corrupt line raises :class:`TraceError` naming file and line, or,
+with ``strict=False``, is skipped and counted in the :class:`ReadReport`.
+"""
+
+from __future__ import annotations
+
+import bz2
+import csv
+import gzip
+import io
+import lzma
+import os
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+
+from ..errors import TraceError
+
+#: SWF field names in file order (Feitelson's definition, version 2.2).
+SWF_FIELDS = (
+    "job_id", "submit_time", "wait_time", "run_time", "allocated_procs", "average_cpu_time",
+    "used_memory", "requested_procs", "requested_time", "requested_memory", "status", "user_id",
+    "group_id", "executable", "queue", "partition", "preceding_job", "think_time",
+)
+# Fields 6 (average CPU time) and 7 (used memory) may be fractional in real traces (HPC2N).
+_SWF_FLOAT_FIELDS = {5, 6}
+
+
+@dataclass(slots=True)
+class SwfJob:
+    """One SWF record; ``-1`` means unknown, as in the format. Memory fields are KB per processor."""
+
+    job_id: int
+    submit_time: int
+    wait_time: int
+    run_time: int
+    allocated_procs: int
+    average_cpu_time: float
+    used_memory: float
+    requested_procs: int
+    requested_time: int
+    requested_memory: int
+    status: int
+    user_id: int
+    group_id: int
+    executable: int
+    queue: int
+    partition: int
+    preceding_job: int
+    think_time: int
+
+
+@dataclass
+class SwfHeader:
+    """The ``; Key: value`` header comments; repeated keys (``Queue``, ``Partition``) keep all values."""
+
+    fields: dict[str, list[str]] = field(default_factory=dict)
+
+    def get(self, key: str, default: str | None = None) -> str | None:
+        values = self.fields.get(key)
+        return values[0] if values else default
+
+    def get_int(self, key: str) -> int | None:
+        value = self.get(key)
+        try:
+            return int(value.split()[0]) if value else None
+        except ValueError:
+            return None
+
+    @property
+    def max_nodes(self) -> int | None:
+        return self.get_int("MaxNodes")
+
+    @property
+    def max_procs(self) -> int | None:
+        return self.get_int("MaxProcs")
+
+    @property
+    def unix_start_time(self) -> int | None:
+        return self.get_int("UnixStartTime")
+
+
+@dataclass
+class ReadReport:
+    """What a reader kept and skipped, with the first skipped lines for the user to look at."""
+
+    path: str
+    records: int = 0
+    skipped: Counter = field(default_factory=Counter)
+    first_errors: list[str] = field(default_factory=list)
+
+    @property
+    def skipped_total(self) -> int:
+        return sum(self.skipped.values())
+
+    def skip(self, err: TraceError, reason: str) -> None:
+        self.skipped[reason] += 1
+        if len(self.first_errors) < 5:
+            self.first_errors.append(str(err))
+
+
+@dataclass
+class SwfTrace:
+    header: SwfHeader
+    jobs: list[SwfJob]
+    report: ReadReport
+
+
+def open_text(path: str | os.PathLike) -> io.TextIOBase:
+    """Open a trace, uncompressing ``.gz``, ``.xz`` and ``.bz2`` on the fly."""
+    name = os.fspath(path)
+    try:
+        if name.endswith(".gz"):
+            return gzip.open(name, "rt", encoding="utf-8", errors="replace", newline="")
+        if name.endswith(".xz"):
+            return lzma.open(name, "rt", encoding="utf-8", errors="replace", newline="")
+        if name.endswith(".bz2"):
+            return bz2.open(name, "rt", encoding="utf-8", errors="replace", newline="")
+        return open(name, encoding="utf-8", errors="replace", newline="")
+    except OSError as err:
+        raise TraceError(f"cannot open trace: {err.strerror or err}", path=name) from err
+
+
+def _fail_or_skip(report: ReadReport, strict: bool, message: str, path: str, line: int,
+                  reason: str) -> None:
+    err = TraceError(message, path=path, line=line)
+    if strict:
+        raise err
+    report.skip(err, reason)
+
+
+def _is_float(text: str) -> bool:
+    try:
+        float(text)
+        return True
+    except ValueError:
+        return False
+
+
+def _swf_values_leniently(parts: list[str]) -> list | int:
+    """The record's values accepting integral fields written as ``12.0`` (some converters do);
+    else the index of the first field that is not a number."""
+    values: list = []
+    for index, text in enumerate(parts):
+        try:
+            number = float(text)
+        except ValueError:
+            return index
+        if index in _SWF_FLOAT_FIELDS:
+            values.append(number)
+        elif number.is_integer():
+            values.append(int(number))
+        else:
+            return index
+    return values
+
+
+def read_swf(path: str | os.PathLike, *, strict: bool = True, limit: int | None = None) -> SwfTrace:
+    """Read a Standard Workload Format file: header comments and all 18 fields of each job.
+
+    ``limit`` stops after that many job records (the first part of a trace).
+    """
+    name = os.fspath(path)
+    header = SwfHeader()
+    report = ReadReport(name)
+    jobs: list[SwfJob] = []
+    ints = [i not in _SWF_FLOAT_FIELDS for i in range(18)]
+    with open_text(name) as stream:
+        try:
+            for number, line in enumerate(stream, 1):
+                text = line.strip()
+                if not text:
+                    continue
+                if text[0] == ";":
+                    key, sep, value = text[1:].partition(":")
+                    if sep and key.strip():
+                        header.fields.setdefault(key.strip(), []).append(value.strip())
+                    continue
+                parts = text.split()
+                if len(parts) != 18:
+                    _fail_or_skip(report, strict, f"SWF record has {len(parts)} fields, expected 18",
+                                  name, number, "field count")
+                    continue
+                try:
+                    values = [int(p) if is_int else float(p) for p, is_int in zip(parts, ints)]
+                except ValueError:
+                    values = _swf_values_leniently(parts)
+                    if isinstance(values, int):
+                        field_text = parts[values]
+                        what = "an integer" if _is_float(field_text) else "a number"
+                        _fail_or_skip(report, strict,
+                                      f"SWF field {values + 1} ({SWF_FIELDS[values]}) is not "
+                                      f"{what}: {field_text!r}", name, number, "not a number")
+                        continue
+                job = SwfJob(*values)
+                if job.submit_time < 0:
+                    _fail_or_skip(report, strict, f"SWF job {job.job_id} has a negative submit time",
+                                  name, number, "negative submit time")
+                    continue
+                jobs.append(job)
+                report.records += 1
+                if limit is not None and report.records >= limit:
+                    break
+        except (EOFError, lzma.LZMAError, gzip.BadGzipFile, OSError) as err:
+            raise TraceError(f"cannot read trace: {err}", path=name) from err
+    return SwfTrace(header, jobs, report)
+
+
+# ---------------------------------------------------------------------------------------------
+# LANL failure data (LA-UR-05-7318)
+
+LANL_FAILURE_COLUMNS = (
+    "System", "machine type", "nodes", "procstot", "procsinnode", "nodenum", "nodenumz",
+    "node install", "node prod", "node decom", "fru type", "mem", "cputype", "memtype",
+    "num intercon", "purpose", "Prob Started", "Prob Fixed", "Down Time", "Facilities",
+    "Hardware", "Human Error", "Network", "Undetermined", "Software", "Same Event",
+)
+_BLAME_COLUMNS = ("Facilities", "Hardware", "Human Error", "Network", "Undetermined", "Software")
+
+
+@dataclass(slots=True)
+class FailureRecord:
+    """One node failure: when it started, how long the node was down, and what was blamed."""
+
+    system: int
+    system_nodes: int
+    node: int
+    started: float          # Unix seconds, UTC
+    down_seconds: float
+    cause: str
+    same_event: bool
+
+
+@dataclass
+class FailureTrace:
+    records: list[FailureRecord]
+    report: ReadReport
+
+    def for_system(self, system: int) -> list[FailureRecord]:
+        return [r for r in self.records if r.system == system]
+
+
+def _lanl_time(text: str) -> float:
+    """``m/d/YYYY H:MM`` as Unix seconds; the source gives no zone, UTC is assumed."""
+    moment = datetime.strptime(text.strip(), "%m/%d/%Y %H:%M")
+    return moment.replace(tzinfo=timezone.utc).timestamp()
+
+
+def read_lanl_failures(path: str | os.PathLike, *, strict: bool = True,
+                       system: int | None = None) -> FailureTrace:
+    """Read the LANL failure CSV; ``system`` keeps only that system's records."""
+    name = os.fspath(path)
+    report = ReadReport(name)
+    records: list[FailureRecord] = []
+    with open_text(name) as stream:
+        reader = csv.reader(stream)
+        try:
+            head = next(reader)
+        except StopIteration:
+            raise TraceError("empty failure trace (no header line)", path=name, line=1) from None
+        head = [h.strip() for h in head]
+        missing = [c for c in ("System", "nodes", "nodenum", "Prob Started", "Down Time")
+                   if c not in head]
+        if missing:
+            raise TraceError(f"not a LANL failure CSV: missing column(s) {', '.join(missing)}",
+                             path=name, line=1)
+        col = {c: i for i, c in enumerate(head)}
+        blame = [(c, col[c]) for c in _BLAME_COLUMNS if c in col]
+        for row in reader:
+            number = reader.line_num
+            if not row or all(not c.strip() for c in row):
+                continue
+            if len(row) < len(head):
+                _fail_or_skip(report, strict, f"failure record has {len(row)} columns, expected "
+                              f"{len(head)}", name, number, "column count")
+                continue
+            try:
+                sys_id = int(row[col["System"]])
+            except ValueError:
+                _fail_or_skip(report, strict, f"System is not a number: {row[col['System']]!r}",
+                              name, number, "not a number")
+                continue
+            if system is not None and sys_id != system:
+                continue
+            try:
+                nodes = int(row[col["nodes"]])
+                node = int(row[col["nodenum"]])
+                started = _lanl_time(row[col["Prob Started"]])
+                down = float(row[col["Down Time"]]) * 60.0
+            except ValueError as err:
+                _fail_or_skip(report, strict, f"bad failure record: {err}", name, number,
+                              "bad value")
+                continue
+            if down < 0:
+                _fail_or_skip(report, strict, f"negative Down Time {down / 60:g} minutes", name,
+                              number, "negative down time")
+                continue
+            cause = next((f"{c}: {row[i].strip()}" for c, i in blame if row[i].strip()), "")
+            same = col.get("Same Event") is not None and row[col["Same Event"]].strip() == "Yes"
+            records.append(FailureRecord(sys_id, nodes, node, started, down, cause, same))
+            report.records += 1
+    records.sort(key=lambda r: r.started)
+    return FailureTrace(records, report)
+
+
+# ---------------------------------------------------------------------------------------------
+# LANL job log (LA-UR-06-0803)
+
+@dataclass(slots=True)
+class LanlJob:
+    """One LANL job-log line (Unix seconds); ``node_ranges`` are inclusive (first, last) pairs."""
+
+    job_end_time: int
+    user_id: int
+    nprocs: int
+    submit_time: int
+    suggested_start: int
+    deadline: int
+    dispatch_time: int
+    cpu_user_s: float
+    cpu_sys_s: float
+    total_cpu: float
+    batch_id: str
+    status: str
+    node_ranges: tuple[tuple[int, int], ...]
+
+    @property
+    def run_time(self) -> int:
+        return self.job_end_time - self.dispatch_time
+
+
+def _node_ranges(text: str) -> tuple[tuple[int, int], ...]:
+    ranges = []
+    for piece in text.replace(",", " ").split():
+        first, sep, last = piece.partition("-")
+        a = int(first)
+        b = int(last) if sep else a
+        if b < a:
+            raise ValueError(f"node range {piece!r} runs backwards")
+        ranges.append((a, b))
+    return tuple(ranges)
+
+
+def read_lanl_jobs(path: str | os.PathLike, *, strict: bool = True) -> tuple[list[LanlJob], ReadReport]:
+    """Read a LANL job log: 12 fields, then the node ranges between slashes."""
+    name = os.fspath(path)
+    report = ReadReport(name)
+    jobs: list[LanlJob] = []
+    with open_text(name) as stream:
+        for number, line in enumerate(stream, 1):
+            text = line.strip()
+            if not text or text.startswith("#"):
+                continue
+            head, slash, rest = text.partition("/")
+            parts = head.split()
+            if len(parts) != 12:
+                _fail_or_skip(report, strict, f"LANL job line has {len(parts)} fields before the "
+                              "node list, expected 12", name, number, "field count")
+                continue
+            if slash and not rest.rstrip().endswith("/"):
+                _fail_or_skip(report, strict, "node list is not closed by '/'", name, number,
+                              "node list")
+                continue
+            try:
+                ints = [int(p) for p in parts[:7]]
+                cpu = [float(p) for p in parts[7:10]]
+                ranges = _node_ranges(rest.rstrip()[:-1]) if slash else ()
+            except ValueError as err:
+                _fail_or_skip(report, strict, f"bad LANL job line: {err}", name, number,
+                              "bad value")
+                continue
+            job = LanlJob(*ints, *cpu, parts[10], parts[11], ranges)
+            if job.dispatch_time < job.submit_time or job.job_end_time < job.dispatch_time:
+                _fail_or_skip(report, strict, f"job {job.batch_id}: times out of order (submit "
+                              f"{job.submit_time}, dispatch {job.dispatch_time}, end "
+                              f"{job.job_end_time})", name, number, "times out of order")
+                continue
+            jobs.append(job)
+            report.records += 1
+    return jobs, report
+
+
+# ---------------------------------------------------------------------------------------------
+# Simple site CSV
+
+SITE_CSV_REQUIRED = ("job_id", "submit_time", "run_time", "procs")
+SITE_CSV_OPTIONAL = ("requested_time", "memory_kb_per_proc", "input_bytes")
+
+
+@dataclass(slots=True)
+class SiteJob:
+    """A row of a site's own job log; times in seconds, ``-1`` for an unknown optional value."""
+
+    job_id: str
+    submit_time: float
+    run_time: float
+    procs: int
+    requested_time: float = -1
+    memory_kb_per_proc: float = -1
+    input_bytes: float = -1
+
+
+def read_site_csv(path: str | os.PathLike, *, strict: bool = True) -> tuple[list[SiteJob], ReadReport]:
+    """Read a CSV with a header naming at least ``job_id,submit_time,run_time,procs``."""
+    name = os.fspath(path)
+    report = ReadReport(name)
+    jobs: list[SiteJob] = []
+    with open_text(name) as stream:
+        reader = csv.DictReader(stream)
+        if reader.fieldnames is None:
+            raise TraceError("empty site CSV (no header line)", path=name, line=1)
+        missing = [c for c in SITE_CSV_REQUIRED if c not in reader.fieldnames]
+        if missing:
+            raise TraceError(f"site CSV header lacks column(s) {', '.join(missing)}", path=name,
+                             line=1)
+        for row in reader:
+            number = reader.line_num
+            try:
+                values = dict(job_id=row["job_id"].strip(), submit_time=float(row["submit_time"]),
+                              run_time=float(row["run_time"]), procs=int(row["procs"]))
+                for key in SITE_CSV_OPTIONAL:
+                    if row.get(key) not in (None, ""):
+                        values[key] = float(row[key])
+            except (ValueError, TypeError, AttributeError) as err:
+                _fail_or_skip(report, strict, f"bad site CSV row: {err}", name, number,
+                              "bad value")
+                continue
+            if values["procs"] <= 0 or values["run_time"] < 0 or values["submit_time"] < 0:
+                _fail_or_skip(report, strict, "procs must be > 0, run_time and submit_time >= 0",
+                              name, number, "out of range")
+                continue
+            jobs.append(SiteJob(**values))
+            report.records += 1
+    return jobs, report
+
+
+def iter_records(report: ReadReport) -> Iterator[str]:
+    """Lines describing what was skipped, for the CLI to print."""
+    for reason, count in sorted(report.skipped.items()):
+        yield f"{report.path}: skipped {count} line(s): {reason}"

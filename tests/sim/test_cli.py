@@ -1,0 +1,160 @@
+"""``scratchkeeper replay``, ``sweep`` and ``report`` from the command line."""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import os
+from pathlib import Path
+
+import pytest
+
+from scratchkeeper.cli import main
+from scratchkeeper.cli.replay import parse_size
+from scratchkeeper.runner import CommandResult, set_runner
+from scratchkeeper.sim import DATA_DIR
+
+RICC_EXCERPT = os.path.join(DATA_DIR, "RICC-2010-2-first5000.swf.gz")
+LANL_EXCERPT = os.path.join(DATA_DIR, "LA-UR-05-7318-system20.csv.xz")
+
+
+def test_replay_prints_a_summary_table_and_writes_csv(tmp_path, capsys):
+    out = tmp_path / "rows.csv"
+    code = main(["replay", RICC_EXCERPT, "--limit", "800", "--failures", LANL_EXCERPT,
+                 "--policy", "ideal", "none", "--strategy", "shortcut", "--alpha", "0.5", "inf",
+                 "--stripe-count", "8", "--ost-count", "16", "--no-progress", "--csv", str(out)])
+    assert code == 0
+    text = capsys.readouterr().out
+    assert "jobs 800" in text and "at risk %" in text
+    rows = list(csv.DictReader(out.open()))
+    assert [(r["policy"], r["alpha"]) for r in rows] == [
+        ("ideal", "0.5"), ("ideal", "inf"), ("none", "0.5"), ("none", "inf")]
+    assert all(r["filtered_jobs"] == rows[0]["filtered_jobs"] for r in rows)
+
+
+def test_replay_corrupt_trace_exits_2_naming_the_line(tmp_path, capsys):
+    trace = tmp_path / "bad.swf"
+    trace.write_text("; MaxProcs: 8\n1 0 0 10 4 -1 -1 4 60 -1 1 1 1 -1 1 -1 -1 -1\n1 0 0 10\n")
+    assert main(["replay", str(trace), "--strict", "--no-progress"]) == 2
+    assert capsys.readouterr().err.strip() == f"{trace}:3: SWF record has 4 fields, expected 18"
+    # Without --strict the line is skipped and reported.
+    assert main(["replay", str(trace), "--no-progress"]) == 0
+    assert "skipped 1 line(s): field count" in capsys.readouterr().err
+
+
+def test_replay_missing_trace_and_bad_option(tmp_path, capsys):
+    assert main(["replay", str(tmp_path / "none.swf"), "--no-progress"]) == 2
+    assert "no such trace file" in capsys.readouterr().err
+    assert main(["replay", RICC_EXCERPT, "--stripe-count", "40", "--no-progress"]) == 2
+    assert "stripe count must be within 2..32" in capsys.readouterr().err
+
+
+def _sweep_file(tmp_path: Path) -> Path:
+    path = tmp_path / "sweep.toml"
+    path.write_text(f"""
+[replay]
+trace = "{RICC_EXCERPT}"
+failures = "{LANL_EXCERPT}"
+limit = 600
+ost_count = 16
+
+[[grid]]
+policy = ["none", "on-the-fly"]
+stripe_count = [2, 8]
+strategy = ["fcfs", "dispatch-aware"]
+alpha = [0.5, inf]
+
+[[grid]]
+policy = ["ideal"]
+stripe_count = [2]
+""")
+    return path
+
+
+def test_sweep_runs_locally_and_report_draws_the_figures(tmp_path, capsys):
+    sweep = _sweep_file(tmp_path)
+    output = tmp_path / "out"
+    assert main(["sweep", str(sweep), "--output", str(output), "--workers", "1"]) == 0
+    rows = list(csv.DictReader((output / "results.csv").open()))
+    assert len(rows) == 2 * 2 * 2 * 2 + 1
+    # One schedule per (policy, stripe count): 5 tasks for 17 rows.
+    assert len(list((output / "tasks").glob("*.json"))) == 5
+    assert len({r["filtered_jobs"] for r in rows}) == 1
+    assert main(["report", str(output / "results.csv"), "--output", str(tmp_path / "rep")]) == 0
+    written = sorted(p.name for p in (tmp_path / "rep").iterdir())
+    assert written == ["replication_vs_alpha.png", "summary.rst", "wait_vs_stripe_count.png"]
+    assert all((tmp_path / "rep" / name).stat().st_size > 10000 for name in written
+               if name.endswith(".png"))
+    table = (tmp_path / "rep" / "summary.rst").read_text()
+    assert "0.14 -> 2.09" in table and "stripe 2 -> 8" in table
+
+
+def test_sweep_bad_file_names_file_and_line(tmp_path, capsys):
+    bad = tmp_path / "bad.toml"
+    bad.write_text("[replay]\ntrace = \n")
+    assert main(["sweep", str(bad)]) == 2
+    assert capsys.readouterr().err.startswith(f"{bad}:2: not valid TOML")
+    bad.write_text("[replay]\ntrace = 't'\n[grid]\nstripes = [2]\n")
+    assert main(["sweep", str(bad)]) == 2
+    assert "unknown replay setting 'stripes'" in capsys.readouterr().err
+
+
+class _FakeSbatch:
+    """Answers sbatch --parsable with job ids and records every argv."""
+
+    def __init__(self):
+        self.calls = []
+
+    def run(self, argv, **kwargs):
+        self.calls.append(list(argv))
+        return CommandResult(tuple(argv), 0, f"{4100 + len(self.calls)}\n", "", 0.01)
+
+
+def test_sweep_slurm_submits_an_array_and_a_collect_job(tmp_path, capsys):
+    sweep = _sweep_file(tmp_path)
+    output = tmp_path / "out"
+    fake = _FakeSbatch()
+    previous = set_runner(fake)
+    try:
+        assert main(["sweep", str(sweep), "--output", str(output), "--slurm",
+                     "--partition", "debug"]) == 0
+    finally:
+        set_runner(previous)
+    array_call, collect_call = fake.calls
+    assert array_call[:2] == ["sbatch", "--parsable"]
+    script = Path(array_call[2]).read_text()
+    assert "#SBATCH --array=0-4" in script and "#SBATCH --partition=debug" in script
+    assert '--task "$SLURM_ARRAY_TASK_ID"' in script
+    assert "--dependency=afterany:4101" in collect_call
+    assert any(a.startswith("--wrap=") and "--collect" in a for a in collect_call)
+    assert "job array 4101" in capsys.readouterr().out
+    # What one array task does, then the collect job: task 0 alone leaves 4 missing.
+    assert main(["sweep", str(sweep), "--output", str(output), "--task", "0"]) == 0
+    assert main(["sweep", str(sweep), "--output", str(output), "--collect"]) == 1
+    assert "tasks without a result: 1, 2, 3, 4" in capsys.readouterr().err
+
+
+def test_report_rejects_a_file_that_is_not_results(tmp_path, capsys):
+    other = tmp_path / "x.csv"
+    other.write_text("a,b\n1,2\n")
+    assert main(["report", str(other)]) == 2
+    assert capsys.readouterr().err.startswith(f"{other}:1: not a sweep results.csv")
+
+
+def test_sizes_and_rates_on_the_command_line():
+    assert parse_size("1e8") == 1e8
+    assert parse_size("100MB/s") == parse_size("100M") == 100 * 1024 ** 2
+    assert parse_size("1GiB") == 1024 ** 3
+    with pytest.raises(argparse.ArgumentTypeError, match="not a size"):
+        parse_size("fast")
+
+
+def test_collect_ignores_results_of_another_grid(tmp_path, capsys):
+    sweep = _sweep_file(tmp_path)
+    output = tmp_path / "out"
+    assert main(["sweep", str(sweep), "--output", str(output), "--task", "0"]) == 0
+    assert main(["sweep", str(sweep), "--output", str(output), "--collect"]) == 1
+    assert "tasks without a result: 1, 2, 3, 4" in capsys.readouterr().err
+    sweep.write_text(sweep.read_text().replace("limit = 600", "limit = 500"))
+    assert main(["sweep", str(sweep), "--output", str(output), "--collect"]) == 1
+    assert "tasks without a result: 0, 1, 2, 3, 4" in capsys.readouterr().err

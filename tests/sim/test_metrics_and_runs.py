@@ -1,0 +1,108 @@
+"""Cross-run filtering, whole replays on the shipped excerpt, determinism."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+
+import pytest
+
+from scratchkeeper.errors import InputError
+from scratchkeeper.sim import DATA_DIR
+from scratchkeeper.sim.metrics import filtered_wait_stats, nonzero_somewhere, wait_stats
+from scratchkeeper.sim.outages import (extrapolated_outages, failure_stats, replayed_outages)
+from scratchkeeper.sim.run import ReplayConfig, run_replay
+from scratchkeeper.sim.traces import read_lanl_failures
+
+RICC_EXCERPT = os.path.join(DATA_DIR, "RICC-2010-2-first5000.swf.gz")
+LANL_EXCERPT = os.path.join(DATA_DIR, "LA-UR-05-7318-system20.csv.xz")
+
+
+def test_jobs_with_zero_wait_in_every_run_are_left_out():
+    runs = {"a": [0, 0, 5, 0], "b": [0, 3, 5, 0]}
+    assert nonzero_somewhere(runs) == [1, 2]
+    stats = filtered_wait_stats(runs)
+    assert (stats["a"].jobs, stats["a"].mean, stats["a"].sd) == (2, 2.5, 2.5)
+    assert (stats["b"].mean, stats["b"].sd) == (4.0, 1.0)
+    assert math.isnan(wait_stats([]).mean)
+    with pytest.raises(ValueError, match="different job counts"):
+        nonzero_somewhere({"a": [1], "b": [1, 2]})
+
+
+def test_failure_statistics_of_system_20():
+    records = read_lanl_failures(LANL_EXCERPT).records
+    stats = failure_stats(records)
+    # 2,478 failures of 512 nodes over about 3.8 years: a node fails every ~290 days.
+    assert 200 < stats.node_mtbf_days < 400
+    outages = extrapolated_outages(stats, 64, 150 * 86400, seed=3)
+    assert outages == extrapolated_outages(stats, 64, 150 * 86400, seed=3)
+    assert outages != extrapolated_outages(stats, 64, 150 * 86400, seed=4)
+    # 64 OSTs x 150 days / 290 days per failure: about 33 outages.
+    assert 10 < len(outages) < 80
+    replayed = replayed_outages(records, 64, 30 * 86400)
+    assert replayed and all(0 <= o.ost_index < 64 and o.down < 30 * 86400 for o in replayed)
+    for ost in {o.ost_index for o in replayed}:
+        spans = sorted((o.down, o.up) for o in replayed if o.ost_index == ost)
+        assert all(a[1] < b[0] for a, b in zip(spans, spans[1:]))    # merged, no overlap
+
+
+def _config(**kwargs):
+    values = dict(trace=RICC_EXCERPT, limit=1500, failures=LANL_EXCERPT, stripe_count=8,
+                  ost_count=16)
+    values.update(kwargs)
+    return ReplayConfig(**values)
+
+
+def test_same_seed_same_result_other_seed_other_result():
+    first = run_replay(_config(policy="none"))
+    again = run_replay(_config(policy="none"))
+    assert first.waits == again.waits and first.affected == again.affected
+    assert first.rows[0].values == again.rows[0].values
+    other = run_replay(_config(policy="none", seed=2))
+    assert other.waits != first.waits
+
+
+def test_recovery_policies_on_the_excerpt():
+    outcomes = {policy: run_replay(_config(policy=policy))
+                for policy in ("ideal", "none", "on-the-fly")}
+    ideal, none, on_the_fly = (outcomes[p].rows[0].values for p in ("ideal", "none", "on-the-fly"))
+    assert ideal["failures"] == 0 and ideal["affected_jobs"] == 0
+    assert none["failures"] > 0 and none["affected_jobs"] > 0 and none["kills"] > 0
+    assert on_the_fly["kills"] == 0
+    # Requeued at the tail, affected jobs wait far longer without recovery.
+    assert none["affected_wait_mean"] > 2 * on_the_fly["affected_wait_mean"]
+
+
+def test_replication_variants_share_one_schedule():
+    base = _config(policy="ideal", failures="")
+    variants = [dataclasses.replace(base, strategy=s, alpha=a)
+                for s in ("fcfs", "dispatch-aware") for a in (0.2, math.inf)]
+    outcome = run_replay(base, variants)
+    risk = {(r.config.strategy, r.config.alpha): r.values["at_risk_pct"] for r in outcome.rows}
+    assert risk[("fcfs", 0.2)] >= risk[("dispatch-aware", 0.2)]
+    # alpha = inf replicates every queued job on submission, whatever the order.
+    assert risk[("fcfs", math.inf)] == risk[("dispatch-aware", math.inf)]
+    assert all(0 < r.values["space_mean_pct"] for r in outcome.rows)
+
+
+def test_config_from_mapping_names_the_bad_key():
+    with pytest.raises(InputError, match="unknown replay setting 'stripes'"):
+        ReplayConfig.from_mapping({"trace": "t", "stripes": 4}, where="s.toml")
+    with pytest.raises(InputError, match="'stripe_count' expects int"):
+        ReplayConfig.from_mapping({"trace": "t", "stripe_count": "four"}, where="s.toml")
+    with pytest.raises(InputError, match="stripe count must be within 2..32"):
+        ReplayConfig.from_mapping({"trace": "t", "stripe_count": 64})
+
+
+def test_replayed_failures_and_other_trace_formats_run_end_to_end():
+    replayed = run_replay(_config(policy="on-the-fly", failure_mode="replayed"))
+    assert replayed.rows[0].values["failures"] > 0
+    here = os.path.join(os.path.dirname(__file__), "data")
+    lanl = run_replay(ReplayConfig(trace=os.path.join(here, "lanl-system20-jobs.txt"),
+                                   procs_per_node=4, policy="ideal"))
+    assert lanl.rows[0].values["jobs"] == 4 and lanl.rows[0].values["system_nodes"] == 16
+    site = run_replay(ReplayConfig(trace=os.path.join(here, "site-jobs.csv"), policy="ideal",
+                                   system_nodes=64))
+    # a1 (16 procs) and a2 (4) start on submission; a3 (64) waits for both.
+    assert list(site.waits) == [0.0, 0.0, 3600.0 - 90.0]
