@@ -146,6 +146,7 @@ class ScriptedRunner(CommandRunner):
     def __init__(self, answers):
         super().__init__()
         self.answers = answers
+        self.recorded: list[tuple[str, ...]] = []
 
     def run(self, argv, **kwargs):
         self.recorded.append(tuple(argv))
