@@ -17,8 +17,10 @@ solver_native = Extension(
 )
 
 setup(
+    # the templates folder is shipped as a package of data (one folder per scheduler backend)
     packages=find_packages(include=["scratchkeeper", "scratchkeeper.*"])
-    + ["scratchkeeper.job_templates"],
+    + ["scratchkeeper.job_templates"]
+    + [f"scratchkeeper.job_templates.{folder}" for folder in ("common", "pbs", "slurm")],
     package_dir={"scratchkeeper.job_templates": "job-templates"},
     ext_modules=[solver_native],
 )
