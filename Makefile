@@ -3,12 +3,17 @@ VENV := .venv
 PY := $(VENV)/bin/python
 PYTEST_ARGS ?=
 
-.PHONY: deps cluster cluster-down demo test test-unit bench clean
+.PHONY: deps plugins cluster cluster-down demo test test-unit bench clean
 
 deps:
 	scripts/bootstrap
 
-cluster: deps
+## The Slurm plugins (SPANK plugin, job_submit.lua) built and installed for the local cluster;
+## before `local-cluster up`, which enables job_submit/lua and restarts slurmd when they change.
+plugins: deps
+	$(MAKE) -C slurm-plugins install LOCAL=1
+
+cluster: plugins
 	scripts/local-cluster up
 
 cluster-down:

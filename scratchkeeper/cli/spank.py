@@ -1,0 +1,84 @@
+"""``scratchkeeper spank chain``: chain data jobs to the jobs job_submit.lua held (Slurm plugins).
+
+Run by root (or the account listed in job_submit_scratchkeeper.conf's data_queue_uids) from a
+systemd service with ``--watch``; docs/slurm-plugins.rst explains where it fits.
+"""
+
+from __future__ import annotations
+
+import random
+import signal
+import threading
+
+from ..errors import InputError, ScratchkeeperError
+from ..planner import records
+from ..planner.attach import chain_pending, split_request
+from ..state import StateStore
+from . import daemon_logging, site_config
+
+
+def register(subparsers) -> None:
+    group = subparsers.add_parser("spank", help="Slurm plugin helpers: chain held jobs, check options")
+    actions = group.add_subparsers(dest="spank_command", metavar="ACTION")
+    actions.required = True
+    chain = actions.add_parser(
+        "chain", help="chain data jobs to the jobs job_submit.lua held, then release them",
+        description="Finds held jobs marked by job_submit.lua (one squeue call), submits their "
+                    "data jobs exactly as `scratchkeeper submit` would, makes each job depend "
+                    "on its stage-in and releases it.")
+    chain.add_argument("job_ids", nargs="*", metavar="JOBID", help="only these jobs")
+    chain.add_argument("--watch", type=float, metavar="SECONDS",
+                       help="keep sweeping every SECONDS until SIGTERM (a service)")
+    chain.set_defaults(func=_chain)
+    check = actions.add_parser("check", help="split and check a --stage-in/--stage-out value")
+    check.add_argument("stage", choices=("stage-in", "stage-out"))
+    check.add_argument("value", metavar="SRC:DST")
+    check.set_defaults(func=_check)
+
+
+def _sweep(config, store, only) -> int:
+    failures = 0
+    for outcome in chain_pending(config, store, only=only):
+        if outcome.error:
+            failures += 1
+            print(f"job {outcome.job_id}: {outcome.error}")
+        else:
+            jobs = ", ".join(f"{k} {v}" for k, v in outcome.data_jobs.items()) or "already chained"
+            print(f"job {outcome.job_id}: chain {outcome.chain_id}: {jobs}; released", flush=True)
+    return failures
+
+
+def _chain(args) -> int:
+    config = daemon_logging(args) if args.watch else site_config(args)
+    for job_id in args.job_ids:
+        if not job_id.isdigit():
+            raise InputError(f"job id {job_id!r}: expected a Slurm job id")
+    store = records.open_records(StateStore(config.state.database))
+    only = set(args.job_ids) or None
+    if not args.watch:
+        return 1 if _sweep(config, store, only) else 0
+    if args.watch <= 0:
+        raise InputError(f"--watch {args.watch:g}: expected a positive number of seconds")
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    consecutive_failures = 0
+    while not stop.is_set():
+        try:
+            _sweep(config, store, only)
+            consecutive_failures = 0
+            pause = args.watch
+        except ScratchkeeperError as err:
+            consecutive_failures += 1
+            pause = min(300.0, args.watch * 2 ** min(consecutive_failures, 6))
+            pause *= random.uniform(0.8, 1.2)
+            print(f"sweep failed ({consecutive_failures} in a row), retrying in {pause:.0f}s: "
+                  f"{err}", flush=True)
+        stop.wait(pause)
+    return 0
+
+
+def _check(args) -> int:
+    request = split_request(args.stage, args.value)
+    print(f"{request.stage}: {request.source} -> {request.destination}")
+    return 0

@@ -1,0 +1,172 @@
+"""`scratchkeeper spank chain` against a scripted Slurm: the commands, the records, the crashes."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from scratchkeeper.config import load_config
+from scratchkeeper.errors import CommandError
+from scratchkeeper.planner import records
+from scratchkeeper.planner.attach import CHAINED, FAILED, PENDING, chain_pending
+from scratchkeeper.runner import CommandResult, CommandRunner, set_runner
+from scratchkeeper.state import StateStore
+
+JOB = "500"
+SCRIPT = "#!/bin/bash\n#SBATCH --job-name=sim\n./simulate\n"
+COMMENT = (f"{PENDING}\nstage-in ftp://h:2811/src/in.dat:/scratch/u/in.dat\n"
+           "stage-out /scratch/u/out.dat:ftp://h:2811/sink/out.dat")
+
+
+class FakeSlurm(CommandRunner):
+    """squeue/scontrol/sbatch/scancel answered from memory; every argv recorded."""
+
+    def __init__(self, comment: str = COMMENT, script: str = SCRIPT, priority: int = 0,
+                 fail_sbatch_at: int | None = None, name: str = "sim"):
+        super().__init__()
+        self.name = name
+        self.comment, self.script, self.priority = comment, script, priority
+        self.fail_sbatch_at = fail_sbatch_at
+        self.recorded: list[tuple[str, ...]] = []
+        self.next_id = 600
+
+    def run(self, argv, **kwargs):
+        argv = tuple(str(a) for a in argv)
+        self.recorded.append(argv)
+        out = ""
+        if argv[0] == "squeue":
+            out = json.dumps({"jobs": [{
+                "job_id": int(JOB), "job_state": "PENDING", "priority": self.priority,
+                "user_id": 0, "group_id": 0, "current_working_directory": "/scratch/u",
+                "command": "/scratch/u/job.sh", "dependency": "", "admin_comment": self.comment,
+                "name": self.name,
+            }, {"job_id": 501, "job_state": "PENDING", "priority": 0, "admin_comment": "",
+                "user_id": 0}]})
+        elif argv[:3] == ("scontrol", "write", "batch_script"):
+            out = self.script
+        elif argv[0] == "sbatch":
+            count = sum(1 for a in self.recorded if a[0] == "sbatch")
+            if count == self.fail_sbatch_at:
+                raise CommandError("sbatch failed (exit 1): sbatch: error: Batch job submission "
+                                   "failed: Invalid qos specification", argv=list(argv),
+                                   returncode=1, stderr="Invalid qos specification")
+            self.next_id += 1
+            out = f"{self.next_id}\n"
+        elif argv[:3] == ("scontrol", "update", f"JobId={JOB}") and argv[3].startswith("AdminComment="):
+            self.comment = argv[3][len("AdminComment="):]
+        return self._keep(CommandResult(argv, 0, out, "", 0.0))
+
+    def commands(self, *prefix):
+        return [a for a in self.recorded if a[:len(prefix)] == prefix]
+
+
+@pytest.fixture
+def config(tmp_path):
+    path = tmp_path / "site.toml"
+    path.write_text(f'[scheduler]\nkind = "slurm"\n[state]\ndatabase = "{tmp_path}/state.db"\n'
+                    f'[storage]\nbackend = "local"\nscratch_root = "/scratch"\n'
+                    f'store_root = "{tmp_path}/store"\n')
+    return load_config(path)
+
+
+@pytest.fixture
+def store(config):
+    return records.open_records(StateStore(config.state.database))
+
+
+@pytest.fixture
+def slurm():
+    runners = []
+
+    def install(**kwargs):
+        runner = FakeSlurm(**kwargs)
+        runners.append(set_runner(runner))
+        return runner
+    yield install
+    if runners:
+        set_runner(runners[0])
+
+
+def test_held_job_gets_the_planners_data_jobs_then_is_released(config, store, slurm):
+    fake = slurm()
+    (outcome,) = chain_pending(config, store)
+    assert outcome.error is None and outcome.data_jobs == {"stage-in": "601", "stage-out": "602"}
+    stage_in, stage_out = fake.commands("sbatch")
+    assert "--partition=dataxfer" in stage_in and "--hold" in stage_in
+    assert "--job-name=sim.stage-in" in stage_in
+    assert "--dependency=afterany:500,afterok:601" in stage_out
+    assert fake.commands("scontrol", "update", f"JobId={JOB}", "Dependency=afterok:601")
+    releases = fake.commands("scontrol", "release") + fake.commands("scontrol", "release", "601")
+    assert ("scontrol", "release", JOB) in releases
+    # the order that makes a crash recoverable: data jobs, dependency, mark, release
+    order = [fake.recorded.index(a) for a in (
+        stage_in, stage_out,
+        fake.commands("scontrol", "update", f"JobId={JOB}", "Dependency=afterok:601")[0],
+        ("scontrol", "release", JOB))]
+    assert order == sorted(order)
+    assert fake.comment.startswith(f"{CHAINED} {outcome.chain_id}")
+    rows = {r["role"]: r for r in records.chain_jobs(store, outcome.chain_id)}
+    assert rows["compute"]["job_id"] == JOB and rows["stage-in"]["job_id"] == "601"
+    (staged,) = records.staged_files(store, outcome.chain_id)
+    assert staged["path"] == "/scratch/u/in.dat"
+    assert staged["source"] == "ftp://h:2811/src/in.dat" and staged["line"] == 4
+    assert records.chain(store, outcome.chain_id)["state"] == records.SUBMITTED
+    assert Path(config.state.database).parent.joinpath(
+        "spool", outcome.chain_id, "stage-in.sh").exists()
+
+
+def test_a_failed_submission_cancels_the_data_jobs_and_leaves_the_job_held(config, store, slurm):
+    fake = slurm(fail_sbatch_at=2)
+    (outcome,) = chain_pending(config, store)
+    assert "Invalid qos" in outcome.error
+    assert fake.commands("scancel", "601")
+    assert not fake.commands("scontrol", "release", JOB)
+    assert fake.comment == COMMENT  # still pending: the next sweep tries again
+    chain_id = records.chain_of_job(store, JOB)
+    assert records.chain(store, chain_id)["state"] == records.SUBMIT_FAILED
+
+
+def test_a_chain_left_half_submitted_is_undone_and_planned_again(config, store, slurm):
+    slurm(fail_sbatch_at=2)
+    chain_pending(config, store)
+    first = records.chain_of_job(store, JOB)
+    fake = slurm()
+    (outcome,) = chain_pending(config, store)
+    assert outcome.error is None and outcome.chain_id != first
+    assert fake.commands("scancel", "601")  # what the first attempt had submitted
+    assert ("scontrol", "release", JOB) in fake.recorded
+
+
+def test_a_submitted_chain_is_only_marked_and_released(config, store, slurm):
+    slurm()
+    (first,) = chain_pending(config, store)
+    fake = slurm(comment=f"{CHAINED} {first.chain_id}", priority=0)
+    (again,) = chain_pending(config, store)
+    assert again.chain_id == first.chain_id and not fake.commands("sbatch")
+    assert ("scontrol", "release", JOB) in fake.recorded
+
+
+def test_a_released_chained_job_is_left_alone(config, store, slurm):
+    fake = slurm(comment=f"{CHAINED} sk0000000000", priority=4294)
+    assert chain_pending(config, store) == []
+    assert [a[0] for a in fake.recorded] == ["squeue"]
+
+
+def test_an_unplannable_request_cancels_the_job_with_the_reason(config, store, slurm):
+    fake = slurm(script="#!/bin/bash\n#STAGEIN -retry lots\n./simulate\n")
+    (outcome,) = chain_pending(config, store)
+    assert "retry" in outcome.error
+    assert ("scancel", JOB) in fake.recorded
+    assert fake.comment.startswith(FAILED) and "retry" in fake.comment
+    assert not fake.commands("sbatch")
+
+
+def test_data_jobs_take_slurms_job_name_made_safe(config, store, slurm):
+    """A --wrap job has no script path and any name: the data jobs still get a safe name."""
+    fake = slurm(script="#!/bin/sh\n# This script was created by sbatch --wrap.\n\ntrue\n",
+                 name="my run (v2)")
+    (outcome,) = chain_pending(config, store)
+    assert outcome.error is None
+    assert "--job-name=my_run__v2_.stage-in" in fake.commands("sbatch")[0]

@@ -1,0 +1,140 @@
+"""slurm-plugins/job_submit.lua run in Lua 5.1 (lupa) against a stand-in of Slurm's `slurm` table.
+
+The cluster tests prove slurmctld loads it and applies the default settings; these cover the
+settings the shared cluster cannot switch during a test run (reject mode, host ACL, a broken
+settings file) and the exact return codes and messages.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+lua51 = pytest.importorskip("lupa.lua51")
+
+SCRIPT = Path(__file__).resolve().parents[2] / "slurm-plugins" / "job_submit.lua"
+SUCCESS, ERROR = 0, -1
+
+
+class Slurmctld:
+    """job_submit.lua loaded in a fresh Lua state, with what it told the log and the user."""
+
+    def __init__(self, tmp_path: Path, settings: str | None):
+        self.logs: list[str] = []
+        self.user_messages: list[str] = []
+        self.lua = lua51.LuaRuntime(unpack_returned_tuples=True)
+        conf = tmp_path / "job_submit_scratchkeeper.conf"
+        if settings is not None:
+            conf.write_text(settings)
+        g = self.lua.globals()
+        g.SCRATCHKEEPER_JOB_SUBMIT_CONF = str(conf)
+        fmt = self.lua.eval("function(...) return string.format(...) end")
+        slurm = self.lua.table(SUCCESS=SUCCESS, ERROR=ERROR)
+        slurm.log_info = lambda *a: self.logs.append("info: " + fmt(*a))
+        slurm.log_error = lambda *a: self.logs.append("error: " + fmt(*a))
+        slurm.log_user = lambda *a: self.user_messages.append(fmt(*a))
+        g.slurm = slurm
+        assert self.lua.execute(SCRIPT.read_text()) == SUCCESS
+
+    def submit(self, uid: int = 1000, **fields):
+        env = fields.pop("spank_job_env", None)
+        job = self.lua.table(**fields)
+        if env is not None:
+            job.spank_job_env = self.lua.table_from({i: v for i, v in enumerate(env)})
+        rc = self.lua.globals().slurm_job_submit(job, self.lua.table(), uid)
+        return rc, job
+
+    def modify(self, uid: int, job_rec: dict | None = None, **fields):
+        return self.lua.globals().slurm_job_modify(self.lua.table(**fields),
+                                                   self.lua.table(**(job_rec or {})),
+                                                   self.lua.table(), uid)
+
+
+@pytest.fixture
+def defaults(tmp_path):
+    return Slurmctld(tmp_path, None)
+
+
+def test_plain_job_passes_untouched(defaults):
+    rc, job = defaults.submit(partition="batch", script="#!/bin/bash\necho '#STAGEIN in text'\n")
+    assert rc == SUCCESS and job.priority is None and job.admin_comment is None
+
+
+@pytest.mark.parametrize("partition", ["dataxfer", "replica", "batch,dataxfer"])
+def test_data_queues_refuse_a_plain_user_and_take_root(defaults, partition):
+    rc, _ = defaults.submit(uid=1000, partition=partition, script="#!/bin/sh\ntrue\n")
+    assert rc == ERROR
+    queue = [p for p in partition.split(",") if p != "batch"][0]
+    assert defaults.user_messages[-1].startswith(
+        f"scratchkeeper: partition {queue} is reserved for scratchkeeper's data jobs")
+    rc, job = defaults.submit(uid=0, partition=partition, script="#!/bin/sh\n#STAGEIN x y\n")
+    assert rc == SUCCESS and job.priority is None  # the planner's own jobs are never held
+
+
+def test_moving_a_job_into_a_data_queue_is_refused_too(defaults):
+    assert defaults.modify(1000, partition="dataxfer") == ERROR
+    assert defaults.modify(0, partition="dataxfer") == SUCCESS
+    assert defaults.modify(1000, partition="batch") == SUCCESS
+
+
+def test_spank_requests_hold_the_job_with_the_requests_in_the_admin_comment(defaults):
+    rc, job = defaults.submit(partition="batch", script="#!/bin/sh\ntrue\n", spank_job_env=[
+        "OTHER=1", "SCRATCHKEEPER_STAGE_IN=ftp://h:2811/a:/s/a\nhttp://h/b:/s/b",
+        "SCRATCHKEEPER_STAGE_OUT=/s/c:ftp://h/c"])
+    assert rc == SUCCESS and job.priority == 0
+    assert job.admin_comment == ("scratchkeeper:chain-pending\nstage-in ftp://h:2811/a:/s/a\n"
+                                 "stage-in http://h/b:/s/b\nstage-out /s/c:ftp://h/c")
+
+
+def test_directive_script_is_held_by_default(defaults):
+    rc, job = defaults.submit(script="#!/bin/sh\n  #STAGEIN ftp://h/a /s/a\ntrue\n")
+    assert rc == SUCCESS and job.priority == 0
+    assert job.admin_comment == "scratchkeeper:chain-pending\ndirectives"
+
+
+def test_reject_mode_refuses_directive_scripts_with_what_to_run(tmp_path):
+    ctld = Slurmctld(tmp_path, 'return { staging = "reject" }')
+    rc, job = ctld.submit(script="#!/bin/sh\n#STAGEOUT /s/a ftp://h/a\ntrue\n")
+    assert rc == ERROR and job.priority is None
+    assert "submit it with `scratchkeeper submit SCRIPT`" in ctld.user_messages[-1]
+    # the plugin's options are the supported native syntax: still held and chained
+    rc, job = ctld.submit(script="#!/bin/sh\ntrue\n",
+                          spank_job_env=["SCRATCHKEEPER_STAGE_IN=ftp://h/a:/s/a"])
+    assert rc == SUCCESS and job.priority == 0
+
+
+def test_host_allow_list_is_an_additional_condition(tmp_path):
+    ctld = Slurmctld(tmp_path, 'return { data_queue_uids = { 0, 990 }, '
+                               'data_queue_hosts = { "xfer1" } }')
+    assert ctld.submit(uid=990, partition="dataxfer", alloc_node="xfer1")[0] == SUCCESS
+    assert ctld.submit(uid=990, partition="dataxfer", alloc_node="login1")[0] == ERROR
+    assert ctld.submit(uid=1000, partition="dataxfer", alloc_node="xfer1")[0] == ERROR
+
+
+@pytest.mark.parametrize("settings,logged", [
+    ("return {", "using the defaults"),
+    ("return 42", "does not return a table"),
+    ('return { staging = "maybe" }', 'expected "hold" or "reject"'),
+    ("return { colour = 1 }", "unknown setting colour"),
+])
+def test_broken_settings_keep_the_defaults_and_say_so(tmp_path, settings, logged):
+    ctld = Slurmctld(tmp_path, settings)
+    assert any(logged in line for line in ctld.logs if line.startswith("error:")), ctld.logs
+    assert ctld.submit(uid=1000, partition="dataxfer")[0] == ERROR
+    rc, job = ctld.submit(script="#!/bin/sh\n#STAGEIN a b\ntrue\n")
+    assert rc == SUCCESS and job.priority == 0
+
+
+NO_VAL = 4294967294
+INFINITE = 4294967295
+
+
+def test_a_job_waiting_for_its_chain_cannot_be_released_by_its_owner(defaults):
+    waiting = {"admin_comment": "scratchkeeper:chain-pending\nstage-in ftp://h/a:/s/a"}
+    assert defaults.modify(1000, waiting, priority=INFINITE) == ERROR   # scontrol release
+    assert "waits until its data jobs are chained" in defaults.user_messages[-1]
+    assert defaults.modify(0, waiting, priority=INFINITE) == SUCCESS    # the chain service
+    assert defaults.modify(1000, waiting, priority=NO_VAL, time_limit=10) == SUCCESS
+    chained = {"admin_comment": "scratchkeeper:chained sk0123456789"}
+    assert defaults.modify(1000, chained, priority=INFINITE) == SUCCESS
