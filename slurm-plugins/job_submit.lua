@@ -120,8 +120,9 @@ end
 local function refuse_data_queue(queue, uid)
   slurm.log_info("scratchkeeper: uid %s refused on data queue %s", tostring(uid), queue)
   slurm.log_user("scratchkeeper: partition %s is reserved for scratchkeeper's data jobs; " ..
-                 "use --stage-in/--stage-out or #STAGEIN/#STAGEOUT with `scratchkeeper submit " ..
-                 "SCRIPT` instead", queue)
+                 "put your transfers in the job itself (sbatch --stage-in=SRC:DST, " ..
+                 "--stage-out=SRC:DST, or #STAGEIN/#STAGEOUT lines) and scratchkeeper " ..
+                 "submits them there for you", queue)
   return slurm.ERROR
 end
 
