@@ -211,7 +211,9 @@ def test_prolog_recovers_a_file_on_a_failed_ost_before_the_job_runs(plugins, job
     backend.fail_ost(failed)
     assert "damaged" in sk(site, "recovery", "status", str(staged), check=False).stdout
 
-    # The prolog asks the socket in plugstack.conf: serve it from this test's site.
+    # The prolog asks the socket in plugstack.conf: serve it from this test's site. start() runs
+    # only the socket and its workers, not the periodic check (run()), so a patch can only come
+    # from a request: the job prolog's.
     config = dataclasses.replace(site.config, recovery=dataclasses.replace(
         site.config.recovery, socket=socket_path))
     service = RecoveryService(config)
