@@ -16,7 +16,7 @@ import time
 from dataclasses import dataclass
 
 from ..config import SiteConfig
-from ..errors import InputError, ScratchkeeperError, StorageError, UnknownJobError
+from ..errors import InputError, ScratchkeeperError, UnknownJobError
 from ..schedulers import get_scheduler
 from ..state import StateStore
 from ..storage import open_backend
@@ -158,5 +158,3 @@ def fail_stage(store: StateStore, config: SiteConfig, chain_id: str, job_key: st
                                records.JOB_CANCELLED, "cancelled: " + message)
     return ids
 
-
-__all__ = ["commit_stage", "fail_stage", "CommittedFile", "StorageError"]

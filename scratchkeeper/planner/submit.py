@@ -75,8 +75,8 @@ def spool_dir(config: SiteConfig, chain_id: str) -> Path:
     return Path(config.state.database).resolve().parent / "spool" / chain_id
 
 
-def _submit_specs(plan: Plan, config: SiteConfig, spool: Path):
-    """(job, spec builder) pairs in submission order: stage-in, compute, stage-out."""
+def _submit_specs(plan: Plan, spool: Path):
+    """(job, script path, log path) in submission order: stage-in, compute, stage-out."""
     for job in plan.jobs:
         script = spool / f"{job.key}.sh"
         log_path = None if job.role == COMPUTE else str(spool / f"{job.key}.%j.out")
@@ -95,7 +95,7 @@ def submit_plan(plan: Plan, config: SiteConfig, store: StateStore | None,
     runner = get_runner()
     dry_run = runner.dry_run
     spool = spool_dir(config, plan.chain_id)
-    entries = list(_submit_specs(plan, config, spool))
+    entries = list(_submit_specs(plan, spool))
     if not dry_run:
         spool.mkdir(parents=True, exist_ok=True)
         for job, script, _ in entries:

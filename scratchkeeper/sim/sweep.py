@@ -155,25 +155,19 @@ def run_local(plan: SweepPlan, output: str, workers: int,
               progress: Callable[[int, int], None] | None = None) -> list[str]:
     """Run every task on up to ``workers`` local processes; returns the error lines of failed tasks."""
     todo = [(plan, i, output) for i in range(len(plan.tasks))]
-    errors = []
-    done = 0
-    if workers <= 1:
-        results = map(_run_task_in_child, todo)
-        for index, error in results:
-            done += 1
+    def collect(results) -> list[str]:
+        errors = []
+        for done, (index, error) in enumerate(results, 1):
             if error:
                 errors.append(f"task {index}: {error}")
             if progress:
                 progress(done, len(todo))
         return errors
+
+    if workers <= 1:
+        return collect(map(_run_task_in_child, todo))
     with get_context("fork").Pool(processes=workers) as pool:
-        for index, error in pool.imap_unordered(_run_task_in_child, todo):
-            done += 1
-            if error:
-                errors.append(f"task {index}: {error}")
-            if progress:
-                progress(done, len(todo))
-    return errors
+        return collect(pool.imap_unordered(_run_task_in_child, todo))
 
 
 def slurm_script(plan: SweepPlan, output: str, *, partition: str = "", time_limit: str = "",

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from scratchkeeper.config import SiteConfig, StateConfig, StorageConfig, TemplatesConfig
-from scratchkeeper.errors import ConfigError, DirectiveError
+from scratchkeeper.errors import ConfigError
 from scratchkeeper.planner.directives import parse_script
 from scratchkeeper.planner.plan import build_plan
 from scratchkeeper.planner.render import render_plan
