@@ -142,9 +142,11 @@ class RecoveryConfig:
     chunk_size: int = _opt(4 << 20, "largest piece of a lost range fetched in one request",
                            minimum=65536)
     ftp_method: str = _opt("eret", "how ftp:// ranges are fetched: 'eret' (one control "
-                           "connection, ERET P and CKSM per range) or 'globus-url-copy' "
+                           "connection, all ranges of a request in one MODE E transfer, ERET P "
+                           "per range where the server refuses that), 'eret-per-range' (ERET P "
+                           "per range only) or 'globus-url-copy' "
                            "(-partial-offset/-partial-length per range)",
-                           choices=("eret", "globus-url-copy"))
+                           choices=("eret", "eret-per-range", "globus-url-copy"))
     scope: str = _opt("all", "what the periodic check recovers: 'all' files with a source on a "
                       "failed OST (inputs of queued jobs first) or only 'queued-inputs'",
                       choices=("all", "queued-inputs"))
@@ -152,8 +154,9 @@ class RecoveryConfig:
                                     minimum=1)
     wait_timeout: float = _opt(3600.0, "seconds a reader or the pre-execution hook waits for a "
                                "patch", minimum=0, exclusive_minimum=True)
-    sync_bytes: int = _opt(64 << 20, "bytes patched between two syncs of the "
-                           "substitute objects (what a crash may make it fetch again)",
+    sync_bytes: int = _opt(16 << 20, "bytes patched between two journal updates (written "
+                           "while the next ones are fetched; what a crash may make it fetch "
+                           "again); the substitute objects are synced before the layout switch",
                            minimum=1)
     range_checksum: str = _opt("ADLER32", "GridFTP CKSM algorithm verifying each patched range "
                                "(the whole source is checked with SHA-256)",
@@ -161,7 +164,11 @@ class RecoveryConfig:
     hook_user: str = _opt("slurm", "user besides root whose pre-execution hook may ask recoveryd "
                           "to check a job's inputs (Slurm's SlurmUser)")
     verify_source: bool = _opt(True, "before patching, ask servers that can (GridFTP CKSM) "
-                               "whether the source still has the SHA-256 recorded at stage-in")
+                               "whether the source still has the SHA-256 recorded at stage-in "
+                               "(files without block digests only)")
+    digest_block: int = _opt(1 << 20, "stage-in records the CRC-32C of every block of this many "
+                             "bytes; a patch checks each block it fetched against them instead "
+                             "of asking the server (0: record none)", minimum=0)
 
 
 @dataclass(frozen=True)

@@ -145,7 +145,7 @@ def inline_recover(config, path: str, osts: list[int]) -> dict:
         raise RecoveryError(f"{full}: request {request_id} is already being worked on by "
                             f"{row['worker']}; try 'scratchkeeper recovery status'")
     row = records.request(store, request_id)
-    return process_request(store, Recoverer(backend, config), row)
+    return process_request(store, Recoverer(backend, config, store=store), row)
 
 
 def _recover(args: argparse.Namespace) -> int:

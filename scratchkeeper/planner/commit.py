@@ -1,7 +1,7 @@
 """What a data job does when its transfers end: record the staged files, or the failure.
 
 ``stage commit`` (run by the data job after its last transfer) checks every staged file exists,
-measures size and SHA-256, hands it to the storage backend (the local striped store takes it
+measures size, SHA-256 and per-block CRC-32 (one read), hands it to the storage backend (the local striped store takes it
 in; Lustre keeps it where it is) and writes the recovery metadata as extended attributes and
 in the state store. ``stage fail`` records why the data job failed and, for a stage-in, cancels
 the compute and stage-out jobs with that reason, so nothing waits on a dead dependency.
@@ -15,6 +15,7 @@ import os
 import time
 from dataclasses import dataclass
 
+from .. import digests
 from ..config import SiteConfig
 from ..errors import InputError, ScratchkeeperError, UnknownJobError
 from ..schedulers import get_scheduler
@@ -94,10 +95,15 @@ def _commit_file(store, config, backend, chain_id, staged, path, source, compute
         raise InputError(f"line {staged['line']}: {path} is a symbolic link; refusing to follow it",
                          path=records.chain(store, chain_id)["script_path"])
     info = os.stat(path)
-    checksum = sha256_file(path)
+    inside = _inside(path, config.storage.scratch_root)
+    block = config.recovery.digest_block
+    if inside and block:
+        # one read: the whole-file SHA-256 and the per-block CRC-32 that patches are checked by
+        checksum, blocks = digests.digest_file(path, block)
+    else:
+        checksum, blocks = sha256_file(path), None
     metadata = {"source": source, "sha256": checksum, "size": str(info.st_size),
                 "chain": chain_id, "job": compute_id, "staged": f"{time.time():.0f}"}
-    inside = _inside(path, config.storage.scratch_root)
     if inside:
         # a re-staged input supersedes what an earlier chain put at the same path
         backend.import_file(path, owner=(info.st_uid, info.st_gid), replace=True)
@@ -120,6 +126,8 @@ def _commit_file(store, config, backend, chain_id, staged, path, source, compute
             " owner_gid=excluded.owner_gid, staged_at=excluded.staged_at, source=excluded.source",
             (chain_id, path, staged["job_key"], source, staged["line"], 0, "staged", info.st_size,
              "sha256:" + checksum, info.st_uid, info.st_gid, time.time()))
+    if blocks is not None:
+        digests.record(store, backend.paths.resolve(path), checksum, blocks)
     log.info("chain %s: staged %s (%d bytes) from %s", chain_id, path, info.st_size, source)
     return CommittedFile(path, source, info.st_size, checksum)
 

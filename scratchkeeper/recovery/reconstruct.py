@@ -9,9 +9,14 @@
 5. The ranges are cut into chunks and each chunk is fetched from the source the plan picks
    (the URI recorded at stage-in, other URIs, a surviving mirror) with ranged transfers,
    transient failures retried with backoff and jitter, permanent ones not.
-6. Verification: a range the server vouched for (GridFTP ``CKSM``) is checked as it arrives;
-   if any range was not, the whole rebuilt file is read back and compared with the SHA-256
-   recorded at stage-in. Then ``commit_rebuild`` switches the layout atomically.
+6. Verification. With block digests recorded at stage-in (:mod:`scratchkeeper.digests`), every
+   block is checked on arrival against the CRC-32C of the bytes that were staged (a block the
+   patch covers only in part is read back and checked once its bytes are all in place); that
+   catches corruption in transit and a changed source alike, with no server-side hashing.
+   Without them, a range the server vouched for (GridFTP ``CKSM``) is checked as it arrives,
+   the server is asked for the whole source's SHA-256, and if any range was not vouched for the
+   whole rebuilt file is read back and compared with the SHA-256 recorded at stage-in. Then
+   ``commit_rebuild`` switches the layout atomically.
 
 If the source cannot deliver, the rebuild is aborted and the file is reported lost: its
 layout is left as it was (bytes on the failed OST unreadable), never half patched.
@@ -28,9 +33,11 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from .. import digests as block_digests
 from ..config import SiteConfig
 from ..errors import (InputError, RecoveryError, ScratchkeeperError, StorageError,
                       TargetUnavailable, TransferError)
+from ..state import StateStore
 from ..storage import Extent, FileLayout, OstStatus, Rebuild, StorageBackend
 from ..storage.base import XATTR_PREFIX
 from ..transfer.ranged import RangedReader, measure, open_ranged
@@ -41,7 +48,7 @@ log = logging.getLogger(__name__)
 
 VERIFY_CHUNK = 4 << 20
 LANE_BYTES = 16 << 20  # least work worth its own connection
-BATCH_CHUNKS = 16  # chunks handed to one client call (curl --next, one ERET session)
+BATCH_CHUNKS = 16  # chunks read from a surviving mirror at a time (readers say their own)
 
 # outcome states
 WHOLE, PATCHED, LOST = "whole", "patched", "lost"
@@ -57,7 +64,8 @@ class Outcome:
     substitutes: dict[int, int] = field(default_factory=dict)
     patched_bytes: int = 0
     seconds: float = 0.0
-    verified: str = ""          # "ranges", "file", or "" when nothing was patched
+    patch_seconds: float = 0.0  # of ``seconds``: fetching, checking, writing, syncing, switching
+    verified: str = ""          # "blocks", "ranges", "file", or "" when nothing was patched
     reason: str = ""
     plan: planning.PatchPlan | None = None
     attempts: int = 0
@@ -66,6 +74,7 @@ class Outcome:
         return {"path": self.path, "state": self.state, "failed_osts": self.failed_osts,
                 "substitutes": {str(k): v for k, v in self.substitutes.items()},
                 "patched_bytes": self.patched_bytes, "seconds": round(self.seconds, 6),
+                "patch_seconds": round(self.patch_seconds, 6),
                 "verified": self.verified, "reason": self.reason, "attempts": self.attempts,
                 "plan": self.plan.to_dict() if self.plan else None,
                 "explain": self.plan.explain() if self.plan else ""}
@@ -123,9 +132,11 @@ class Recoverer:
     """Recovers files of one storage backend from their sources; safe to share across threads."""
 
     def __init__(self, backend: StorageBackend, config: SiteConfig, *,
-                 load: SourceLoad | None = None, stop: threading.Event | None = None):
+                 load: SourceLoad | None = None, stop: threading.Event | None = None,
+                 store: StateStore | None = None):
         self.backend = backend
         self.config = config
+        self.store = store  # where stage-in recorded block digests (None: verify without them)
         self.load = load or SourceLoad()
         # GridFTP connections cost tens of ms (the server forks and logs in): reuse them
         self.readers = _ReaderPool(self._open_reader)
@@ -151,7 +162,9 @@ class Recoverer:
             raise RecoveryError(f"{full}: is {stat.size} bytes, {hints.size} were staged in: the "
                                 "file changed since, its source no longer describes it")
         rebuild = self._resumable(full, resume_rebuild_id)
-        resumed = rebuild is not None  # bytes patched before a crash: verify the whole file
+        resumed = rebuild is not None  # bytes patched before a crash: verify them again
+        blocks = (block_digests.lookup(self.store, full, hints.sha256, stat.size)
+                  if self.store is not None else None)
         bad_substitutes: set[int] = set()
         mismatches = 0
         outcome = Outcome(full, WHOLE)
@@ -191,14 +204,23 @@ class Recoverer:
             else:
                 truly_lost = layout.lost_extents(rebuild.substitutes, stat.size)
             outcome.substitutes = dict(rebuild.substitutes)
+            checker = _BlockChecker(blocks, full) if blocks is not None else None
+            patch_started = time.monotonic()
             try:
                 verified_ranges = self._patch(rebuild, layout, hints, truly_lost, outcome,
-                                              progress, measure_sources)
-                outcome.verified = "ranges" if verified_ranges else "file"
-                if not verified_ranges or resumed:
-                    self._verify_file(rebuild, hints)
-                    outcome.verified = "file"
+                                              progress, measure_sources, checker)
+                if checker is not None:
+                    # blocks checked on arrival need nothing more; the rest (covered in part,
+                    # or patched before a restart) are read back now that they are complete
+                    self._verify_blocks(rebuild, checker)
+                    outcome.verified = "blocks"
+                else:
+                    outcome.verified = "ranges" if verified_ranges else "file"
+                    if not verified_ranges or resumed:
+                        self._verify_file(rebuild, hints)
+                        outcome.verified = "file"
                 self.backend.commit_rebuild(rebuild)
+                outcome.patch_seconds += time.monotonic() - patch_started
                 on_rebuild(None)
             except TargetUnavailable as err:
                 self._abort(rebuild, on_rebuild)
@@ -325,13 +347,19 @@ class Recoverer:
 
     def _patch(self, rebuild: Rebuild, layout: FileLayout, hints: FileHints,
                truly_lost: list[Extent], outcome: Outcome,
-               progress: Callable[[int, int], None] | None, measure_sources: bool) -> bool:
+               progress: Callable[[int, int], None] | None, measure_sources: bool,
+               checker: _BlockChecker | None = None) -> bool:
         """Fetch and write every missing chunk; True when every range was server-verified.
 
-        With one source, its whole-file check (a server-side hash of the whole source) runs
-        while the ranges are patched and is awaited before the caller commits; with several,
-        it runs first so that a changed source gets no chunk.
+        With block digests (``checker``) each block is checked as it arrives and the servers
+        are asked nothing more. Without them and with one source, its whole-file check (a
+        server-side hash of the whole source) runs while the ranges are patched and is awaited
+        before the caller commits; with several, it runs first so that a changed source gets no
+        chunk.
         """
+        if checker is not None:
+            return self._patch_from(rebuild, layout, hints, truly_lost, outcome, progress,
+                                    measure_sources, checker)
         source_check = None
         checker = concurrent.futures.ThreadPoolExecutor(max_workers=1,
                                                         thread_name_prefix="source-check")
@@ -350,7 +378,8 @@ class Recoverer:
 
     def _patch_from(self, rebuild: Rebuild, layout: FileLayout, hints: FileHints,
                     truly_lost: list[Extent], outcome: Outcome,
-                    progress: Callable[[int, int], None] | None, measure_sources: bool) -> bool:
+                    progress: Callable[[int, int], None] | None, measure_sources: bool,
+                    checker: _BlockChecker | None = None) -> bool:
         patch_plan = self.plan_for(rebuild, layout, hints, truly_lost, measure_sources)
         outcome.plan = patch_plan
         total = patch_plan.total_bytes
@@ -388,7 +417,7 @@ class Recoverer:
         errors = []
         try:
             futures = [pool.submit(self._run_lane, rebuild, patch_plan, index, chunks, writer,
-                                   failure) for index, chunks in lanes]
+                                   failure, checker) for index, chunks in lanes]
             for future in concurrent.futures.as_completed(futures):
                 error = future.exception()
                 if error is not None:
@@ -421,7 +450,7 @@ class Recoverer:
 
     def _run_lane(self, rebuild: Rebuild, patch_plan: planning.PatchPlan, source_index: int,
                   chunks: list[Extent], writer: _RebuildWriter,
-                  failure: threading.Event) -> None:
+                  failure: threading.Event, checker: _BlockChecker | None = None) -> None:
         """Fetch ``chunks`` from one source into the writer (falling back to other candidates).
 
         Fetching and writing overlap: the writer syncs one group while lanes fetch the next.
@@ -433,7 +462,7 @@ class Recoverer:
             reader = None if source.kind == planning.STORE else self._reader(source.name)
             ok = False
             try:
-                self._fetch_with_retries(reader, rebuild, unfetched, writer, failure)
+                self._fetch_with_retries(reader, rebuild, unfetched, writer, failure, checker)
                 ok = True
                 return
             except TransferError as err:
@@ -454,8 +483,13 @@ class Recoverer:
 
     def _fetch_with_retries(self, reader: RangedReader | None, rebuild: Rebuild,
                             unfetched: list[Extent], writer: _RebuildWriter,
-                            failure: threading.Event) -> None:
-        """Fetch every chunk of ``unfetched`` (removing each as it arrives) into ``writer``."""
+                            failure: threading.Event,
+                            checker: _BlockChecker | None = None) -> None:
+        """Fetch every chunk of ``unfetched`` (removing each as it arrives) into ``writer``.
+
+        With ``checker``, a chunk whose blocks differ from what was staged is not written: it
+        counts as a failed try (corrupted in transit, or a source that changed).
+        """
         retry = self.config.retry
         attempt = 0
         while unfetched:
@@ -464,9 +498,15 @@ class Recoverer:
             if failure.is_set():
                 raise PatchFailed(f"{rebuild.path}: another lane failed")
             try:
-                for piece in self._fetch(reader, rebuild, unfetched[:BATCH_CHUNKS]):
+                limit = reader.batch_limit if reader is not None else BATCH_CHUNKS
+                for piece in self._fetch(reader, rebuild, unfetched[:limit],
+                                         server_checksums=checker is None):
+                    if checker is not None:
+                        checker.check(piece[0], piece[1])
                     unfetched.remove(piece[0])
                     writer.add(piece)
+                    if self.stop.is_set() and unfetched:  # one transfer may bring a GiB
+                        raise RecoveryInterrupted(f"{rebuild.path}: the service is stopping")
                 attempt = 0
             except TransferError as err:
                 attempt += 1
@@ -481,12 +521,13 @@ class Recoverer:
                 if self.stop.wait(delay):
                     raise RecoveryInterrupted(f"{rebuild.path}: the service is stopping") from err
 
-    def _fetch(self, reader: RangedReader | None, rebuild: Rebuild, batch: list[Extent]):
+    def _fetch(self, reader: RangedReader | None, rebuild: Rebuild, batch: list[Extent], *,
+               server_checksums: bool = True):
         if reader is None:
             for extent in batch:
                 yield extent, self.backend.read(rebuild.path, extent.offset, extent.length), True
             return
-        for piece in reader.fetch(batch):
+        for piece in reader.fetch(batch, server_checksums=server_checksums):
             yield piece.extent, piece.data, piece.verified
 
     def _usable_sources(self, hints: FileHints) -> FileHints:
@@ -523,6 +564,17 @@ class Recoverer:
             log.warning("%s", reason)
         return FileHints(tuple(kept), hints.sha256, hints.size)
 
+    def _verify_blocks(self, rebuild: Rebuild, checker: _BlockChecker) -> None:
+        """Read back and check the patched blocks not checked on arrival."""
+        for index in checker.unchecked(rebuild.lost):
+            block = checker.blocks.block(index)
+            data = self.backend.read_rebuild(rebuild, block.offset, block.length)
+            bad, _ = checker.blocks.check(block.offset, data)
+            if bad:
+                raise ChecksumMismatch(f"{rebuild.path}: bytes {block.offset}+{block.length} "
+                                       "differ from what was staged (CRC-32C recorded at "
+                                       "stage-in): a corrupted range, or the source changed")
+
     def _verify_file(self, rebuild: Rebuild, hints: FileHints) -> None:
         """Read the rebuilt file back and compare it with the SHA-256 recorded at stage-in."""
         if not hints.sha256:
@@ -536,6 +588,33 @@ class Recoverer:
             raise ChecksumMismatch(f"{rebuild.path}: the patched file's SHA-256 differs from the "
                                    "one recorded at stage-in (a corrupted range, or the source "
                                    "changed)")
+
+
+class _BlockChecker:
+    """Checks patched blocks against the digests recorded at stage-in; remembers which it did."""
+
+    def __init__(self, blocks: block_digests.BlockDigests, path: str):
+        self.blocks = blocks
+        self.path = path
+        self.lock = threading.Lock()
+        self.checked: set[int] = set()
+
+    def check(self, extent: Extent, data: bytes) -> None:
+        """Raise a (transient) TransferError if a block wholly inside ``extent`` differs."""
+        bad, partial = self.blocks.check(extent.offset, data)
+        if bad:
+            block = self.blocks.block(bad[0])
+            raise TransferError(f"{self.path}: bytes {block.offset}+{block.length} arrived "
+                                "different from what was staged (CRC-32C recorded at stage-in): "
+                                "corrupted in transit, or the source changed since")
+        with self.lock:
+            self.checked.update(i for i in self.blocks.blocks_over(extent) if i not in partial)
+
+    def unchecked(self, extents: list[Extent]) -> list[int]:
+        """Blocks touching ``extents`` that were not checked on arrival."""
+        with self.lock:
+            return sorted({i for e in extents for i in self.blocks.blocks_over(e)}
+                          - self.checked)
 
 
 class _ReaderPool:

@@ -129,7 +129,8 @@ class RecoveryService:
         self.stop = threading.Event()
         self.changed = threading.Condition()
         self.load = SourceLoad()
-        self.recoverer = Recoverer(self.backend, config, load=self.load, stop=self.stop)
+        self.recoverer = Recoverer(self.backend, config, load=self.load, stop=self.stop,
+                                   store=self.store)
         self.worker = records.worker_id()
         self._threads: list[threading.Thread] = []
         self._server: socketserver.ThreadingUnixStreamServer | None = None

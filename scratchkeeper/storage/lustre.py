@@ -368,8 +368,7 @@ class LustreBackend(StorageBackend):
         temp, _ = self._temp_of(rebuild.rebuild_id)
         fd = os.open(temp, os.O_WRONLY | os.O_NOFOLLOW)
         try:
-            os.pwrite(fd, data, offset)
-            os.fsync(fd)
+            os.pwrite(fd, data, offset)  # synced once, before the layout swap
         finally:
             os.close(fd)
         with self.journal.transaction() as conn:
@@ -410,6 +409,11 @@ class LustreBackend(StorageBackend):
                 os.stat(current.path).st_size != current.file_size:
             raise StorageError(f"{current.path}: changed since rebuild {current.rebuild_id} "
                                "began; abort it and start again")
+        fd = os.open(temp, os.O_RDONLY | os.O_NOFOLLOW)
+        try:
+            os.fsync(fd)  # the swapped-in layout may only hold bytes that are on disk
+        finally:
+            os.close(fd)
         self._run(lfs_cmd.swap_layouts_argv(self.lfs, current.path, temp), mutating=True)
         self._abort(current.rebuild_id)  # the temporary file now holds the old, broken layout
         log.info("lustre: rebuild %s of %s committed", current.rebuild_id, current.path)

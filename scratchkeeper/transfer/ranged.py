@@ -2,9 +2,13 @@
 
 One reader per source URI, chosen by scheme:
 
-* ``ftp://`` (default ``eret``): one control connection, ``ERET P <offset> <length> <path>``
-  per range (GridFTP partial retrieval) and ``CKSM MD5 <offset> <length> <path>`` to verify
-  each range where the server offers CKSM (the local GridFTP server does).
+* ``ftp://`` (default ``eret``): GridFTP partial retrieval on one control connection. All the
+  ranges of a request come in *one* transfer: extended block mode (``MODE E``), a restart
+  marker (``REST``) listing every byte range *not* wanted, then ``RETR``; the server sends only
+  the wanted ranges, each block headed by its file offset (GFD.20, the mechanism GridFTP uses
+  to resume a partial transfer). A server that refuses that gets ``ERET P <offset> <length>``
+  per range. Where the caller wants the server to vouch for the bytes,
+  ``CKSM <alg> <offset> <length> <path>`` checks each range (the local GridFTP server offers it).
 * ``gsiftp://`` (and ``ftp://`` with ``recovery.ftp_method = "globus-url-copy"``):
   ``globus-url-copy -partial-offset O -partial-length L`` per range into a private spool file
   (the client writes the range at offset O of a sparse file), then ``pread``. GSI needs the
@@ -20,6 +24,7 @@ FTP 550/553/530, a server ignoring Range) means a retry cannot help.
 from __future__ import annotations
 
 import abc
+import bisect
 import ftplib
 import hashlib
 import logging
@@ -27,6 +32,7 @@ import os
 import re
 import shutil
 import socket
+import struct
 import tempfile
 import time
 import zlib
@@ -44,6 +50,7 @@ from .uri import Location, UnknownScheme, parse_location
 log = logging.getLogger(__name__)
 
 FTP_DATA_BLOCK = 1 << 20
+MODE_E_MAX_RANGES = 256  # ranges in one MODE E transfer (its REST line lists the gaps)
 
 
 @dataclass(frozen=True)
@@ -61,6 +68,8 @@ class RangedReader(abc.ABC):
     #: True when every range returned is checked against a checksum the server computed
     verifies_ranges: bool = False
     client: str = "abstract"
+    #: most extents worth handing to one :meth:`fetch` call
+    batch_limit: int = 16
 
     def __init__(self, location: Location, *, timeout: float):
         self.location = location
@@ -75,8 +84,13 @@ class RangedReader(abc.ABC):
         """The source file's size in bytes, None if the protocol cannot tell (missing: permanent)."""
 
     @abc.abstractmethod
-    def fetch(self, extents: Sequence[Extent]) -> Iterator[RangeData]:
-        """Yield the bytes of each extent, in the order given, complete or not at all."""
+    def fetch(self, extents: Sequence[Extent], *, server_checksums: bool = True
+              ) -> Iterator[RangeData]:
+        """Yield the bytes of each extent once, complete or not at all (in any order).
+
+        ``server_checksums=False``: the caller checks the bytes itself (block digests recorded
+        at stage-in), so a reader need not ask the server for range checksums.
+        """
 
     def whole_checksum(self, algorithm: str) -> str | None:
         """The server's checksum of the whole source (lower-case hex), None if it offers none."""
@@ -111,8 +125,9 @@ def open_ranged(uri: str, config: TransferConfig, *, ftp_method: str = "eret",
         return PosixRangedReader(location, timeout=limit)
     if location.scheme in ("http", "https"):
         return CurlRangedReader(location, timeout=limit, config=config)
-    if location.scheme == "ftp" and ftp_method == "eret":
-        return EretRangedReader(location, timeout=limit, range_checksum=range_checksum)
+    if location.scheme == "ftp" and ftp_method in ("eret", "eret-per-range"):
+        return EretRangedReader(location, timeout=limit, range_checksum=range_checksum,
+                                many_ranges=ftp_method == "eret")
     if location.scheme in ("ftp", "gsiftp"):
         return GlobusRangedReader(location, timeout=limit, config=config, spool_dir=spool_dir)
     raise TransferError(f"{uri}: no ranged client for {location.scheme}:// (patch sources must "
@@ -162,7 +177,8 @@ class PosixRangedReader(RangedReader):
     def size(self) -> int:
         return os.fstat(self._open()).st_size
 
-    def fetch(self, extents: Sequence[Extent]) -> Iterator[RangeData]:
+    def fetch(self, extents: Sequence[Extent], *, server_checksums: bool = True
+              ) -> Iterator[RangeData]:
         _check_extents(extents)
         fd = self._open()
         for extent in extents:
@@ -224,7 +240,8 @@ class CurlRangedReader(RangedReader):
             raise TransferError(f"{self.uri}: {one_line(message)}", permanent=is_permanent(message))
         return result
 
-    def fetch(self, extents: Sequence[Extent]) -> Iterator[RangeData]:
+    def fetch(self, extents: Sequence[Extent], *, server_checksums: bool = True
+              ) -> Iterator[RangeData]:
         _check_extents(extents)
         if not extents:
             return
@@ -256,7 +273,8 @@ class CurlRangedReader(RangedReader):
 
 # -- ftp:// through ERET -----------------------------------------------------------------------
 class EretRangedReader(RangedReader):
-    """GridFTP partial retrieval on one control connection: ``ERET P``, verified by ``CKSM``.
+    """GridFTP partial retrieval on one control connection: many ranges per transfer (MODE E
+    with a restart marker), or ``ERET P`` per range; verified by ``CKSM`` when asked.
 
     ``range_checksum`` ADLER32 (default) catches corruption in transit at a fraction of MD5's
     cost on both ends; whether the source is still what was staged is a separate, whole-file
@@ -264,8 +282,10 @@ class EretRangedReader(RangedReader):
     """
 
     client = "eret"
+    batch_limit = MODE_E_MAX_RANGES
 
-    def __init__(self, location: Location, *, timeout: float, range_checksum: str = "ADLER32"):
+    def __init__(self, location: Location, *, timeout: float, range_checksum: str = "ADLER32",
+                 many_ranges: bool = True):
         super().__init__(location, timeout=timeout)
         if range_checksum not in _RANGE_DIGESTS:
             raise ValueError(f"range checksum {range_checksum!r}: expected ADLER32 or MD5")
@@ -277,6 +297,12 @@ class EretRangedReader(RangedReader):
         self.password = unquote(parts.password) if parts.password else "scratchkeeper@"
         self._ftp: ftplib.FTP | None = None
         self._cksm: bool | None = None
+        # None: not tried yet; False: refused (or not wanted), use ERET P per range
+        self._mode_e: bool | None = None if many_ranges else False
+        if not many_ranges:
+            self.batch_limit = RangedReader.batch_limit
+        self._mode: str = "S"  # the transfer mode the control connection is in
+        self._size: int | None = None
         self.verifies_ranges = True  # until the server turns CKSM down
 
     def _connect(self) -> ftplib.FTP:
@@ -299,7 +325,8 @@ class EretRangedReader(RangedReader):
         except BaseException as err:
             self._drop()
             raise _ftp_error(self.uri, err) from err
-        return int(answer.split()[-1])
+        self._size = int(answer.split()[-1])
+        return self._size
 
     def whole_checksum(self, algorithm: str) -> str | None:
         if self._cksm is False:
@@ -334,13 +361,129 @@ class EretRangedReader(RangedReader):
         self._cksm = True
         return answer.split()[-1].lower()
 
-    def fetch(self, extents: Sequence[Extent]) -> Iterator[RangeData]:
+    def fetch(self, extents: Sequence[Extent], *, server_checksums: bool = True
+              ) -> Iterator[RangeData]:
         _check_extents(extents)
+        if not extents:
+            return
+        if self._mode_e is not False:
+            try:
+                yield from self._fetch_mode_e(extents, server_checksums)
+                return
+            except _ModeERefused as refused:
+                log.info("%s: the server refuses ranged MODE E transfers (%s); one ERET per "
+                         "range", self.uri, refused)
+                self._mode_e = False
+        yield from self._fetch_eret(extents, server_checksums)
+
+    # one transfer for many ranges: MODE E, REST <ranges not wanted>, RETR
+    def _fetch_mode_e(self, extents: Sequence[Extent], server_checksums: bool
+                      ) -> Iterator[RangeData]:
+        wanted = sorted(extents)
+        for before, after in zip(wanted, wanted[1:]):
+            if after.offset < before.end:
+                raise ValueError(f"overlapping ranges {before.offset}+{before.length} and "
+                                 f"{after.offset}+{after.length}")
+        size = self._size if self._size is not None else self.size()
+        if wanted[-1].end > size:
+            raise TransferError(f"{self.uri}: asked bytes up to {wanted[-1].end}, the source "
+                                f"has {size} (shorter than recorded?)", permanent=True)
+        skip, position = [], 0
+        for extent in wanted:
+            if extent.offset > position:
+                skip.append(f"{position}-{extent.offset}")
+            position = extent.end
+        if position < size:
+            skip.append(f"{position}-{size}")
+        ftp = self._connect()
+        listener = None
+        data_socks: list[socket.socket] = []
+        finished = False
+        try:
+            try:
+                if self._mode != "E":
+                    ftp.voidcmd("MODE E")
+                    self._mode = "E"
+                host = ftp.sock.getsockname()[0]
+                listener = socket.create_server((host, 0), family=ftp.af, backlog=4)
+                listener.settimeout(self.timeout)
+                port = listener.getsockname()[1]
+                if ftp.af == socket.AF_INET:
+                    ftp.sendport(host, port)
+                else:
+                    ftp.sendeprt(host, port)
+                if skip:
+                    # "REST a-b,c-d": the bytes [a, b), [c, d) are already here; send the rest
+                    answer = ftp.sendcmd("REST " + ",".join(skip))
+                    if not answer.startswith("350"):
+                        raise ftplib.error_reply(answer)
+            except ftplib.error_perm as err:
+                if str(err)[:3] in ("500", "501", "502", "504") and not is_permanent(str(err)):
+                    self._drop()
+                    raise _ModeERefused(str(err).strip()) from None
+                raise
+            answer = ftp.sendcmd(f"RETR {self.location.path}")
+            if not answer.startswith("1"):
+                raise ftplib.error_reply(answer)
+            receiver = _ModeEReceiver(self.uri, wanted)
+            peer = ftp.sock.getpeername()[0]
+            while not receiver.done():
+                conn, address = listener.accept()
+                if address[0] != peer:  # someone else raced for the data port
+                    conn.close()
+                    raise TransferError(f"{self.uri}: a data connection came from {address[0]}, "
+                                        f"not the server {peer}")
+                conn.settimeout(self.timeout)
+                data_socks.append(conn)
+                for extent, data in receiver.receive(conn):
+                    if not server_checksums:
+                        yield RangeData(extent, data, False)
+                conn.close()
+            ftp.voidresp()
+            receiver.check_complete()
+            if server_checksums:
+                for extent, data in receiver.completed:
+                    yield self._checked(ftp, extent, data)
+            finished = True
+        except _ModeERefused:
+            raise
+        except GeneratorExit:
+            raise
+        except BaseException as err:
+            raise _ftp_error(self.uri, err) from err
+        finally:
+            for conn in data_socks:
+                _quiet_close_socket(conn)
+            if listener is not None:
+                _quiet_close_socket(listener)
+            if not finished:
+                self._drop()  # mid-transfer: the control connection's state is unknown
+
+    def _checked(self, ftp: ftplib.FTP, extent: Extent, data: bytearray) -> RangeData:
+        expected = self._range_checksum(ftp, extent)
+        if expected is None:
+            return RangeData(extent, data, False)
+        if _RANGE_DIGESTS[self.range_checksum](data) != expected.lstrip("0"):
+            raise TransferError(f"{self.uri}: bytes {extent.offset}+{extent.length} arrived "
+                                f"corrupted ({self.range_checksum} differs from the server's "
+                                "CKSM)")
+        return RangeData(extent, data, True)
+
+    # one ERET per range, in stream mode
+    def _fetch_eret(self, extents: Sequence[Extent], server_checksums: bool
+                    ) -> Iterator[RangeData]:
         for extent in extents:
             ftp = self._connect()
+            if self._mode != "S":
+                try:
+                    ftp.voidcmd("MODE S")
+                except BaseException as err:
+                    self._drop()
+                    raise _ftp_error(self.uri, err) from err
+                self._mode = "S"
             try:
                 data = self._retrieve(ftp, extent)
-                expected = self._range_checksum(ftp, extent)
+                expected = self._range_checksum(ftp, extent) if server_checksums else None
             except BaseException as err:
                 self._drop()
                 raise _ftp_error(self.uri, err) from err
@@ -383,6 +526,7 @@ class EretRangedReader(RangedReader):
         if self._ftp is not None:
             _quiet_close(self._ftp)
             self._ftp = None
+        self._mode = "S"
 
     def close(self) -> None:
         if self._ftp is not None:
@@ -391,6 +535,108 @@ class EretRangedReader(RangedReader):
             except (OSError, EOFError, ftplib.Error):
                 pass
             self._drop()
+
+
+class _ModeERefused(Exception):
+    """The server does not do ranged MODE E transfers (fall back to ERET per range)."""
+
+
+# MODE E block header (GFD.20): descriptor, byte count, file offset
+_HEADER = struct.Struct(">BQQ")
+_EOF, _SUSPECT, _RESTART, _EOD = 0x40, 0x20, 0x10, 0x08
+
+
+class _ModeEReceiver:
+    """Reassembles the extended-block stream of one transfer into the wanted extents."""
+
+    def __init__(self, uri: str, wanted: list[Extent]):
+        self.uri = uri
+        self.wanted = wanted
+        self.starts = [e.offset for e in wanted]
+        self.buffers: dict[int, bytearray] = {}
+        self.filled: dict[int, int] = {}
+        self.completed: list[tuple[Extent, bytearray]] = []
+        self.eods = 0
+        self.eods_expected: int | None = None
+
+    def done(self) -> bool:
+        return self.eods_expected is not None and self.eods >= self.eods_expected
+
+    def receive(self, conn: socket.socket) -> Iterator[tuple[Extent, bytearray]]:
+        """Read one data connection up to its EOD; yield each extent as it completes."""
+        header = bytearray(_HEADER.size)
+        while True:
+            _recv_exactly(conn, memoryview(header), self.uri)
+            descriptor, count, offset = _HEADER.unpack(header)
+            if descriptor & _SUSPECT:
+                raise TransferError(f"{self.uri}: the server marks the data it sent as suspect")
+            if descriptor & _RESTART:
+                _discard(conn, count, self.uri)  # a restart marker, not file data
+            elif count:
+                yield from self._block(conn, offset, count)
+            if descriptor & _EOF:
+                self.eods_expected = offset  # an EOF block's offset field is the EOD count
+            if descriptor & _EOD:
+                self.eods += 1
+                return
+
+    def _block(self, conn: socket.socket, offset: int, count: int
+               ) -> Iterator[tuple[Extent, bytearray]]:
+        end = offset + count
+        while offset < end:
+            index = bisect.bisect_right(self.starts, offset) - 1
+            extent = self.wanted[index] if index >= 0 else None
+            if extent is None or offset >= extent.end:
+                raise TransferError(f"{self.uri}: the server sent byte {offset}, which was not "
+                                    "asked for")
+            take = min(end, extent.end) - offset
+            buffer = self.buffers.get(index)
+            if buffer is None:
+                buffer = self.buffers[index] = bytearray(extent.length)
+                self.filled[index] = 0
+            start = offset - extent.offset
+            _recv_exactly(conn, memoryview(buffer)[start:start + take], self.uri)
+            self.filled[index] += take
+            offset += take
+            if self.filled[index] == extent.length:
+                del self.buffers[index]
+                self.filled[index] = -1  # complete: a byte more would be a duplicate
+                self.completed.append((extent, buffer))
+                yield extent, buffer
+            elif self.filled[index] > extent.length or self.filled[index] < 0:
+                raise TransferError(f"{self.uri}: the server sent bytes of "
+                                    f"{extent.offset}+{extent.length} twice")
+
+    def check_complete(self) -> None:
+        missing = [e for i, e in enumerate(self.wanted) if self.filled.get(i) != -1]
+        if missing:
+            raise TransferError(f"{self.uri}: the transfer ended without "
+                                f"{sum(e.length for e in missing)} of the bytes asked for "
+                                f"(from {missing[0].offset}); source shorter than recorded?")
+
+
+def _recv_exactly(conn: socket.socket, view: memoryview, uri: str) -> None:
+    received = 0
+    while received < len(view):
+        count = conn.recv_into(view[received:])
+        if not count:
+            raise TransferError(f"{uri}: the data connection closed in the middle of a block")
+        received += count
+
+
+def _discard(conn: socket.socket, count: int, uri: str) -> None:
+    scratch = bytearray(min(count, 1 << 16))
+    while count:
+        chunk = memoryview(scratch)[:min(count, len(scratch))]
+        _recv_exactly(conn, chunk, uri)
+        count -= len(chunk)
+
+
+def _quiet_close_socket(sock: socket.socket) -> None:
+    try:
+        sock.close()
+    except OSError:
+        pass
 
 
 _RANGE_DIGESTS = {
@@ -454,7 +700,8 @@ class GlobusRangedReader(RangedReader):
         # globus-url-copy has no stat: the caller relies on the size recorded at stage-in
         return None
 
-    def fetch(self, extents: Sequence[Extent]) -> Iterator[RangeData]:
+    def fetch(self, extents: Sequence[Extent], *, server_checksums: bool = True
+              ) -> Iterator[RangeData]:
         _check_extents(extents)
         target = self._spool_file()
         for extent in extents:

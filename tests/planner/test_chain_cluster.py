@@ -12,6 +12,7 @@ import uuid
 
 import pytest
 
+from scratchkeeper import digests
 from scratchkeeper.config import load_config
 from scratchkeeper.planner import records
 from scratchkeeper.state import StateStore
@@ -95,6 +96,10 @@ def test_chain_stages_in_computes_and_stages_out(local_cluster, work, flavour):
     backend = open_backend(config)
     assert backend.get_xattr(gridftp_file, "user.scratchkeeper.source") == rows[gridftp_file]["source"].encode()
     assert backend.get_xattr(gridftp_file, "user.scratchkeeper.sha256") == digest.encode()
+    # and the per-block CRC-32C a patch is checked against, from the same read
+    blocks = digests.lookup(store, gridftp_file, digest, len(payload))
+    assert blocks is not None and blocks.block_size == config.recovery.digest_block
+    assert blocks == digests.digest_bytes(payload, blocks.block_size)
 
 
 def test_permanent_stage_in_failure_cancels_the_chain(local_cluster, work):

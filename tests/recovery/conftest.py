@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from scratchkeeper import digests
 from scratchkeeper.config import SiteConfig, load_config
 from scratchkeeper.storage import LayoutRequest, open_backend
 from scratchkeeper.storage.base import XATTR_PREFIX
@@ -126,8 +127,12 @@ def sources(local_cluster):
 
 def stage(backend, path: str, data: bytes, uri: str, *, stripe_count: int = 4,
           stripe_size: int = 1 << 20, owner: tuple[int, int] | None = None,
-          extra_sources: list[str] | None = None, record_checksum: bool = True) -> str:
-    """Put ``data`` in the store as a staged input: layout, bytes and the stage-in xattrs."""
+          extra_sources: list[str] | None = None, record_checksum: bool = True,
+          digest_store=None, digest_block: int = 1 << 20) -> str:
+    """Put ``data`` in the store as a staged input: layout, bytes and the stage-in xattrs.
+
+    With ``digest_store`` (a StateStore), also the block digests ``stage commit`` records.
+    """
     backend.create(path, LayoutRequest(stripe_count=stripe_count, stripe_size=stripe_size),
                    owner=owner)
     for offset in range(0, len(data), 8 << 20):
@@ -138,6 +143,9 @@ def stage(backend, path: str, data: bytes, uri: str, *, stripe_count: int = 4,
     backend.set_xattr(path, XATTR_PREFIX + "size", str(len(data)).encode())
     if extra_sources:
         backend.set_xattr(path, XATTR_PREFIX + "sources", "\n".join(extra_sources).encode())
+    if digest_store is not None:
+        digests.record(digest_store, backend.paths.resolve(path), hashlib.sha256(data).hexdigest(),
+                       digests.digest_bytes(data, digest_block))
     return backend.paths.resolve(path)
 
 

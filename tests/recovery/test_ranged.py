@@ -9,6 +9,7 @@ import pytest
 from scratchkeeper.config import TransferConfig
 from scratchkeeper.errors import TransferError
 from scratchkeeper.storage.layout import Extent
+from scratchkeeper.transfer import ranged
 from scratchkeeper.transfer.ranged import (CurlRangedReader, EretRangedReader,
                                            GlobusRangedReader, PosixRangedReader, one_line,
                                            open_ranged)
@@ -19,11 +20,12 @@ RANGES = [Extent(0, 1), Extent(17, 65_536), Extent(1_000_003, 2_500_000), Extent
 
 
 def _uri(sources, kind, path):
-    return {"eret": sources.ftp, "globus-url-copy": sources.ftp, "curl": sources.http,
-            "pread": sources.file}[kind](path)
+    return {"eret": sources.ftp, "eret-per-range": sources.ftp, "globus-url-copy": sources.ftp,
+            "curl": sources.http, "pread": sources.file}[kind](path)
 
 
 @pytest.mark.parametrize("kind,cls", [("eret", EretRangedReader),
+                                      ("eret-per-range", EretRangedReader),
                                       ("globus-url-copy", GlobusRangedReader),
                                       ("curl", CurlRangedReader), ("pread", PosixRangedReader)])
 def test_each_client_returns_exactly_the_ranges(sources, tmp_path, kind, cls):
@@ -35,9 +37,60 @@ def test_each_client_returns_exactly_the_ranges(sources, tmp_path, kind, cls):
         size = reader.size()
     assert [p.extent for p in pieces] == RANGES
     assert all(p.data == data[p.extent.offset:p.extent.end] for p in pieces)
-    assert all(p.verified for p in pieces) == (kind == "eret")
+    assert all(p.verified for p in pieces) == kind.startswith("eret")
     assert size == (None if kind == "globus-url-copy" else len(data))
     assert list(tmp_path.iterdir()) == []  # the spool is gone
+
+
+def test_mode_e_brings_many_ranges_in_one_transfer(sources, monkeypatch):
+    path, data = sources.make("many.bin", 3_000_001)
+    # unsorted, two touching ranges (a server block may straddle them), the file's last byte
+    wanted = [Extent(2_999_000, 1001), Extent(5, 70_000), Extent(70_005, 300_000),
+              Extent(1_048_576, 262_144), Extent(1_310_720, 1)]
+    transfers = []
+    real_retr = ranged._ModeEReceiver.__init__
+
+    def counting(self, uri, extents):
+        transfers.append(len(extents))
+        real_retr(self, uri, extents)
+
+    monkeypatch.setattr(ranged._ModeEReceiver, "__init__", counting)
+    with open_ranged(sources.ftp(path), TransferConfig()) as reader:
+        pieces = list(reader.fetch(wanted, server_checksums=False))
+        again = list(reader.fetch(wanted[:2]))  # same control connection, now with CKSM
+    assert transfers == [5, 2]
+    assert sorted(p.extent for p in pieces) == sorted(wanted)
+    assert all(p.data == data[p.extent.offset:p.extent.end] for p in pieces + again)
+    assert not any(p.verified for p in pieces) and all(p.verified for p in again)
+
+
+def test_mode_e_hundreds_of_ranges(sources):
+    path, data = sources.make("sparse.bin", 2_000_000)
+    wanted = [Extent(offset, 1000) for offset in range(0, 2_000_000, 5000)]  # 400 ranges
+    with open_ranged(sources.ftp(path), TransferConfig()) as reader:
+        pieces = list(reader.fetch(wanted, server_checksums=False))
+    assert len(pieces) == 400
+    assert all(p.data == data[p.extent.offset:p.extent.end] for p in pieces)
+
+
+def test_mode_e_reader_recovers_from_an_abandoned_transfer(sources):
+    path, data = sources.make("abandon.bin", 4_000_000)
+    wanted = [Extent(offset, 100_000) for offset in range(0, 4_000_000, 400_000)]
+    with open_ranged(sources.ftp(path), TransferConfig()) as reader:
+        stream = reader.fetch(wanted, server_checksums=False)
+        first = next(stream)
+        stream.close()  # the consumer gives up mid-transfer (a block failed its digest, say)
+        rest = list(reader.fetch(wanted[1:], server_checksums=False))
+    assert first.data == data[first.extent.offset:first.extent.end]
+    assert len(rest) == len(wanted) - 1
+    assert all(p.data == data[p.extent.offset:p.extent.end] for p in rest)
+
+
+def test_overlapping_ranges_are_refused(sources):
+    path, _ = sources.make("overlap.bin", 10_000)
+    with open_ranged(sources.ftp(path), TransferConfig()) as reader:
+        with pytest.raises(ValueError, match="overlapping"):
+            list(reader.fetch([Extent(0, 100), Extent(50, 100)]))
 
 
 def test_gridftp_whole_file_checksum(sources):
@@ -46,7 +99,7 @@ def test_gridftp_whole_file_checksum(sources):
         assert reader.whole_checksum("SHA256") == hashlib.sha256(data).hexdigest()
 
 
-@pytest.mark.parametrize("kind", ["eret", "globus-url-copy", "curl", "pread"])
+@pytest.mark.parametrize("kind", ["eret", "eret-per-range", "globus-url-copy", "curl", "pread"])
 def test_range_past_the_end_is_permanent(sources, kind):
     path, _ = sources.make("short.bin", 1000)
     with open_ranged(_uri(sources, kind, path), TransferConfig(), ftp_method=kind) as reader:
@@ -55,7 +108,7 @@ def test_range_past_the_end_is_permanent(sources, kind):
     assert caught.value.permanent
 
 
-@pytest.mark.parametrize("kind", ["eret", "globus-url-copy", "curl", "pread"])
+@pytest.mark.parametrize("kind", ["eret", "eret-per-range", "globus-url-copy", "curl", "pread"])
 def test_missing_source_is_permanent_and_one_line(sources, kind):
     path = sources.folder / "never-there.bin"
     with open_ranged(_uri(sources, kind, path), TransferConfig(), ftp_method=kind) as reader:

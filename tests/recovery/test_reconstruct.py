@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 
 import pytest
 
@@ -142,9 +143,9 @@ def test_source_server_dying_mid_patch_marks_file_lost_not_corrupt(site, sources
         fetches = []
         real_fetch = ranged.EretRangedReader.fetch
 
-        def counting_fetch(self, extents):
+        def counting_fetch(self, extents, **options):
             fetches.append(len(extents))
-            yield from real_fetch(self, extents)
+            yield from real_fetch(self, extents, **options)
 
         monkeypatch.setattr(ranged.EretRangedReader, "fetch", counting_fetch)
         started = time.monotonic()
@@ -194,24 +195,38 @@ def test_server_back_within_retries_recovers(site, sources, site_dir):
         server.kill()
 
 
-def test_corrupted_range_is_detected_and_fetched_again(site, sources, monkeypatch):
-    source, data = sources.make("corrupt.bin", 2_000_003)
+@pytest.mark.parametrize("method", ["eret", "eret-per-range"])
+def test_corrupted_range_is_detected_and_fetched_again(site, sources, monkeypatch, method):
+    source, data = sources.make(f"corrupt-{method}.bin", 2_000_003)
     backend = site.backend
-    path = stage(backend, "corrupt.bin", data, sources.ftp(source), stripe_count=2,
+    path = stage(backend, f"corrupt-{method}.bin", data, sources.ftp(source), stripe_count=2,
                  stripe_size=64 * KiB)
     _fail_one(backend, path, 0)
-    real = ranged.EretRangedReader._retrieve
     corrupted = []
+    if method == "eret":
+        # flip a byte as it comes off the data connection (headers are 17 bytes)
+        real_recv = ranged._recv_exactly
 
-    def flip_once(self, ftp, extent):
-        payload = real(self, ftp, extent)
-        if not corrupted:
-            corrupted.append(extent)
-            return bytes([payload[0] ^ 0xFF]) + payload[1:]
-        return payload
+        def flip_once(conn, view, uri):
+            real_recv(conn, view, uri)
+            if not corrupted and len(view) > ranged._HEADER.size:
+                corrupted.append(len(view))
+                view[0] ^= 0xFF
 
-    monkeypatch.setattr(ranged.EretRangedReader, "_retrieve", flip_once)
-    outcome = Recoverer(backend, site.config).recover(path)
+        monkeypatch.setattr(ranged, "_recv_exactly", flip_once)
+    else:
+        real = ranged.EretRangedReader._retrieve
+
+        def flip_once(self, ftp, extent):
+            payload = real(self, ftp, extent)
+            if not corrupted:
+                corrupted.append(extent)
+                return bytes([payload[0] ^ 0xFF]) + payload[1:]
+            return payload
+
+        monkeypatch.setattr(ranged.EretRangedReader, "_retrieve", flip_once)
+    config = replace(site.config, recovery=replace(site.config.recovery, ftp_method=method))
+    outcome = Recoverer(backend, config).recover(path)
     assert corrupted and outcome.state == PATCHED and outcome.verified == "ranges"
     assert read_all(backend, path) == data
 
@@ -225,8 +240,8 @@ def test_corruption_without_range_checksum_is_caught_by_file_checksum(site, sour
     before = backend.layout(path)
     real = ranged.CurlRangedReader.fetch
 
-    def always_corrupt(self, extents):
-        for piece in real(self, extents):
+    def always_corrupt(self, extents, **options):
+        for piece in real(self, extents, **options):
             yield ranged.RangeData(piece.extent, b"\0" + piece.data[1:], piece.verified)
 
     monkeypatch.setattr(ranged.CurlRangedReader, "fetch", always_corrupt)
