@@ -111,7 +111,7 @@ def test_recovery_config_keys_are_validated():
     from scratchkeeper.errors import ConfigError
     config = parse_config("[recovery]\nftp_method = \"globus-url-copy\"\nrange_checksum = \"MD5\"\n")
     assert config.recovery.ftp_method == "globus-url-copy"
-    assert config.recovery.sync_bytes == 64 << 20 and config.recovery.verify_source is True
+    assert config.recovery.sync_bytes == 16 << 20 and config.recovery.verify_source is True
     with pytest.raises(ConfigError, match=r"site.toml:2: key 'recovery.range_checksum': "
                                           r"expected one of 'ADLER32', 'MD5', got 'CRC'"):
         parse_config("[recovery]\nrange_checksum = \"CRC\"\n", "site.toml")
