@@ -425,7 +425,8 @@ class EretRangedReader(RangedReader):
             answer = ftp.sendcmd(f"RETR {self.location.path}")
             if not answer.startswith("1"):
                 raise ftplib.error_reply(answer)
-            receiver = _ModeEReceiver(self.uri, wanted)
+            # extents are kept to the end only when the server must vouch for them afterwards
+            receiver = _ModeEReceiver(self.uri, wanted, keep=server_checksums)
             peer = ftp.sock.getpeername()[0]
             while not receiver.done():
                 conn, address = listener.accept()
@@ -549,8 +550,9 @@ _EOF, _SUSPECT, _RESTART, _EOD = 0x40, 0x20, 0x10, 0x08
 class _ModeEReceiver:
     """Reassembles the extended-block stream of one transfer into the wanted extents."""
 
-    def __init__(self, uri: str, wanted: list[Extent]):
+    def __init__(self, uri: str, wanted: list[Extent], *, keep: bool = True):
         self.uri = uri
+        self.keep = keep
         self.wanted = wanted
         self.starts = [e.offset for e in wanted]
         self.buffers: dict[int, bytearray] = {}
@@ -601,7 +603,8 @@ class _ModeEReceiver:
             if self.filled[index] == extent.length:
                 del self.buffers[index]
                 self.filled[index] = -1  # complete: a byte more would be a duplicate
-                self.completed.append((extent, buffer))
+                if self.keep:
+                    self.completed.append((extent, buffer))
                 yield extent, buffer
             elif self.filled[index] > extent.length or self.filled[index] < 0:
                 raise TransferError(f"{self.uri}: the server sent bytes of "
