@@ -505,8 +505,10 @@ class Recoverer:
                         checker.check(piece[0], piece[1])
                     unfetched.remove(piece[0])
                     writer.add(piece)
-                    if self.stop.is_set() and unfetched:  # one transfer may bring a GiB
+                    if unfetched and self.stop.is_set():  # one transfer may bring a GiB
                         raise RecoveryInterrupted(f"{rebuild.path}: the service is stopping")
+                    if unfetched and failure.is_set():
+                        raise PatchFailed(f"{rebuild.path}: another lane failed")
                 attempt = 0
             except TransferError as err:
                 attempt += 1
