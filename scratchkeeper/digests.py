@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import hashlib
 import time
+import weakref
 from array import array
 from dataclasses import dataclass
 
@@ -137,8 +138,14 @@ def digest_bytes(data: bytes, block_size: int) -> BlockDigests:
     return BlockDigests(len(view), block_size, crcs)
 
 
+_ensured: weakref.WeakSet = weakref.WeakSet()
+
+
 def ensure(store: StateStore) -> None:
-    store.ensure_schema(COMPONENT, MIGRATIONS)
+    """The table exists (checked once per store: a lookup must not take the write lock)."""
+    if store not in _ensured:
+        store.ensure_schema(COMPONENT, MIGRATIONS)
+        _ensured.add(store)
 
 
 def record(store: StateStore, path: str, sha256: str, digests: BlockDigests) -> None:

@@ -444,7 +444,7 @@ class EretRangedReader(RangedReader):
             receiver.check_complete()
             if server_checksums:
                 for extent, data in receiver.completed:
-                    yield self._checked(ftp, extent, data)
+                    yield self._compare(extent, data, self._range_checksum(ftp, extent))
             finished = True
         except _ModeERefused:
             raise
@@ -460,8 +460,8 @@ class EretRangedReader(RangedReader):
             if not finished:
                 self._drop()  # mid-transfer: the control connection's state is unknown
 
-    def _checked(self, ftp: ftplib.FTP, extent: Extent, data: bytearray) -> RangeData:
-        expected = self._range_checksum(ftp, extent)
+    def _compare(self, extent: Extent, data: bytearray, expected: str | None) -> RangeData:
+        """The range, verified if the server gave its checksum (``expected``); raise if it differs."""
         if expected is None:
             return RangeData(extent, data, False)
         if _RANGE_DIGESTS[self.range_checksum](data) != expected.lstrip("0"):
@@ -492,14 +492,7 @@ class EretRangedReader(RangedReader):
                 raise TransferError(f"{self.uri}: asked bytes {extent.offset}+{extent.length}, "
                                     f"got {len(data)} (source shorter than recorded?)",
                                     permanent=len(data) < extent.length)
-            verified = False
-            if expected is not None:
-                if _RANGE_DIGESTS[self.range_checksum](data) != expected.lstrip("0"):
-                    raise TransferError(f"{self.uri}: bytes {extent.offset}+{extent.length} "
-                                        f"arrived corrupted ({self.range_checksum} differs from "
-                                        "the server's CKSM)")
-                verified = True
-            yield RangeData(extent, data, verified)
+            yield self._compare(extent, data, expected)
 
     def _retrieve(self, ftp: ftplib.FTP, extent: Extent) -> bytearray:
         """One ``ERET P`` received straight into a buffer of the range's size."""

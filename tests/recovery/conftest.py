@@ -153,3 +153,22 @@ def read_all(backend, path: str) -> bytes:
     size = backend.stat(path).size
     return b"".join(backend.read(path, offset, min(8 << 20, size - offset))
                     for offset in range(0, size, 8 << 20))
+
+
+def corrupt_first_data_block(monkeypatch) -> list[int]:
+    """Flip one byte of the first MODE E data block as it comes off the data connection.
+
+    Returns the list the length of the corrupted receive is appended to (empty: not yet).
+    """
+    from scratchkeeper.transfer import ranged
+    flipped: list[int] = []
+    real_recv = ranged._recv_exactly
+
+    def flip_once(conn, view, uri):
+        real_recv(conn, view, uri)
+        if not flipped and len(view) > ranged._HEADER.size:  # headers are 17 bytes
+            flipped.append(len(view))
+            view[len(view) // 2] ^= 0xFF
+
+    monkeypatch.setattr(ranged, "_recv_exactly", flip_once)
+    return flipped

@@ -10,7 +10,7 @@ from scratchkeeper.recovery.reconstruct import LOST, PATCHED, Recoverer, Recover
 from scratchkeeper.state import StateStore
 from scratchkeeper.transfer import ranged
 
-from .conftest import read_all, stage
+from .conftest import corrupt_first_data_block, read_all, stage
 
 pytestmark = pytest.mark.cluster
 
@@ -65,16 +65,7 @@ def test_corruption_in_transit_is_caught_and_fetched_again(site, store, sources,
     path = stage(backend, "transit.bin", data, sources.ftp(source), stripe_count=4,
                  stripe_size=256 * KiB, digest_store=store)
     _fail_one(backend, path)
-    flipped = []
-    real_recv = ranged._recv_exactly
-
-    def flip_once(conn, view, uri):
-        real_recv(conn, view, uri)
-        if not flipped and len(view) > ranged._HEADER.size:
-            flipped.append(len(view))
-            view[len(view) // 2] ^= 0x01
-
-    monkeypatch.setattr(ranged, "_recv_exactly", flip_once)
+    flipped = corrupt_first_data_block(monkeypatch)
     outcome = Recoverer(backend, site.config, store=store).recover(path)
     assert flipped and outcome.state == PATCHED and outcome.verified == "blocks"
     assert read_all(backend, path) == data

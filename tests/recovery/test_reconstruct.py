@@ -12,7 +12,7 @@ from scratchkeeper.recovery.reconstruct import LOST, PATCHED, WHOLE, Recoverer
 from scratchkeeper.storage.base import XATTR_PREFIX
 from scratchkeeper.transfer import ranged
 
-from .conftest import read_all, stage, write_site
+from .conftest import corrupt_first_data_block, read_all, stage, write_site
 from .gridftp import PrivateGridFtp
 
 pytestmark = pytest.mark.cluster
@@ -202,19 +202,10 @@ def test_corrupted_range_is_detected_and_fetched_again(site, sources, monkeypatc
     path = stage(backend, f"corrupt-{method}.bin", data, sources.ftp(source), stripe_count=2,
                  stripe_size=64 * KiB)
     _fail_one(backend, path, 0)
-    corrupted = []
     if method == "eret":
-        # flip a byte as it comes off the data connection (headers are 17 bytes)
-        real_recv = ranged._recv_exactly
-
-        def flip_once(conn, view, uri):
-            real_recv(conn, view, uri)
-            if not corrupted and len(view) > ranged._HEADER.size:
-                corrupted.append(len(view))
-                view[0] ^= 0xFF
-
-        monkeypatch.setattr(ranged, "_recv_exactly", flip_once)
+        corrupted = corrupt_first_data_block(monkeypatch)
     else:
+        corrupted = []
         real = ranged.EretRangedReader._retrieve
 
         def flip_once(self, ftp, extent):
