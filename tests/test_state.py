@@ -1,13 +1,21 @@
-"""The SQLite state store: WAL, versioned migrations per component, transactions."""
+"""The SQLite state store: WAL or rollback journal, read-only opening, versioned migrations per
+component, transactions."""
 
+import shutil
 import sqlite3
 import subprocess
 import sys
+import tempfile
+import time
+from pathlib import Path
 
 import pytest
 
+import scratchkeeper.state
 from scratchkeeper.errors import StateError
 from scratchkeeper.state import StateStore
+from user_runtime import plain_python, plain_user
+
 
 V1 = "CREATE TABLE items (name TEXT PRIMARY KEY);"
 V2 = "ALTER TABLE items ADD COLUMN size INTEGER NOT NULL DEFAULT 0;\nCREATE INDEX items_size ON items(size);"
@@ -76,3 +84,167 @@ def test_corrupt_database_is_reported(tmp_path):
     path.write_bytes(b"this is not a database" * 100)
     with pytest.raises(StateError, match="cannot open state database"):
         StateStore(path).query("SELECT 1")
+
+
+# -- journal modes and read-only opening --------------------------------------------------------
+
+@pytest.mark.parametrize("mode", ["delete", "persist", "truncate"])
+def test_rollback_journal_modes(tmp_path, mode):
+    path = tmp_path / "s.db"
+    store = StateStore(path, journal=mode)
+    store.ensure_schema("demo", [V1])
+    with store.transaction() as conn:
+        conn.execute("INSERT INTO items(name) VALUES ('a')")
+    assert store.query("PRAGMA journal_mode")[0][0] == mode
+    assert not (tmp_path / "s.db-wal").exists() and not (tmp_path / "s.db-shm").exists()
+    store.close()
+    assert [r["name"] for r in StateStore(path, journal=mode).query("SELECT name FROM items")] \
+        == ["a"]
+
+
+def test_unknown_journal_mode_is_refused(tmp_path):
+    with pytest.raises(ValueError, match="journal 'memory'"):
+        StateStore(tmp_path / "s.db", journal="memory")
+
+
+def test_leaving_wal_while_another_connection_holds_the_database_keeps_working(tmp_path):
+    path = tmp_path / "s.db"
+    holder = StateStore(path)
+    holder.ensure_schema("demo", [V1])
+    with holder.transaction() as conn:
+        conn.execute("INSERT INTO items(name) VALUES ('a')")
+    started = time.monotonic()
+    other = StateStore(path, journal="delete")
+    assert [r["name"] for r in other.query("SELECT name FROM items")] == ["a"]
+    with other.transaction() as conn:
+        conn.execute("INSERT INTO items(name) VALUES ('b')")
+    assert time.monotonic() - started < 10  # not the 30 s busy timeout
+    assert other.query("PRAGMA journal_mode")[0][0] == "wal"  # could not switch: kept WAL
+    holder.close()
+    other.close()
+    alone = StateStore(path, journal="delete")
+    assert alone.query("PRAGMA journal_mode")[0][0] == "delete"
+    assert not (tmp_path / "s.db-wal").exists()
+    assert [r["name"] for r in alone.query("SELECT name FROM items ORDER BY name")] == ["a", "b"]
+
+
+def _files(directory: Path) -> dict[str, tuple[int, int]]:
+    return {p.name: (p.stat().st_size, p.stat().st_mtime_ns) for p in directory.iterdir()}
+
+
+def test_read_only_reads_and_changes_nothing(tmp_path):
+    path = tmp_path / "s.db"
+    writer = StateStore(path, journal="persist")
+    writer.ensure_schema("demo", [V1])
+    with writer.transaction() as conn:
+        conn.execute("INSERT INTO items(name) VALUES ('a')")
+    writer.close()
+    before = _files(tmp_path)
+    reader = StateStore(path, journal="persist", read_only=True)
+    assert [r["name"] for r in reader.query("SELECT name FROM items")] == ["a"]
+    assert reader.schema_version("demo") == 1
+    with pytest.raises(StateError, match=f"^{path}: opened read-only$"):
+        with reader.transaction() as conn:
+            conn.execute("INSERT INTO items(name) VALUES ('b')")
+    with pytest.raises(StateError, match="opened read-only"):
+        reader.ensure_schema("demo", [V1, V2])
+    with pytest.raises(StateError, match=str(path)):
+        reader.query("INSERT INTO items(name) VALUES ('c')")  # refused by SQLite itself
+    reader.close()
+    assert _files(tmp_path) == before
+    assert [r["name"] for r in StateStore(path).query("SELECT name FROM items")] == ["a"]
+
+
+def test_read_only_keeps_the_journal_mode_and_creates_no_table(tmp_path):
+    path = tmp_path / "s.db"
+    with sqlite3.connect(path) as conn:
+        conn.execute("PRAGMA journal_mode=WAL")
+        conn.execute("CREATE TABLE items (name TEXT)")
+    conn.close()
+    reader = StateStore(path, journal="delete", read_only=True)
+    assert reader.query("PRAGMA journal_mode")[0][0] == "wal"
+    assert reader.schema_version("demo") == 0
+    reader.close()
+    with sqlite3.connect(path) as conn:
+        tables = [r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")]
+    conn.close()
+    assert tables == ["items"]
+
+
+def test_read_only_creates_no_directory_and_names_the_path(tmp_path):
+    path = tmp_path / "missing" / "s.db"
+    with pytest.raises(StateError, match=f"^{path}: cannot open state database read-only"):
+        StateStore(path, read_only=True).query("SELECT 1")
+    assert not (tmp_path / "missing").exists()
+
+
+def test_read_only_path_is_quoted_in_the_uri(tmp_path):
+    directory = tmp_path / "odd ?name#with%20chars"
+    directory.mkdir()
+    path = directory / "s.db"
+    writer = StateStore(path, journal="delete")
+    writer.ensure_schema("demo", [V1])
+    with writer.transaction() as conn:
+        conn.execute("INSERT INTO items(name) VALUES ('odd')")
+    writer.close()
+    reader = StateStore(path, read_only=True)
+    assert [r["name"] for r in reader.query("SELECT name FROM items")] == ["odd"]
+    assert sorted(p.name for p in directory.iterdir()) == ["s.db"]
+
+
+@pytest.fixture
+def shared_dir():
+    """A directory every user can traverse (pytest's tmp_path is under a 0700 directory)."""
+    directory = Path(tempfile.mkdtemp(prefix="sk-state-", dir="/tmp"))
+    directory.chmod(0o755)
+    yield directory
+    shutil.rmtree(directory, ignore_errors=True)
+
+
+def test_a_plain_user_reads_a_rollback_journal_database_read_only(shared_dir):
+    uid, gid = plain_user()
+    # state.py imports only the standard library and errors.py: a copy any user can import
+    package = shared_dir / "lib" / "scratchkeeper"
+    package.mkdir(parents=True)
+    source = Path(scratchkeeper.state.__file__).parent
+    (package / "__init__.py").write_text("")
+    for name in ("state.py", "errors.py"):
+        shutil.copy(source / name, package / name)
+    for item in [shared_dir / "lib", package, *package.iterdir()]:
+        item.chmod(0o755 if item.is_dir() else 0o644)
+    data = shared_dir / "data"  # root's, 0755: the user can read in it, not create files
+    data.mkdir(mode=0o755)
+    path = data / "s.db"
+    writer = StateStore(path, journal="persist")
+    writer.ensure_schema("demo", [V1])
+    with writer.transaction() as conn:
+        conn.execute("INSERT INTO items(name) VALUES ('from root')")
+    writer.close()
+    path.chmod(0o644)
+    before = _files(data)
+    code = f"""
+import sys
+sys.path.insert(0, {str(shared_dir / 'lib')!r})
+from scratchkeeper.errors import StateError
+from scratchkeeper.state import StateStore
+print([r["name"] for r in StateStore({str(path)!r}, journal="persist", read_only=True)
+       .query("SELECT name FROM items")])
+try:
+    with StateStore({str(path)!r}, journal="persist", read_only=True).transaction():
+        pass
+except StateError as err:
+    print(err)
+try:
+    StateStore({str(path)!r}, journal="persist").ensure_schema("demo", [{V1!r}, {V2!r}])
+except Exception as err:
+    print("read-write:", err)
+"""
+    result = subprocess.run([plain_python(), "-I", "-c", code], user=uid, group=gid,
+                            extra_groups=[], cwd=shared_dir, env={"PATH": "/usr/bin:/bin"},
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[0] == "['from root']"
+    assert lines[1] == f"{path}: opened read-only"
+    assert lines[2].startswith("read-write: ") and "readonly database" in lines[2]
+    assert _files(data) == before

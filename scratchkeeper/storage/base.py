@@ -165,10 +165,13 @@ class StorageBackend(abc.ABC):
     @abc.abstractmethod
     def import_file(self, path: str, *, stripe_count: int | None = None,
                     stripe_size: int | None = None,
-                    owner: tuple[int, int] | None = None, replace: bool = False) -> FileLayout:
+                    owner: tuple[int, int] | None = None, replace: bool = False,
+                    expect_uid: int | None = None) -> FileLayout:
         """Make the file a data job wrote at this scratch path a managed file; return its layout.
 
         ``replace``: a different managed file already at ``path`` is superseded atomically.
+        ``expect_uid``: acting for that user, the file (not followed if a link) must be theirs,
+        else PermissionDenied and nothing changes.
         """
 
     @abc.abstractmethod

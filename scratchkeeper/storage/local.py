@@ -14,6 +14,12 @@ whose process is gone, so a kill -9 at any line leaves no half file and no leake
 
 Failing an OST renames its directory to ``ostNNNN.failed``: its objects really cannot be
 opened, as on a dead OSS, until ``restore_ost`` puts it back.
+
+Several users: every object carries its file's owner and permission bits (without exec bits), so
+the kernel lets a user open the objects of the files it may read and no others, as Lustre's OSTs
+do. The namespace uses a rollback journal, which a process may read without writing anything
+next to it; a process that cannot write the namespace (a user's job, the store being root's)
+opens it read-only: it reads, and every change is refused.
 """
 
 from __future__ import annotations
@@ -23,6 +29,7 @@ import hashlib
 import json
 import logging
 import os
+import posixpath
 import stat as statmod
 import threading
 import time
@@ -31,7 +38,7 @@ from collections.abc import Iterable
 from dataclasses import replace
 from pathlib import Path
 
-from ..errors import InputError, PermissionDenied, StorageError, TargetUnavailable
+from ..errors import InputError, PermissionDenied, StateError, StorageError, TargetUnavailable
 from ..state import StateStore
 from .base import (OST_ACTIVE, OST_FAILED, OST_UNREACHABLE, FileStat, OstStatus, Rebuild,
                    StorageBackend, substitute_layout)
@@ -83,6 +90,9 @@ MIGRATIONS = [
 ]
 
 DOOMED = "doomed"
+# a rollback journal, not WAL: readers that may not write (users' jobs) need no -shm/-wal files
+NAMESPACE_JOURNAL = "persist"
+NAMESPACE = "namespace.db"
 XATTR_MAX = 65536
 COPY_CHUNK = 4 << 20
 
@@ -102,6 +112,8 @@ class LocalStripedStore(StorageBackend):
         self.pools = dict(pools or {})
         self._db: StateStore | None = None
         self._ready_lock = threading.Lock()
+        self._read_only = False  # set on open: this process may not write the namespace
+        self._owner_uid: int | None = None
 
     # -- opening -------------------------------------------------------------------------------
     @property
@@ -113,9 +125,21 @@ class LocalStripedStore(StorageBackend):
                     self._db = self._open()
         return self._db
 
+    @property
+    def read_only(self) -> bool:
+        """Whether this process opened the store read-only (it may not write the namespace)."""
+        self.db
+        return self._read_only
+
     def _open(self) -> StateStore:
-        self.store_root.mkdir(parents=True, exist_ok=True)
-        db = StateStore(self.store_root / "namespace.db")
+        namespace = self.store_root / NAMESPACE
+        if namespace.exists():
+            if not (_may_write(namespace) and _may_write(self.store_root)):
+                return self._open_read_only(namespace)
+        else:
+            self._create_namespace(namespace)
+        self._owner_uid = os.stat(namespace).st_uid
+        db = StateStore(namespace, journal=NAMESPACE_JOURNAL)
         db.ensure_schema(COMPONENT, MIGRATIONS)
         with db.transaction() as conn:
             known = conn.execute("SELECT COUNT(*) FROM osts").fetchone()[0]
@@ -133,10 +157,65 @@ class LocalStripedStore(StorageBackend):
             elif row["state"] != OST_FAILED and dead.exists() and not live.exists():
                 dead.rename(live)
             elif not live.exists() and not dead.exists():
-                (dead if row["state"] == OST_FAILED else live).mkdir()
+                _make_dir(dead if row["state"] == OST_FAILED else live)
         self._db = db
         self._collect_garbage()
         return db
+
+    def _create_namespace(self, namespace: Path) -> None:
+        """Create the store directory and an empty namespace file, readable by every user (the
+        journal SQLite creates next to it takes its mode)."""
+        refusal = (f"{self.store_root}: the store has no namespace yet and this process (uid "
+                   f"{os.geteuid()}) cannot create it; the store's owner must open it first")
+        if self.store_root.is_dir() and not _may_write(self.store_root):
+            raise StorageError(refusal)
+        try:
+            _make_dir(self.store_root, parents=True)
+            fd = os.open(namespace, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        except FileExistsError:
+            return  # another process created it first
+        except PermissionError as err:
+            raise StorageError(f"{refusal} ({err.strerror})") from None
+        try:
+            os.fchmod(fd, 0o644)
+        finally:
+            os.close(fd)
+
+    def _open_read_only(self, namespace: Path) -> StateStore:
+        """Open the namespace of a store this process may not change: no migration, no fixup of
+        OST directories, no garbage collection; reads only."""
+        self._owner_uid = os.stat(namespace).st_uid
+        db = StateStore(namespace, journal=NAMESPACE_JOURNAL, read_only=True)
+        try:
+            version = db.schema_version(COMPONENT)
+            known = db.query("SELECT COUNT(*) FROM osts")[0][0] if version else 0
+        except StateError as err:
+            raise StorageError(f"{self.store_root}: cannot read the store's namespace: {err}") \
+                from err
+        if version != len(MIGRATIONS):
+            raise StorageError(f"{self.store_root}: the store's namespace is at version "
+                               f"{version}, this scratchkeeper uses version {len(MIGRATIONS)}; "
+                               f"the store needs opening by its owner (uid {self._owner_uid}) "
+                               "first")
+        if known > self.ost_count:
+            raise StorageError(f"{self.store_root}: the store has {known} OSTs, the "
+                               f"configuration says storage.ost_count = {self.ost_count}; "
+                               "OSTs cannot be removed")
+        self._read_only = True
+        log.debug("store %s: opened read-only (uid %d; the store is uid %d's)", self.store_root,
+                  os.geteuid(), self._owner_uid)
+        return db
+
+    def _check_writable(self) -> None:
+        """Refuse a change when this process opened the store read-only."""
+        self.db
+        if self._read_only:
+            if self._owner_uid == os.geteuid():
+                raise PermissionDenied(f"the store at {self.store_root} cannot be written by this "
+                                       "process (its namespace or directory is read-only)")
+            raise PermissionDenied(f"the store at {self.store_root} is owned by uid "
+                                   f"{self._owner_uid}; only its owner can change it (this "
+                                   f"process runs as uid {os.geteuid()})")
 
     def _ost_dir(self, ost_index: int) -> Path:
         return self.store_root / f"ost{ost_index:04d}"
@@ -196,8 +275,19 @@ class LocalStripedStore(StorageBackend):
         return result
 
     def _probe_ost(self, ost: OstStatus, timeout: float) -> OstStatus:
-        """Write, read back and delete a small probe object, as an OST ping touches the disk."""
+        """Write, read back and delete a small probe object, as an OST ping touches the disk.
+
+        A process that opened the store read-only may not write there: it lists the OST.
+        """
         directory = self._ost_dir(ost.ost_index)
+        if self.read_only:
+            try:
+                with os.scandir(directory) as entries:
+                    next(entries, None)
+            except OSError as err:
+                return replace(ost, state=OST_FAILED if not directory.exists() else
+                               OST_UNREACHABLE, detail=err.strerror or str(err))
+            return replace(ost, state=OST_ACTIVE, detail="")
         probe = directory / f".probe-{os.getpid()}-{threading.get_ident()}"
         token = uuid.uuid4().bytes
         try:
@@ -213,6 +303,7 @@ class LocalStripedStore(StorageBackend):
 
     def fail_ost(self, ost_index: int) -> None:
         """Take an OST down: its objects become unreadable until :meth:`restore_ost`."""
+        self._check_writable()
         self._check_ost_index(ost_index)
         with self.db.transaction() as conn:
             conn.execute("UPDATE osts SET state = ? WHERE ost_index = ?", (OST_FAILED, ost_index))
@@ -223,6 +314,7 @@ class LocalStripedStore(StorageBackend):
 
     def restore_ost(self, ost_index: int) -> None:
         """Bring a failed OST back with the objects it had."""
+        self._check_writable()
         self._check_ost_index(ost_index)
         with self.db.transaction() as conn:
             conn.execute("UPDATE osts SET state = ? WHERE ost_index = ?", (OST_ACTIVE, ost_index))
@@ -277,10 +369,24 @@ class LocalStripedStore(StorageBackend):
                              "VALUES (?, ?, ?)",
                              [(o.ost_index, o.object_id, owner) for o in objects])
 
-    def _create_objects(self, objects: Iterable[StripeObject]) -> None:
+    def _create_objects(self, objects: Iterable[StripeObject], *, uid: int, gid: int,
+                        mode: int) -> None:
+        """Create empty objects for a file of owner ``uid:gid`` and permission bits ``mode``.
+
+        Each object gets the file's owner (when the store runs as root) and its read/write bits
+        (never exec; the owner's read and write always): the kernel then lets a user open the
+        objects of the files it may read, and no others, as a Lustre OST does.
+        """
+        object_mode = (mode & 0o666) | 0o600
+        as_root = os.geteuid() == 0
         for obj in objects:
             fd = os.open(self._object_path(obj), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-            os.close(fd)
+            try:
+                if as_root:
+                    os.fchown(fd, uid, gid)
+                os.fchmod(fd, object_mode)  # exact, whatever the umask
+            finally:
+                os.close(fd)
 
     def _drop_objects(self, objects: Iterable[StripeObject], owner: str) -> None:
         """Hand objects an operation claimed but will not commit over to the collector."""
@@ -321,6 +427,7 @@ class LocalStripedStore(StorageBackend):
 
     def create(self, path: str, request: LayoutRequest = LayoutRequest(), *,
                owner: tuple[int, int] | None = None, mode: int = 0o644) -> FileLayout:
+        self._check_writable()
         full = self.paths.resolve(path)
         if full == self.scratch_root:
             raise InputError(f"{full}: is the scratch root, not a file")
@@ -332,7 +439,7 @@ class LocalStripedStore(StorageBackend):
         claim = _process_owner()
         self._claim_objects(component.objects, claim)
         try:
-            self._create_objects(component.objects)
+            self._create_objects(component.objects, uid=uid, gid=gid, mode=mode)
             with self.db.transaction() as conn:
                 self._insert_file(conn, full, layout, size=0, uid=uid, gid=gid, mode=mode,
                                   mtime=time.time())
@@ -348,69 +455,120 @@ class LocalStripedStore(StorageBackend):
 
     def import_file(self, path: str, *, stripe_count: int | None = None,
                     stripe_size: int | None = None,
-                    owner: tuple[int, int] | None = None, replace: bool = False) -> FileLayout:
+                    owner: tuple[int, int] | None = None, replace: bool = False,
+                    expect_uid: int | None = None) -> FileLayout:
         """Move the POSIX file a transfer wrote at ``path`` into the striped store.
 
         The store file is committed before the POSIX file is unlinked; an import that finds both
         (a crash between the two) finishes by unlinking the POSIX file. ``replace`` lets a new
         transfer supersede a different store file at the same path (a re-staged input), in the
-        same transaction that commits the new one.
+        same transaction that commits the new one. ``expect_uid``: the file must be owned by
+        that uid, else :class:`PermissionDenied` and nothing is imported or unlinked.
+
+        The path runs inside directories users can change while root imports: it is walked
+        from the real scratch root one directory descriptor at a time, refusing symbolic links,
+        and the file is opened and unlinked relative to its directory's descriptor, so no path
+        is resolved again after the checks.
         """
+        self._check_writable()
         full = self.paths.resolve(path)
-        real_root = os.path.realpath(self.scratch_root)
-        parent = os.path.realpath(os.path.dirname(full))
-        if parent != real_root and not parent.startswith(real_root.rstrip("/") + "/"):
-            raise InputError(f"{full}: its directory leads outside the scratch root {real_root}")
+        parent_fd, name = self._open_parent(full)
         try:
-            fd = os.open(full, os.O_RDONLY | os.O_NOFOLLOW)
-        except FileNotFoundError:
-            raise InputError(f"{full}: no such file to import") from None
-        except OSError as err:
-            if err.errno == errno.ELOOP:
-                raise InputError(f"{full}: is a symbolic link; refusing to import it") from None
-            if err.errno == errno.EACCES:
-                raise PermissionDenied(f"{full}: permission denied") from None
-            raise StorageError(f"{full}: cannot open: {err.strerror}") from err
-        try:
-            info = os.fstat(fd)
-            if not statmod.S_ISREG(info.st_mode):
-                raise InputError(f"{full}: not a regular file")
-            existing = self.db.query("SELECT size, mtime FROM files WHERE path = ?", (full,))
-            if existing:
-                if existing[0]["size"] == info.st_size and existing[0]["mtime"] == info.st_mtime:
-                    os.unlink(full)  # the earlier import committed, then died before this
-                    return self.layout(full)
-                if not replace:
-                    raise InputError(f"{full}: a different file already exists in the store")
-            request = LayoutRequest(stripe_count=stripe_count, stripe_size=stripe_size)
-            component = self._new_component(request)
-            layout = FileLayout((component,), 0, full)
-            uid, gid = owner if owner is not None else (info.st_uid, info.st_gid)
-            claim = _process_owner()
-            self._claim_objects(component.objects, claim)
+            fd = _open_source(parent_fd, name, full)
             try:
-                self._create_objects(component.objects)
-                self._copy_in(fd, info.st_size, component)
-                with self.db.transaction() as conn:
-                    if existing:
-                        old = conn.execute("SELECT * FROM files WHERE path = ?", (full,)).fetchone()
-                        if old is not None:
-                            self._doom_file_in(conn, old)
-                    self._insert_file(conn, full, layout, size=info.st_size, uid=uid, gid=gid,
-                                      mode=statmod.S_IMODE(info.st_mode), mtime=info.st_mtime)
-                    self._release_claim(conn, component.objects, claim)
-            except BaseException:
-                self._drop_objects(component.objects, claim)
-                raise
+                info = os.fstat(fd)
+                if not statmod.S_ISREG(info.st_mode):
+                    raise InputError(f"{full}: not a regular file")
+                if expect_uid is not None and info.st_uid != expect_uid:
+                    raise PermissionDenied(f"{full}: owned by uid {info.st_uid}, not uid "
+                                           f"{expect_uid}")
+                existing = self.db.query("SELECT size, mtime FROM files WHERE path = ?", (full,))
+                if existing:
+                    if existing[0]["size"] == info.st_size and \
+                            existing[0]["mtime"] == info.st_mtime:
+                        # the earlier import committed, then died before this
+                        _unlink_imported(parent_fd, name, info, full)
+                        return self.layout(full)
+                    if not replace:
+                        raise InputError(f"{full}: a different file already exists in the store")
+                request = LayoutRequest(stripe_count=stripe_count, stripe_size=stripe_size)
+                component = self._new_component(request)
+                layout = FileLayout((component,), 0, full)
+                uid, gid = owner if owner is not None else (info.st_uid, info.st_gid)
+                mode = statmod.S_IMODE(info.st_mode)
+                claim = _process_owner()
+                self._claim_objects(component.objects, claim)
+                try:
+                    self._create_objects(component.objects, uid=uid, gid=gid, mode=mode)
+                    self._copy_in(fd, info.st_size, component)
+                    with self.db.transaction() as conn:
+                        if existing:
+                            old = conn.execute("SELECT * FROM files WHERE path = ?",
+                                               (full,)).fetchone()
+                            if old is not None:
+                                self._doom_file_in(conn, old)
+                        self._insert_file(conn, full, layout, size=info.st_size, uid=uid,
+                                          gid=gid, mode=mode, mtime=info.st_mtime)
+                        self._release_claim(conn, component.objects, claim)
+                except BaseException:
+                    self._drop_objects(component.objects, claim)
+                    raise
+            finally:
+                os.close(fd)
+            _unlink_imported(parent_fd, name, info, full)
         finally:
-            os.close(fd)
-        os.unlink(full)
-        _fsync_dir(os.path.dirname(full))
+            os.close(parent_fd)
         if existing:
             self._collect_garbage()
         log.info("store: imported %s (%d bytes, OSTs %s)", full, info.st_size,
                  ",".join(map(str, component.ost_list)))
         return layout
+
+    def _open_parent(self, full: str) -> tuple[int, str]:
+        """A descriptor of the directory of scratch path ``full`` and the file's name in it.
+
+        Walked from the real scratch root one component at a time without following links,
+        so that a directory a user swaps for a link cannot lead the import elsewhere.
+        """
+        relative = self.paths.relative(full)
+        if not relative:
+            raise InputError(f"{full}: is the scratch root, not a file")
+        *directories, name = relative.split("/")
+        real_root = os.path.realpath(self.scratch_root)
+        try:
+            fd = os.open(real_root, os.O_RDONLY | os.O_DIRECTORY)
+        except OSError as err:
+            raise InputError(f"{full}: the scratch root {real_root} cannot be opened: "
+                             f"{err.strerror}") from None
+        walked = real_root
+        try:
+            for component in directories + [name]:
+                if component in ("", ".", ".."):
+                    raise InputError(f"{full}: {component!r} is not allowed in a scratch path")
+            for component in directories:
+                walked = posixpath.join(walked, component)
+                try:
+                    child = os.open(component, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW,
+                                    dir_fd=fd)
+                except FileNotFoundError:
+                    raise InputError(f"{full}: no such file to import") from None
+                except PermissionError:
+                    raise PermissionDenied(f"{full}: permission denied ({walked})") from None
+                except OSError as err:
+                    if err.errno not in (errno.ENOTDIR, errno.ELOOP):
+                        raise StorageError(f"{full}: cannot open {walked}: {err.strerror}") \
+                            from err
+                    if _is_link(component, fd):
+                        raise InputError(f"{full}: {walked} is a symbolic link; refusing to "
+                                         "follow it (it may lead outside the scratch root "
+                                         f"{real_root})") from None
+                    raise InputError(f"{full}: {walked} is not a directory") from None
+                os.close(fd)
+                fd = child
+        except BaseException:
+            os.close(fd)
+            raise
+        return fd, name
 
     def _copy_in(self, fd: int, size: int, component: LayoutComponent) -> None:
         handles = self._open_objects(component.objects, os.O_WRONLY)
@@ -428,11 +586,12 @@ class LocalStripedStore(StorageBackend):
             for handle in handles.values():
                 os.close(handle)
 
-    def _open_objects(self, objects: Iterable[StripeObject], flags: int) -> dict[int, int]:
+    def _open_objects(self, objects: Iterable[StripeObject], flags: int,
+                      path: str | None = None) -> dict[int, int]:
         handles: dict[int, int] = {}
         try:
             for position, obj in enumerate(objects):
-                handles[position] = self._open_object(obj, flags)
+                handles[position] = self._open_object(obj, flags, path)
         except BaseException:
             for handle in handles.values():
                 os.close(handle)
@@ -440,8 +599,14 @@ class LocalStripedStore(StorageBackend):
         return handles
 
     def _open_object(self, obj: StripeObject, flags: int, path: str | None = None) -> int:
+        """Open one object; a missing OST is :class:`TargetUnavailable`, an object the caller
+        may not open (another user's file) :class:`PermissionDenied`, never an OST failure."""
         try:
             return os.open(self._object_path(obj), flags)
+        except PermissionError:
+            what = "read" if flags & os.O_ACCMODE == os.O_RDONLY else "write"
+            raise PermissionDenied(f"{path or 'object ' + obj.object_id}: permission denied "
+                                   f"(uid {os.geteuid()} may not {what} it)") from None
         except FileNotFoundError:
             if not self._ost_dir(obj.ost_index).is_dir():
                 raise TargetUnavailable(f"{path or 'object ' + obj.object_id}: OST {obj.ost_index} "
@@ -492,6 +657,7 @@ class LocalStripedStore(StorageBackend):
         return bool(self.db.query("SELECT 1 FROM files WHERE path = ?", (full,)))
 
     def remove(self, path: str) -> None:
+        self._check_writable()
         row = self._row(path)
         with self.db.transaction() as conn:
             self._doom_file_in(conn, row)
@@ -580,6 +746,7 @@ class LocalStripedStore(StorageBackend):
         return covering[0]
 
     def write(self, path: str, offset: int, data: bytes) -> None:
+        self._check_writable()
         if offset < 0:
             raise InputError(f"{path}: negative offset")
         row = self._row(path)
@@ -602,6 +769,7 @@ class LocalStripedStore(StorageBackend):
 
     # -- extended attributes -------------------------------------------------------------------
     def set_xattr(self, path: str, name: str, value: bytes) -> None:
+        self._check_writable()
         _check_xattr_name(name)
         if len(value) > XATTR_MAX:
             raise InputError(f"{path}: xattr {name} value is {len(value)} bytes, over the "
@@ -624,12 +792,14 @@ class LocalStripedStore(StorageBackend):
             "SELECT name, value FROM xattrs WHERE path = ? ORDER BY name", (row["path"],))}
 
     def remove_xattr(self, path: str, name: str) -> None:
+        self._check_writable()
         row = self._row(path)
         with self.db.transaction() as conn:
             conn.execute("DELETE FROM xattrs WHERE path = ? AND name = ?", (row["path"], name))
 
     # -- mirrors -------------------------------------------------------------------------------
     def add_mirror(self, path: str, request: LayoutRequest = LayoutRequest()) -> FileLayout:
+        self._check_writable()
         row = self._row(path)
         layout = self._layout_of(row)
         if layout.mirror_ids == [0]:
@@ -645,9 +815,10 @@ class LocalStripedStore(StorageBackend):
         claim = _process_owner()
         self._claim_objects(component.objects, claim)
         try:
-            self._create_objects(component.objects)
+            self._create_objects(component.objects, uid=row["uid"], gid=row["gid"],
+                                 mode=row["mode"])
             source_digest, copy_digest = hashlib.sha256(), hashlib.sha256()
-            handles = self._open_objects(component.objects, os.O_WRONLY)
+            handles = self._open_objects(component.objects, os.O_WRONLY, layout.path)
             try:
                 for offset, chunk in self._chunks(layout.path, row["size"]):
                     source_digest.update(chunk)
@@ -683,7 +854,7 @@ class LocalStripedStore(StorageBackend):
         """Read through one given single-component layout only (verification of a new copy)."""
         component = layout.first
         out = bytearray()
-        handles = self._open_objects(component.objects, os.O_RDONLY)
+        handles = self._open_objects(component.objects, os.O_RDONLY, layout.path)
         try:
             for piece in component.pieces(offset, length):
                 data = os.pread(handles[piece.position], piece.length, piece.object_offset)
@@ -700,6 +871,7 @@ class LocalStripedStore(StorageBackend):
             raise StorageError(f"{row['path']}: the file changed during the operation; retry")
 
     def remove_mirror(self, path: str, mirror_id: int) -> FileLayout:
+        self._check_writable()
         row = self._row(path)
         layout = self._layout_of(row)
         if mirror_id not in layout.mirror_ids:
@@ -721,6 +893,7 @@ class LocalStripedStore(StorageBackend):
 
     # -- rebuilding lost stripes ---------------------------------------------------------------
     def begin_rebuild(self, path: str, substitutes: dict[int, int]) -> Rebuild:
+        self._check_writable()
         row = self._row(path)
         layout = self._layout_of(row)
         healthy = self._healthy()
@@ -741,7 +914,7 @@ class LocalStripedStore(StorageBackend):
             conn.executemany("INSERT INTO object_intents(ost_index, object_id, owner) "
                              "VALUES (?, ?, ?)",
                              [(o.ost_index, o.object_id, owner) for o in new_objects])
-        self._create_objects(new_objects)
+        self._create_objects(new_objects, uid=row["uid"], gid=row["gid"], mode=row["mode"])
         log.info("store: rebuild %s of %s begun: %s", rebuild.rebuild_id, layout.path,
                  ", ".join(f"OST {f} -> {s}" for f, s in substitutes.items()))
         return rebuild
@@ -764,6 +937,7 @@ class LocalStripedStore(StorageBackend):
         therefore says "written", not "on disk": a rebuild resumed after a crash re-verifies
         what it patched before (recovery does), so bytes a power loss took are fetched again.
         """
+        self._check_writable()
         extents = [self._check_patch(rebuild, offset, data) for offset, data in pieces]
         handles: dict[StripeObject, int] = {}
         spans: dict[int, tuple[int, int]] = {}  # per handle: the object bytes written
@@ -808,6 +982,7 @@ class LocalStripedStore(StorageBackend):
         return self._read_through(layout, rebuild.file_size, offset, length, self._healthy())
 
     def commit_rebuild(self, rebuild: Rebuild) -> FileLayout:
+        self._check_writable()
         owner = f"rebuild:{rebuild.rebuild_id}"
         current = self._load_rebuild(self.db.connection(), rebuild.rebuild_id)
         self._check_complete(current)
@@ -848,6 +1023,7 @@ class LocalStripedStore(StorageBackend):
             _fsync_dir(directory)  # and the objects' names
 
     def abort_rebuild(self, rebuild: Rebuild) -> None:
+        self._check_writable()
         with self.db.transaction() as conn:
             self._abort_in(conn, rebuild.rebuild_id)
         self._collect_garbage()
@@ -926,6 +1102,60 @@ def _start_writeback(handle: int, offset: int, length: int) -> None:
         os.posix_fadvise(handle, offset, length, os.POSIX_FADV_DONTNEED)
     except (AttributeError, OSError):
         pass
+
+
+def _may_write(path: Path) -> bool:
+    """Whether this process may write ``path`` (by its effective ids where the OS can tell)."""
+    if os.access in os.supports_effective_ids:
+        return os.access(path, os.W_OK, effective_ids=True)
+    return os.access(path, os.W_OK)
+
+
+def _make_dir(directory: Path, *, parents: bool = False) -> None:
+    """Create a store directory, 0755 whatever the umask: users traverse it to their objects."""
+    try:
+        directory.mkdir(parents=parents)
+    except FileExistsError:
+        return
+    os.chmod(directory, 0o755)
+
+
+def _is_link(name: str, dir_fd: int) -> bool:
+    try:
+        return statmod.S_ISLNK(os.stat(name, dir_fd=dir_fd, follow_symlinks=False).st_mode)
+    except OSError:
+        return False
+
+
+def _open_source(parent_fd: int, name: str, full: str) -> int:
+    """Open the file to import in its directory, without following a link or blocking (a FIFO
+    someone put there is refused as not a regular file, not waited on)."""
+    try:
+        return os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY,
+                       dir_fd=parent_fd)
+    except FileNotFoundError:
+        raise InputError(f"{full}: no such file to import") from None
+    except OSError as err:
+        if err.errno == errno.ELOOP:
+            raise InputError(f"{full}: is a symbolic link; refusing to import it") from None
+        if err.errno in (errno.EACCES, errno.EPERM):
+            raise PermissionDenied(f"{full}: permission denied") from None
+        raise StorageError(f"{full}: cannot open: {err.strerror}") from err
+
+
+def _unlink_imported(parent_fd: int, name: str, info: os.stat_result, full: str) -> None:
+    """Unlink the imported POSIX file by its name in the directory it was opened in, unless the
+    name now holds another file (that one is left alone); then sync the directory."""
+    try:
+        now = os.stat(name, dir_fd=parent_fd, follow_symlinks=False)
+    except FileNotFoundError:
+        return
+    if (now.st_dev, now.st_ino) != (info.st_dev, info.st_ino):
+        log.warning("store: %s was replaced while it was imported; the new file is left "
+                    "in place", full)
+        return
+    os.unlink(name, dir_fd=parent_fd)
+    os.fsync(parent_fd)
 
 
 def _fsync_dir(directory: str) -> None:

@@ -125,12 +125,17 @@ class LustreBackend(StorageBackend):
 
     def import_file(self, path: str, *, stripe_count: int | None = None,
                     stripe_size: int | None = None,
-                    owner: tuple[int, int] | None = None, replace: bool = False) -> FileLayout:
+                    owner: tuple[int, int] | None = None, replace: bool = False,
+                    expect_uid: int | None = None) -> FileLayout:
         """The transfer wrote straight into Lustre: only ownership is fixed, the layout returned.
 
         ``replace`` changes nothing here: the transfer itself already overwrote the file.
         """
         full = self._file(path)
+        if expect_uid is not None:
+            found = os.lstat(full).st_uid
+            if found != expect_uid:
+                raise PermissionDenied(f"{full}: owned by uid {found}, not by uid {expect_uid}")
         if owner is not None:
             os.chown(full, *owner, follow_symlinks=False)
         return self.layout(full)

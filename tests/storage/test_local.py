@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from scratchkeeper.errors import InputError, StorageError, TargetUnavailable
+from scratchkeeper.errors import InputError, PermissionDenied, StorageError, TargetUnavailable
 from scratchkeeper.storage import LayoutRequest
 from scratchkeeper.storage.local import LocalStripedStore
 
@@ -270,3 +270,96 @@ def test_import_with_replace_supersedes_a_different_file(local_store):
     # the superseded file's objects are collected; only the new file's remain
     assert objects_on_disk(local_store) == objects_in_layouts(local_store)
     assert not (before & objects_on_disk(local_store))
+
+
+# -- import_file against files and directories a user changes while root imports ---------------
+def test_import_refuses_a_symlinked_directory_even_inside_the_scratch_root(local_store):
+    data = payload(10_000)
+    path = write_posix(local_store, "real/f.dat", data)
+    (Path(local_store.scratch_root) / "alias").symlink_to("real")
+    with pytest.raises(InputError, match=f"{local_store.scratch_root}/alias is a symbolic link"):
+        local_store.import_file("alias/f.dat")
+    assert path.read_bytes() == data and not local_store.exists("alias/f.dat")
+    write_posix(local_store, "plain", b"x")
+    with pytest.raises(InputError, match="plain is not a directory"):
+        local_store.import_file("plain/f.dat")
+    with pytest.raises(InputError, match="no such file to import"):
+        local_store.import_file("nowhere/f.dat")
+    assert objects_on_disk(local_store) == set()
+
+
+def test_a_directory_swapped_for_a_link_during_the_import_leads_nowhere(local_store, tmp_path,
+                                                                        monkeypatch):
+    data = payload(200_000, seed=8)
+    path = write_posix(local_store, "u1/data.bin", data)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "data.bin").write_bytes(b"not yours")
+    real_copy_in = local_store._copy_in
+
+    def copy_then_swap(*args, **kwargs):
+        real_copy_in(*args, **kwargs)
+        # the user renames the directory and puts a link to another one at its name
+        path.parent.rename(path.parent.with_name("u1.moved"))
+        path.parent.symlink_to(elsewhere)
+
+    monkeypatch.setattr(local_store, "_copy_in", copy_then_swap)
+    layout = local_store.import_file(str(path))
+    assert (elsewhere / "data.bin").read_bytes() == b"not yours"  # not unlinked through the link
+    assert not (Path(local_store.scratch_root) / "u1.moved" / "data.bin").exists()
+    assert local_store.read(layout.path, 0, len(data)) == data
+
+
+def test_a_file_replaced_during_the_import_is_left_in_place(local_store, monkeypatch):
+    data = payload(100_000, seed=9)
+    path = write_posix(local_store, "u1/swap.bin", data)
+    real_copy_in = local_store._copy_in
+
+    def copy_then_replace(*args, **kwargs):
+        real_copy_in(*args, **kwargs)
+        newer = path.with_name("newer")
+        newer.write_bytes(b"written later")
+        newer.rename(path)
+
+    monkeypatch.setattr(local_store, "_copy_in", copy_then_replace)
+    layout = local_store.import_file(str(path))
+    assert path.read_bytes() == b"written later"
+    assert local_store.read(layout.path, 0, len(data)) == data
+
+
+def test_import_refuses_a_file_of_another_owner_when_told_whose_it_must_be(local_store):
+    data = payload(50_000, seed=10)
+    path = write_posix(local_store, "u1/owned.dat", data)
+    os.chown(path, 1234, 1234)
+    with pytest.raises(PermissionDenied, match=f"^{path}: owned by uid 1234, not uid 999$"):
+        local_store.import_file(str(path), expect_uid=999)
+    assert path.read_bytes() == data and not local_store.exists(str(path))
+    assert objects_on_disk(local_store) == set()
+    stamp = os.stat(path).st_mtime
+    local_store.import_file(str(path), expect_uid=1234)
+    assert not path.exists() and local_store.stat(str(path)).uid == 1234
+    # what a crash between commit and unlink leaves, now owned by someone else: not unlinked
+    path.write_bytes(data)
+    os.utime(path, (stamp, stamp))
+    os.chown(path, 4321, 4321)
+    with pytest.raises(PermissionDenied, match="owned by uid 4321, not uid 1234"):
+        local_store.import_file(str(path), expect_uid=1234)
+    assert path.read_bytes() == data
+
+
+def test_import_refuses_a_fifo_without_waiting_for_a_writer(local_store):
+    fifo = Path(local_store.scratch_root) / "pipe"
+    os.mkfifo(fifo)
+
+    def hung(signum, frame):
+        raise TimeoutError("import_file blocked opening a FIFO")
+
+    previous = signal.signal(signal.SIGALRM, hung)
+    signal.alarm(10)
+    try:
+        with pytest.raises(InputError, match="not a regular file"):
+            local_store.import_file(str(fifo))
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
+    assert fifo.exists()
