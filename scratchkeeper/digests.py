@@ -103,8 +103,9 @@ class BlockDigests:
         return cls(size, block_size, crcs)
 
 
-def digest_file(path: str, block_size: int) -> tuple[str, BlockDigests]:
-    """One read of ``path``: its SHA-256 (hex) and the CRC-32C of each ``block_size`` block."""
+def digest_file(path: str | int, block_size: int) -> tuple[str, BlockDigests]:
+    """One read of ``path`` (or of an open descriptor, left open): its SHA-256 (hex) and the
+    CRC-32C of each ``block_size`` block."""
     if block_size <= 0:
         raise ValueError(f"block size {block_size}: must be positive")
     sha = hashlib.sha256()
@@ -112,7 +113,7 @@ def digest_file(path: str, block_size: int) -> tuple[str, BlockDigests]:
     size = 0
     crc = 0
     filled = 0  # bytes of the current block seen so far
-    with open(path, "rb") as handle:
+    with open(path, "rb", closefd=not isinstance(path, int)) as handle:
         while chunk := handle.read(READ_CHUNK):
             sha.update(chunk)
             size += len(chunk)

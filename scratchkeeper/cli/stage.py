@@ -1,9 +1,21 @@
-"""``scratchkeeper stage commit|fail``: what a data job reports when its transfers end."""
+"""``scratchkeeper stage commit|fail``: what a data job reports when its transfers end.
+
+A data job runs as the job's user. Where that user cannot write the state database (a site
+whose chains are made by root's chain service, ``scheduler.submit_via = "chain-service"``), the
+report goes to the recovery service's socket, which does the same work for the chain's owner
+only (:meth:`scratchkeeper.recovery.service.RecoveryService._stage_report`).
+"""
 
 from __future__ import annotations
 
+import os
+import sys
+import time
+
+from ..errors import RecoveryError
 from ..planner import records
 from ..planner.commit import commit_stage, fail_stage
+from ..recovery.client import RecoveryClient, ServiceUnavailable
 from ..state import StateStore
 from . import site_config
 
@@ -24,21 +36,58 @@ def register(subparsers) -> None:
     fail.set_defaults(func=_fail)
 
 
-def _store(args):
-    config = site_config(args)
-    return config, records.open_records(StateStore(config.state.database))
+def may_write(path: str) -> bool:
+    """Whether this process can write the SQLite database ``path`` (and its journal beside it)."""
+    folder = os.path.dirname(os.path.abspath(path))
+    if os.path.exists(path):
+        return os.access(path, os.W_OK) and os.access(folder, os.W_OK)
+    while not os.path.exists(folder):
+        folder = os.path.dirname(folder)
+    return os.access(folder, os.W_OK)
+
+
+def _through_service(config, call):
+    """``call(client)`` on the recovery service, retried (retry.*) while it does not answer."""
+    client = RecoveryClient(config.recovery.socket)
+    delay = config.retry.delay
+    for attempt in range(1, config.retry.attempts + 1):
+        try:
+            return call(client)
+        except ServiceUnavailable as err:
+            if attempt == config.retry.attempts:
+                raise RecoveryError(
+                    f"uid {os.getuid()} cannot write the state database {config.state.database}, "
+                    f"and the recovery service that records data jobs for their users does not "
+                    f"answer after {attempt} tries: {err}") from None
+            print(f"scratchkeeper: recovery service not answering ({err}); retry {attempt} of "
+                  f"{config.retry.attempts - 1} in {delay:g}s", file=sys.stderr, flush=True)
+            time.sleep(delay)
+            delay = min(delay * config.retry.backoff, config.retry.max_delay)
+    raise AssertionError("unreachable")
 
 
 def _commit(args) -> int:
-    config, store = _store(args)
-    for item in commit_stage(store, config, args.chain, args.job):
-        print(f"staged {item.path} ({item.size} bytes, sha256 {item.checksum}) from {item.source}")
+    config = site_config(args)
+    if may_write(config.state.database):
+        store = records.open_records(StateStore(config.state.database))
+        files = [(f.path, f.size, f.checksum, f.source)
+                 for f in commit_stage(store, config, args.chain, args.job)]
+    else:
+        reply = _through_service(config, lambda c: c.stage_commit(args.chain, args.job))
+        files = [(f["path"], f["size"], f["checksum"], f["source"]) for f in reply["files"]]
+    for path, size, checksum, source in files:
+        print(f"staged {path} ({size} bytes, sha256 {checksum}) from {source}")
     return 0
 
 
 def _fail(args) -> int:
-    config, store = _store(args)
-    cancelled = fail_stage(store, config, args.chain, args.job, args.reason, args.line or None)
+    config = site_config(args)
+    if may_write(config.state.database):
+        store = records.open_records(StateStore(config.state.database))
+        cancelled = fail_stage(store, config, args.chain, args.job, args.reason, args.line or None)
+    else:
+        cancelled = _through_service(config, lambda c: c.stage_fail(
+            args.chain, args.job, args.line or None, args.reason))["cancelled"]
     if cancelled:
         print(f"cancelled {', '.join(cancelled)}")
     return 0

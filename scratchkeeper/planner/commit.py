@@ -9,7 +9,6 @@ the compute and stage-out jobs with that reason, so nothing waits on a dead depe
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import os
 import time
@@ -17,8 +16,9 @@ from dataclasses import dataclass
 
 from .. import digests
 from ..config import SiteConfig
-from ..errors import InputError, ScratchkeeperError, UnknownJobError
+from ..errors import InputError, PermissionDenied, ScratchkeeperError, UnknownJobError
 from ..schedulers import get_scheduler
+from ..recovery.safety import open_owned
 from ..state import StateStore
 from ..storage import open_backend
 from . import records
@@ -43,12 +43,8 @@ def _job_row(store: StateStore, chain_id: str, job_key: str):
     raise UnknownJobError(f"chain {chain_id} has no job {job_key!r}")
 
 
-def sha256_file(path: str, chunk: int = 4 << 20) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        while block := handle.read(chunk):
-            digest.update(block)
-    return digest.hexdigest()
+# block size of the digests computed (and dropped) where none are recorded
+DIGEST_READ = 1 << 30
 
 
 def _files_of(staged_row) -> list[tuple[str, str]]:
@@ -65,21 +61,38 @@ def _files_of(staged_row) -> list[tuple[str, str]]:
     return found
 
 
-def commit_stage(store: StateStore, config: SiteConfig, chain_id: str, job_key: str) -> list[CommittedFile]:
-    """Record the staged files of one data job (stage-in) or its success (stage-out)."""
-    row = _job_row(store, chain_id, job_key)
+def check_owner(store: StateStore, chain_id: str, for_uid: int | None):
+    """The chain's row; a caller acting for ``for_uid`` (not root) must own the chain."""
     chain = records.chain(store, chain_id)
+    if chain is None:
+        raise UnknownJobError(f"no chain {chain_id!r}")
+    if for_uid not in (None, 0) and chain["owner_uid"] != for_uid:
+        raise PermissionDenied(f"chain {chain_id} belongs to uid {chain['owner_uid']}; uid "
+                               f"{for_uid} may report only on its own chains")
+    return chain
+
+
+def commit_stage(store: StateStore, config: SiteConfig, chain_id: str, job_key: str, *,
+                 for_uid: int | None = None, backend=None) -> list[CommittedFile]:
+    """Record the staged files of one data job (stage-in) or its success (stage-out).
+
+    ``for_uid``: a privileged service commits for the data job of that user (the data job
+    cannot write the state database): the chain and every staged file must be that user's, and
+    each file is opened once, without following links, for its digests.
+    """
+    chain = check_owner(store, chain_id, for_uid)
+    row = _job_row(store, chain_id, job_key)
     committed: list[CommittedFile] = []
     if row["role"] == "stage-in":
-        backend = open_backend(config)
+        backend = backend or open_backend(config)
         compute = [r for r in records.chain_jobs(store, chain_id) if r["role"] == "compute"]
         compute_id = compute[0]["job_id"] if compute else ""
         for staged in records.staged_files(store, chain_id, job_key):
             if staged["state"] == "staged":
                 continue  # a re-run of the data job: already recorded
             for path, source in _files_of(staged):
-                committed.append(_commit_file(store, config, backend, chain_id, staged, path,
-                                              source, compute_id or "", chain["owner_uid"]))
+                committed.append(_commit_file(store, config, backend, chain, staged, path,
+                                              source, compute_id or "", for_uid))
             with store.transaction() as conn:
                 conn.execute("UPDATE staged_files SET state='staged' WHERE chain_id=? AND path=?",
                              (chain_id, staged["path"]))
@@ -87,36 +100,43 @@ def commit_stage(store: StateStore, config: SiteConfig, chain_id: str, job_key: 
     return committed
 
 
-def _commit_file(store, config, backend, chain_id, staged, path, source, compute_id, owner_uid):
+def _commit_file(store, config, backend, chain, staged, path, source, compute_id, for_uid):
+    chain_id, script = chain["chain_id"], chain["script_path"]
     if not os.path.lexists(path):
         raise InputError(f"line {staged['line']}: the transfer reported success but {path} "
-                         "does not exist", path=records.chain(store, chain_id)["script_path"])
+                         "does not exist", path=script)
     if os.path.islink(path):
         raise InputError(f"line {staged['line']}: {path} is a symbolic link; refusing to follow it",
-                         path=records.chain(store, chain_id)["script_path"])
-    info = os.stat(path)
+                         path=script)
     inside = _inside(path, config.storage.scratch_root)
-    block = config.recovery.digest_block
-    if inside and block:
+    block = config.recovery.digest_block if inside else 0
+    on_behalf = for_uid not in (None, 0)
+    # One descriptor for everything read or set here, so a path swapped meanwhile cannot
+    # redirect it; acting for a user, the file must be that user's (open_owned).
+    fd = open_owned(path, for_uid) if on_behalf else os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    try:
+        info = os.fstat(fd)
         # one read: the whole-file SHA-256 and the per-block CRC-32 that patches are checked by
-        checksum, blocks = digests.digest_file(path, block)
-    else:
-        checksum, blocks = sha256_file(path), None
-    metadata = {"source": source, "sha256": checksum, "size": str(info.st_size),
-                "chain": chain_id, "job": compute_id, "staged": f"{time.time():.0f}"}
+        checksum, blocks = digests.digest_file(fd, block or DIGEST_READ)
+        blocks = blocks if block else None
+        metadata = {"source": source, "sha256": checksum, "size": str(info.st_size),
+                    "chain": chain_id, "job": compute_id, "staged": f"{time.time():.0f}"}
+        if not inside:
+            # outside the scratch file system: plain user xattrs on the file, where supported
+            for name, value in metadata.items():
+                try:
+                    os.setxattr(fd, XATTR + name, value.encode())
+                except OSError as err:
+                    log.warning("%s: cannot set %s%s: %s", path, XATTR, name, err.strerror)
+                    break
+    finally:
+        os.close(fd)
     if inside:
         # a re-staged input supersedes what an earlier chain put at the same path
-        backend.import_file(path, owner=(info.st_uid, info.st_gid), replace=True)
+        backend.import_file(path, owner=(info.st_uid, info.st_gid), replace=True,
+                            **({"expect_uid": for_uid} if on_behalf else {}))
         for name, value in metadata.items():
             backend.set_xattr(path, XATTR + name, value.encode())
-    else:
-        # outside the scratch file system: plain user xattrs on the file, where supported
-        for name, value in metadata.items():
-            try:
-                os.setxattr(path, XATTR + name, value.encode())
-            except OSError as err:
-                log.warning("%s: cannot set %s%s: %s", path, XATTR, name, err.strerror)
-                break
     with store.transaction() as conn:
         conn.execute(
             "INSERT INTO staged_files(chain_id, path, job_key, source, line, recursive, state, size,"
@@ -139,13 +159,13 @@ def _inside(path: str, root: str) -> bool:
 
 
 def fail_stage(store: StateStore, config: SiteConfig, chain_id: str, job_key: str, reason: str,
-               line: int | None) -> list[str]:
+               line: int | None, *, for_uid: int | None = None) -> list[str]:
     """Record a data job's failure; a failed stage-in cancels the rest of the chain.
 
-    Returns the job ids it cancelled.
+    Returns the job ids it cancelled. ``for_uid`` as for :func:`commit_stage`.
     """
+    chain = check_owner(store, chain_id, for_uid)
     row = _job_row(store, chain_id, job_key)
-    chain = records.chain(store, chain_id)
     where = f"{chain['script_path']}:{line}: " if line else ""
     message = f"{row['role']} failed: {where}{reason or 'no error message'}"
     records.set_jobs_state(store, chain_id, [job_key], records.JOB_FAILED, message, line)

@@ -8,10 +8,12 @@ One JSON object per line each way, one request per connection. Requests::
     {"op": "recover", "path": F, "wait": true}    recover F now; with wait, the outcome (plan)
     {"op": "check-job", "job_id": J, "timeout": s}  pre-execution hook (root only)
     {"op": "list"}                                recent requests (a user sees their own)
+    {"op": "stage-commit", "chain": C, "job": K}  a data job's `stage commit`, for its user
+    {"op": "stage-fail", "chain": C, "job": K, "line": n, "reason": r}   ... `stage fail`
 
 Replies are ``{"ok": true, ...}`` or ``{"ok": false, "error": message, "kind": class}``. The
 service authorises each request by the peer's credentials (``SO_PEERCRED``): a user may ask
-only about files they own; root may ask about anything.
+only about files they own (and report only on their own chains); root may ask about anything.
 """
 
 from __future__ import annotations
@@ -114,3 +116,11 @@ class RecoveryClient:
 
     def list(self) -> dict:
         return self.call({"op": "list"})
+
+    def stage_commit(self, chain_id: str, job_key: str, *, timeout: float = 3600.0) -> dict:
+        return self.call({"op": "stage-commit", "chain": chain_id, "job": job_key},
+                         timeout=timeout)
+
+    def stage_fail(self, chain_id: str, job_key: str, line: int | None, reason: str) -> dict:
+        return self.call({"op": "stage-fail", "chain": chain_id, "job": job_key, "line": line,
+                          "reason": reason}, timeout=600.0)

@@ -14,6 +14,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import logging
 import os
@@ -29,6 +30,7 @@ from ..config import SiteConfig
 from ..errors import (InputError, PermissionDenied, RecoveryError, ScratchkeeperError,
                       StorageError, UnknownJobError)
 from ..planner import records as planner_records
+from ..planner.commit import commit_stage, fail_stage
 from ..state import StateStore
 from ..storage import StorageBackend, open_backend
 from ..storage.base import XATTR_PREFIX
@@ -377,12 +379,35 @@ class RecoveryService:
                                        f"recovery.hook_user {self.config.recovery.hook_user!r})")
             from .hook import check_job
             return check_job(self, str(message.get("job_id", "")), timeout)
+        if op in ("stage-commit", "stage-fail"):
+            return self._stage_report(op, message, uid)
         if op == "list":
             rows = records.recent_requests(self.store, None if uid == 0 else uid)
             return {"requests": [{k: row[k] for k in ("request_id", "path", "state", "origin",
                                                         "requested_by", "reason", "created")}
                                  for row in rows]}
-        raise InputError(f"unknown op {op!r} (report, status, wait, recover, check-job, list)")
+        raise InputError(f"unknown op {op!r} (report, status, wait, recover, check-job, list, "
+                         "stage-commit, stage-fail)")
+
+    def _stage_report(self, op: str, message: dict, uid: int) -> dict:
+        """A data job's ``stage commit``/``stage fail``, done here because the data job runs as
+        its user, who cannot write the state database; only for that user's own chains."""
+        chain_id, job_key = message.get("chain"), message.get("job")
+        if not (isinstance(chain_id, str) and chain_id and isinstance(job_key, str) and job_key):
+            raise InputError(f"{op} needs a 'chain' and a 'job'")
+        if op == "stage-commit":
+            files = commit_stage(self.store, self.config, chain_id, job_key, for_uid=uid,
+                                 backend=self.backend)
+            log.info("chain %s: %s committed for uid %d (%d file(s))", chain_id, job_key, uid,
+                     len(files))
+            return {"files": [dataclasses.asdict(f) for f in files]}
+        line = message.get("line")
+        line = line if isinstance(line, int) and not isinstance(line, bool) and line > 0 else None
+        cancelled = fail_stage(self.store, self.config, chain_id, job_key,
+                               str(message.get("reason") or "")[:4000], line, for_uid=uid)
+        log.info("chain %s: %s failed, reported by uid %d; cancelled %s", chain_id, job_key, uid,
+                 cancelled or "nothing")
+        return {"cancelled": cancelled}
 
     def _wait_request(self, request_id: int, timeout: float) -> dict:
         deadline = time.monotonic() + timeout

@@ -7,6 +7,7 @@ nginx) and are removed afterwards; the shared store is never touched.
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import shutil
 import tempfile
@@ -172,3 +173,36 @@ def corrupt_first_data_block(monkeypatch) -> list[int]:
 
     monkeypatch.setattr(ranged, "_recv_exactly", flip_once)
     return flipped
+
+
+NOBODY = 65534
+
+
+def run_as(uid: int, call) -> dict:
+    """``call()`` in a forked child running as ``uid`` (gid the same, no groups); its result.
+
+    A fork, not a new interpreter: the interpreter lives under /root, which other users cannot
+    enter. Returns ``{"ok": True, "value": result}`` or ``{"ok": False, "kind": class name,
+    "error": message}``; the result must be JSON-serialisable.
+    """
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: drop to uid, call, report through the pipe, exit at once
+        try:
+            os.setgroups([])
+            os.setgid(uid)
+            os.setuid(uid)
+            try:
+                answer = {"ok": True, "value": call()}
+            except BaseException as err:  # report any failure (SystemExit included) to the parent
+                answer = {"ok": False, "kind": type(err).__name__, "error": str(err)}
+            os.write(write_end, json.dumps(answer).encode())
+        finally:
+            os._exit(0)
+    os.close(write_end)
+    chunks = []
+    while chunk := os.read(read_end, 65536):
+        chunks.append(chunk)
+    os.close(read_end)
+    os.waitpid(pid, 0)
+    return json.loads(b"".join(chunks))

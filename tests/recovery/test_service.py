@@ -19,12 +19,11 @@ from scratchkeeper.recovery.reader import RecoveringReader
 from scratchkeeper.recovery.service import RecoveryService
 from scratchkeeper.errors import SchedulerError
 
-from .conftest import read_all, stage
+from .conftest import NOBODY, read_all, run_as, stage
 
 pytestmark = pytest.mark.cluster
 
 KiB = 1 << 10
-NOBODY = 65534
 
 
 class NoQueue:
@@ -104,31 +103,9 @@ def test_recover_request_returns_the_plan(site, sources, service):
 
 
 def _as_nobody(socket_path: str, message: dict) -> dict:
-    """Send ``message`` as uid 65534 from a forked child, so SO_PEERCRED says nobody.
-
-    A fork, not a new interpreter: the interpreter lives under /root, which nobody cannot enter.
-    """
-    read_end, write_end = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # the child: drop to nobody, ask, report through the pipe, exit at once
-        try:
-            os.setgroups([])
-            os.setgid(NOBODY)
-            os.setuid(NOBODY)
-            try:
-                answer = {"ok": True, "reply": RecoveryClient(socket_path).call(message)}
-            except Exception as err:  # report any failure to the parent
-                answer = {"ok": False, "kind": type(err).__name__, "error": str(err)}
-            os.write(write_end, json.dumps(answer).encode())
-        finally:
-            os._exit(0)
-    os.close(write_end)
-    chunks = []
-    while chunk := os.read(read_end, 65536):
-        chunks.append(chunk)
-    os.close(read_end)
-    os.waitpid(pid, 0)
-    return json.loads(b"".join(chunks))
+    """Send ``message`` as uid 65534 (SO_PEERCRED says nobody)."""
+    answer = run_as(NOBODY, lambda: RecoveryClient(socket_path).call(message))
+    return {"ok": True, "reply": answer["value"]} if answer["ok"] else answer
 
 
 def test_another_users_request_is_refused(site, sources, service):
