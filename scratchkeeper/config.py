@@ -11,11 +11,12 @@ import dataclasses
 import math
 import os
 import re
+import shlex
 import tomllib
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from .errors import ConfigError
 
@@ -24,12 +25,23 @@ ENV_VAR = "SCRATCHKEEPER_CONFIG"
 
 
 def _opt(default: Any, doc: str, *, choices: tuple | None = None, minimum: float | None = None,
-         maximum: float | None = None, exclusive_minimum: bool = False, factory=None):
+         maximum: float | None = None, exclusive_minimum: bool = False, factory=None,
+         expected: Callable[[Any], str | None] | None = None):
+    """A config key: default, doc and checks. ``expected(value)`` returns what was expected
+    when ``value`` is not acceptable (beyond its type, choices and bounds), else None."""
     meta = {"doc": doc, "choices": choices, "minimum": minimum, "maximum": maximum,
-            "exclusive_minimum": exclusive_minimum}
+            "exclusive_minimum": exclusive_minimum, "expected": expected}
     if factory is not None:
         return field(default_factory=factory, metadata=meta)
     return field(default=default, metadata=meta)
+
+
+def _command_line(value: str) -> str | None:
+    try:
+        shlex.split(value)
+    except ValueError as err:
+        return f"a shell-quoted command line ({err})"
+    return None
 
 
 @dataclass(frozen=True)
@@ -45,6 +57,12 @@ class SchedulerConfig:
     data_walltime: str = _opt("01:00:00", "default walltime of a data job")
     kill_on_invalid_dependency: bool = _opt(True, "Slurm: cancel a job whose dependency can never be met")
     submit_retries: int = _opt(2, "extra tries of a submission that failed transiently", minimum=0)
+    submit_via: str = _opt("direct", "how `scratchkeeper submit` submits: 'direct' (it submits "
+                           "the data jobs itself, so the user must be allowed on the data "
+                           "queue) or 'chain-service' (Slurm: the script goes to sbatch, "
+                           "job_submit.lua holds it and root's `scratchkeeper spank chain` "
+                           "chains its data jobs; for sites whose data queue only admits root)",
+                           choices=("direct", "chain-service"))
 
 
 @dataclass(frozen=True)
@@ -91,6 +109,10 @@ class RetryConfig:
 @dataclass(frozen=True)
 class TemplatesConfig:
     directory: str = _opt("", "a folder searched before the built-in job-templates (site overrides)")
+    command: str = _opt("", "how data jobs call scratchkeeper, a shell-quoted command line "
+                        "(e.g. /usr/local/bin/scratchkeeper); it must run for every user whose "
+                        "data jobs use it. Empty: the interpreter that plans the chain, with "
+                        "-m scratchkeeper", expected=_command_line)
 
 
 @dataclass(frozen=True)
@@ -308,6 +330,9 @@ def _convert(hint, value, dotted, meta, source, locator):
         fail(f"a value {'>' if meta.get('exclusive_minimum') else '>='} {low:g}")
     if high is not None and value > high:
         fail(f"a value <= {high:g}")
+    check = meta.get("expected")
+    if check is not None and (expected := check(value)):
+        fail(expected)
     return value
 
 

@@ -9,7 +9,8 @@ directory of slurm.conf). Two rules, settings in job_submit_scratchkeeper.conf n
    --stage-in/--stage-out, which arrive as SCRATCHKEEPER_STAGE_IN/OUT in spank_job_env) is held
    (priority 0) and marked in admin_comment for `scratchkeeper spank chain`, which submits its
    data jobs, makes the job depend on them and releases it; or, for directive scripts when
-   staging = "reject", refused with what to run instead.
+   staging = "reject", refused with what to run instead (unless `scratchkeeper submit` handed
+   it over: scheduler.submit_via = "chain-service").
 3. A job still waiting to be chained cannot have its priority changed (released) by anyone but
    the data_queue_uids: Slurm records the hold of rule 2 as a user hold.
 
@@ -117,6 +118,18 @@ local function spank_requests(env)
   return found
 end
 
+-- Whether `scratchkeeper submit` handed this script over (scheduler.submit_via =
+-- "chain-service"): it sets SCRATCHKEEPER_SUBMIT in sbatch's environment. A user can set it by
+-- hand, which only gets the job held and chained like any handed-over script.
+local function handed_over(env)
+  if type(env) ~= "table" then return false end
+  if env["SCRATCHKEEPER_SUBMIT"] ~= nil then return true end
+  for _, entry in pairs(env) do  -- a list of NAME=VALUE strings in some Slurm versions
+    if string.match(tostring(entry), "^SCRATCHKEEPER_SUBMIT=") then return true end
+  end
+  return false
+end
+
 local function refuse_data_queue(queue, uid)
   slurm.log_info("scratchkeeper: uid %s refused on data queue %s", tostring(uid), queue)
   slurm.log_user("scratchkeeper: partition %s is reserved for scratchkeeper's data jobs; " ..
@@ -140,7 +153,8 @@ function slurm_job_submit(job_desc, part_list, submit_uid)
   if not directives and not requests["stage-in"] and not requests["stage-out"] then
     return slurm.SUCCESS
   end
-  if directives and SETTINGS.staging == "reject" and not (requests["stage-in"] or requests["stage-out"]) then
+  if directives and SETTINGS.staging == "reject" and not (requests["stage-in"] or requests["stage-out"])
+      and not handed_over(job_desc.environment) then
     slurm.log_user("scratchkeeper: this script has #STAGEIN/#STAGEOUT lines, which plain " ..
                    "sbatch does not run; submit it with `scratchkeeper submit SCRIPT` (or use " ..
                    "sbatch --stage-in=SRC:DST / --stage-out=SRC:DST)")

@@ -7,7 +7,9 @@ import os
 import shlex
 import time
 
+from ..errors import InputError
 from ..planner import records
+from ..planner.attach import hand_over
 from ..planner.status import chain_status, resolve_chain
 from ..planner.submit import dry_run_commands, prepare, submit_plan
 from ..state import StateStore
@@ -87,6 +89,8 @@ def _submit(args) -> int:
     if args.dry_run:
         return _plan(args)
     config = site_config(args)
+    if config.scheduler.submit_via == "chain-service":
+        return _hand_over(args, config)
     _, plan = prepare(args.script, config, scheduler=args.scheduler, extra_inputs=args.input)
     store = records.open_records(StateStore(config.state.database))
     submission = submit_plan(plan, config, store)
@@ -98,6 +102,24 @@ def _submit(args) -> int:
         print(f"chain {plan.chain_id}")
         for job in plan.jobs:
             print(f"{job.key:12} {submission.job_ids[job.key]}")
+    return 0
+
+
+def _hand_over(args, config) -> int:
+    """Checked here, chained by root's chain service (``scratchkeeper spank chain --watch``)."""
+    if (args.scheduler or config.scheduler.kind) != "slurm":
+        raise InputError("scheduler.submit_via = \"chain-service\" works with Slurm only (its "
+                         "job_submit.lua holds the job); submit PBS scripts directly")
+    if args.input:
+        raise InputError("--input cannot be handed to the chain service; declare inputs in the "
+                         "script with `#STAGEIN -input PATH` lines")
+    prepare(args.script, config, scheduler="slurm")  # the script's errors, before sbatch
+    job_id = hand_over(args.script, config)
+    if args.json:
+        print(json.dumps({"job_id": job_id, "state": "held for chaining"}, indent=2))
+    else:
+        print(f"job {job_id}: held until the chain service has chained its data jobs "
+              f"(`scratchkeeper status {job_id}` once it has)")
     return 0
 
 

@@ -33,6 +33,9 @@ from .submit import new_chain_id, spool_dir
 log = logging.getLogger(__name__)
 
 PENDING = "scratchkeeper:chain-pending"
+#: set in sbatch's environment by `scratchkeeper submit` handing a script to the chain service;
+#: job_submit.lua then holds a directive script even where plain sbatch of one is rejected
+SUBMIT_ENV = "SCRATCHKEEPER_SUBMIT"
 CHAINED = "scratchkeeper:chained"
 FAILED = "scratchkeeper:chain-failed"
 
@@ -169,6 +172,19 @@ def held_jobs(runner=None, *, timeout: float = 30.0) -> list[HeldJob]:
     return found
 
 
+def _admin_comment(job_id: str, runner, timeout: float) -> str:
+    """The whole admin comment of a job (``scontrol show job`` prints only its first line)."""
+    result = runner.run(["squeue", "--json", "-j", job_id], timeout=timeout, mutating=False)
+    try:
+        jobs = json.loads(result.stdout).get("jobs", [])
+    except (json.JSONDecodeError, AttributeError) as err:
+        raise SchedulerError(f"squeue --json: unreadable output: {err}") from err
+    for job in jobs:
+        if str(job.get("job_id")) == job_id:
+            return job.get("admin_comment") or ""
+    return ""
+
+
 def job_script(job_id: str, runner=None, *, timeout: float = 30.0) -> str:
     """The batch script of a queued job (``scontrol write batch_script JOBID -``)."""
     if not _JOB_ID_RE.match(job_id):
@@ -219,6 +235,9 @@ def chain_job(job: HeldJob, config: SiteConfig, store: StateStore,
     outcome.chain_id = plan.chain_id
     spool = spool_dir(config, plan.chain_id)
     spool.mkdir(parents=True, exist_ok=True)
+    on_behalf = job.user_id not in (-1, os.geteuid())
+    if on_behalf:
+        os.chown(spool, job.user_id, job.group_id)  # the data jobs write their logs there
     log_paths = {}
     for planned in plan.jobs:
         if planned.role != COMPUTE:
@@ -230,8 +249,7 @@ def chain_job(job: HeldJob, config: SiteConfig, store: StateStore,
     ids = {COMPUTE: job.job_id}
     held = []
     # Root submits on the owner's behalf: the data jobs run as the job's user, not as root.
-    as_owner = (() if job.user_id in (-1, os.geteuid())
-                else (f"--uid={job.user_id}", f"--gid={job.group_id}"))
+    as_owner = (f"--uid={job.user_id}", f"--gid={job.group_id}") if on_behalf else ()
     try:
         for planned in plan.jobs:
             if planned.role == COMPUTE:
@@ -331,3 +349,32 @@ def chain_pending(config: SiteConfig, store: StateStore, *, only: set[str] | Non
             log.error("job %s: chaining failed, left held for the next sweep: %s", job.job_id, err)
             outcomes.append(ChainOutcome(job.job_id, error=str(err)))
     return outcomes
+
+
+def hand_over(script_path: str, config: SiteConfig, runner=None) -> str:
+    """``scratchkeeper submit`` with ``scheduler.submit_via = "chain-service"``: submit the
+    (already checked) script with plain sbatch, for job_submit.lua to hold and the chain
+    service to chain; returns the job id.
+
+    A job that job_submit.lua did not hold (the plugin is not installed) is cancelled at once:
+    it would run without its data.
+    """
+    runner = runner or get_runner()
+    timeout = config.scheduler.command_timeout
+    result = runner.run(["sbatch", "--parsable", os.path.abspath(script_path)],
+                        env={SUBMIT_ENV: "chain-service"}, timeout=timeout, mutating=True)
+    job_id = result.stdout.strip().split(";")[0]
+    if not _JOB_ID_RE.match(job_id):
+        raise SchedulerError(f"sbatch {script_path}: unexpected output {result.stdout.strip()!r}")
+    comment = _admin_comment(job_id, runner, timeout)
+    marker = comment.split("\n", 1)[0].split(" ", 1)[0]
+    if marker == FAILED:  # the chain service was faster, and refused it
+        raise InputError(f"job {job_id}: the chain service refused it: "
+                         f"{comment[len(FAILED):].strip()}", path=script_path)
+    if marker not in (PENDING, CHAINED):
+        runner.run(["scancel", job_id], timeout=timeout, mutating=True, check=False)
+        raise SchedulerError(f"job {job_id} was not held for chaining, so it was cancelled: "
+                             "scheduler.submit_via = \"chain-service\" needs scratchkeeper's "
+                             "job_submit.lua in slurmctld (docs/slurm-plugins.rst)")
+    log.info("%s: job %s held for the chain service", script_path, job_id)
+    return job_id

@@ -84,8 +84,11 @@ def _environment(override: str) -> jinja2.Environment:
     return env
 
 
-def scratchkeeper_argv() -> list[str]:
-    """How a data job calls back into scratchkeeper: this interpreter, this package."""
+def scratchkeeper_argv(config: SiteConfig | None = None) -> list[str]:
+    """How a data job calls back into scratchkeeper: ``templates.command``, else this
+    interpreter with this package."""
+    if config is not None and config.templates.command.strip():
+        return shlex.split(config.templates.command)
     return [sys.executable, "-m", "scratchkeeper"]
 
 
@@ -109,7 +112,7 @@ def render_plan(plan: Plan, parsed_shebang: str, compute_script: str, config: Si
 
 def _stage_context(plan: Plan, job: PlannedJob, config: SiteConfig) -> dict:
     retry = config.retry
-    sk = scratchkeeper_argv()
+    sk = scratchkeeper_argv(config)
     if config.source != "(defaults)":
         sk += ["--config", str(Path(config.source).resolve())]
     return dict(

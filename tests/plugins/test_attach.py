@@ -8,9 +8,10 @@ from pathlib import Path
 import pytest
 
 from scratchkeeper.config import load_config
-from scratchkeeper.errors import CommandError
+from scratchkeeper.errors import CommandError, InputError, SchedulerError
 from scratchkeeper.planner import records
-from scratchkeeper.planner.attach import CHAINED, FAILED, PENDING, chain_pending
+from scratchkeeper.planner.attach import (CHAINED, FAILED, PENDING, SUBMIT_ENV, chain_pending,
+                                          hand_over)
 from scratchkeeper.runner import CommandResult, CommandRunner, set_runner
 from scratchkeeper.state import StateStore
 
@@ -170,3 +171,98 @@ def test_data_jobs_take_slurms_job_name_made_safe(config, store, slurm):
     (outcome,) = chain_pending(config, store)
     assert outcome.error is None
     assert "--job-name=my_run__v2_.stage-in" in fake.commands("sbatch")[0]
+
+
+class HandOverSlurm(CommandRunner):
+    """sbatch gives job 700; squeue shows it with ``comment``; argv and environment recorded."""
+
+    def __init__(self, comment: str):
+        super().__init__()
+        self.comment = comment
+        self.recorded: list[tuple[tuple[str, ...], dict]] = []
+
+    def run(self, argv, **kwargs):
+        argv = tuple(str(a) for a in argv)
+        self.recorded.append((argv, dict(kwargs.get("env") or {})))
+        out = ""
+        if argv[0] == "sbatch":
+            out = "700\n"
+        elif argv[0] == "squeue":
+            out = json.dumps({"jobs": [{"job_id": 699, "admin_comment": PENDING},
+                                       {"job_id": 700, "admin_comment": self.comment}]})
+        return self._keep(CommandResult(argv, 0, out, "", 0.0))
+
+
+@pytest.fixture
+def handing_over():
+    previous = []
+
+    def install(comment: str) -> HandOverSlurm:
+        runner = HandOverSlurm(comment)
+        previous.append(set_runner(runner))
+        return runner
+    yield install
+    if previous:
+        set_runner(previous[0])
+
+
+@pytest.mark.parametrize("comment", [f"{PENDING}\ndirectives", f"{CHAINED} sk123\n"])
+def test_hand_over_submits_with_plain_sbatch_and_checks_the_hold(handing_over, comment):
+    fake = handing_over(comment)
+    job_id = hand_over("job.sh", load_config(None))
+    assert job_id == "700"
+    (sbatch, env), (squeue, _) = fake.recorded
+    assert sbatch == ("sbatch", "--parsable", str(Path("job.sh").resolve()))
+    assert env == {SUBMIT_ENV: "chain-service"}
+    assert squeue == ("squeue", "--json", "-j", "700")
+
+
+def test_hand_over_cancels_a_job_the_plugin_did_not_hold(handing_over):
+    fake = handing_over("")
+    with pytest.raises(SchedulerError, match="job 700 was not held for chaining, so it was "
+                                             "cancelled.*job_submit.lua"):
+        hand_over("job.sh", load_config(None))
+    assert fake.recorded[-1][0] == ("scancel", "700")
+
+
+def test_hand_over_reports_a_refusal_by_a_faster_chain_service(handing_over):
+    fake = handing_over(f"{FAILED} line 3: unknown scheme 'gopher'")
+    with pytest.raises(InputError, match="job 700: the chain service refused it: line 3: "
+                                         "unknown scheme 'gopher'"):
+        hand_over("job.sh", load_config(None))
+    assert all(argv[0] != "scancel" for argv, _ in fake.recorded)
+
+
+@pytest.mark.parametrize("extra,message", [
+    (["--scheduler", "pbs"], 'submit_via = "chain-service" works with Slurm only'),
+    (["--input", "data.bin"], "--input cannot be handed to the chain service"),
+])
+def test_submit_via_the_chain_service_refuses_what_it_cannot_hand_over(tmp_path, handing_over,
+                                                                      capsys, extra, message):
+    from scratchkeeper.cli import main
+    fake = handing_over(PENDING)
+    config = tmp_path / "site.toml"
+    config.write_text('[scheduler]\nsubmit_via = "chain-service"\n')
+    script = tmp_path / "job.sh"
+    script.write_text("#!/bin/bash\n#STAGEIN ftp://h:2811/a /scratch/a\ntrue\n")
+    assert main(["-c", str(config), "submit", str(script), *extra]) == 2
+    assert message in capsys.readouterr().err
+    assert fake.recorded == []  # nothing submitted
+
+
+def test_submit_via_the_chain_service_checks_the_script_before_sbatch(tmp_path, handing_over,
+                                                                     capsys):
+    from scratchkeeper.cli import main
+    fake = handing_over(PENDING)
+    config = tmp_path / "site.toml"
+    config.write_text('[scheduler]\nsubmit_via = "chain-service"\n')
+    script = tmp_path / "job.sh"
+    script.write_text("#!/bin/bash\n#STAGEIN gopher://h/a /scratch/a\ntrue\n")
+    assert main(["-c", str(config), "submit", str(script)]) == 2
+    assert f"{script}:2:" in capsys.readouterr().err
+    assert fake.recorded == []
+    script.write_text("#!/bin/bash\n#STAGEIN ftp://h:2811/a /scratch/a\ntrue\n")
+    assert main(["-c", str(config), "submit", str(script)]) == 0
+    assert "job 700: held until the chain service has chained its data jobs" in \
+        capsys.readouterr().out
+    assert [argv[0] for argv, _ in fake.recorded] == ["sbatch", "squeue"]

@@ -7,6 +7,7 @@ import hashlib
 import json
 import os
 import pwd
+import shlex
 import socket
 import subprocess
 import sys
@@ -21,11 +22,12 @@ from scratchkeeper.replication.state import JOB_ENDED, ReplicationState
 from scratchkeeper.state import StateStore
 from scratchkeeper.storage import open_backend
 
+from user_runtime import PLAIN_USER, plain_user, user_runtime
+
 from .conftest import wait_for_log
 
 pytestmark = pytest.mark.cluster
 
-PLAIN_USER = "skplain"
 
 
 def sk(site, *args, check=True):
@@ -145,11 +147,7 @@ def test_the_owner_cannot_release_a_job_before_it_is_chained(plugins, jobs):
 
 
 def _plain_user() -> str:
-    try:
-        pwd.getpwnam(PLAIN_USER)
-    except KeyError:
-        subprocess.run(["useradd", "--system", "--no-create-home", "--shell", "/bin/sh",
-                        PLAIN_USER], check=True, capture_output=True, timeout=30)
+    plain_user()
     return PLAIN_USER
 
 
@@ -273,3 +271,72 @@ def test_optional_plugin_lets_a_job_with_a_lost_input_run_and_logs_it(plugins, j
     drained = subprocess.run(["sinfo", "-h", "-t", "drain,draining", "-o", "%N"],
                              capture_output=True, text=True, timeout=30).stdout.strip()
     assert not drained
+
+
+def test_a_plain_users_script_is_chained_by_root_and_staged_as_that_user(plugins, jobs, site,
+                                                                          source, local_cluster):
+    """The data queue admits only root (job_submit.lua's default ACL), so a plain user's
+    `scratchkeeper submit` hands the script to the chain service; the data job runs as the user
+    and records what it staged through recoveryd, which owns the state database."""
+    user = _plain_user()
+    account = pwd.getpwnam(user)
+    command = user_runtime(site.root / "runtime")
+    config_path = site.root / "user-site.toml"
+    config_path.write_text(
+        site.config_path.read_text().replace(
+            "[scheduler]\n", '[scheduler]\nsubmit_via = "chain-service"\n', 1)
+        + f"\n[templates]\ncommand = {json.dumps(shlex.join(command))}\n")
+    config = load_config(config_path)
+    store = records.open_records(StateStore(config.state.database))  # root's, as on a site
+    open_backend(config).list_osts()  # the store exists before the user reads it
+    home = site.root / "scratch" / user
+    home.mkdir()
+    os.chown(home, account.pw_uid, account.pw_gid)
+    path, data = source("plain.dat", 1_300_007)
+    uri = f"{local_cluster.gridftp_url}{path}"
+    staged = home / "in" / "plain.dat"
+    result_file = home / "result.txt"
+    script = home / "job.sh"
+    script.write_text(f"""#!/bin/bash
+#SBATCH --job-name=plain-chain
+#SBATCH --output=/dev/null
+#STAGEIN {uri} {staged}
+{shlex.join(command)} -c {config_path} store cat {staged} | sha256sum | cut -d' ' -f1 > {result_file}
+id -u >> {result_file}
+""")
+    os.chown(script, account.pw_uid, account.pw_gid)
+
+    service = RecoveryService(config)
+    service.start()
+    try:
+        submitted = subprocess.run(["runuser", "-u", user, "--", *command, "-c", str(config_path),
+                                    "submit", str(script)], capture_output=True, text=True,
+                                   timeout=120, cwd=home)
+        assert submitted.returncode == 0, submitted.stderr
+        job_id = submitted.stdout.split()[1].rstrip(":")
+        jobs.track([job_id])
+        assert f"job {job_id}: held until the chain service has chained its data jobs" \
+            in submitted.stdout
+        assert admin_comment(job_id).startswith(PENDING)
+
+        sk_config = dataclasses.replace(site, config=config, config_path=config_path)
+        sk(sk_config, "spank", "chain", job_id)
+        chain_id = records.chain_of_job(store, job_id)
+        rows = {row["role"]: row for row in records.chain_jobs(store, chain_id)}
+        stage_in = rows["stage-in"]["job_id"]
+        jobs.track([stage_in])
+        assert records.chain(store, chain_id)["owner_uid"] == account.pw_uid
+        assert local_cluster.wait_for_job(job_id, timeout=180) == "COMPLETED"
+        assert local_cluster.job_state(stage_in) == "COMPLETED"
+    finally:
+        service.shutdown()
+    accounted = subprocess.run(["sacct", "-n", "-X", "-P", "-j", stage_in, "-o", "User"],
+                               capture_output=True, text=True, timeout=30).stdout.split()
+    assert accounted == [user]
+    digest, uid = result_file.read_text().split()
+    assert digest == hashlib.sha256(data).hexdigest() and uid == str(account.pw_uid)
+    backend = open_backend(config)
+    assert backend.stat(str(staged)).uid == account.pw_uid
+    (row,) = records.staged_files(store, chain_id)
+    assert (row["state"], row["owner_uid"], row["source"]) == ("staged", account.pw_uid, uri)
+    assert backend.get_xattr(str(staged), "user.scratchkeeper.source") == uri.encode()

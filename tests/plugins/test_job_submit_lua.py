@@ -104,6 +104,23 @@ def test_reject_mode_refuses_directive_scripts_with_what_to_run(tmp_path):
     assert rc == SUCCESS and job.priority == 0
 
 
+@pytest.mark.parametrize("environment", [
+    {"SCRATCHKEEPER_SUBMIT": "chain-service", "HOME": "/home/u"},  # Slurm 22.05: name -> value
+    ["HOME=/home/u", "SCRATCHKEEPER_SUBMIT=chain-service"],        # NAME=VALUE strings
+])
+def test_reject_mode_holds_a_script_scratchkeeper_submit_handed_over(tmp_path, environment):
+    ctld = Slurmctld(tmp_path, 'return { staging = "reject" }')
+    env = ctld.lua.table_from(environment if isinstance(environment, dict)
+                              else {i + 1: v for i, v in enumerate(environment)})
+    rc, job = ctld.submit(script="#!/bin/sh\n#STAGEIN ftp://h/a /s/a\ntrue\n", environment=env)
+    assert rc == SUCCESS and job.priority == 0
+    assert job.admin_comment == "scratchkeeper:chain-pending\ndirectives"
+    # another variable of that kind of name is no hand-over
+    other = ctld.lua.table_from({"SCRATCHKEEPER_SUBMITTED": "1"})
+    rc, _ = ctld.submit(script="#!/bin/sh\n#STAGEIN ftp://h/a /s/a\ntrue\n", environment=other)
+    assert rc == ERROR
+
+
 def test_host_allow_list_is_an_additional_condition(tmp_path):
     ctld = Slurmctld(tmp_path, 'return { data_queue_uids = { 0, 990 }, '
                                'data_queue_hosts = { "xfer1" } }')
