@@ -33,6 +33,23 @@ JOURNAL_SWITCH_TIMEOUT_MS = 1_000
 JOURNAL_MODES = ("wal", "delete", "persist", "truncate")
 
 
+
+def may_write(path: str | os.PathLike) -> bool:
+    """Whether this process (its effective ids) can write the SQLite database ``path`` and the
+    journal beside it; for a database not made yet, whether it could create it."""
+    def allowed(target) -> bool:
+        if os.access in os.supports_effective_ids:
+            return os.access(target, os.W_OK, effective_ids=True)
+        return os.access(target, os.W_OK)
+
+    folder = os.path.dirname(os.path.abspath(path))
+    if os.path.exists(path):
+        return allowed(path) and allowed(folder)
+    while not os.path.exists(folder):
+        folder = os.path.dirname(folder)
+    return allowed(folder)
+
+
 class StateStore:
     """One connection per thread to the state database at ``path``.
 

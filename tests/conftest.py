@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -127,3 +129,13 @@ def local_cluster() -> LocalCluster:
         nodes=tuple(status["nodes"]),
         partitions=tuple(status["partitions"]),
     )
+
+
+@pytest.fixture
+def shared_dir():
+    """A folder every user can traverse (pytest's tmp_path lies under a 0700 folder), for tests
+    that run something as a plain user; removed afterwards."""
+    directory = Path(tempfile.mkdtemp(prefix="sk-shared-", dir="/tmp"))
+    directory.chmod(0o755)
+    yield directory
+    shutil.rmtree(directory, ignore_errors=True)

@@ -5,7 +5,6 @@ import shutil
 import sqlite3
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -132,13 +131,18 @@ def _files(directory: Path) -> dict[str, tuple[int, int]]:
     return {p.name: (p.stat().st_size, p.stat().st_mtime_ns) for p in directory.iterdir()}
 
 
-def test_read_only_reads_and_changes_nothing(tmp_path):
-    path = tmp_path / "s.db"
-    writer = StateStore(path, journal="persist")
+def _written(path: Path, journal: str, name: str) -> None:
+    """A closed database at ``path`` in ``journal`` mode holding one item ``name``."""
+    writer = StateStore(path, journal=journal)
     writer.ensure_schema("demo", [V1])
     with writer.transaction() as conn:
-        conn.execute("INSERT INTO items(name) VALUES ('a')")
+        conn.execute("INSERT INTO items(name) VALUES (?)", (name,))
     writer.close()
+
+
+def test_read_only_reads_and_changes_nothing(tmp_path):
+    path = tmp_path / "s.db"
+    _written(path, "persist", "a")
     before = _files(tmp_path)
     reader = StateStore(path, journal="persist", read_only=True)
     assert [r["name"] for r in reader.query("SELECT name FROM items")] == ["a"]
@@ -182,23 +186,10 @@ def test_read_only_path_is_quoted_in_the_uri(tmp_path):
     directory = tmp_path / "odd ?name#with%20chars"
     directory.mkdir()
     path = directory / "s.db"
-    writer = StateStore(path, journal="delete")
-    writer.ensure_schema("demo", [V1])
-    with writer.transaction() as conn:
-        conn.execute("INSERT INTO items(name) VALUES ('odd')")
-    writer.close()
+    _written(path, "delete", "odd")
     reader = StateStore(path, read_only=True)
     assert [r["name"] for r in reader.query("SELECT name FROM items")] == ["odd"]
     assert sorted(p.name for p in directory.iterdir()) == ["s.db"]
-
-
-@pytest.fixture
-def shared_dir():
-    """A directory every user can traverse (pytest's tmp_path is under a 0700 directory)."""
-    directory = Path(tempfile.mkdtemp(prefix="sk-state-", dir="/tmp"))
-    directory.chmod(0o755)
-    yield directory
-    shutil.rmtree(directory, ignore_errors=True)
 
 
 def test_a_plain_user_reads_a_rollback_journal_database_read_only(shared_dir):

@@ -16,7 +16,7 @@ from ..errors import RecoveryError
 from ..planner import records
 from ..planner.commit import commit_stage, fail_stage
 from ..recovery.client import RecoveryClient, ServiceUnavailable
-from ..state import StateStore
+from ..state import StateStore, may_write
 from . import site_config
 
 
@@ -34,16 +34,6 @@ def register(subparsers) -> None:
     fail.add_argument("--line", type=int, default=0, help="script line of the failed directive")
     fail.add_argument("--reason", default="", help="the transfer's last error")
     fail.set_defaults(func=_fail)
-
-
-def may_write(path: str) -> bool:
-    """Whether this process can write the SQLite database ``path`` (and its journal beside it)."""
-    folder = os.path.dirname(os.path.abspath(path))
-    if os.path.exists(path):
-        return os.access(path, os.W_OK) and os.access(folder, os.W_OK)
-    while not os.path.exists(folder):
-        folder = os.path.dirname(folder)
-    return os.access(folder, os.W_OK)
 
 
 def _through_service(config, call):

@@ -39,7 +39,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from ..errors import InputError, PermissionDenied, StateError, StorageError, TargetUnavailable
-from ..state import StateStore
+from ..state import StateStore, may_write
 from .base import (OST_ACTIVE, OST_FAILED, OST_UNREACHABLE, FileStat, OstStatus, Rebuild,
                    StorageBackend, substitute_layout)
 from .layout import FileLayout, LayoutComponent, LayoutRequest, StripeObject, merge_extents
@@ -134,7 +134,7 @@ class LocalStripedStore(StorageBackend):
     def _open(self) -> StateStore:
         namespace = self.store_root / NAMESPACE
         if namespace.exists():
-            if not (_may_write(namespace) and _may_write(self.store_root)):
+            if not may_write(namespace):
                 return self._open_read_only(namespace)
         else:
             self._create_namespace(namespace)
@@ -167,7 +167,7 @@ class LocalStripedStore(StorageBackend):
         journal SQLite creates next to it takes its mode)."""
         refusal = (f"{self.store_root}: the store has no namespace yet and this process (uid "
                    f"{os.geteuid()}) cannot create it; the store's owner must open it first")
-        if self.store_root.is_dir() and not _may_write(self.store_root):
+        if self.store_root.is_dir() and not may_write(namespace):
             raise StorageError(refusal)
         try:
             _make_dir(self.store_root, parents=True)
@@ -1102,13 +1102,6 @@ def _start_writeback(handle: int, offset: int, length: int) -> None:
         os.posix_fadvise(handle, offset, length, os.POSIX_FADV_DONTNEED)
     except (AttributeError, OSError):
         pass
-
-
-def _may_write(path: Path) -> bool:
-    """Whether this process may write ``path`` (by its effective ids where the OS can tell)."""
-    if os.access in os.supports_effective_ids:
-        return os.access(path, os.W_OK, effective_ids=True)
-    return os.access(path, os.W_OK)
 
 
 def _make_dir(directory: Path, *, parents: bool = False) -> None:

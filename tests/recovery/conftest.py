@@ -19,6 +19,7 @@ import pytest
 
 from scratchkeeper import digests
 from scratchkeeper.config import SiteConfig, load_config
+from scratchkeeper.errors import SchedulerError
 from scratchkeeper.storage import LayoutRequest, open_backend
 from scratchkeeper.storage.base import XATTR_PREFIX
 
@@ -206,3 +207,11 @@ def run_as(uid: int, call) -> dict:
     os.close(read_end)
     os.waitpid(pid, 0)
     return json.loads(b"".join(chunks))
+
+
+class NoQueue:
+    """A scheduler whose queue query fails: recoveryd's check must still work, without job
+    order."""
+
+    def snapshot(self):
+        raise SchedulerError("no scheduler in this test")

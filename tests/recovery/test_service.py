@@ -17,20 +17,12 @@ from scratchkeeper.recovery import records
 from scratchkeeper.recovery.client import RecoveryClient
 from scratchkeeper.recovery.reader import RecoveringReader
 from scratchkeeper.recovery.service import RecoveryService
-from scratchkeeper.errors import SchedulerError
 
-from .conftest import NOBODY, read_all, run_as, stage
+from .conftest import NOBODY, NoQueue, read_all, run_as, stage
 
 pytestmark = pytest.mark.cluster
 
 KiB = 1 << 10
-
-
-class NoQueue:
-    """A scheduler whose queue query fails: the check must still work, without job order."""
-
-    def snapshot(self):
-        raise SchedulerError("no scheduler in this test")
 
 
 @pytest.fixture

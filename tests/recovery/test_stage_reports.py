@@ -19,17 +19,11 @@ from scratchkeeper.cli import build_parser, main as cli_main
 from scratchkeeper.planner import records as planner_records
 from scratchkeeper.recovery.client import RecoveryClient
 from scratchkeeper.recovery.service import RecoveryService
-from scratchkeeper.cli.stage import may_write
-from scratchkeeper.errors import SchedulerError
+from scratchkeeper.state import may_write
 
-from .conftest import NOBODY, read_all, run_as
+from .conftest import NOBODY, NoQueue, read_all, run_as
 
 pytestmark = pytest.mark.cluster
-
-
-class NoQueue:
-    def snapshot(self):
-        raise SchedulerError("no scheduler in this test")
 
 
 @pytest.fixture

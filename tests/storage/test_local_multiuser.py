@@ -16,7 +16,6 @@ import shutil
 import sqlite3
 import stat
 import subprocess
-import tempfile
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -37,15 +36,6 @@ def run_as(user: tuple[int, int], code: str, library: Path, cwd: Path) -> str:
                             capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
     return result.stdout
-
-
-@pytest.fixture
-def shared_dir():
-    """A directory every user can traverse (pytest's tmp_path lies under a 0700 directory)."""
-    directory = Path(tempfile.mkdtemp(prefix="sk-multiuser-", dir="/tmp"))
-    directory.chmod(0o755)
-    yield directory
-    shutil.rmtree(directory, ignore_errors=True)
 
 
 def new_store(root: Path, **kwargs) -> LocalStripedStore:
@@ -127,7 +117,7 @@ def test_a_process_that_cannot_write_the_namespace_opens_it_read_only(tmp_path, 
     store.db.close()
     before = sorted(p.name for p in store.store_root.iterdir())
 
-    monkeypatch.setattr(local_module, "_may_write", lambda path: False)
+    monkeypatch.setattr(local_module, "may_write", lambda path: False)
     reader = new_store(tmp_path)
     assert reader.read_only
     assert reader.read("a", 0, 100) == b"hello"
@@ -168,7 +158,7 @@ def test_read_only_open_of_an_older_namespace_asks_for_its_owner(tmp_path, monke
     with store.db.transaction() as conn:
         conn.execute("UPDATE schema_version SET version = 0 WHERE component = 'storage-local'")
     store.db.close()
-    monkeypatch.setattr(local_module, "_may_write", lambda path: False)
+    monkeypatch.setattr(local_module, "may_write", lambda path: False)
     with pytest.raises(StorageError, match=f"{store.store_root}: .*version 0.*needs opening by "
                                            f"its owner \\(uid {os.geteuid()}\\) first"):
         new_store(tmp_path).list_osts()
