@@ -103,11 +103,11 @@ class BlockDigests:
         return cls(size, block_size, crcs)
 
 
-def digest_file(path: str | int, block_size: int) -> tuple[str, BlockDigests]:
+def digest_file(path: str | int, block_size: int) -> tuple[str, BlockDigests | None]:
     """One read of ``path`` (or of an open descriptor, left open): its SHA-256 (hex) and the
-    CRC-32C of each ``block_size`` block."""
-    if block_size <= 0:
-        raise ValueError(f"block size {block_size}: must be positive")
+    CRC-32C of each ``block_size`` block (None for a block size of 0: the SHA-256 only)."""
+    if block_size < 0:
+        raise ValueError(f"block size {block_size}: must not be negative")
     sha = hashlib.sha256()
     crcs = array("I")
     size = 0
@@ -117,7 +117,7 @@ def digest_file(path: str | int, block_size: int) -> tuple[str, BlockDigests]:
         while chunk := handle.read(READ_CHUNK):
             sha.update(chunk)
             size += len(chunk)
-            view = memoryview(chunk)
+            view = memoryview(chunk) if block_size else memoryview(b"")
             while view:
                 take = min(block_size - filled, len(view))
                 crc = crc32c(view[:take], crc)
@@ -128,7 +128,7 @@ def digest_file(path: str | int, block_size: int) -> tuple[str, BlockDigests]:
                     crc, filled = 0, 0
     if filled:
         crcs.append(crc)
-    return sha.hexdigest(), BlockDigests(size, block_size, crcs)
+    return sha.hexdigest(), BlockDigests(size, block_size, crcs) if block_size else None
 
 
 def digest_bytes(data: bytes, block_size: int) -> BlockDigests:

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from scratchkeeper.runner import CommandRunner
+from scratchkeeper.runner import CommandRunner, set_runner
 
 NOT_RUNNING = "local cluster not running: scripts/local-cluster up"
 REQUIRE_ENV = "SCRATCHKEEPER_REQUIRE_CLUSTER"
@@ -139,3 +139,17 @@ def shared_dir():
     directory.chmod(0o755)
     yield directory
     shutil.rmtree(directory, ignore_errors=True)
+
+
+@pytest.fixture
+def use_runner():
+    """``use_runner(runner)`` installs a command runner for this test (returned); the one
+    before comes back afterwards."""
+    previous = []
+
+    def install(runner):
+        previous.append(set_runner(runner))
+        return runner
+    yield install
+    if previous:
+        set_runner(previous[0])

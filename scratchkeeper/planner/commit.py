@@ -43,10 +43,6 @@ def _job_row(store: StateStore, chain_id: str, job_key: str):
     raise UnknownJobError(f"chain {chain_id} has no job {job_key!r}")
 
 
-# block size of the digests computed (and dropped) where none are recorded
-DIGEST_READ = 1 << 30
-
-
 def _files_of(staged_row) -> list[tuple[str, str]]:
     """(path, source) of a staged row; a directory contributes every file below it."""
     path, source = staged_row["path"], staged_row["source"]
@@ -117,8 +113,7 @@ def _commit_file(store, config, backend, chain, staged, path, source, compute_id
     try:
         info = os.fstat(fd)
         # one read: the whole-file SHA-256 and the per-block CRC-32 that patches are checked by
-        checksum, blocks = digests.digest_file(fd, block or DIGEST_READ)
-        blocks = blocks if block else None
+        checksum, blocks = digests.digest_file(fd, block)
         metadata = {"source": source, "sha256": checksum, "size": str(info.st_size),
                     "chain": chain_id, "job": compute_id, "staged": f"{time.time():.0f}"}
         if not inside:

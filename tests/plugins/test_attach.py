@@ -12,7 +12,7 @@ from scratchkeeper.errors import CommandError, InputError, SchedulerError
 from scratchkeeper.planner import records
 from scratchkeeper.planner.attach import (CHAINED, FAILED, PENDING, SUBMIT_ENV, chain_pending,
                                           hand_over)
-from scratchkeeper.runner import CommandResult, CommandRunner, set_runner
+from scratchkeeper.runner import CommandResult, CommandRunner
 from scratchkeeper.state import StateStore
 
 JOB = "500"
@@ -78,16 +78,8 @@ def store(config):
 
 
 @pytest.fixture
-def slurm():
-    runners = []
-
-    def install(**kwargs):
-        runner = FakeSlurm(**kwargs)
-        runners.append(set_runner(runner))
-        return runner
-    yield install
-    if runners:
-        set_runner(runners[0])
+def slurm(use_runner):
+    return lambda **kwargs: use_runner(FakeSlurm(**kwargs))
 
 
 def test_held_job_gets_the_planners_data_jobs_then_is_released(config, store, slurm):
@@ -194,16 +186,8 @@ class HandOverSlurm(CommandRunner):
 
 
 @pytest.fixture
-def handing_over():
-    previous = []
-
-    def install(comment: str) -> HandOverSlurm:
-        runner = HandOverSlurm(comment)
-        previous.append(set_runner(runner))
-        return runner
-    yield install
-    if previous:
-        set_runner(previous[0])
+def handing_over(use_runner):
+    return lambda comment: use_runner(HandOverSlurm(comment))
 
 
 @pytest.mark.parametrize("comment", [f"{PENDING}\ndirectives", f"{CHAINED} sk123\n"])

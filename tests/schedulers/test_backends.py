@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from scratchkeeper.errors import SchedulerError, UnknownJobError
-from scratchkeeper.runner import CommandResult, CommandRunner, set_runner
+from scratchkeeper.runner import CommandResult, CommandRunner
 from scratchkeeper.errors import CommandError
 from scratchkeeper.schedulers import JobState, Scheduler, SubmitSpec, pbs, slurm
 
@@ -159,16 +159,8 @@ class ScriptedRunner(CommandRunner):
 
 
 @pytest.fixture
-def scripted():
-    previous = []
-
-    def install(answers):
-        runner = ScriptedRunner(answers)
-        previous.append(set_runner(runner))
-        return runner
-    yield install
-    if previous:
-        set_runner(previous[0])
+def scripted(use_runner):
+    return lambda answers: use_runner(ScriptedRunner(answers))
 
 
 def test_lookup_falls_back_to_accounting_and_names_unknown_ids(scripted):
