@@ -176,10 +176,14 @@ class RecoveryConfig:
                                     minimum=1)
     wait_timeout: float = _opt(3600.0, "seconds a reader or the pre-execution hook waits for a "
                                "patch", minimum=0, exclusive_minimum=True)
-    sync_bytes: int = _opt(16 << 20, "bytes patched between two journal updates (written "
-                           "while the next ones are fetched; what a crash may make it fetch "
-                           "again); the substitute objects are synced before the layout switch",
-                           minimum=1)
+    sync_bytes: int = _opt(16 << 20, "least bytes patched between two journal updates of a "
+                           "rebuild's progress (with journal_interval: what a crash may make it "
+                           "fetch again); the substitute objects are synced before the layout "
+                           "switch", minimum=1)
+    journal_interval: float = _opt(1.0, "least seconds between two journal updates of a "
+                                   "rebuild's progress (each costs a few fsyncs; a patch that "
+                                   "ends sooner is recorded by its commit alone; 0: every "
+                                   "sync_bytes)", minimum=0)
     range_checksum: str = _opt("ADLER32", "GridFTP CKSM algorithm verifying each patched range "
                                "(the whole source is checked with SHA-256)",
                                choices=("ADLER32", "MD5"))

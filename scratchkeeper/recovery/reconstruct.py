@@ -38,7 +38,8 @@ from ..config import SiteConfig
 from ..errors import (InputError, RecoveryError, ScratchkeeperError, StorageError,
                       TargetUnavailable, TransferError)
 from ..state import StateStore
-from ..storage import Extent, FileLayout, OstStatus, Rebuild, StorageBackend
+from ..storage import (Extent, FileLayout, OstStatus, Rebuild, StorageBackend,
+                       subtract_extents)
 from ..storage.base import XATTR_PREFIX
 from ..transfer.ranged import RangedReader, measure, open_ranged
 from . import plan as planning
@@ -48,6 +49,7 @@ log = logging.getLogger(__name__)
 
 VERIFY_CHUNK = 4 << 20
 LANE_BYTES = 16 << 20  # least work worth its own connection
+WRITE_QUEUE_BYTES = 32 << 20  # most fetched bytes waiting for the writer (then lanes wait)
 BATCH_CHUNKS = 16  # chunks read from a surviving mirror at a time (readers say their own)
 
 # outcome states
@@ -207,8 +209,9 @@ class Recoverer:
             checker = _BlockChecker(blocks, full) if blocks is not None else None
             patch_started = time.monotonic()
             try:
-                verified_ranges = self._patch(rebuild, layout, hints, truly_lost, outcome,
-                                              progress, measure_sources, checker)
+                verified_ranges, pending = self._patch(rebuild, layout, hints, truly_lost,
+                                                       outcome, progress, measure_sources,
+                                                       checker)
                 if checker is not None:
                     # blocks checked on arrival need nothing more; the rest (covered in part,
                     # or patched before a restart) are read back now that they are complete
@@ -219,7 +222,8 @@ class Recoverer:
                     if not verified_ranges or resumed:
                         self._verify_file(rebuild, hints)
                         outcome.verified = "file"
-                self.backend.commit_rebuild(rebuild)
+                # the last bytes written are recorded by the switch itself (one journal update)
+                self.backend.commit_rebuild(rebuild, pending)
                 outcome.patch_seconds += time.monotonic() - patch_started
                 on_rebuild(None)
             except TargetUnavailable as err:
@@ -348,8 +352,11 @@ class Recoverer:
     def _patch(self, rebuild: Rebuild, layout: FileLayout, hints: FileHints,
                truly_lost: list[Extent], outcome: Outcome,
                progress: Callable[[int, int], None] | None, measure_sources: bool,
-               checker: _BlockChecker | None = None) -> bool:
-        """Fetch and write every missing chunk; True when every range was server-verified.
+               checker: _BlockChecker | None = None) -> tuple[bool, list[Extent]]:
+        """Fetch and write every missing chunk.
+
+        Returns whether every range was server-verified, and the extents written but not yet
+        recorded as patched (the caller hands them to ``commit_rebuild``).
 
         With block digests (``checker``) each block is checked as it arrives and the servers
         are asked nothing more. Without them and with one source, its whole-file check (a
@@ -368,18 +375,18 @@ class Recoverer:
         else:
             hints = self._usable_sources(hints)
         try:
-            verified = self._patch_from(rebuild, layout, hints, truly_lost, outcome, progress,
-                                        measure_sources)
+            patched = self._patch_from(rebuild, layout, hints, truly_lost, outcome, progress,
+                                       measure_sources)
             if source_check is not None:
                 source_check.result()  # a changed source: the rebuild is aborted, not committed
         finally:
             checker.shutdown(wait=True)
-        return verified
+        return patched
 
     def _patch_from(self, rebuild: Rebuild, layout: FileLayout, hints: FileHints,
                     truly_lost: list[Extent], outcome: Outcome,
                     progress: Callable[[int, int], None] | None, measure_sources: bool,
-                    checker: _BlockChecker | None = None) -> bool:
+                    checker: _BlockChecker | None = None) -> tuple[bool, list[Extent]]:
         patch_plan = self.plan_for(rebuild, layout, hints, truly_lost, measure_sources)
         outcome.plan = patch_plan
         total = patch_plan.total_bytes
@@ -404,14 +411,14 @@ class Recoverer:
             if not mine:
                 continue
             self.load.add(source.name, sum(c.length for c in mine))
-            # a lane costs a connection (tens of ms): one per LANE_BYTES of work at most
-            share = -(-sum(c.length for c in mine) // LANE_BYTES)
-            workers = max(1, min(self.config.recovery.workers, len(mine), share))
+            workers = self._lanes(source, mine)
             for lane in range(workers):
                 lanes.append((index, mine[lane::workers]))
         if not lanes:
-            return True
-        writer = _RebuildWriter(self, rebuild, self.config.recovery.sync_bytes, written)
+            return True, []
+        writer = _RebuildWriter(self.backend, rebuild, written,
+                                sync_bytes=self.config.recovery.sync_bytes,
+                                interval=self.config.recovery.journal_interval)
         pool = concurrent.futures.ThreadPoolExecutor(max_workers=len(lanes),
                                                      thread_name_prefix="patch")
         errors = []
@@ -424,8 +431,10 @@ class Recoverer:
                     failure.set()
                     errors.append(error)
             try:
-                writer.drain()
-            except Exception as err:  # a substitute that failed on the last group
+                pending = writer.drain()
+                if errors:  # what did arrive stays patched for a retry or a resumed rebuild
+                    self.backend.record_patched(rebuild, pending)
+            except Exception as err:  # a substitute that failed on the last writes
                 errors.append(err)
         finally:
             pool.shutdown(wait=True)
@@ -441,19 +450,37 @@ class Recoverer:
                 if isinstance(error, TargetUnavailable):
                     raise error
             raise errors[0]
-        missing = self.backend.open_rebuilds()
-        for current in missing:
-            if current.rebuild_id == rebuild.rebuild_id and current.missing:
-                raise StorageError(f"{rebuild.path}: {sum(e.length for e in current.missing)} "
-                                   "bytes still missing after patching")
-        return verified[0]
+        missing = subtract_extents(rebuild.missing, pending)
+        if missing:
+            raise StorageError(f"{rebuild.path}: {sum(e.length for e in missing)} bytes still "
+                               "missing after patching")
+        return verified[0], pending
+
+    def _lanes(self, source: planning.PatchSource, chunks: list[Extent]) -> int:
+        """How many lanes (connections) fetch ``chunks`` from ``source`` at once.
+
+        A lane costs a connection (tens of ms: the server forks and logs in) and CPU on both
+        ends, so one per ``LANE_BYTES`` of work at most, and a second one only when a single
+        request cannot carry all the chunks: a GridFTP MODE E transfer brings up to 256 ranges
+        in one stream, while curl and ERET take a few per request and gain from overlapping.
+        ``recovery.workers`` caps it.
+        """
+        share = -(-sum(c.length for c in chunks) // LANE_BYTES)
+        if source.kind == planning.STORE:
+            per_request = BATCH_CHUNKS
+        else:
+            reader = self._reader(source.name)  # no connection yet; the first lane takes it
+            per_request = reader.batch_limit
+            self._done(reader, True)
+        requests = -(-len(chunks) // per_request)
+        return max(1, min(self.config.recovery.workers, len(chunks), share, requests))
 
     def _run_lane(self, rebuild: Rebuild, patch_plan: planning.PatchPlan, source_index: int,
                   chunks: list[Extent], writer: _RebuildWriter,
                   failure: threading.Event, checker: _BlockChecker | None = None) -> None:
         """Fetch ``chunks`` from one source into the writer (falling back to other candidates).
 
-        Fetching and writing overlap: the writer syncs one group while lanes fetch the next.
+        Fetching and writing overlap: the writer writes what arrived while lanes fetch more.
         """
         unfetched = list(chunks)
         source = patch_plan.sources[source_index]
@@ -657,61 +684,90 @@ class _ReaderPool:
 
 
 class _RebuildWriter:
-    """Writes the chunks every lane fetched, in groups of ``sync_bytes`` with one sync each.
+    """Writes the chunks every lane fetched as they arrive, one writer thread per rebuild.
 
-    One writer per rebuild: all lanes patch the same substitute objects, and one sync of a
-    big group costs far less than each lane syncing its own. One group is written while the
-    lanes fetch the next; a lane that fills a group waits for the previous one (bounded memory).
+    Lanes hand their pieces over and go on receiving; the writer writes whatever has queued up
+    in one call, so a busy disk gets fewer, larger writes. Once at least ``sync_bytes`` were
+    written and ``interval`` seconds passed since the last one, it records them as patched in
+    one journal update (what a crash makes a resumed rebuild fetch again: each update costs a
+    few fsyncs, so a patch that ends sooner is recorded by its commit alone); the ones written
+    after the last update are returned by :meth:`drain` for the commit to record. A lane waits
+    only while ``2 * sync_bytes`` (at most :data:`WRITE_QUEUE_BYTES`) are queued: bounded
+    memory, and with a tiny ``sync_bytes`` the lanes keep in step with the writer.
     """
 
-    def __init__(self, recoverer: Recoverer, rebuild: Rebuild, sync_bytes: int,
-                 written: Callable[[Extent, bool], None]):
-        self.recoverer = recoverer
+    def __init__(self, backend: StorageBackend, rebuild: Rebuild,
+                 written: Callable[[Extent, bool], None], *, sync_bytes: int, interval: float):
+        self.backend = backend
         self.rebuild = rebuild
         self.sync_bytes = sync_bytes
+        self.interval = interval
+        self.last_record = time.monotonic()
+        self.limit = min(WRITE_QUEUE_BYTES, 2 * sync_bytes)
         self.written = written
-        self.lock = threading.Lock()
-        self.buffered: list[tuple[Extent, bytes, bool]] = []
-        self.buffered_bytes = 0
-        self.pool = concurrent.futures.ThreadPoolExecutor(max_workers=1,
-                                                          thread_name_prefix="patch-write")
-        self.in_flight: concurrent.futures.Future | None = None
+        self.cond = threading.Condition()
+        self.queue: list[tuple[Extent, bytes, bool]] = []
+        self.queued_bytes = 0  # handed over and not written yet
+        self.closing = False
+        self.error: BaseException | None = None
+        self.unrecorded: list[Extent] = []
+        self.unrecorded_bytes = 0
+        self.thread = threading.Thread(target=self._run, name="patch-write", daemon=True)
+        self.thread.start()
 
     def add(self, piece: tuple[Extent, bytes, bool]) -> None:
-        with self.lock:
-            self.buffered.append(piece)
-            self.buffered_bytes += len(piece[1])
-            full = self.buffered_bytes >= self.sync_bytes
-        if full:
-            self.flush()
+        with self.cond:
+            while self.queued_bytes >= self.limit and self.error is None:
+                self.cond.wait()
+            if self.error is not None:
+                raise self.error  # a failed substitute surfaces in the lanes too
+            self.queue.append(piece)
+            self.queued_bytes += len(piece[1])
+            self.cond.notify_all()
 
-    def flush(self) -> None:
-        """Hand the buffered chunks to the writer once the previous group is on disk."""
-        with self.lock:
-            self._wait()
-            if self.buffered:
-                group, self.buffered, self.buffered_bytes = self.buffered, [], 0
-                self.in_flight = self.pool.submit(self._write, group)
+    def _run(self) -> None:
+        while True:
+            with self.cond:
+                while not self.queue and not self.closing:
+                    self.cond.wait()
+                if not self.queue:
+                    return
+                group, self.queue = self.queue, []
+            try:
+                self.backend.write_rebuild_batch(
+                    self.rebuild, [(extent.offset, data) for extent, data, _ in group],
+                    record=False)
+                for extent, _, was_verified in group:
+                    self.written(extent, was_verified)
+                self.unrecorded += [extent for extent, _, _ in group]
+                self.unrecorded_bytes += sum(extent.length for extent, _, _ in group)
+                if (self.unrecorded_bytes >= self.sync_bytes
+                        and time.monotonic() - self.last_record >= self.interval):
+                    self.backend.record_patched(self.rebuild, self.unrecorded)
+                    self.unrecorded, self.unrecorded_bytes = [], 0
+                    self.last_record = time.monotonic()
+            except BaseException as err:
+                with self.cond:
+                    self.error = err
+                    self.queue, self.queued_bytes = [], 0
+                    self.cond.notify_all()
+                return
+            with self.cond:
+                self.queued_bytes -= sum(len(data) for _, data, _ in group)
+                self.cond.notify_all()
 
-    def drain(self) -> None:
-        """Write what is buffered and wait until all of it is on disk."""
-        self.flush()
-        with self.lock:
-            self._wait()
-
-    def _wait(self) -> None:
-        if self.in_flight is not None:
-            future, self.in_flight = self.in_flight, None
-            future.result()  # a failed substitute surfaces here
-
-    def _write(self, group: list[tuple[Extent, bytes, bool]]) -> None:
-        self.recoverer.backend.write_rebuild_batch(
-            self.rebuild, [(extent.offset, data) for extent, data, _ in group])
-        for extent, _, was_verified in group:
-            self.written(extent, was_verified)
+    def drain(self) -> list[Extent]:
+        """Wait until every piece handed over is written; the extents not recorded yet."""
+        self.close()
+        if self.error is not None:
+            raise self.error
+        return self.unrecorded
 
     def close(self) -> None:
-        self.pool.shutdown(wait=True)
+        with self.cond:
+            self.closing = True
+            self.cond.notify_all()
+        self.thread.join()
 
 
 def _common_candidates(patch_plan: planning.PatchPlan, pending: list[Extent]) -> list[int]:

@@ -10,6 +10,11 @@ substitute objects and records the intent, :meth:`StorageBackend.write_rebuild` 
 ranges into them (only ranges the rebuild lists as lost), and
 :meth:`StorageBackend.commit_rebuild` checks every lost byte was written and switches the layout
 in one atomic step (local: one SQLite transaction; Lustre: ``lfs swap_layouts``).
+
+A caller patching many ranges may write them without journalling each
+(``write_rebuild_batch(..., record=False)``) and record them as patched later, many at once
+(:meth:`StorageBackend.record_patched`, or ``commit_rebuild(..., patched=...)`` for the last
+ones): a journal update costs a few fsyncs, a write does not.
 """
 
 from __future__ import annotations
@@ -305,22 +310,36 @@ class StorageBackend(abc.ABC):
     def begin_rebuild(self, path: str, substitutes: dict[int, int]) -> Rebuild:
         """Allocate objects on the substitute OSTs and record the rebuild; nothing visible yet."""
 
-    @abc.abstractmethod
     def write_rebuild(self, rebuild: Rebuild, offset: int, data: bytes) -> None:
-        """Patch bytes of a lost range into the substitute objects."""
+        """Patch bytes of a lost range into the substitute objects and record them as patched."""
+        self.write_rebuild_batch(rebuild, [(offset, data)])
 
-    def write_rebuild_batch(self, rebuild: Rebuild, pieces: list[tuple[int, bytes]]) -> None:
-        """Patch several ``(offset, data)`` ranges; backends that can sync once override this."""
-        for offset, data in pieces:
-            self.write_rebuild(rebuild, offset, data)
+    @abc.abstractmethod
+    def write_rebuild_batch(self, rebuild: Rebuild, pieces: list[tuple[int, bytes]], *,
+                            record: bool = True) -> None:
+        """Patch several ``(offset, data)`` ranges into the substitute objects.
+
+        The bytes are not synced (``commit_rebuild`` syncs them before the switch). With
+        ``record`` they are journalled as patched in one update; without, the caller records
+        them later (:meth:`record_patched`, or ``commit_rebuild(patched=...)``), and a crash
+        before that makes a resumed rebuild fetch them again.
+        """
+
+    @abc.abstractmethod
+    def record_patched(self, rebuild: Rebuild, extents: list[Extent]) -> None:
+        """Journal ``extents``, written with ``record=False``, as patched (one update)."""
 
     @abc.abstractmethod
     def read_rebuild(self, rebuild: Rebuild, offset: int, length: int) -> bytes:
         """Bytes of the file as the rebuild will make it (to verify a checksum before commit)."""
 
     @abc.abstractmethod
-    def commit_rebuild(self, rebuild: Rebuild) -> FileLayout:
-        """Switch the file to the new layout atomically, once every lost byte is patched."""
+    def commit_rebuild(self, rebuild: Rebuild, patched: list[Extent] = ()) -> FileLayout:
+        """Switch the file to the new layout atomically, once every lost byte is patched.
+
+        ``patched``: extents written with ``record=False`` and not recorded yet; they count
+        as patched from this commit on (recorded in the same step as the switch).
+        """
 
     @abc.abstractmethod
     def abort_rebuild(self, rebuild: Rebuild) -> None:
@@ -337,6 +356,14 @@ class StorageBackend(abc.ABC):
             raise StorageError(f"{rebuild.path}: rebuild {rebuild.rebuild_id}: bytes "
                                f"{offset}+{len(data)} are not in a lost range")
         return extent
+
+    def _check_recorded(self, rebuild: Rebuild, extents: list[Extent]) -> list[Extent]:
+        """``extents`` to be recorded as patched, each checked to lie in a lost range."""
+        for extent in extents:
+            if extent.length <= 0 or subtract_extents([extent], rebuild.lost):
+                raise StorageError(f"{rebuild.path}: rebuild {rebuild.rebuild_id}: bytes "
+                                   f"{extent.offset}+{extent.length} are not in a lost range")
+        return list(extents)
 
     def _check_complete(self, rebuild: Rebuild) -> None:
         missing = rebuild.missing

@@ -28,6 +28,7 @@ import errno
 import hashlib
 import json
 import logging
+import mmap
 import os
 import posixpath
 import stat as statmod
@@ -42,7 +43,8 @@ from ..errors import InputError, PermissionDenied, StateError, StorageError, Tar
 from ..state import StateStore, may_write
 from .base import (OST_ACTIVE, OST_FAILED, OST_UNREACHABLE, FileStat, OstStatus, Rebuild,
                    StorageBackend, substitute_layout)
-from .layout import FileLayout, LayoutComponent, LayoutRequest, StripeObject, merge_extents
+from .layout import (Extent, FileLayout, LayoutComponent, LayoutRequest, StripeObject,
+                     merge_extents)
 
 log = logging.getLogger(__name__)
 
@@ -926,21 +928,19 @@ class LocalStripedStore(StorageBackend):
             raise StorageError(f"rebuild {rebuild_id}: no such rebuild (committed or aborted)")
         return Rebuild.from_dict(json.loads(found["record"]))
 
-    def write_rebuild(self, rebuild: Rebuild, offset: int, data: bytes) -> None:
-        self.write_rebuild_batch(rebuild, [(offset, data)])
+    def write_rebuild_batch(self, rebuild: Rebuild, pieces: list[tuple[int, bytes]], *,
+                            record: bool = True) -> None:
+        """Patch several lost ranges (with ``record``, one journal update for all of them).
 
-    def write_rebuild_batch(self, rebuild: Rebuild, pieces: list[tuple[int, bytes]]) -> None:
-        """Patch several lost ranges with one journal update.
-
-        The bytes are not synced here: writeback is started at once and
-        :meth:`commit_rebuild` waits for it before the layout switch. The journal's "patched"
-        therefore says "written", not "on disk": a rebuild resumed after a crash re-verifies
-        what it patched before (recovery does), so bytes a power loss took are fetched again.
+        The bytes go to the disk with ``O_DIRECT`` where they can (:class:`_PatchWriter`);
+        the rest is not synced here, only its writeback started, and :meth:`commit_rebuild`
+        syncs before the layout switch. The journal's "patched" therefore says "written",
+        not "on disk": a rebuild resumed after a crash re-verifies what it patched before
+        (recovery does), so bytes a power loss took are fetched again.
         """
         self._check_writable()
         extents = [self._check_patch(rebuild, offset, data) for offset, data in pieces]
-        handles: dict[StripeObject, int] = {}
-        spans: dict[int, tuple[int, int]] = {}  # per handle: the object bytes written
+        writers: dict[StripeObject, _PatchWriter] = {}
         try:
             for (offset, data), extent in zip(pieces, extents):
                 for comp in rebuild.new_layout.components:
@@ -953,21 +953,26 @@ class LocalStripedStore(StorageBackend):
                         # only the substitute objects: the surviving ones hold their bytes
                         if obj.ost_index not in rebuild.substitutes.values():
                             continue
-                        handle = handles.get(obj)
-                        if handle is None:
-                            handle = handles[obj] = self._open_object(obj, os.O_WRONLY,
-                                                                      rebuild.path)
+                        writer = writers.get(obj)
+                        if writer is None:
+                            writer = writers[obj] = _PatchWriter(
+                                lambda flags, obj=obj: self._open_object(obj, flags,
+                                                                         rebuild.path))
                         start = piece.file_offset - offset
-                        os.pwrite(handle, view[start:start + piece.length], piece.object_offset)
-                        low, high = spans.get(handle, (piece.object_offset, 0))
-                        spans[handle] = (min(low, piece.object_offset),
-                                         max(high, piece.object_offset + piece.length))
-            for handle in handles.values():
-                low, high = spans.get(handle, (0, 0))
-                _start_writeback(handle, low, high - low)
+                        writer.write(view[start:start + piece.length], piece.object_offset)
+            for writer in writers.values():
+                writer.start_writeback()
         finally:
-            for handle in handles.values():
-                os.close(handle)
+            for writer in writers.values():
+                writer.close()
+        if record:
+            self.record_patched(rebuild, extents)
+
+    def record_patched(self, rebuild: Rebuild, extents: list[Extent]) -> None:
+        self._check_writable()
+        extents = self._check_recorded(rebuild, extents)
+        if not extents:
+            return
         with self.db.transaction() as conn:
             current = self._load_rebuild(conn, rebuild.rebuild_id)
             current.patched = merge_extents(current.patched + extents)
@@ -981,16 +986,19 @@ class LocalStripedStore(StorageBackend):
         layout = replace(rebuild.new_layout, path=rebuild.path)
         return self._read_through(layout, rebuild.file_size, offset, length, self._healthy())
 
-    def commit_rebuild(self, rebuild: Rebuild) -> FileLayout:
+    def commit_rebuild(self, rebuild: Rebuild, patched: list[Extent] = ()) -> FileLayout:
         self._check_writable()
         owner = f"rebuild:{rebuild.rebuild_id}"
+        patched = self._check_recorded(rebuild, patched)
         current = self._load_rebuild(self.db.connection(), rebuild.rebuild_id)
+        current.patched = merge_extents(current.patched + patched)
         self._check_complete(current)
         # the new layout may only point at objects whose bytes are on disk
         self._sync_objects(_added_objects(self._layout_of(self._row(current.path)),
                                           current.new_layout), current.path)
         with self.db.transaction() as conn:
             current = self._load_rebuild(conn, rebuild.rebuild_id)
+            current.patched = merge_extents(current.patched + patched)
             self._check_complete(current)
             row = conn.execute("SELECT layout_gen, size, layout FROM files WHERE path = ?",
                                (current.path,)).fetchone()
@@ -1090,6 +1098,83 @@ def _start_time(pid: int) -> str:
 def _process_alive(owner: str) -> bool:
     _, pid, started = owner.split(":", 2)
     return _start_time(int(pid)) == started and started != "?"
+
+
+DIRECT_ALIGN = 4096  # O_DIRECT offsets, lengths and buffers: a multiple of any logical block
+DIRECT_BUFFER = 4 << 20  # the aligned staging buffer of each writing thread
+_direct_buffers = threading.local()
+
+
+class _PatchWriter:
+    """Writes patched bytes into one substitute object, bypassing the page cache where it can.
+
+    A rebuild's bytes must be on disk before the layout switch anyway: written with
+    ``O_DIRECT`` they stream to the disk while the next ranges are fetched, the final sync
+    has only the device cache left to flush, and the rebuild takes no page cache from the
+    jobs (nor pays for fresh pages). Bytes not aligned to :data:`DIRECT_ALIGN` (a file's
+    last, short stripe) and file systems without ``O_DIRECT`` (tmpfs) go through the page
+    cache, their writeback started at once.
+
+    ``open_object(flags)`` opens the object (and raises the store's errors).
+    """
+
+    def __init__(self, open_object):
+        self.open_object = open_object
+        self.buffered: int | None = None
+        self.direct: int | None = None
+        self.direct_refused = not hasattr(os, "O_DIRECT")
+        self.span: tuple[int, int] | None = None  # object bytes written through the page cache
+
+    def write(self, data: memoryview, object_offset: int) -> None:
+        if (not self.direct_refused and object_offset % DIRECT_ALIGN == 0
+                and len(data) % DIRECT_ALIGN == 0):
+            try:
+                self._write_direct(data, object_offset)
+                return
+            except OSError as err:
+                if err.errno != errno.EINVAL:
+                    raise
+                log.info("store: O_DIRECT refused (%s); patching through the page cache",
+                         err.strerror)
+                self.direct_refused = True
+        if self.buffered is None:
+            self.buffered = self.open_object(os.O_WRONLY)
+        _pwrite_all(self.buffered, data, object_offset)
+        low, high = self.span or (object_offset, object_offset)
+        self.span = (min(low, object_offset), max(high, object_offset + len(data)))
+
+    def _write_direct(self, data: memoryview, object_offset: int) -> None:
+        if self.direct is None:
+            self.direct = self.open_object(os.O_WRONLY | os.O_DIRECT)
+        buffer = getattr(_direct_buffers, "buffer", None)
+        if buffer is None:  # page-aligned, and reused: no fresh pages per write
+            buffer = _direct_buffers.buffer = mmap.mmap(-1, DIRECT_BUFFER)
+        aligned = memoryview(buffer)
+        try:
+            done = 0
+            while done < len(data):
+                count = min(DIRECT_BUFFER, len(data) - done)
+                aligned[:count] = data[done:done + count]
+                _pwrite_all(self.direct, aligned[:count], object_offset + done)
+                done += count
+        finally:
+            aligned.release()
+
+    def start_writeback(self) -> None:
+        if self.buffered is not None and self.span is not None:
+            _start_writeback(self.buffered, self.span[0], self.span[1] - self.span[0])
+
+    def close(self) -> None:
+        for handle in (self.buffered, self.direct):
+            if handle is not None:
+                os.close(handle)
+        self.buffered = self.direct = None
+
+
+def _pwrite_all(handle: int, data: memoryview, offset: int) -> None:
+    written = 0
+    while written < len(data):
+        written += os.pwrite(handle, data[written:], offset + written)
 
 
 def _start_writeback(handle: int, offset: int, length: int) -> None:

@@ -368,19 +368,33 @@ class LustreBackend(StorageBackend):
             raise StorageError(f"rebuild {rebuild_id}: no such rebuild (committed or aborted)")
         return rows[0]["temp_path"], Rebuild.from_dict(json.loads(rows[0]["record"]))
 
-    def write_rebuild(self, rebuild: Rebuild, offset: int, data: bytes) -> None:
-        extent = self._check_patch(rebuild, offset, data)
+    def write_rebuild_batch(self, rebuild: Rebuild, pieces: list[tuple[int, bytes]], *,
+                            record: bool = True) -> None:
+        extents = [self._check_patch(rebuild, offset, data) for offset, data in pieces]
         temp, _ = self._temp_of(rebuild.rebuild_id)
         fd = os.open(temp, os.O_WRONLY | os.O_NOFOLLOW)
         try:
-            os.pwrite(fd, data, offset)  # synced once, before the layout swap
+            for offset, data in pieces:
+                view, written = memoryview(data), 0
+                while written < len(view):  # synced once, before the layout swap
+                    written += os.pwrite(fd, view[written:], offset + written)
         finally:
             os.close(fd)
+        if record:
+            self.record_patched(rebuild, extents)
+
+    def record_patched(self, rebuild: Rebuild, extents: list[Extent]) -> None:
+        extents = self._check_recorded(rebuild, extents)
+        if not extents:
+            return
         with self.journal.transaction() as conn:
             row = conn.execute("SELECT record FROM lustre_rebuilds WHERE rebuild_id = ?",
                                (rebuild.rebuild_id,)).fetchone()
+            if row is None:
+                raise StorageError(f"rebuild {rebuild.rebuild_id}: no such rebuild (committed "
+                                   "or aborted)")
             current = Rebuild.from_dict(json.loads(row["record"]))
-            current.patched = merge_extents(current.patched + [extent])
+            current.patched = merge_extents(current.patched + extents)
             conn.execute("UPDATE lustre_rebuilds SET record = ? WHERE rebuild_id = ?",
                          (json.dumps(current.to_dict()), rebuild.rebuild_id))
         rebuild.patched = current.patched
@@ -406,8 +420,9 @@ class LustreBackend(StorageBackend):
             os.close(fd)
         return b"".join(parts)
 
-    def commit_rebuild(self, rebuild: Rebuild) -> FileLayout:
+    def commit_rebuild(self, rebuild: Rebuild, patched: list[Extent] = ()) -> FileLayout:
         temp, current = self._temp_of(rebuild.rebuild_id)
+        current.patched = merge_extents(current.patched + self._check_recorded(rebuild, patched))
         self._check_complete(current)
         layout = self.layout(current.path)
         if layout.layout_gen != current.base_layout_gen or \

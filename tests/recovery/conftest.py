@@ -51,9 +51,9 @@ def write_site(root: Path, *, ost_count: int = 40, extra: str = "",
         "storage": {"backend": '"local"', "scratch_root": f'"{root}/scratch"',
                     "store_root": f'"{root}/store"', "ost_count": str(ost_count)},
         "state": {"database": f'"{root}/state.db"'},
-        # sync after every chunk, so progress callbacks (and kills) land between chunks
+        # journal after every chunk, so progress callbacks (and kills) land between chunks
         "recovery": {"socket": f'"{root}/recoveryd.sock"', "probe_timeout": "2.0",
-                     "check_interval": "0.5", "sync_bytes": "1"},
+                     "check_interval": "0.5", "sync_bytes": "1", "journal_interval": "0"},
         "retry": {"attempts": "3", "delay": "0.2", "backoff": "2.0"},
     }
     section = None

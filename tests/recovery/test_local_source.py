@@ -9,7 +9,7 @@ import pytest
 
 from scratchkeeper.errors import StorageError
 from scratchkeeper.recovery.reconstruct import LOST, PATCHED, Recoverer
-from scratchkeeper.storage import LayoutRequest
+from scratchkeeper.storage import Extent, LayoutRequest
 
 from .conftest import read_all, stage, write_site
 
@@ -104,3 +104,53 @@ def test_stopping_leaves_the_rebuild_and_a_restart_resumes_it(tmp_path):
     assert outcome.state == PATCHED and outcome.verified == "file"
     assert outcome.patched_bytes == sum(e.length for e in rebuild.lost) - already
     assert read_all(backend, path) == data and backend.open_rebuilds() == []
+
+
+@pytest.mark.parametrize("interval,recorded_before_commit", [(3600.0, False), (0.0, True)])
+def test_journal_updates_wait_for_the_interval_and_the_commit_records_the_rest(
+        tmp_path, monkeypatch, interval, recorded_before_commit):
+    """Each journal update costs fsyncs: a patch quicker than the interval has none but its commit."""
+    site = write_site(tmp_path / "site", ost_count=8,
+                      extra=f"[recovery]\nsync_bytes = 1\njournal_interval = {interval}")
+    data = os.urandom(2_000_003)
+    source = tmp_path / "source.bin"
+    source.write_bytes(data)
+    backend = site.backend
+    path = stage(backend, "j.bin", data, f"file://{source}", stripe_count=2,
+                 stripe_size=64 * KiB)
+    backend.fail_ost(backend.layout(path).ost_list[0])
+    records, commits = [], []
+    real_record, real_commit = backend.record_patched, backend.commit_rebuild
+    monkeypatch.setattr(backend, "record_patched",
+                        lambda rebuild, extents: (records.append(list(extents)),
+                                                  real_record(rebuild, extents)))
+    monkeypatch.setattr(backend, "commit_rebuild",
+                        lambda rebuild, patched=(): (commits.append(list(patched)),
+                                                     real_commit(rebuild, patched))[1])
+    outcome = Recoverer(backend, site.config).recover(path)
+    assert outcome.state == PATCHED and read_all(backend, path) == data
+    lost = sum(e.length for e in backend.layout(path).extents_on_ost(
+        backend.layout(path).ost_list[0], len(data)))
+    recorded = sum(e.length for batch in records for e in batch)
+    (at_commit,) = commits
+    assert recorded + sum(e.length for e in at_commit) == lost == outcome.patched_bytes
+    assert bool(records) is recorded_before_commit
+
+
+@pytest.mark.parametrize("uri,method,chunks,size,lanes", [
+    ("ftp://127.0.0.1:1/f", "eret", 64, 1 << 20, 1),      # one MODE E transfer carries them all
+    ("ftp://127.0.0.1:1/f", "eret", 300, 1 << 20, 2),     # more ranges than one transfer takes
+    ("ftp://127.0.0.1:1/f", "eret-per-range", 64, 1 << 20, 4),
+    ("http://127.0.0.1:1/f", "eret", 64, 1 << 20, 4),     # curl: 16 ranges a process
+    ("http://127.0.0.1:1/f", "eret", 64, 64 * KiB, 1),    # 4 MiB: not worth a second connection
+    ("store", "eret", 64, 1 << 20, 4),
+])
+def test_lanes_open_a_connection_only_where_one_request_cannot_carry_the_ranges(
+        tmp_path, uri, method, chunks, size, lanes):
+    from scratchkeeper.recovery import plan as planning
+    site = write_site(tmp_path / "site", ost_count=4,
+                      extra=f'[recovery]\nftp_method = "{method}"')
+    recoverer = Recoverer(site.backend, site.config)
+    source = planning.PatchSource(uri, planning.STORE if uri == "store" else "uri")
+    assert recoverer._lanes(source, [Extent(i * size, size) for i in range(chunks)]) == lanes
+    recoverer.readers.close_all()  # nothing was connected: the readers only told their limits

@@ -162,6 +162,34 @@ def test_rebuild_patches_only_lost_ranges_and_switches_atomically(backend, take_
     assert backend.open_rebuilds() == []
 
 
+def test_unrecorded_writes_are_recorded_later_or_by_the_commit(backend, take_down):
+    """Writes without a journal update count only once recorded (a restart would refetch them)."""
+    data = payload(1_500_007, seed=5)
+    layout = put(backend, "rec/f", data, LayoutRequest(stripe_count=3, stripe_size=65536))
+    failed = layout.ost_list[1]
+    take_down(backend, failed)
+    rebuild = backend.begin_rebuild(
+        layout.path, {failed: backend.pick_substitute(layout, osts=backend.check_osts(2.0))})
+    lost = rebuild.lost
+    first, rest = lost[:len(lost) // 2], lost[len(lost) // 2:]
+    backend.write_rebuild_batch(rebuild, [(e.offset, data[e.offset:e.end]) for e in lost],
+                                record=False)
+    (journalled,) = backend.open_rebuilds()
+    assert journalled.patched == [] and rebuild.missing == lost
+    backend.record_patched(rebuild, first)
+    (journalled,) = backend.open_rebuilds()
+    assert sum(e.length for e in journalled.missing) == sum(e.length for e in rest)
+    with pytest.raises(StorageError, match="misses"):
+        backend.commit_rebuild(rebuild)  # the rest was written, but nobody said so
+    with pytest.raises(StorageError, match="not in a lost range"):
+        backend.record_patched(rebuild, [Extent(0, 65536)])  # a surviving stripe's bytes
+    with pytest.raises(StorageError, match="not in a lost range"):
+        backend.commit_rebuild(rebuild, [Extent(0, 65536)])
+    new_layout = backend.commit_rebuild(rebuild, rest)
+    assert failed not in new_layout.ost_list and backend.open_rebuilds() == []
+    assert backend.read(layout.path, 0, len(data)) == data
+
+
 def test_abort_rebuild_leaves_the_file_as_it_was(backend):
     data = payload(300_000)
     layout = put(backend, "ab/f", data, LayoutRequest(stripe_count=2, stripe_size=65536))

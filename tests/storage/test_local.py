@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import errno
+import fcntl
 import multiprocessing
 import os
 import random
@@ -195,6 +197,69 @@ def test_rebuild_survives_a_restart_and_old_objects_go_once_the_ost_is_back(loca
     restarted.restore_ost(dead)
     assert stale not in objects_on_disk(restarted)
     assert objects_on_disk(restarted) == objects_in_layouts(restarted)
+
+
+def _spy_opens(monkeypatch, refuse_direct: bool = False) -> list[tuple[str, int]]:
+    """Record the flags objects are opened with; optionally refuse O_DIRECT as tmpfs once did."""
+    opened, real_open = [], os.open
+
+    def spy(path, flags, *args, **kwargs):
+        if "/ost" in str(path):
+            opened.append((os.path.basename(path), flags))
+            if refuse_direct and flags & os.O_DIRECT:
+                raise OSError(errno.EINVAL, "Invalid argument", str(path))
+        return real_open(path, flags, *args, **kwargs)
+    monkeypatch.setattr(os, "open", spy)
+    return opened
+
+
+def _rebuild_tail_holder(store, size):
+    """A file whose last, short stripe sits on the OST that fails; its rebuild begun."""
+    data = payload(size, seed=11)
+    store.create("tail.bin", LayoutRequest(stripe_count=4, stripe_size=64 * 1024))
+    store.write("tail.bin", 0, data)
+    layout = store.layout("tail.bin")
+    last = (size - 1) // (64 * 1024) % 4  # the stripe position of the file's last byte
+    failed = layout.ost_list[last]
+    store.fail_ost(failed)
+    rebuild = store.begin_rebuild("tail.bin", {failed: store.pick_substitute(layout)})
+    return data, rebuild
+
+
+def test_rebuild_writes_aligned_stripes_direct_and_the_short_tail_through_the_cache(
+        local_store, monkeypatch):
+    data, rebuild = _rebuild_tail_holder(local_store, 3 * 4 * 64 * 1024 + 4 * 64 * 1024 - 1000)
+    assert rebuild.lost[-1].length % 4096  # the tail is not block-aligned
+    opened = _spy_opens(monkeypatch)
+    local_store.write_rebuild_batch(rebuild, [(e.offset, data[e.offset:e.end])
+                                              for e in rebuild.lost])
+    direct = [name for name, flags in opened if flags & os.O_DIRECT]
+    buffered = [name for name, flags in opened if not flags & os.O_DIRECT]
+    assert len(direct) == 1 and buffered == direct  # one object: aligned stripes, then the tail
+    local_store.commit_rebuild(rebuild)
+    assert local_store.read("tail.bin", 0, len(data)) == data
+
+
+@pytest.mark.parametrize("refusal", ["open", "write"])
+def test_rebuild_falls_back_to_the_page_cache_where_o_direct_is_refused(local_store, monkeypatch,
+                                                                        refusal):
+    data, rebuild = _rebuild_tail_holder(local_store, 4 * 4 * 64 * 1024)
+    if refusal == "open":
+        opened = _spy_opens(monkeypatch, refuse_direct=True)
+    else:  # a device with larger logical blocks than DIRECT_ALIGN refuses the write itself
+        opened, real_pwrite = _spy_opens(monkeypatch), os.pwrite
+
+        def pwrite(handle, buffer, offset):
+            if os.get_blocking(handle) and fcntl.fcntl(handle, fcntl.F_GETFL) & os.O_DIRECT:
+                raise OSError(errno.EINVAL, "Invalid argument")
+            return real_pwrite(handle, buffer, offset)
+        monkeypatch.setattr(os, "pwrite", pwrite)
+    local_store.write_rebuild_batch(rebuild, [(e.offset, data[e.offset:e.end])
+                                              for e in rebuild.lost])
+    assert any(flags & os.O_DIRECT for _, flags in opened)
+    assert any(not flags & os.O_DIRECT for _, flags in opened)
+    local_store.commit_rebuild(rebuild)
+    assert local_store.read("tail.bin", 0, len(data)) == data
 
 
 def test_remove_frees_every_object(local_store):
