@@ -41,6 +41,7 @@ from ..state import StateStore
 from ..storage import (Extent, FileLayout, OstStatus, Rebuild, StorageBackend,
                        subtract_extents)
 from ..storage.base import XATTR_PREFIX
+from ..transfer.buffers import BufferPool
 from ..transfer.ranged import RangedReader, measure, open_ranged
 from . import plan as planning
 from .safety import check_inside_scratch
@@ -66,7 +67,9 @@ class Outcome:
     substitutes: dict[int, int] = field(default_factory=dict)
     patched_bytes: int = 0
     seconds: float = 0.0
-    patch_seconds: float = 0.0  # of ``seconds``: fetching, checking, writing, syncing, switching
+    # of ``seconds``, what follows detection (the OST probe): substitute objects, connecting,
+    # fetching, checking, writing, syncing, switching
+    patch_seconds: float = 0.0
     verified: str = ""          # "blocks", "ranges", "file", or "" when nothing was patched
     reason: str = ""
     plan: planning.PatchPlan | None = None
@@ -142,6 +145,11 @@ class Recoverer:
         self.load = load or SourceLoad()
         # GridFTP connections cost tens of ms (the server forks and logs in): reuse them
         self.readers = _ReaderPool(self._open_reader)
+        # receive buffers, reused while patches are in flight and dropped when none is
+        self.buffers = BufferPool(keep_bytes=WRITE_QUEUE_BYTES + (8 << 20))
+        self._lock = threading.Lock()  # guards the two below
+        self._warming: dict[str, threading.Thread] = {}  # connections opened ahead, by URI
+        self._patching = 0  # patches in flight
         self.stop = stop or threading.Event()
 
     # -- entry point ---------------------------------------------------------------------------
@@ -174,6 +182,7 @@ class Recoverer:
         while True:
             outcome.attempts += 1
             statuses = self.backend.check_osts(self.config.recovery.probe_timeout)
+            patch_started = time.monotonic()
             healthy = {o.ost_index for o in statuses if o.healthy}
             layout = self.backend.layout(full)
             failed = sorted(layout.osts() - healthy)
@@ -201,13 +210,15 @@ class Recoverer:
                     raise RecoveryError(f"{full}: lost {sum(e.length for e in truly_lost)} bytes "
                                         f"on OST {', '.join(map(str, failed))} and has no "
                                         f"recovery source ({XATTR_PREFIX}source is not set)")
+                self._warm(hints.sources[0])  # connects while the rebuild is begun and planned
                 rebuild = self._begin(full, layout, failed, statuses, bad_substitutes)
                 on_rebuild(rebuild.rebuild_id)
             else:
                 truly_lost = layout.lost_extents(rebuild.substitutes, stat.size)
+                if hints.sources:
+                    self._warm(hints.sources[0])
             outcome.substitutes = dict(rebuild.substitutes)
             checker = _BlockChecker(blocks, full) if blocks is not None else None
-            patch_started = time.monotonic()
             try:
                 verified_ranges, pending = self._patch(rebuild, layout, hints, truly_lost,
                                                        outcome, progress, measure_sources,
@@ -334,8 +345,40 @@ class Recoverer:
             return planning.SourceEstimate(queued_bytes=queued, error=str(err))
 
     def _reader(self, uri: str) -> RangedReader:
-        """An idle connection to ``uri`` from the pool, or a new one (hand it back with _done)."""
+        """An idle connection to ``uri`` from the pool, or a new one (hand it back with _done).
+
+        A connection being opened ahead (:meth:`_warm`) is waited for rather than opened twice.
+        """
+        with self._lock:
+            warming = self._warming.pop(uri, None)
+        if warming is not None:
+            warming.join(self.config.transfer.timeout)
         return self.readers.take(uri)
+
+    def _warm(self, uri: str) -> None:
+        """Open a connection to ``uri`` in the background and pool it for the first lane.
+
+        A file that lost bytes is patched from its primary source in all but the rarest plans,
+        and a GridFTP connection costs tens of ms (the server forks and logs in): begun now, it
+        overlaps the rebuild's start and planning. A failure here is left for the lane to meet
+        (and retry) itself.
+        """
+        def run() -> None:
+            reader = self.readers.take(uri)
+            ok = False
+            try:
+                reader.connect()
+                ok = True
+            except Exception as err:  # the lane meets it again, and retries
+                log.debug("%s: connecting ahead: %s", uri, err)
+            finally:
+                self._done(reader, ok)
+
+        with self._lock:
+            if uri not in self._warming:
+                thread = self._warming[uri] = threading.Thread(target=run, daemon=True,
+                                                               name="patch-connect")
+                thread.start()  # under the lock: whoever pops it can join it
 
     def _done(self, reader: RangedReader, ok: bool) -> None:
         """Keep a reader that worked for the next request; close one that failed."""
@@ -418,10 +461,13 @@ class Recoverer:
             return True, []
         writer = _RebuildWriter(self.backend, rebuild, written,
                                 sync_bytes=self.config.recovery.sync_bytes,
-                                interval=self.config.recovery.journal_interval)
+                                interval=self.config.recovery.journal_interval,
+                                buffers=self.buffers)
         pool = concurrent.futures.ThreadPoolExecutor(max_workers=len(lanes),
                                                      thread_name_prefix="patch")
         errors = []
+        with self._lock:
+            self._patching += 1
         try:
             futures = [pool.submit(self._run_lane, rebuild, patch_plan, index, chunks, writer,
                                    failure, checker) for index, chunks in lanes]
@@ -439,6 +485,10 @@ class Recoverer:
         finally:
             pool.shutdown(wait=True)
             writer.close()
+            with self._lock:
+                self._patching -= 1
+                if not self._patching:
+                    self.buffers.release()
             for index, source in enumerate(patch_plan.sources):
                 self.load.add(source.name, -sum(c.length for c in patch_plan.chunks_of(index)))
         if errors:
@@ -556,7 +606,8 @@ class Recoverer:
             for extent in batch:
                 yield extent, self.backend.read(rebuild.path, extent.offset, extent.length), True
             return
-        for piece in reader.fetch(batch, server_checksums=server_checksums):
+        for piece in reader.fetch(batch, server_checksums=server_checksums,
+                                  buffers=self.buffers):
             yield piece.extent, piece.data, piece.verified
 
     def _usable_sources(self, hints: FileHints) -> FileHints:
@@ -697,8 +748,10 @@ class _RebuildWriter:
     """
 
     def __init__(self, backend: StorageBackend, rebuild: Rebuild,
-                 written: Callable[[Extent, bool], None], *, sync_bytes: int, interval: float):
+                 written: Callable[[Extent, bool], None], *, sync_bytes: int, interval: float,
+                 buffers: BufferPool | None = None):
         self.backend = backend
+        self.buffers = buffers  # where written pieces' buffers go back to
         self.rebuild = rebuild
         self.sync_bytes = sync_bytes
         self.interval = interval
@@ -737,8 +790,10 @@ class _RebuildWriter:
                 self.backend.write_rebuild_batch(
                     self.rebuild, [(extent.offset, data) for extent, data, _ in group],
                     record=False)
-                for extent, _, was_verified in group:
+                for extent, data, was_verified in group:
                     self.written(extent, was_verified)
+                    if self.buffers is not None:
+                        self.buffers.give(data)
                 self.unrecorded += [extent for extent, _, _ in group]
                 self.unrecorded_bytes += sum(extent.length for extent, _, _ in group)
                 if (self.unrecorded_bytes >= self.sync_bytes

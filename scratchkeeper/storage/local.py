@@ -948,6 +948,7 @@ class LocalStripedStore(StorageBackend):
                     if hi <= lo:
                         continue
                     view = memoryview(data)
+                    aligned = isinstance(data, mmap.mmap)  # starts on a page (a BufferPool's)
                     for piece in comp.pieces(lo, hi - lo):
                         obj = comp.objects[piece.position]
                         # only the substitute objects: the surviving ones hold their bytes
@@ -959,7 +960,8 @@ class LocalStripedStore(StorageBackend):
                                 lambda flags, obj=obj: self._open_object(obj, flags,
                                                                          rebuild.path))
                         start = piece.file_offset - offset
-                        writer.write(view[start:start + piece.length], piece.object_offset)
+                        writer.write(view[start:start + piece.length], piece.object_offset,
+                                     aligned=aligned and start % DIRECT_ALIGN == 0)
             for writer in writers.values():
                 writer.start_writeback()
         finally:
@@ -1113,7 +1115,8 @@ class _PatchWriter:
     has only the device cache left to flush, and the rebuild takes no page cache from the
     jobs (nor pays for fresh pages). Bytes not aligned to :data:`DIRECT_ALIGN` (a file's
     last, short stripe) and file systems without ``O_DIRECT`` (tmpfs) go through the page
-    cache, their writeback started at once.
+    cache, their writeback started at once. Bytes in memory that starts on a page boundary
+    (``aligned``) are written as they are, others through a reused aligned buffer.
 
     ``open_object(flags)`` opens the object (and raises the store's errors).
     """
@@ -1125,11 +1128,11 @@ class _PatchWriter:
         self.direct_refused = not hasattr(os, "O_DIRECT")
         self.span: tuple[int, int] | None = None  # object bytes written through the page cache
 
-    def write(self, data: memoryview, object_offset: int) -> None:
+    def write(self, data: memoryview, object_offset: int, *, aligned: bool = False) -> None:
         if (not self.direct_refused and object_offset % DIRECT_ALIGN == 0
                 and len(data) % DIRECT_ALIGN == 0):
             try:
-                self._write_direct(data, object_offset)
+                self._write_direct(data, object_offset, aligned)
                 return
             except OSError as err:
                 if err.errno != errno.EINVAL:
@@ -1143,9 +1146,12 @@ class _PatchWriter:
         low, high = self.span or (object_offset, object_offset)
         self.span = (min(low, object_offset), max(high, object_offset + len(data)))
 
-    def _write_direct(self, data: memoryview, object_offset: int) -> None:
+    def _write_direct(self, data: memoryview, object_offset: int, aligned: bool) -> None:
         if self.direct is None:
             self.direct = self.open_object(os.O_WRONLY | os.O_DIRECT)
+        if aligned:
+            _pwrite_all(self.direct, data, object_offset)
+            return
         buffer = getattr(_direct_buffers, "buffer", None)
         if buffer is None:  # page-aligned, and reused: no fresh pages per write
             buffer = _direct_buffers.buffer = mmap.mmap(-1, DIRECT_BUFFER)

@@ -28,6 +28,7 @@ import bisect
 import ftplib
 import hashlib
 import logging
+import mmap
 import os
 import re
 import shutil
@@ -44,6 +45,7 @@ from ..config import TransferConfig
 from ..errors import CommandError, CommandTimeout, TransferError
 from ..runner import get_runner
 from ..storage.layout import Extent
+from .buffers import BufferPool
 from .classify import is_permanent
 from .uri import Location, UnknownScheme, parse_location
 
@@ -58,7 +60,7 @@ class RangeData:
     """The bytes of one range and whether the server vouched for them (range checksum)."""
 
     extent: Extent
-    data: bytes
+    data: bytes | bytearray | mmap.mmap  # mmap: a BufferPool's, to hand back once written
     verified: bool = False
 
 
@@ -84,17 +86,23 @@ class RangedReader(abc.ABC):
         """The source file's size in bytes, None if the protocol cannot tell (missing: permanent)."""
 
     @abc.abstractmethod
-    def fetch(self, extents: Sequence[Extent], *, server_checksums: bool = True
-              ) -> Iterator[RangeData]:
+    def fetch(self, extents: Sequence[Extent], *, server_checksums: bool = True,
+              buffers: BufferPool | None = None) -> Iterator[RangeData]:
         """Yield the bytes of each extent once, complete or not at all (in any order).
 
         ``server_checksums=False``: the caller checks the bytes itself (block digests recorded
-        at stage-in), so a reader need not ask the server for range checksums.
+        at stage-in), so a reader need not ask the server for range checksums. ``buffers``: a
+        reader that receives into buffers of its own takes them there (the caller hands each
+        back once written); others ignore it.
         """
 
     def whole_checksum(self, algorithm: str) -> str | None:
         """The server's checksum of the whole source (lower-case hex), None if it offers none."""
         return None
+
+    def connect(self) -> None:
+        """Open what a first request needs (a control connection), so that it can be done
+        while the caller prepares the request; readers that connect per request do nothing."""
 
     def close(self) -> None:
         """Release what the reader holds (connections, spool files)."""
@@ -177,8 +185,8 @@ class PosixRangedReader(RangedReader):
     def size(self) -> int:
         return os.fstat(self._open()).st_size
 
-    def fetch(self, extents: Sequence[Extent], *, server_checksums: bool = True
-              ) -> Iterator[RangeData]:
+    def fetch(self, extents: Sequence[Extent], *, server_checksums: bool = True,
+              buffers: BufferPool | None = None) -> Iterator[RangeData]:
         _check_extents(extents)
         fd = self._open()
         for extent in extents:
@@ -240,8 +248,8 @@ class CurlRangedReader(RangedReader):
             raise TransferError(f"{self.uri}: {one_line(message)}", permanent=is_permanent(message))
         return result
 
-    def fetch(self, extents: Sequence[Extent], *, server_checksums: bool = True
-              ) -> Iterator[RangeData]:
+    def fetch(self, extents: Sequence[Extent], *, server_checksums: bool = True,
+              buffers: BufferPool | None = None) -> Iterator[RangeData]:
         _check_extents(extents)
         if not extents:
             return
@@ -318,6 +326,9 @@ class EretRangedReader(RangedReader):
             self._ftp = ftp
         return self._ftp
 
+    def connect(self) -> None:
+        self.size()  # connects, logs in, and learns the size a MODE E request needs
+
     def size(self) -> int:
         ftp = self._connect()
         try:
@@ -361,14 +372,14 @@ class EretRangedReader(RangedReader):
         self._cksm = True
         return answer.split()[-1].lower()
 
-    def fetch(self, extents: Sequence[Extent], *, server_checksums: bool = True
-              ) -> Iterator[RangeData]:
+    def fetch(self, extents: Sequence[Extent], *, server_checksums: bool = True,
+              buffers: BufferPool | None = None) -> Iterator[RangeData]:
         _check_extents(extents)
         if not extents:
             return
         if self._mode_e is not False:
             try:
-                yield from self._fetch_mode_e(extents, server_checksums)
+                yield from self._fetch_mode_e(extents, server_checksums, buffers)
                 return
             except _ModeERefused as refused:
                 log.info("%s: the server refuses ranged MODE E transfers (%s); one ERET per "
@@ -377,8 +388,8 @@ class EretRangedReader(RangedReader):
         yield from self._fetch_eret(extents, server_checksums)
 
     # one transfer for many ranges: MODE E, REST <ranges not wanted>, RETR
-    def _fetch_mode_e(self, extents: Sequence[Extent], server_checksums: bool
-                      ) -> Iterator[RangeData]:
+    def _fetch_mode_e(self, extents: Sequence[Extent], server_checksums: bool,
+                      buffers: BufferPool | None = None) -> Iterator[RangeData]:
         wanted = sorted(extents)
         for before, after in zip(wanted, wanted[1:]):
             if after.offset < before.end:
@@ -426,7 +437,7 @@ class EretRangedReader(RangedReader):
             if not answer.startswith("1"):
                 raise ftplib.error_reply(answer)
             # extents are kept to the end only when the server must vouch for them afterwards
-            receiver = _ModeEReceiver(self.uri, wanted, keep=server_checksums)
+            receiver = _ModeEReceiver(self.uri, wanted, keep=server_checksums, buffers=buffers)
             peer = ftp.sock.getpeername()[0]
             while not receiver.done():
                 conn, address = listener.accept()
@@ -543,12 +554,14 @@ _EOF, _SUSPECT, _RESTART, _EOD = 0x40, 0x20, 0x10, 0x08
 class _ModeEReceiver:
     """Reassembles the extended-block stream of one transfer into the wanted extents."""
 
-    def __init__(self, uri: str, wanted: list[Extent], *, keep: bool = True):
+    def __init__(self, uri: str, wanted: list[Extent], *, keep: bool = True,
+                 buffers: BufferPool | None = None):
         self.uri = uri
         self.keep = keep
+        self.pool = buffers
         self.wanted = wanted
         self.starts = [e.offset for e in wanted]
-        self.buffers: dict[int, bytearray] = {}
+        self.buffers: dict[int, bytearray | mmap.mmap] = {}
         self.filled: dict[int, int] = {}
         self.completed: list[tuple[Extent, bytearray]] = []
         self.eods = 0
@@ -587,7 +600,8 @@ class _ModeEReceiver:
             take = min(end, extent.end) - offset
             buffer = self.buffers.get(index)
             if buffer is None:
-                buffer = self.buffers[index] = bytearray(extent.length)
+                buffer = self.buffers[index] = (self.pool.take(extent.length) if self.pool
+                                                else bytearray(extent.length))
                 self.filled[index] = 0
             start = offset - extent.offset
             _recv_exactly(conn, memoryview(buffer)[start:start + take], self.uri)
@@ -696,8 +710,8 @@ class GlobusRangedReader(RangedReader):
         # globus-url-copy has no stat: the caller relies on the size recorded at stage-in
         return None
 
-    def fetch(self, extents: Sequence[Extent], *, server_checksums: bool = True
-              ) -> Iterator[RangeData]:
+    def fetch(self, extents: Sequence[Extent], *, server_checksums: bool = True,
+              buffers: BufferPool | None = None) -> Iterator[RangeData]:
         _check_extents(extents)
         target = self._spool_file()
         for extent in extents:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import mmap
 
 import pytest
 
@@ -10,6 +11,7 @@ from scratchkeeper.config import TransferConfig
 from scratchkeeper.errors import TransferError
 from scratchkeeper.storage.layout import Extent
 from scratchkeeper.transfer import ranged
+from scratchkeeper.transfer.buffers import BufferPool
 from scratchkeeper.transfer.ranged import (CurlRangedReader, EretRangedReader,
                                            GlobusRangedReader, PosixRangedReader, one_line,
                                            open_ranged)
@@ -65,6 +67,24 @@ def test_mode_e_brings_many_ranges_in_one_transfer(sources, monkeypatch):
     assert not any(p.verified for p in pieces) and all(p.verified for p in again)
     # bytes handed on are not kept (a GiB may pass); kept only for the CKSM after the transfer
     assert receivers[0].completed == [] and len(receivers[1].completed) == 2
+
+
+def test_mode_e_receives_into_pool_buffers_and_reuses_them(sources):
+    """A patch hands each buffer back once written: the next ranges land in the same memory."""
+    path, data = sources.make("pooled.bin", 3_000_000)
+    wanted = [Extent(offset, 131_072) for offset in range(0, 2_900_000, 500_000)]
+    pool = BufferPool(keep_bytes=8 << 20)
+    with open_ranged(sources.ftp(path), TransferConfig()) as reader:
+        first = list(reader.fetch(wanted, server_checksums=False, buffers=pool))
+        assert all(isinstance(p.data, mmap.mmap) for p in first)
+        assert all(p.data[:] == data[p.extent.offset:p.extent.end] for p in first)
+        used = {id(p.data) for p in first}
+        for piece in first:
+            pool.give(piece.data)
+        shifted = [Extent(e.offset + 7, e.length) for e in wanted]
+        second = list(reader.fetch(shifted, server_checksums=False, buffers=pool))
+    assert {id(p.data) for p in second} == used  # the same buffers, refilled
+    assert all(p.data[:] == data[p.extent.offset:p.extent.end] for p in second)
 
 
 def test_mode_e_hundreds_of_ranges(sources):

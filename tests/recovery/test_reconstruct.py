@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import ftplib
+import threading
 import time
 from dataclasses import replace
 
@@ -52,16 +54,41 @@ def test_one_failed_ost_every_byte_matches(site, sources, scheme, stripe_count, 
     expected_lost = before.extents_on_ost(failed, size)
     with pytest.raises(Exception):
         read_all(backend, path)
-    outcome = Recoverer(backend, site.config).recover(path)
+    recoverer = Recoverer(backend, site.config)
+    outcome = recoverer.recover(path)
     assert outcome.state == PATCHED, outcome.reason
     assert outcome.patched_bytes == sum(e.length for e in expected_lost)
     assert outcome.verified == ("ranges" if scheme == "ftp" else "file")
+    assert recoverer.buffers.idle_bytes == 0  # receive buffers are not kept between patches
     after = backend.layout(path)
     substitute = outcome.substitutes[failed]
     assert failed not in after.ost_list and substitute not in before.ost_list
     assert after.ost_list.index(substitute) == before.ost_list.index(failed)
     assert read_all(backend, path) == data
     assert backend.open_rebuilds() == []
+
+
+def test_the_connection_opened_ahead_is_the_one_the_patch_uses(site_dir, local_cluster, sources,
+                                                               monkeypatch):
+    """The connection begun while the rebuild starts is taken by the lane: no second one."""
+    site = write_site(site_dir, extra="[recovery]\nverify_source = false")
+    source, data = sources.make("ahead.bin", 5_000_011)
+    backend = site.backend
+    path = stage(backend, "ahead.bin", data, sources.ftp(source), stripe_count=4,
+                 stripe_size=256 * KiB)
+    _fail_one(backend, path)
+    connects, real_connect = [], ftplib.FTP.connect
+
+    def counting(self, *args, **kwargs):
+        connects.append(threading.current_thread().name)
+        return real_connect(self, *args, **kwargs)
+
+    monkeypatch.setattr(ftplib.FTP, "connect", counting)
+    outcome = Recoverer(backend, site.config).recover(path)
+    assert outcome.state == PATCHED, outcome.reason
+    assert read_all(backend, path) == data
+    assert connects == ["patch-connect"]
+    assert 0 < outcome.patch_seconds < outcome.seconds  # the probe is detection, not patching
 
 
 @pytest.mark.parametrize("method", ["globus-url-copy", "file"])

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import errno
 import fcntl
+import mmap
 import multiprocessing
 import os
 import random
 import signal
+import threading
 import time
 from pathlib import Path
 
@@ -236,6 +238,27 @@ def test_rebuild_writes_aligned_stripes_direct_and_the_short_tail_through_the_ca
     direct = [name for name, flags in opened if flags & os.O_DIRECT]
     buffered = [name for name, flags in opened if not flags & os.O_DIRECT]
     assert len(direct) == 1 and buffered == direct  # one object: aligned stripes, then the tail
+    local_store.commit_rebuild(rebuild)
+    assert local_store.read("tail.bin", 0, len(data)) == data
+
+
+def test_page_aligned_buffers_are_written_direct_without_a_staging_copy(local_store,
+                                                                         monkeypatch):
+    from scratchkeeper.storage import local
+    data, rebuild = _rebuild_tail_holder(local_store, 4 * 4 * 64 * 1024)
+    monkeypatch.setattr(local, "_direct_buffers", threading.local())
+    pieces = []
+    for extent in rebuild.lost:
+        buffer = mmap.mmap(-1, extent.length)  # as the receive-buffer pool hands them out
+        buffer[:] = data[extent.offset:extent.end]
+        pieces.append((extent.offset, buffer))
+    opened = _spy_opens(monkeypatch)
+    local_store.write_rebuild_batch(rebuild, pieces)
+    assert any(flags & os.O_DIRECT for _, flags in opened)
+    assert not hasattr(local._direct_buffers, "buffer")  # no copy through the staging buffer
+    local_store.write_rebuild_batch(rebuild, [(e.offset, data[e.offset:e.end])
+                                              for e in rebuild.lost[:1]])
+    assert hasattr(local._direct_buffers, "buffer")  # bytes of unknown alignment: copied
     local_store.commit_rebuild(rebuild)
     assert local_store.read("tail.bin", 0, len(data)) == data
 
