@@ -11,11 +11,12 @@ choose and nothing is measured.
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from ..solver import select_replicas
-from ..storage.layout import Extent, merge_extents, subtract_extents
+from ..storage.layout import Extent, merge_extents
 
 STORE = "store"  # a surviving mirror, read through the storage backend
 
@@ -117,7 +118,9 @@ def candidate_sources(chunks: Sequence[Extent], uris: Sequence[str],
     """
     sources = [PatchSource(uri, "uri") for uri in dict.fromkeys(uris)]
     candidates = [list(range(len(sources))) for _ in chunks]
-    served_by_store = [not _overlaps(chunk, unrecoverable_by_store) for chunk in chunks]
+    unrecoverable = merge_extents(unrecoverable_by_store)
+    starts = [e.offset for e in unrecoverable]
+    served_by_store = [not _overlaps(chunk, unrecoverable, starts) for chunk in chunks]
     if any(served_by_store):
         sources.append(PatchSource(STORE, "store"))
         store_index = len(sources) - 1
@@ -127,8 +130,11 @@ def candidate_sources(chunks: Sequence[Extent], uris: Sequence[str],
     return sources, candidates
 
 
-def _overlaps(chunk: Extent, extents: Sequence[Extent]) -> bool:
-    return subtract_extents([chunk], extents) != [chunk]
+def _overlaps(chunk: Extent, merged: Sequence[Extent], starts: Sequence[int]) -> bool:
+    """Whether ``chunk`` shares a byte with ``merged`` (sorted, disjoint; ``starts`` theirs)."""
+    # the last extent starting before the chunk ends is the only one that can reach into it
+    index = bisect.bisect_left(starts, chunk.end) - 1
+    return chunk.length > 0 and index >= 0 and merged[index].end > chunk.offset
 
 
 def choose(chunks: list[Extent], sources: list[PatchSource], candidates: list[list[int]],

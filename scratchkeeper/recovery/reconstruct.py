@@ -51,6 +51,7 @@ log = logging.getLogger(__name__)
 VERIFY_CHUNK = 4 << 20
 LANE_BYTES = 16 << 20  # least work worth its own connection
 WRITE_QUEUE_BYTES = 32 << 20  # most fetched bytes waiting for the writer (then lanes wait)
+WRITE_GROUP_BYTES = 8 << 20  # most bytes the writer takes at once (written in one call)
 BATCH_CHUNKS = 16  # chunks read from a surviving mirror at a time (readers say their own)
 
 # outcome states
@@ -145,11 +146,11 @@ class Recoverer:
         self.load = load or SourceLoad()
         # GridFTP connections cost tens of ms (the server forks and logs in): reuse them
         self.readers = _ReaderPool(self._open_reader)
-        # receive buffers, reused while patches are in flight and dropped when none is
-        self.buffers = BufferPool(keep_bytes=WRITE_QUEUE_BYTES + (8 << 20))
+        # receive buffers, reused while recoveries are in flight and dropped when none is
+        self.buffers = BufferPool(keep_bytes=WRITE_QUEUE_BYTES + WRITE_GROUP_BYTES)
         self._lock = threading.Lock()  # guards the two below
         self._warming: dict[str, threading.Thread] = {}  # connections opened ahead, by URI
-        self._patching = 0  # patches in flight
+        self._recovering = 0  # recover() calls in flight
         self.stop = stop or threading.Event()
 
     # -- entry point ---------------------------------------------------------------------------
@@ -163,6 +164,21 @@ class Recoverer:
         ``on_rebuild`` is told the rebuild id as soon as one exists (None once it is gone), so
         the caller can persist it and a restart resumes instead of starting over.
         """
+        with self._lock:
+            self._recovering += 1
+        try:
+            return self._recover(path, reported_osts, resume_rebuild_id, on_rebuild, progress,
+                                 measure_sources)
+        finally:
+            with self._lock:
+                self._recovering -= 1
+                if not self._recovering:
+                    self.buffers.release()  # after the switch: unmapping is off the patch's path
+
+    def _recover(self, path: str, reported_osts: tuple[int, ...],
+                 resume_rebuild_id: str | None, on_rebuild: Callable[[str | None], None],
+                 progress: Callable[[int, int], None] | None,
+                 measure_sources: bool) -> Outcome:
         started = time.monotonic()
         full = self.backend.paths.resolve(path)
         check_inside_scratch(full, self.backend.scratch_root)
@@ -466,8 +482,6 @@ class Recoverer:
         pool = concurrent.futures.ThreadPoolExecutor(max_workers=len(lanes),
                                                      thread_name_prefix="patch")
         errors = []
-        with self._lock:
-            self._patching += 1
         try:
             futures = [pool.submit(self._run_lane, rebuild, patch_plan, index, chunks, writer,
                                    failure, checker) for index, chunks in lanes]
@@ -485,10 +499,6 @@ class Recoverer:
         finally:
             pool.shutdown(wait=True)
             writer.close()
-            with self._lock:
-                self._patching -= 1
-                if not self._patching:
-                    self.buffers.release()
             for index, source in enumerate(patch_plan.sources):
                 self.load.add(source.name, -sum(c.length for c in patch_plan.chunks_of(index)))
         if errors:
@@ -737,14 +747,15 @@ class _ReaderPool:
 class _RebuildWriter:
     """Writes the chunks every lane fetched as they arrive, one writer thread per rebuild.
 
-    Lanes hand their pieces over and go on receiving; the writer writes whatever has queued up
-    in one call, so a busy disk gets fewer, larger writes. Once at least ``sync_bytes`` were
+    Lanes hand their pieces over and go on receiving; the writer takes what has queued up (at
+    most :data:`WRITE_GROUP_BYTES`) and writes it in one call while the lanes fetch more. Once at least ``sync_bytes`` were
     written and ``interval`` seconds passed since the last one, it records them as patched in
     one journal update (what a crash makes a resumed rebuild fetch again: each update costs a
     few fsyncs, so a patch that ends sooner is recorded by its commit alone); the ones written
     after the last update are returned by :meth:`drain` for the commit to record. A lane waits
-    only while ``2 * sync_bytes`` (at most :data:`WRITE_QUEUE_BYTES`) are queued: bounded
-    memory, and with a tiny ``sync_bytes`` the lanes keep in step with the writer.
+    only while ``2 * sync_bytes`` (at most :data:`WRITE_QUEUE_BYTES`) are queued besides the
+    group being written: bounded memory, and with a tiny ``sync_bytes`` the lanes keep in step
+    with the writer.
     """
 
     def __init__(self, backend: StorageBackend, rebuild: Rebuild,
@@ -785,7 +796,15 @@ class _RebuildWriter:
                     self.cond.wait()
                 if not self.queue:
                     return
-                group, self.queue = self.queue, []
+                # a group of at most WRITE_GROUP_BYTES, no longer counted as queued: the lanes
+                # go on receiving while it is written
+                taken, size = 0, 0
+                while taken < len(self.queue) and (not taken or size < WRITE_GROUP_BYTES):
+                    size += len(self.queue[taken][1])
+                    taken += 1
+                group, self.queue = self.queue[:taken], self.queue[taken:]
+                self.queued_bytes -= size
+                self.cond.notify_all()
             try:
                 self.backend.write_rebuild_batch(
                     self.rebuild, [(extent.offset, data) for extent, data, _ in group],
@@ -807,9 +826,6 @@ class _RebuildWriter:
                     self.queue, self.queued_bytes = [], 0
                     self.cond.notify_all()
                 return
-            with self.cond:
-                self.queued_bytes -= sum(len(data) for _, data, _ in group)
-                self.cond.notify_all()
 
     def drain(self) -> list[Extent]:
         """Wait until every piece handed over is written; the extents not recorded yet."""

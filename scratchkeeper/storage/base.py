@@ -20,6 +20,7 @@ ones): a journal update costs a few fsyncs, a write does not.
 from __future__ import annotations
 
 import abc
+import bisect
 import concurrent.futures
 import os
 import posixpath
@@ -92,11 +93,23 @@ class Rebuild:
     lost: list[Extent]
     patched: list[Extent] = field(default_factory=list)
     created: float = field(default_factory=time.time)
+    # ``lost`` merged, and the starts of its extents: a patched range is checked by bisection
+    _lost_index: tuple[list[Extent], list[Extent], list[int]] | None = field(
+        default=None, init=False, repr=False, compare=False)
 
     @property
     def missing(self) -> list[Extent]:
         """Lost ranges not patched yet."""
         return subtract_extents(self.lost, self.patched)
+
+    def within_lost(self, extent: Extent) -> bool:
+        """Whether every byte of ``extent`` lies in a lost range (an empty one does)."""
+        if self._lost_index is None or self._lost_index[0] is not self.lost:
+            merged = merge_extents(self.lost)
+            self._lost_index = (self.lost, merged, [e.offset for e in merged])
+        _, merged, starts = self._lost_index
+        index = bisect.bisect_right(starts, extent.offset) - 1
+        return extent.length <= 0 or (index >= 0 and extent.end <= merged[index].end)
 
     def to_dict(self) -> dict:
         return {"rebuild_id": self.rebuild_id, "path": self.path,
@@ -352,7 +365,7 @@ class StorageBackend(abc.ABC):
     # -- helpers for backends ------------------------------------------------------------------
     def _check_patch(self, rebuild: Rebuild, offset: int, data: bytes) -> Extent:
         extent = Extent(offset, len(data))
-        if subtract_extents([extent], rebuild.lost):
+        if not rebuild.within_lost(extent):
             raise StorageError(f"{rebuild.path}: rebuild {rebuild.rebuild_id}: bytes "
                                f"{offset}+{len(data)} are not in a lost range")
         return extent
@@ -360,7 +373,7 @@ class StorageBackend(abc.ABC):
     def _check_recorded(self, rebuild: Rebuild, extents: list[Extent]) -> list[Extent]:
         """``extents`` to be recorded as patched, each checked to lie in a lost range."""
         for extent in extents:
-            if extent.length <= 0 or subtract_extents([extent], rebuild.lost):
+            if extent.length <= 0 or not rebuild.within_lost(extent):
                 raise StorageError(f"{rebuild.path}: rebuild {rebuild.rebuild_id}: bytes "
                                    f"{extent.offset}+{extent.length} are not in a lost range")
         return list(extents)

@@ -43,20 +43,24 @@ def merge_extents(extents: Iterable[Extent]) -> list[Extent]:
 
 
 def subtract_extents(extents: Iterable[Extent], removed: Iterable[Extent]) -> list[Extent]:
-    """The parts of ``extents`` not covered by ``removed``."""
-    remaining = merge_extents(extents)
-    for cut in merge_extents(removed):
-        next_remaining = []
-        for extent in remaining:
-            if cut.end <= extent.offset or cut.offset >= extent.end:
-                next_remaining.append(extent)
-                continue
-            if extent.offset < cut.offset:
-                next_remaining.append(Extent(extent.offset, cut.offset - extent.offset))
-            if cut.end < extent.end:
-                next_remaining.append(Extent(cut.end, extent.end - cut.end))
-        remaining = next_remaining
-    return remaining
+    """The parts of ``extents`` not covered by ``removed`` (one sweep over both, sorted)."""
+    cuts = merge_extents(removed)
+    result: list[Extent] = []
+    first = 0  # cuts before this one end before every extent still to come
+    for extent in merge_extents(extents):
+        start, end = extent.offset, extent.end
+        while first < len(cuts) and cuts[first].end <= start:
+            first += 1
+        index = first
+        while start < end and index < len(cuts) and cuts[index].offset < end:
+            cut = cuts[index]
+            if cut.offset > start:
+                result.append(Extent(start, cut.offset - start))
+            start = max(start, cut.end)
+            index += 1
+        if start < end:
+            result.append(Extent(start, end - start))
+    return result
 
 
 @dataclass(frozen=True)

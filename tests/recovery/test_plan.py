@@ -66,6 +66,17 @@ def test_store_serves_only_what_a_mirror_still_holds():
     assert candidates == [[0, 1, 2], [0, 1], [0, 1, 2]]
 
 
+@given(chunks=st.lists(st.builds(Extent, st.integers(0, 400), st.integers(1, 60)), max_size=10),
+       lost=st.lists(st.builds(Extent, st.integers(0, 400), st.integers(0, 60)), max_size=10))
+@settings(max_examples=300, deadline=None)
+def test_the_store_serves_a_chunk_exactly_when_no_byte_of_it_was_lost(chunks, lost):
+    _, candidates = candidate_sources(chunks, ["ftp://a/x"], lost)
+    lost_bytes = {b for e in lost for b in range(e.offset, e.end)}
+    for chunk, choice in zip(chunks, candidates):
+        untouched = lost_bytes.isdisjoint(range(chunk.offset, chunk.end))
+        assert (len(choice) == 2) == untouched
+
+
 def test_single_source_needs_no_solver():
     chunks = [Extent(i * 100, 100) for i in range(5)]
     sources = [PatchSource("ftp://a/x", "uri")]

@@ -89,6 +89,20 @@ def test_extent_subtraction():
         [Extent(0, 10), Extent(20, 30)]
 
 
+_EXTENTS = st.lists(st.builds(Extent, st.integers(0, 300), st.integers(0, 40)), max_size=12)
+
+
+@given(extents=_EXTENTS, removed=_EXTENTS)
+@settings(max_examples=400, deadline=None)
+def test_extent_subtraction_matches_a_byte_set(extents, removed):
+    """Unsorted, overlapping, touching, empty, cuts spanning several extents: byte for byte."""
+    def byte_set(items):
+        return {b for e in items for b in range(e.offset, e.end)}
+    result = subtract_extents(extents, removed)
+    assert byte_set(result) == byte_set(extents) - byte_set(removed)
+    assert result == merge_extents(result)  # sorted, disjoint, not touching, none empty
+
+
 def test_layout_json_roundtrip():
     layout = FileLayout((component(3, 2, pool="flash"),), 4, "/s/f")
     assert FileLayout.from_dict(layout.to_dict()) == layout
