@@ -748,11 +748,12 @@ class _RebuildWriter:
     """Writes the chunks every lane fetched as they arrive, one writer thread per rebuild.
 
     Lanes hand their pieces over and go on receiving; the writer takes what has queued up (at
-    most :data:`WRITE_GROUP_BYTES`) and writes it in one call while the lanes fetch more. Once at least ``sync_bytes`` were
-    written and ``interval`` seconds passed since the last one, it records them as patched in
-    one journal update (what a crash makes a resumed rebuild fetch again: each update costs a
-    few fsyncs, so a patch that ends sooner is recorded by its commit alone); the ones written
-    after the last update are returned by :meth:`drain` for the commit to record. A lane waits
+    most :data:`WRITE_GROUP_BYTES`) and writes it in one call while the lanes fetch more. Once
+    at least ``sync_bytes`` were written and ``interval`` seconds passed since the last one,
+    it records them as patched in one journal update (what a crash makes a resumed rebuild
+    fetch again: each update costs a few fsyncs, so a patch that ends sooner is recorded by
+    its commit alone); the ones written after the last update are returned by :meth:`drain`
+    for the commit to record. A lane waits
     only while ``2 * sync_bytes`` (at most :data:`WRITE_QUEUE_BYTES`) are queued besides the
     group being written: bounded memory, and with a tiny ``sync_bytes`` the lanes keep in step
     with the writer.
@@ -771,7 +772,7 @@ class _RebuildWriter:
         self.written = written
         self.cond = threading.Condition()
         self.queue: list[tuple[Extent, bytes, bool]] = []
-        self.queued_bytes = 0  # handed over and not written yet
+        self.queued_bytes = 0  # handed over, not yet taken by the writer
         self.closing = False
         self.error: BaseException | None = None
         self.unrecorded: list[Extent] = []

@@ -77,16 +77,22 @@ def test_read_rebuild_and_batched_writes(local_site):
     assert hashlib.sha256(read_all(backend, "r.bin")).digest() == hashlib.sha256(data).digest()
 
 
-def test_stopping_leaves_the_rebuild_and_a_restart_resumes_it(tmp_path):
-    from scratchkeeper.recovery.reconstruct import RecoveryInterrupted
-    site = write_site(tmp_path / "site", ost_count=8, extra="[recovery]\nsync_bytes = 1")
-    data = os.urandom(3_000_017)
+def _damaged(tmp_path, name: str, size: int, extra: str, failed_position: int):
+    """A site whose file ``name``, staged from a file:// source, lost one OST's stripes."""
+    site = write_site(tmp_path / "site", ost_count=8, extra=extra)
+    data = os.urandom(size)
     source = tmp_path / "source.bin"
     source.write_bytes(data)
-    backend = site.backend
-    path = stage(backend, "s.bin", data, f"file://{source}", stripe_count=2,
+    path = stage(site.backend, name, data, f"file://{source}", stripe_count=2,
                  stripe_size=64 * KiB)
-    backend.fail_ost(backend.layout(path).ost_list[1])
+    site.backend.fail_ost(site.backend.layout(path).ost_list[failed_position])
+    return site, site.backend, path, data
+
+
+def test_stopping_leaves_the_rebuild_and_a_restart_resumes_it(tmp_path):
+    from scratchkeeper.recovery.reconstruct import RecoveryInterrupted
+    site, backend, path, data = _damaged(tmp_path, "s.bin", 3_000_017,
+                                         "[recovery]\nsync_bytes = 1", 1)
     first = Recoverer(backend, site.config)
     recorded = []
 
@@ -109,16 +115,10 @@ def test_stopping_leaves_the_rebuild_and_a_restart_resumes_it(tmp_path):
 @pytest.mark.parametrize("interval,recorded_before_commit", [(3600.0, False), (0.0, True)])
 def test_journal_updates_wait_for_the_interval_and_the_commit_records_the_rest(
         tmp_path, monkeypatch, interval, recorded_before_commit):
-    """Each journal update costs fsyncs: a patch quicker than the interval has none but its commit."""
-    site = write_site(tmp_path / "site", ost_count=8,
-                      extra=f"[recovery]\nsync_bytes = 1\njournal_interval = {interval}")
-    data = os.urandom(2_000_003)
-    source = tmp_path / "source.bin"
-    source.write_bytes(data)
-    backend = site.backend
-    path = stage(backend, "j.bin", data, f"file://{source}", stripe_count=2,
-                 stripe_size=64 * KiB)
-    backend.fail_ost(backend.layout(path).ost_list[0])
+    """A journal update costs fsyncs: a patch quicker than the interval has none but its commit."""
+    site, backend, path, data = _damaged(
+        tmp_path, "j.bin", 2_000_003,
+        f"[recovery]\nsync_bytes = 1\njournal_interval = {interval}", 0)
     records, commits = [], []
     real_record, real_commit = backend.record_patched, backend.commit_rebuild
     monkeypatch.setattr(backend, "record_patched",
