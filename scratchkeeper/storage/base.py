@@ -130,6 +130,13 @@ class Rebuild:
                    created=float(raw.get("created", 0.0)))
 
 
+def pwrite_all(handle: int, data, offset: int) -> None:
+    """Write every byte of ``data`` at ``offset`` (``os.pwrite`` may write fewer)."""
+    view, written = memoryview(data), 0
+    while written < len(view):
+        written += os.pwrite(handle, view[written:], offset + written)
+
+
 class ScratchPaths:
     """Confines paths to the scratch root: relative paths are taken from it, ``..`` is refused."""
 

@@ -42,7 +42,7 @@ from pathlib import Path
 from ..errors import InputError, PermissionDenied, StateError, StorageError, TargetUnavailable
 from ..state import StateStore, may_write
 from .base import (OST_ACTIVE, OST_FAILED, OST_UNREACHABLE, FileStat, OstStatus, Rebuild,
-                   StorageBackend, substitute_layout)
+                   StorageBackend, pwrite_all, substitute_layout)
 from .layout import (Extent, FileLayout, LayoutComponent, LayoutRequest, StripeObject,
                      merge_extents)
 
@@ -1142,7 +1142,7 @@ class _PatchWriter:
                 self.direct_refused = True
         if self.buffered is None:
             self.buffered = self.open_object(os.O_WRONLY)
-        _pwrite_all(self.buffered, data, object_offset)
+        pwrite_all(self.buffered, data, object_offset)
         low, high = self.span or (object_offset, object_offset)
         self.span = (min(low, object_offset), max(high, object_offset + len(data)))
 
@@ -1150,21 +1150,21 @@ class _PatchWriter:
         if self.direct is None:
             self.direct = self.open_object(os.O_WRONLY | os.O_DIRECT)
         if aligned:
-            _pwrite_all(self.direct, data, object_offset)
+            pwrite_all(self.direct, data, object_offset)
             return
         buffer = getattr(_direct_buffers, "buffer", None)
         if buffer is None:  # page-aligned, and reused: no fresh pages per write
             buffer = _direct_buffers.buffer = mmap.mmap(-1, DIRECT_BUFFER)
-        aligned = memoryview(buffer)
+        staging = memoryview(buffer)
         try:
             done = 0
             while done < len(data):
                 count = min(DIRECT_BUFFER, len(data) - done)
-                aligned[:count] = data[done:done + count]
-                _pwrite_all(self.direct, aligned[:count], object_offset + done)
+                staging[:count] = data[done:done + count]
+                pwrite_all(self.direct, staging[:count], object_offset + done)
                 done += count
         finally:
-            aligned.release()
+            staging.release()
 
     def start_writeback(self) -> None:
         if self.buffered is not None and self.span is not None:
@@ -1175,12 +1175,6 @@ class _PatchWriter:
             if handle is not None:
                 os.close(handle)
         self.buffered = self.direct = None
-
-
-def _pwrite_all(handle: int, data: memoryview, offset: int) -> None:
-    written = 0
-    while written < len(data):
-        written += os.pwrite(handle, data[written:], offset + written)
 
 
 def _start_writeback(handle: int, offset: int, length: int) -> None:

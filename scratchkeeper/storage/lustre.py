@@ -28,7 +28,7 @@ from ..runner import get_runner
 from ..state import StateStore
 from . import lfs as lfs_cmd
 from .base import (OST_ACTIVE, OST_UNREACHABLE, FileStat, OstStatus, Rebuild, StorageBackend,
-                   substitute_layout)
+                   pwrite_all, substitute_layout)
 from .layout import Extent, FileLayout, LayoutRequest, merge_extents, subtract_extents
 
 log = logging.getLogger(__name__)
@@ -375,9 +375,7 @@ class LustreBackend(StorageBackend):
         fd = os.open(temp, os.O_WRONLY | os.O_NOFOLLOW)
         try:
             for offset, data in pieces:
-                view, written = memoryview(data), 0
-                while written < len(view):  # synced once, before the layout swap
-                    written += os.pwrite(fd, view[written:], offset + written)
+                pwrite_all(fd, data, offset)  # synced once, before the layout swap
         finally:
             os.close(fd)
         if record:
