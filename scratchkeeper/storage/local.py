@@ -625,8 +625,8 @@ class LocalStripedStore(StorageBackend):
             if positions is not None and piece.position not in positions:
                 continue
             start = piece.file_offset - offset
-            os.pwrite(handles[piece.position], view[start:start + piece.length],
-                      piece.object_offset)
+            pwrite_all(handles[piece.position], view[start:start + piece.length],
+                       piece.object_offset)
 
     def _write_range(self, component: LayoutComponent, offset: int, data: bytes, path: str, *,
                      positions: set[int] | None = None, sync: bool = False) -> None:

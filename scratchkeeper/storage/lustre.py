@@ -350,7 +350,7 @@ class LustreBackend(StorageBackend):
                     raise self._io_error(source, offset, err) from err
                 if not data:
                     break
-                os.pwrite(dst, data, offset)
+                pwrite_all(dst, data, offset)
                 offset += len(data)
         finally:
             os.close(src)

@@ -285,6 +285,18 @@ def test_rebuild_falls_back_to_the_page_cache_where_o_direct_is_refused(local_st
     assert local_store.read("tail.bin", 0, len(data)) == data
 
 
+def test_short_writes_are_completed_not_dropped(local_store, monkeypatch):
+    """pwrite may write fewer bytes than asked (a signal, a full quota): the rest follows."""
+    real_pwrite = os.pwrite
+    monkeypatch.setattr(os, "pwrite",
+                        lambda handle, data, offset: real_pwrite(handle, data[:1000], offset))
+    data = payload(300_001, seed=3)
+    local_store.create("short.bin", LayoutRequest(stripe_count=3, stripe_size=64 * 1024))
+    local_store.write("short.bin", 0, data)
+    monkeypatch.undo()
+    assert local_store.read("short.bin", 0, len(data)) == data
+
+
 def test_remove_frees_every_object(local_store):
     path = write_posix(local_store, "gone", payload(300_000))
     local_store.import_file(str(path))
