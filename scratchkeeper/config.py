@@ -172,6 +172,10 @@ class RecoveryConfig:
     scope: str = _opt("all", "what the periodic check recovers: 'all' files with a source on a "
                       "failed OST (inputs of queued jobs first) or only 'queued-inputs'",
                       choices=("all", "queued-inputs"))
+    probe_reuse: float = _opt(10.0, "seconds an OST probe serves the recoveries that start "
+                              "after it (one probe for the many files an OST failure hits; a "
+                              "file found whole, a reported OST the probe saw healthy and every "
+                              "retry probe again; 0: a probe per recovery)", minimum=0)
     substitute_attempts: int = _opt(3, "substitute OSTs tried when one fails during patching",
                                     minimum=1)
     wait_timeout: float = _opt(3600.0, "seconds a reader or the pre-execution hook waits for a "

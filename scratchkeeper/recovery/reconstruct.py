@@ -151,6 +151,10 @@ class Recoverer:
         self._lock = threading.Lock()  # guards the two below
         self._warming: dict[str, threading.Thread] = {}  # connections opened ahead, by URI
         self._recovering = 0  # recover() calls in flight
+        # the last OST probe (when it ended, what it found), shared by the recoveries that
+        # follow it within recovery.probe_reuse; one probe at a time (the others wait for it)
+        self._probe_lock = threading.Lock()
+        self._last_probe: tuple[float, list[OstStatus]] | None = None
         self.stop = stop or threading.Event()
 
     # -- entry point ---------------------------------------------------------------------------
@@ -195,13 +199,20 @@ class Recoverer:
         mismatches = 0
         outcome = Outcome(full, WHOLE)
         attempts = self.config.recovery.substitute_attempts
+        fresh = False  # the first look may reuse a recent probe; a retry always probes again
         while True:
             outcome.attempts += 1
-            statuses = self.backend.check_osts(self.config.recovery.probe_timeout)
+            statuses, reused = self._probe(reported_osts, fresh)
             patch_started = time.monotonic()
             healthy = {o.ost_index for o in statuses if o.healthy}
             layout = self.backend.layout(full)
             failed = sorted(layout.osts() - healthy)
+            if reused and rebuild is None and not layout.lost_extents(failed, stat.size):
+                # a reused probe may predate a failure: "nothing lost" is said on a fresh one
+                outcome.attempts -= 1
+                fresh = True
+                continue
+            fresh = True
             if rebuild is not None and (rebuild.base_layout_gen != layout.layout_gen
                                         or set(rebuild.substitutes) != set(failed)
                                         or any(s not in healthy
@@ -283,6 +294,26 @@ class Recoverer:
             return outcome
 
     # -- steps ---------------------------------------------------------------------------------
+    def _probe(self, reported_osts: tuple[int, ...], fresh: bool) -> tuple[list[OstStatus], bool]:
+        """The OSTs' states, and whether they come from a recent probe rather than a new one.
+
+        After an OST failure recoveryd patches every file that had bytes on it, one after
+        another and in several workers: one probe serves all that start within
+        ``recovery.probe_reuse`` seconds of its end, instead of a probe per file (which costs
+        the whole ``probe_timeout`` while an OSS hangs). A probe is not reused when asked for a
+        fresh one, or when a reported OST is not among those it found failed.
+        """
+        reuse = self.config.recovery.probe_reuse
+        with self._probe_lock:
+            last = self._last_probe
+            if not fresh and last is not None and time.monotonic() - last[0] <= reuse:
+                failed = {o.ost_index for o in last[1] if not o.healthy}
+                if set(reported_osts) <= failed:
+                    return last[1], True
+            statuses = self.backend.check_osts(self.config.recovery.probe_timeout)
+            self._last_probe = (time.monotonic(), statuses)
+            return statuses, False
+
     def _resumable(self, full: str, rebuild_id: str | None) -> Rebuild | None:
         if not rebuild_id:
             return None

@@ -130,13 +130,15 @@ def sources(local_cluster):
 def stage(backend, path: str, data: bytes, uri: str, *, stripe_count: int = 4,
           stripe_size: int = 1 << 20, owner: tuple[int, int] | None = None,
           extra_sources: list[str] | None = None, record_checksum: bool = True,
-          digest_store=None, digest_block: int = 1 << 20) -> str:
+          digest_store=None, digest_block: int = 1 << 20,
+          osts: tuple[int, ...] | None = None) -> str:
     """Put ``data`` in the store as a staged input: layout, bytes and the stage-in xattrs.
 
-    With ``digest_store`` (a StateStore), also the block digests ``stage commit`` records.
+    With ``digest_store`` (a StateStore), also the block digests ``stage commit`` records;
+    with ``osts``, on those OSTs (``lfs setstripe -o``).
     """
-    backend.create(path, LayoutRequest(stripe_count=stripe_count, stripe_size=stripe_size),
-                   owner=owner)
+    backend.create(path, LayoutRequest(stripe_count=stripe_count, stripe_size=stripe_size,
+                                       ost_list=osts), owner=owner)
     for offset in range(0, len(data), 8 << 20):
         backend.write(path, offset, data[offset:offset + (8 << 20)])
     backend.set_xattr(path, XATTR_PREFIX + "source", uri.encode())

@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import hashlib
 import os
+import time
+from dataclasses import replace
 
 import pytest
 
 from scratchkeeper.errors import StorageError
+from scratchkeeper.recovery import reconstruct
 from scratchkeeper.recovery.reconstruct import LOST, PATCHED, Recoverer
 from scratchkeeper.storage import Extent, LayoutRequest
 
@@ -154,3 +157,81 @@ def test_lanes_open_a_connection_only_where_one_request_cannot_carry_the_ranges(
     source = planning.PatchSource(uri, planning.STORE if uri == "store" else "uri")
     assert recoverer._lanes(source, [Extent(i * size, size) for i in range(chunks)]) == lanes
     recoverer.readers.close_all()  # nothing was connected: the readers only told their limits
+
+
+# -- one probe for the many files an OST failure hits ---------------------------------------------
+def _counting_probes(backend, monkeypatch):
+    probes = []
+    real = backend.check_osts
+
+    def counted(timeout):
+        probes.append(timeout)
+        return real(timeout)
+
+    monkeypatch.setattr(backend, "check_osts", counted)
+    return probes
+
+
+
+def _files_on(backend, tmp_path, osts, count, prefix="many"):
+    files = []
+    for number in range(count):
+        data = os.urandom(700_001 + number)
+        source = tmp_path / f"{prefix}-source-{number}.bin"
+        source.write_bytes(data)
+        files.append((stage(backend, f"{prefix}-{number}.bin", data, f"file://{source}",
+                            stripe_count=len(osts), stripe_size=64 * KiB, osts=osts), data))
+    return files
+
+
+def test_one_probe_serves_the_files_an_ost_failure_hits(local_site, tmp_path, monkeypatch):
+    backend = local_site.backend
+    files = _files_on(backend, tmp_path, (0, 1, 2, 3), 5)
+    backend.fail_ost(2)
+    probes = _counting_probes(backend, monkeypatch)
+    recoverer = Recoverer(backend, local_site.config)
+    for path, data in files:
+        outcome = recoverer.recover(path, reported_osts=(2,))
+        assert outcome.state == PATCHED and read_all(backend, path) == data
+    assert len(probes) == 1
+
+
+def test_a_probe_is_not_reused_past_its_window_or_with_reuse_off(local_site, tmp_path,
+                                                                  monkeypatch):
+    backend = local_site.backend
+    files = _files_on(backend, tmp_path, (4, 5, 6, 7), 4)
+    backend.fail_ost(5)
+    probes = _counting_probes(backend, monkeypatch)
+    off = replace(local_site.config,
+                  recovery=replace(local_site.config.recovery, probe_reuse=0.0))
+    recoverer = Recoverer(backend, off)
+    for path, _ in files[:2]:
+        assert recoverer.recover(path).state == PATCHED
+    assert len(probes) == 2
+    recoverer = Recoverer(backend, local_site.config)
+    assert recoverer.recover(files[2][0]).state == PATCHED
+    later = time.monotonic() + local_site.config.recovery.probe_reuse + 1
+    monkeypatch.setattr(reconstruct.time, "monotonic", lambda: later)
+    assert recoverer.recover(files[3][0]).state == PATCHED
+    assert len(probes) == 4
+    assert [read_all(backend, path) for path, _ in files] == [data for _, data in files]
+
+
+def test_a_reused_probe_never_hides_a_newer_failure(local_site, tmp_path, monkeypatch):
+    backend = local_site.backend
+    first = _files_on(backend, tmp_path, (0, 1, 2, 3), 1, prefix="first")
+    second = _files_on(backend, tmp_path, (8, 9, 10, 11), 2, prefix="second")
+    probes = _counting_probes(backend, monkeypatch)
+    recoverer = Recoverer(backend, local_site.config)
+    backend.fail_ost(1)
+    assert recoverer.recover(first[0][0]).state == PATCHED
+    # OST 9 fails after that probe: the probe it would reuse saw it healthy
+    backend.fail_ost(9)
+    outcome = recoverer.recover(second[0][0])  # unreported: found whole, asked again
+    assert outcome.state == PATCHED and 9 in outcome.failed_osts
+    assert read_all(backend, second[0][0]) == second[0][1]
+    backend.fail_ost(10)
+    outcome = recoverer.recover(second[1][0], reported_osts=(10,))  # reported: probed again
+    assert outcome.state == PATCHED and set(outcome.failed_osts) == {9, 10}
+    assert read_all(backend, second[1][0]) == second[1][1]
+    assert len(probes) == 3  # the first, then one per file the reused one would have misled
