@@ -739,7 +739,12 @@ class _BlockChecker:
 
 
 class _ReaderPool:
-    """Idle ranged readers per URI, reused across lanes and files; stale ones are closed."""
+    """Idle ranged readers, reused across lanes and files; stale ones are closed.
+
+    Readers are kept by server where one connection serves several files (GridFTP: the files
+    an OST failure hit mostly come from the same server, and a connection costs the server a
+    fork and a login), else by URI.
+    """
 
     def __init__(self, opener: Callable[[str], RangedReader], max_idle: float = 20.0):
         self.opener = opener
@@ -748,11 +753,12 @@ class _ReaderPool:
         self.idle: dict[str, list[tuple[RangedReader, float]]] = {}
 
     def take(self, uri: str) -> RangedReader:
+        new = self.opener(uri)  # connects on its first request only
         now = time.monotonic()
         stale = []
         reader = None
         with self.lock:
-            waiting = self.idle.get(uri, [])
+            waiting = self.idle.get(_pool_key(new), [])
             while waiting:
                 candidate, since = waiting.pop()
                 if now - since <= self.max_idle:
@@ -761,11 +767,16 @@ class _ReaderPool:
                 stale.append(candidate)
         for old in stale:
             old.close()
-        return reader if reader is not None else self.opener(uri)
+        if reader is None:
+            return new
+        new.close()
+        if reader.location.text != new.location.text:
+            reader.retarget(new.location)
+        return reader
 
     def give(self, reader: RangedReader) -> None:
         with self.lock:
-            self.idle.setdefault(reader.location.text, []).append((reader, time.monotonic()))
+            self.idle.setdefault(_pool_key(reader), []).append((reader, time.monotonic()))
 
     def close_all(self) -> None:
         with self.lock:
@@ -773,6 +784,10 @@ class _ReaderPool:
             self.idle.clear()
         for reader in readers:
             reader.close()
+
+
+def _pool_key(reader: RangedReader) -> str:
+    return reader.server or reader.location.text
 
 
 class _RebuildWriter:

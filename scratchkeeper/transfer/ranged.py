@@ -104,6 +104,16 @@ class RangedReader(abc.ABC):
         """Open what a first request needs (a control connection), so that it can be done
         while the caller prepares the request; readers that connect per request do nothing."""
 
+    @property
+    def server(self) -> str | None:
+        """Who this reader talks to, when one connection can serve several files (then idle
+        readers with the same ``server`` are :meth:`retarget`-ed instead of opened anew)."""
+        return None
+
+    def retarget(self, location: Location) -> None:
+        """Point an idle reader at another file of the same :attr:`server`."""
+        raise NotImplementedError(f"{self.client} readers serve one file")
+
     def close(self) -> None:
         """Release what the reader holds (connections, spool files)."""
 
@@ -328,6 +338,22 @@ class EretRangedReader(RangedReader):
 
     def connect(self) -> None:
         self.size()  # connects, logs in, and learns the size a MODE E request needs
+
+    @property
+    def server(self) -> str:
+        # the credentials are part of it: a connection logged in as one user serves only them
+        return f"ftp://{self.user}:{self.password}@{self.host}:{self.port}"
+
+    def retarget(self, location: Location) -> None:
+        """Fetch from another file on the same connection (FTP logs in once per connection)."""
+        parts = urlsplit(location.text)
+        user = unquote(parts.username) if parts.username else "anonymous"
+        password = unquote(parts.password) if parts.password else "scratchkeeper@"
+        if ((parts.hostname or ""), parts.port or 21, user, password) != (
+                self.host, self.port, self.user, self.password):
+            raise ValueError(f"{location.text}: not a file of this reader's server")
+        self.location = location
+        self._size = None
 
     def size(self) -> int:
         ftp = self._connect()

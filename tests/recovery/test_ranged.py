@@ -160,3 +160,21 @@ def test_bad_uri_is_permanent():
 def test_one_line_keeps_distinct_lines():
     assert one_line("500-a\n500-a\n\n 500 b \n") == "500-a; 500 b"
     assert len(one_line("x" * 1000)) == 300
+
+
+def test_an_idle_gridftp_reader_is_retargeted_only_within_its_server():
+    from scratchkeeper.transfer.uri import parse_location
+    reader = ranged.open_ranged("ftp://127.0.0.1:2811/data/a.bin", TransferConfig())
+    other_file = ranged.open_ranged("ftp://127.0.0.1:2811/data/b.bin", TransferConfig())
+    assert reader.server == other_file.server
+    reader.retarget(parse_location("ftp://127.0.0.1:2811/data/b.bin"))
+    assert reader.location.path == "/data/b.bin" and reader.uri.endswith("/b.bin")
+    for elsewhere in ("ftp://127.0.0.1:2812/data/b.bin", "ftp://alice:pw@127.0.0.1:2811/b.bin",
+                      "ftp://localhost:2811/data/b.bin"):
+        with pytest.raises(ValueError, match="not a file of this reader's server"):
+            reader.retarget(parse_location(elsewhere))
+        assert ranged.open_ranged(elsewhere, TransferConfig()).server != reader.server
+    http = ranged.open_ranged("http://127.0.0.1:8080/a.bin", TransferConfig())
+    assert http.server is None
+    with pytest.raises(NotImplementedError):
+        http.retarget(parse_location("http://127.0.0.1:8080/b.bin"))

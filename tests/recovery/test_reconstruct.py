@@ -91,6 +91,33 @@ def test_the_connection_opened_ahead_is_the_one_the_patch_uses(site_dir, local_c
     assert 0 < outcome.patch_seconds < outcome.seconds  # the probe is detection, not patching
 
 
+def test_files_of_one_server_share_one_connection(site_dir, local_cluster, sources,
+                                                  monkeypatch):
+    """An OST failure hits many files of the same server: one login serves them all."""
+    site = write_site(site_dir, extra="[recovery]\nverify_source = false")
+    backend = site.backend
+    files = []
+    for number in range(3):
+        source, data = sources.make(f"shared-{number}.bin", 3_000_017 + number)
+        files.append((stage(backend, f"shared-{number}.bin", data, sources.ftp(source),
+                            stripe_count=4, stripe_size=128 * KiB, osts=(0, 1, 2, 3)), data))
+    backend.fail_ost(2)
+    connects, real_connect = [], ftplib.FTP.connect
+
+    def counting(self, *args, **kwargs):
+        connects.append(threading.current_thread().name)
+        return real_connect(self, *args, **kwargs)
+
+    monkeypatch.setattr(ftplib.FTP, "connect", counting)
+    recoverer = Recoverer(backend, site.config)
+    for path, data in files:
+        outcome = recoverer.recover(path)
+        assert outcome.state == PATCHED, outcome.reason
+        assert read_all(backend, path) == data  # each file's own bytes, not the one before's
+    assert len(connects) == 1
+    recoverer.readers.close_all()
+
+
 @pytest.mark.parametrize("method", ["globus-url-copy", "file"])
 def test_other_clients_patch_exactly(site_dir, local_cluster, sources, method):
     extra = '[recovery]\nftp_method = "globus-url-copy"' if method == "globus-url-copy" else ""
