@@ -17,6 +17,7 @@ It reports; it never fails on a speed goal. Raw figures go to benchmarks/results
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
 import hashlib
 import json
 import os
@@ -36,9 +37,11 @@ from scratchkeeper.config import parse_config
 from scratchkeeper.recovery.reconstruct import PATCHED, Recoverer
 from scratchkeeper.runner import get_runner
 from scratchkeeper.state import StateStore
-from scratchkeeper.storage import LayoutRequest, open_backend
+from scratchkeeper.storage import Extent, LayoutRequest, open_backend
 from scratchkeeper.storage.base import XATTR_PREFIX
 from scratchkeeper.storage.local import LocalStripedStore
+from scratchkeeper.transfer.buffers import BufferPool
+from scratchkeeper.transfer.ranged import open_ranged
 
 ROOT = Path(__file__).resolve().parents[2]
 RESULTS_DIR = ROOT / "benchmarks" / "results" / "recovery"
@@ -89,12 +92,13 @@ class Bench:
         return self.cluster["gridftp_url"] + str(path)
 
     def stage(self, name: str, data: bytes, uri: str, stripe_count: int, stripe_size: int,
-              with_digests: bool = True) -> str:
+              with_digests: bool = True, osts: tuple[int, ...] | None = None) -> str:
         """Stage as ``stage commit`` does (xattrs; block digests unless told otherwise)."""
         backend = self.backend
         if backend.exists(name):
             backend.remove(name)
-        backend.create(name, LayoutRequest(stripe_count=stripe_count, stripe_size=stripe_size))
+        backend.create(name, LayoutRequest(stripe_count=stripe_count, stripe_size=stripe_size,
+                                           ost_list=osts))
         for offset in range(0, len(data), 16 * MiB):
             backend.write(name, offset, data[offset:offset + 16 * MiB])
         backend.set_xattr(name, XATTR_PREFIX + "source", uri.encode())
@@ -161,6 +165,37 @@ def _copy_once(bench: Bench, same_bytes: Path, target: Path, options: list[str],
     return time.monotonic() - started
 
 
+FETCH_ONLY = "the default method's transfer and CRC-32C checks alone, nothing written"
+
+
+def _fetch_once(bench: Bench, source: Path, data: bytes, lost: int) -> float:
+    """The default patch's network half: its ranges in one MODE E transfer on a new connection,
+    into pooled receive buffers, every block checked against the stage-in digests; nothing is
+    written. Patch minus this is what writing the bytes durably (and the rebuild's begin and
+    commit) add on this machine."""
+    config = bench.config
+    extents = [Extent(offset, MiB) for offset in range(0, len(data), 4 * MiB)]
+    assert sum(e.length for e in extents) == lost
+    blocks = digests.digest_bytes(data, config.recovery.digest_block)
+    pool = BufferPool(keep_bytes=64 * MiB)
+    started = time.monotonic()
+    reader = open_ranged(bench.uri(source, "ftp"), config.transfer,
+                         ftp_method=config.recovery.ftp_method,
+                         spool_dir=str(bench.workdir / "scratch"))
+    try:
+        reader.connect()
+        for piece in reader.fetch(extents, server_checksums=False, buffers=pool):
+            bad, _ = blocks.check(piece.extent.offset, piece.data)
+            if bad:
+                raise SystemExit(f"benchmarks.recovery: {source}: block {bad[0]} arrived corrupt")
+            pool.give(piece.data)
+    finally:
+        reader.close()
+    elapsed = time.monotonic() - started
+    pool.release()
+    return elapsed
+
+
 def _spread(median: float, low: float, high: float) -> str:
     return f"{median:.3f} ({low:.3f}-{high:.3f})"
 
@@ -190,6 +225,7 @@ def bench_throughput(bench: Bench, sizes: list[int], repeats: int) -> dict:
         patches = {label: [] for label, *_ in methods}
         verified = {}
         copies = {label: [] for label, *_ in BASELINES}
+        fetches = []
         for repeat in range(repeats):
             print(f"  {size // MiB} MiB file, repeat {repeat + 1} of {repeats}", flush=True)
             for label, scheme, extra, with_digests in methods:
@@ -208,6 +244,7 @@ def bench_throughput(bench: Bench, sizes: list[int], repeats: int) -> dict:
                 bench.stage("throughput.bin", data, bench.uri(source, "ftp"), 4, MiB)
                 os.sync()
                 copies[label].append(_copy_once(bench, same_bytes, target, options, durable))
+            fetches.append(_fetch_once(bench, source, data, lost))
         target.unlink(missing_ok=True)
         rows = {}
         for label, *_ in methods:
@@ -221,9 +258,71 @@ def bench_throughput(bench: Bench, sizes: list[int], repeats: int) -> dict:
         os.unlink(same_bytes)
         del data
         runs.append({"file_size": size, "stripe_count": 4, "stripe_size": MiB, "rows": rows,
+                     "fetch_only": _summary(fetches, lost),
                      **{f"baseline_{label}": _summary(copies[label], lost)
                         for label, *_ in BASELINES}})
     return {"runs": runs}
+
+
+def bench_batch(bench: Bench, count: int, size: int, repeats: int) -> dict:
+    """An OST failure under ``count`` files: recovered as recoveryd does, vs one copy of them all.
+
+    The files share their four OSTs; one of them fails. One Recoverer (recoveryd's) patches
+    them with ``recovery.file_workers`` threads, first as configured (one OST probe serves the
+    files that follow it within ``probe_reuse``), then with a probe per file. The peer is one
+    ``globus-url-copy -f`` of files of the same byte counts from the same server (it keeps its
+    connection from file to file, as the Recoverer keeps its own). Throughput is lost bytes
+    over the wall time of the whole batch, probes included.
+    """
+    osts = (0, 1, 2, 3)
+    files = [bench.source(f"batch-{i}.bin", size) for i in range(count)]
+    lost = size // 4
+    copies = [bench.source(f"batch-copy-{i}.bin", lost)[0] for i in range(count)]
+    listing = bench.workdir / "batch.list"
+    target_dir = bench.workdir / "scratch" / "batch-copies"
+    workers = bench.config.recovery.file_workers
+    variants = (("recoveryd: one probe serves the batch (default)", bench.config),
+                ("recoveryd: a probe per file (probe_reuse = 0)",
+                 replace(bench.config, recovery=replace(bench.config.recovery, probe_reuse=0.0))))
+    times = {label: [] for label, _ in variants}
+    copy_times = []
+    for repeat in range(repeats):
+        print(f"  {count} files, repeat {repeat + 1} of {repeats}", flush=True)
+        for label, config in variants:
+            paths = [bench.stage(f"batch-{i}.bin", data, bench.uri(source, "ftp"), 4, MiB,
+                                 osts=osts) for i, (source, data) in enumerate(files)]
+            os.sync()
+            recoverer = Recoverer(bench.backend, config, store=bench.store)
+            bench.backend.fail_ost(osts[1])
+            try:
+                started = time.monotonic()
+                with concurrent.futures.ThreadPoolExecutor(workers) as pool:
+                    outcomes = list(pool.map(recoverer.recover, paths))
+                times[label].append(time.monotonic() - started)
+            finally:
+                bench.backend.restore_ost(osts[1])
+                recoverer.readers.close_all()
+            bad = [o for o in outcomes if o.state != PATCHED or o.patched_bytes != lost]
+            if bad:
+                raise SystemExit(f"benchmarks.recovery: {bad[0].path}: {bad[0].state}: "
+                                 f"{bad[0].reason}")
+        shutil.rmtree(target_dir, ignore_errors=True)
+        target_dir.mkdir()
+        listing.write_text("".join(f"{bench.uri(path, 'ftp')} file://{target_dir}/{path.name}\n"
+                                   for path in copies))
+        os.sync()
+        started = time.monotonic()
+        get_runner().run(["globus-url-copy", "-f", str(listing)], timeout=600, mutating=False)
+        copy_times.append(time.monotonic() - started)
+    shutil.rmtree(target_dir, ignore_errors=True)
+    for source, _ in files:
+        os.unlink(source)
+    for path in copies:
+        os.unlink(path)
+    total = count * lost
+    return {"files": count, "file_size": size, "lost_per_file": lost, "workers": workers,
+            "rows": {label: _summary(times[label], total) for label, _ in variants},
+            "copy": _summary(copy_times, total)}
 
 
 def bench_breakdown(bench: Bench, size: int) -> dict:
@@ -342,6 +441,27 @@ def _durable_bound(results: dict) -> str:
     return f"here the durable copy reaches {shown} the plain copy."
 
 
+def _batch_report(batch: dict) -> list[str]:
+    copy = batch["copy"]
+    lines = ["## 2. An OST failure under many files", "",
+             f"{batch['files']} files of {batch['file_size'] / MiB:.0f} MiB on the same four "
+             f"OSTs (stripes of 1 MiB), one of them failed: {batch['lost_per_file'] / MiB:.0f} "
+             f"MiB lost per file. One Recoverer, as in recoveryd, patches them with "
+             f"{batch['workers']} file workers; the wall time of the whole batch, OST probes "
+             "included. The peer copies files of the same byte counts from the same server "
+             "with one `globus-url-copy -f` (one connection for all, as the Recoverer keeps "
+             "its connections), into the page cache, unsynced.", "",
+             "| how | batch s (min-max) | MB/s | vs the copy |", "|---|---|---|---|",
+             f"| `globus-url-copy -f`, {batch['files']} files | "
+             f"{_spread(copy['seconds'], copy['min'], copy['max'])} | "
+             f"{copy['bytes_per_s'] / 1e6:.0f} | 1.00 |"]
+    for label, row in batch["rows"].items():
+        lines.append(f"| {label} | {_spread(row['seconds'], row['min'], row['max'])} | "
+                     f"{row['bytes_per_s'] / 1e6:.0f} | "
+                     f"{row['bytes_per_s'] / copy['bytes_per_s']:.2f} |")
+    return lines + [""]
+
+
 def report(results: dict, quick: bool) -> str:
     lines = ["# Recovery: patch throughput, partial patches, detection", "",
              f"`.venv/bin/python -m benchmarks.recovery{' --quick' if quick else ''}` "
@@ -388,6 +508,11 @@ def report(results: dict, quick: bool) -> str:
                          f"{_spread(row['patch_seconds'], row['patch_min'], row['patch_max'])} | "
                          f"{row['patch_bytes_per_s'] / 1e6:.0f} | "
                          f"{row['patch_bytes_per_s'] / base['bytes_per_s']:.2f} |")
+        fetch = run["fetch_only"]
+        lines.append(f"| {FETCH_ONLY} | blocks | | | | | "
+                     f"{_spread(fetch['seconds'], fetch['min'], fetch['max'])} | "
+                     f"{fetch['bytes_per_s'] / 1e6:.0f} | "
+                     f"{fetch['bytes_per_s'] / base['bytes_per_s']:.2f} |")
         row = run["rows"][DEFAULT]
         ratio = row["bytes_per_s"] / base["bytes_per_s"]
         patch_ratio = row["patch_bytes_per_s"] / base["bytes_per_s"]
@@ -417,8 +542,9 @@ def report(results: dict, quick: bool) -> str:
               "connection opened while the rebuild begins; what is left is the direct writes, "
               "the receiving thread and the GridFTP server sharing two cores, plus the fixed "
               "costs above (begin, commit: a few fsyncs each).", ""]
+    lines += _batch_report(results["batch"])
     f = results["fraction"]
-    lines += ["## 2. Patching 1/k of a file vs all of it", "",
+    lines += ["## 3. Patching 1/k of a file vs all of it", "",
               f"File {f['file_size'] / MiB:.0f} MiB, stripe size 1 MiB, stripe count k, one OST "
               "failed (k = 1: the whole file is patched). Default method (one MODE E transfer, "
               "block digests); medians of end-to-end times (OST probe included) and of the "
@@ -430,7 +556,7 @@ def report(results: dict, quick: bool) -> str:
                      f"{row['ratio']:.3f} | {row['patch_seconds']:.3f} | "
                      f"{row['patch_ratio']:.3f} | {1 / row['k']:.3f} |")
     d = results["detection"]
-    lines += ["", "## 3. Detection time vs OST count", "",
+    lines += ["", "## 4. Detection time vs OST count", "",
               f"`check_osts({d['timeout']:g})` on the local store: all OSTs probed at once "
               "(write, read back, delete a probe object), one timeout for all. \"one failed\": "
               "an OST failed with `fail-ost` (its probe fails at once); \"one dead\": in addition "
@@ -462,6 +588,9 @@ def main(argv=None) -> int:
         results["throughput"] = bench_throughput(
             bench, [64 * MiB] if args.quick else [256 * MiB, 1024 * MiB], repeats)
         results["breakdown"] = bench_breakdown(bench, (64 if args.quick else 256) * MiB)
+        print("an OST failure under many files ...", flush=True)
+        results["batch"] = bench_batch(bench, 4 if args.quick else 8,
+                                       (32 if args.quick else 64) * MiB, repeats)
         print("1/k of a file ...", flush=True)
         results["fraction"] = bench_fraction(bench, (32 if args.quick else 128) * MiB, repeats)
         print("detection ...", flush=True)
