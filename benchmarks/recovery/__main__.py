@@ -539,9 +539,11 @@ def report(results: dict, quick: bool) -> str:
               f"copy is its natural peer; {_durable_bound(results)} It writes with O_DIRECT from "
               "page-aligned receive buffers, which keeps it out of the page cache's slow mode "
               "(a narrow spread), and receives all its ranges in one MODE E stream over a "
-              "connection opened while the rebuild begins; what is left is the direct writes, "
-              "the receiving thread and the GridFTP server sharing two cores, plus the fixed "
-              "costs above (begin, commit: a few fsyncs each).", ""]
+              "connection opened while the rebuild begins. The last row of each table is that "
+              "network half alone (the same transfer on a new connection, every block checked, "
+              "nothing written): what the patch adds to it is writing its bytes durably (the "
+              "direct writes, with the receiving thread and the GridFTP server on the same two "
+              "cores) and the fixed costs above (begin, commit: a few fsyncs each).", ""]
     lines += _batch_report(results["batch"])
     f = results["fraction"]
     lines += ["## 3. Patching 1/k of a file vs all of it", "",
