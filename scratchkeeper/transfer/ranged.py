@@ -111,8 +111,9 @@ class RangedReader(abc.ABC):
         return None
 
     def retarget(self, location: Location) -> None:
-        """Point an idle reader at another file of the same :attr:`server`."""
-        raise NotImplementedError(f"{self.client} readers serve one file")
+        """Point an idle reader at another file of the same :attr:`server` (a reader without
+        one serves only the file it was opened for)."""
+        raise ValueError(f"{location.text}: a {self.client} reader serves only {self.uri}")
 
     def close(self) -> None:
         """Release what the reader holds (connections, spool files)."""
@@ -308,11 +309,7 @@ class EretRangedReader(RangedReader):
         if range_checksum not in _RANGE_DIGESTS:
             raise ValueError(f"range checksum {range_checksum!r}: expected ADLER32 or MD5")
         self.range_checksum = range_checksum
-        parts = urlsplit(location.text)
-        self.host = parts.hostname or ""
-        self.port = parts.port or 21
-        self.user = unquote(parts.username) if parts.username else "anonymous"
-        self.password = unquote(parts.password) if parts.password else "scratchkeeper@"
+        self.host, self.port, self.user, self.password = _ftp_login(location)
         self._ftp: ftplib.FTP | None = None
         self._cksm: bool | None = None
         # None: not tried yet; False: refused (or not wanted), use ERET P per range
@@ -346,11 +343,7 @@ class EretRangedReader(RangedReader):
 
     def retarget(self, location: Location) -> None:
         """Fetch from another file on the same connection (FTP logs in once per connection)."""
-        parts = urlsplit(location.text)
-        user = unquote(parts.username) if parts.username else "anonymous"
-        password = unquote(parts.password) if parts.password else "scratchkeeper@"
-        if ((parts.hostname or ""), parts.port or 21, user, password) != (
-                self.host, self.port, self.user, self.password):
+        if _ftp_login(location) != (self.host, self.port, self.user, self.password):
             raise ValueError(f"{location.text}: not a file of this reader's server")
         self.location = location
         self._size = None
@@ -566,6 +559,14 @@ class EretRangedReader(RangedReader):
             except (OSError, EOFError, ftplib.Error):
                 pass
             self._drop()
+
+
+def _ftp_login(location: Location) -> tuple[str, int, str, str]:
+    """Host, port, user and password of an ftp:// location (anonymous unless it names one)."""
+    parts = urlsplit(location.text)
+    return (parts.hostname or "", parts.port or 21,
+            unquote(parts.username) if parts.username else "anonymous",
+            unquote(parts.password) if parts.password else "scratchkeeper@")
 
 
 class _ModeERefused(Exception):

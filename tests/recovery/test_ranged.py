@@ -176,5 +176,5 @@ def test_an_idle_gridftp_reader_is_retargeted_only_within_its_server():
         assert ranged.open_ranged(elsewhere, TransferConfig()).server != reader.server
     http = ranged.open_ranged("http://127.0.0.1:8080/a.bin", TransferConfig())
     assert http.server is None
-    with pytest.raises(NotImplementedError):
+    with pytest.raises(ValueError, match="serves only"):
         http.retarget(parse_location("http://127.0.0.1:8080/b.bin"))
