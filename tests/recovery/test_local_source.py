@@ -172,7 +172,6 @@ def _counting_probes(backend, monkeypatch):
     return probes
 
 
-
 def _files_on(backend, tmp_path, osts, count, prefix="many"):
     files = []
     for number in range(count):

@@ -68,6 +68,18 @@ def test_one_failed_ost_every_byte_matches(site, sources, scheme, stripe_count, 
     assert backend.open_rebuilds() == []
 
 
+def _counting_connects(monkeypatch) -> list[str]:
+    """The names of the threads that open FTP connections from now on."""
+    connects, real_connect = [], ftplib.FTP.connect
+
+    def counting(self, *args, **kwargs):
+        connects.append(threading.current_thread().name)
+        return real_connect(self, *args, **kwargs)
+
+    monkeypatch.setattr(ftplib.FTP, "connect", counting)
+    return connects
+
+
 def test_the_connection_opened_ahead_is_the_one_the_patch_uses(site_dir, local_cluster, sources,
                                                                monkeypatch):
     """The connection begun while the rebuild starts is taken by the lane: no second one."""
@@ -77,13 +89,7 @@ def test_the_connection_opened_ahead_is_the_one_the_patch_uses(site_dir, local_c
     path = stage(backend, "ahead.bin", data, sources.ftp(source), stripe_count=4,
                  stripe_size=256 * KiB)
     _fail_one(backend, path)
-    connects, real_connect = [], ftplib.FTP.connect
-
-    def counting(self, *args, **kwargs):
-        connects.append(threading.current_thread().name)
-        return real_connect(self, *args, **kwargs)
-
-    monkeypatch.setattr(ftplib.FTP, "connect", counting)
+    connects = _counting_connects(monkeypatch)
     outcome = Recoverer(backend, site.config).recover(path)
     assert outcome.state == PATCHED, outcome.reason
     assert read_all(backend, path) == data
@@ -102,13 +108,7 @@ def test_files_of_one_server_share_one_connection(site_dir, local_cluster, sourc
         files.append((stage(backend, f"shared-{number}.bin", data, sources.ftp(source),
                             stripe_count=4, stripe_size=128 * KiB, osts=(0, 1, 2, 3)), data))
     backend.fail_ost(2)
-    connects, real_connect = [], ftplib.FTP.connect
-
-    def counting(self, *args, **kwargs):
-        connects.append(threading.current_thread().name)
-        return real_connect(self, *args, **kwargs)
-
-    monkeypatch.setattr(ftplib.FTP, "connect", counting)
+    connects = _counting_connects(monkeypatch)
     recoverer = Recoverer(backend, site.config)
     for path, data in files:
         outcome = recoverer.recover(path)
