@@ -128,6 +128,12 @@ class _RunningByExpectedEnd:
         key = self.key_of.pop(job.index)
         del self.entries[bisect_left(self.entries, key)]
 
+    def extend(self, job: SimJob, seconds: float) -> None:
+        """``job`` is now expected to end ``seconds`` later (on-the-fly recovery)."""
+        expected_end, _, _ = self.key_of[job.index]
+        self.remove(job)
+        self.add(expected_end + seconds, job)
+
     def in_order(self):
         return self.entries
 
@@ -315,10 +321,13 @@ class _Replay:
         for job in hit_running:
             job.affected = True
             if policy == "on-the-fly":
-                # The job keeps running while the stripe is patched and ends later by that much.
+                # The job keeps running while the stripe is patched and ends later by that much;
+                # the scheduler knows it, so the reservation counts on the later end too.
                 job.version += 1
-                job.end += self._patch_seconds(job)
+                extension = self._patch_seconds(job)
+                job.end += extension
                 self._push(job.end, _END, (job, job.version))
+                self.by_expected_end.extend(job, extension)
             else:
                 self._requeue(job, now)
                 if policy == "none":
@@ -376,10 +385,19 @@ class _Replay:
     def _reserve(self, head: SimJob, now: float) -> None:
         """Shadow time (when the head can start) and the nodes spare at that time."""
         available = self.free
-        for expected_end, _, nodes in self.by_expected_end.in_order():
+        entries = self.by_expected_end.in_order()
+        for position, (expected_end, _, nodes) in enumerate(entries):
             available += nodes
             if available >= head.nodes:
-                self.shadow = max(expected_end, now)
+                shadow = max(expected_end, now)
+                # Every job expected to end by the shadow time frees its nodes then, not only
+                # the ones it took to reach the head's size: ties at the shadow time (and jobs
+                # already past their limit) leave their nodes spare for backfilling too.
+                for later_end, _, later_nodes in entries[position + 1:]:
+                    if later_end > shadow:
+                        break
+                    available += later_nodes
+                self.shadow = shadow
                 self.extra = available - head.nodes
                 return
         # Unreachable while head.nodes <= system nodes; kept as a guard for the invariant.

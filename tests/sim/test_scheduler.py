@@ -162,3 +162,26 @@ def test_outages_after_the_last_job_are_not_counted():
     outages = [OstOutage(1, 5, 6), OstOutage(2, 500, 600)]
     schedule = simulate(jobs, 2, outages=outages, recovery=RecoveryParams("on-the-fly"))
     assert schedule.failures == 1 and jobs[0].affected
+
+
+def test_easy_counts_every_running_job_that_ends_at_the_shadow_time():
+    # 5 nodes: four 1-node jobs run until 100, one node is free. The head needs 3 nodes: two of
+    # the four ending at 100 are enough, but all four end then, so 2 nodes are spare at the
+    # shadow time and a long 1-node job can start at once without delaying the head.
+    jobs = make_jobs((0, 1, 100), (0, 1, 100), (0, 1, 100), (0, 1, 100),
+                     (1, 3, 10), (2, 1, 1000))
+    simulate(jobs, 5, backfill=True)
+    assert starts(jobs) == [0, 0, 0, 0, 100, 2]
+
+
+def test_on_the_fly_recovery_moves_the_reservation_to_the_later_end():
+    # j0 runs on OST 0 until 100; its stripe is patched on the fly from t=10 (30 s latency +
+    # 1e9 B at 1e8 B/s = 40 s), so it ends at 140. The head j1 needs both nodes; j2 (limit 120,
+    # asked at t=20) would end at 140: it may backfill only if the scheduler knows the head
+    # cannot start before 140.
+    jobs = make_jobs((0, 1, 100, 100, (0,)), (1, 2, 10, 10, (1,)), (20, 1, 120, 120, (2,)))
+    outage = OstOutage(ost_index=0, down=10.0, up=10_000.0)
+    simulate(jobs, 2, backfill=True, outages=[outage],
+             recovery=RecoveryParams(policy="on-the-fly", patch_bandwidth=1e8, patch_latency=30))
+    assert jobs[0].end == 140
+    assert starts(jobs) == [0, 140, 20]
