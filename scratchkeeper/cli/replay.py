@@ -219,11 +219,11 @@ def _fmt(value, digits=1) -> str:
 
 def _print_table(rows) -> None:
     first = rows[0].values
-    print(f"jobs {first['jobs']:,}  system nodes {first['system_nodes']:,}  "
+    print(f"jobs {first['jobs']:,}  system nodes {first['model_system_nodes']:,}  "
           f"filtered (waited in some run) {first['filtered_jobs']:,}")
     columns = [("policy", lambda r: r.config.policy),
                ("stripes", lambda r: r.config.stripe_count),
-               ("failures", lambda r: r.values["failures"]),
+               ("failures", lambda r: r.values["ost_failures"]),
                ("util %", lambda r: _fmt(r.values["utilisation_pct"], 2)),
                ("wait mean", lambda r: _fmt(r.values["filtered_wait_mean"], 0)),
                ("wait SD", lambda r: _fmt(r.values["filtered_wait_sd"], 0)),

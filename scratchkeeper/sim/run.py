@@ -244,8 +244,8 @@ def run_replay(config: ReplayConfig, replications: Sequence[ReplayConfig] = (),
     every, affected_only = wait_stats(waits), wait_stats(hit)
     base = {
         "jobs": n,
-        "system_nodes": workload.system_nodes,
-        "failures": schedule.failures,
+        "model_system_nodes": workload.system_nodes,
+        "ost_failures": schedule.failures,
         "node_mtbf_days": node_mtbf_days,
         "utilisation_pct": 100.0 * schedule.utilisation,
         "wait_mean": every.mean,
@@ -269,7 +269,7 @@ def run_replay(config: ReplayConfig, replications: Sequence[ReplayConfig] = (),
             result = replay_replication(schedule, ReplicationParams(
                 variant.strategy, variant.alpha, variant.threshold, variant.copy_bandwidth,
                 scratch))
-            values.update(scratch_bytes=scratch, at_risk_pct=result.at_risk_pct,
+            values.update(model_scratch_bytes=scratch, at_risk_pct=result.at_risk_pct,
                           space_mean_pct=result.space_mean_pct,
                           space_max_pct=result.space_max_pct,
                           replicated_jobs=result.replicated_jobs)

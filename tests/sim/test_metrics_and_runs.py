@@ -67,8 +67,8 @@ def test_recovery_policies_on_the_excerpt():
     outcomes = {policy: run_replay(_config(policy=policy))
                 for policy in ("ideal", "none", "on-the-fly")}
     ideal, none, on_the_fly = (outcomes[p].rows[0].values for p in ("ideal", "none", "on-the-fly"))
-    assert ideal["failures"] == 0 and ideal["affected_jobs"] == 0
-    assert none["failures"] > 0 and none["affected_jobs"] > 0 and none["kills"] > 0
+    assert ideal["ost_failures"] == 0 and ideal["affected_jobs"] == 0
+    assert none["ost_failures"] > 0 and none["affected_jobs"] > 0 and none["kills"] > 0
     assert on_the_fly["kills"] == 0
     # Requeued at the tail, affected jobs wait far longer without recovery.
     assert none["affected_wait_mean"] > 2 * on_the_fly["affected_wait_mean"]
@@ -97,12 +97,25 @@ def test_config_from_mapping_names_the_bad_key():
 
 def test_replayed_failures_and_other_trace_formats_run_end_to_end():
     replayed = run_replay(_config(policy="on-the-fly", failure_mode="replayed"))
-    assert replayed.rows[0].values["failures"] > 0
+    assert replayed.rows[0].values["ost_failures"] > 0
     here = os.path.join(os.path.dirname(__file__), "data")
     lanl = run_replay(ReplayConfig(trace=os.path.join(here, "lanl-system20-jobs.txt"),
                                    procs_per_node=4, policy="ideal"))
-    assert lanl.rows[0].values["jobs"] == 4 and lanl.rows[0].values["system_nodes"] == 16
+    assert lanl.rows[0].values["jobs"] == 4 and lanl.rows[0].values["model_system_nodes"] == 16
     site = run_replay(ReplayConfig(trace=os.path.join(here, "site-jobs.csv"), policy="ideal",
                                    system_nodes=64))
     # a1 (16 procs) and a2 (4) start on submission; a3 (64) waits for both.
     assert list(site.waits) == [0.0, 0.0, 3600.0 - 90.0]
+
+
+def test_results_columns_are_unique_and_no_metric_overwrites_a_setting():
+    from scratchkeeper.sim.sweep import CONFIG_FIELDS, METRIC_FIELDS
+
+    columns = CONFIG_FIELDS + METRIC_FIELDS + ["seconds"]
+    assert len(columns) == len(set(columns)), sorted(c for c in columns if columns.count(c) > 1)
+    config = _config(policy="on-the-fly", failure_mode="replayed", strategy="fcfs",
+                     scratch_bytes=5e15, system_nodes=1024)
+    values = run_replay(config).rows[0].values
+    assert not set(values) & set(CONFIG_FIELDS)
+    assert set(values) <= set(METRIC_FIELDS)
+    assert values["model_scratch_bytes"] == 5e15 and values["model_system_nodes"] == 1024
