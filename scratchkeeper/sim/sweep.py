@@ -19,7 +19,9 @@ import math
 import os
 import re
 import shlex
+import signal
 import sys
+import threading
 import tomllib
 from array import array
 from collections import defaultdict
@@ -166,8 +168,44 @@ def run_local(plan: SweepPlan, output: str, workers: int,
 
     if workers <= 1:
         return collect(map(_run_task_in_child, todo))
-    with get_context("fork").Pool(processes=workers) as pool:
+    with _stop_on_sigterm(), get_context("fork").Pool(processes=workers,
+                                                      initializer=_worker_signals) as pool:
+        # Leaving this block by an exception (Ctrl-C, SIGTERM, a crash) terminates the pool:
+        # no worker goes on after the sweep is stopped.
         return collect(pool.imap_unordered(_run_task_in_child, todo))
+
+
+class SweepStopped(ScratchkeeperError):
+    """The sweep got SIGTERM; its workers were stopped, finished tasks keep their results."""
+
+    exit_code = 128 + signal.SIGTERM
+
+
+class _stop_on_sigterm:
+    """While a local sweep runs: SIGTERM raises :class:`SweepStopped` in the parent."""
+
+    def __enter__(self):
+        self.previous = None
+        if threading.current_thread() is threading.main_thread():
+            self.previous = signal.signal(signal.SIGTERM, self._raise)
+        return self
+
+    @staticmethod
+    def _raise(signum, frame):
+        raise SweepStopped("sweep stopped by SIGTERM, its workers with it (the tasks that "
+                           "had finished left their results under OUTPUT/tasks/)")
+
+    def __exit__(self, *exc):
+        if self.previous is not None:
+            signal.signal(signal.SIGTERM, self.previous)
+        return False
+
+
+def _worker_signals() -> None:
+    # Ctrl-C reaches the whole foreground process group: the parent alone handles it (and
+    # terminates the pool); a worker dies by the pool's SIGTERM with the default action.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
 def slurm_script(plan: SweepPlan, output: str, *, partition: str = "", time_limit: str = "",
