@@ -10,6 +10,14 @@ state or the new one.
 A database in a rollback journal mode can be read by a process that may not write it nor its
 directory (WAL readers must create ``-shm``/``-wal`` files): such a process opens it with
 ``read_only=True``, which changes nothing on disk.
+
+Locks: many processes (every data job's commit, the daemons) open and write one database at
+once. Whatever waits for a lock (opening with its journal mode switch and integrity check,
+``BEGIN IMMEDIATE``, ``COMMIT``, a read) waits at most ``busy_timeout`` in SQLite's own busy
+handler, then tries again after a pause that doubles (with jitter, so waiters do not retry in
+step) until ``lock_wait`` seconds have passed; only then :class:`DatabaseBusy` is raised. A
+``COMMIT`` that cannot get its lock is retried; one that never does is rolled back, never left
+open on the connection.
 """
 
 from __future__ import annotations
@@ -17,21 +25,69 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import random
 import sqlite3
 import threading
+import time
 import urllib.parse
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
+from typing import TypeVar
 
 from .errors import StateError
 
 log = logging.getLogger(__name__)
 
-BUSY_TIMEOUT_MS = 30_000
-# how long opening waits to switch the journal mode before it gives up and keeps the old one
+#: one wait in SQLite's busy handler before this module's own retry takes over
+BUSY_TIMEOUT_MS = 2_000
+#: how long an open, a transaction or a read waits for a lock in all before DatabaseBusy
+LOCK_WAIT = 120.0
+#: the first pause between retries (doubled each time, jittered) and the longest one
+RETRY_PAUSE = 0.02
+RETRY_PAUSE_MAX = 1.0
+# how long opening waits to leave WAL before it keeps WAL (another connection holds it open)
 JOURNAL_SWITCH_TIMEOUT_MS = 1_000
 JOURNAL_MODES = ("wal", "delete", "persist", "truncate")
 
+T = TypeVar("T")
+
+
+class DatabaseBusy(StateError):
+    """A lock of the state database was still held by others after ``lock_wait`` seconds."""
+
+
+def is_busy(err: BaseException) -> bool:
+    """Whether a SQLite error means "another connection holds the lock" (worth waiting for)."""
+    if not isinstance(err, sqlite3.OperationalError):
+        return False
+    code = getattr(err, "sqlite_errorcode", None)
+    if code is not None:
+        return code & 0xFF in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED)
+    text = str(err)
+    return "database is locked" in text or "database table is locked" in text
+
+
+def retry_busy(action: Callable[[], T], what: str, *, wait: float,
+               busy: Callable[[BaseException], bool] = is_busy) -> T:
+    """``action()``, again after a growing, jittered pause while it fails with an error
+    ``busy(err)`` calls a lock held by others, for at most ``wait`` seconds in all; then the
+    last error is raised as :class:`DatabaseBusy` (``what`` names the operation)."""
+    deadline = time.monotonic() + wait
+    pause, tries = RETRY_PAUSE, 0
+    while True:
+        tries += 1
+        try:
+            return action()
+        except Exception as err:  # noqa: BLE001 - busy() decides, the rest is re-raised
+            if not busy(err):
+                raise
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise DatabaseBusy(f"{what}: still locked by another process after {tries} "
+                                   f"tries in {wait:g}s: {err}") from err
+            log.debug("%s: locked (%s), try %d again in %.2fs", what, err, tries + 1, pause)
+            time.sleep(min(remaining, pause * random.uniform(0.5, 1.5)))
+            pause = min(pause * 2, RETRY_PAUSE_MAX)
 
 
 def may_write(path: str | os.PathLike) -> bool:
@@ -60,19 +116,28 @@ class StateStore:
     ``read_only``: open ``file:<path>?mode=ro``; nothing is created or changed on disk (no
     directory, no ``schema_version`` table, no journal mode switch) and :meth:`transaction`
     raises :class:`StateError`.
+
+    ``lock_wait``, ``busy_timeout_ms``: how long a lock is waited for in all, and in one go in
+    SQLite's busy handler (the module's docstring).
     """
 
-    def __init__(self, path: str | os.PathLike, *, journal: str = "wal", read_only: bool = False):
+    def __init__(self, path: str | os.PathLike, *, journal: str = "wal", read_only: bool = False,
+                 lock_wait: float = LOCK_WAIT, busy_timeout_ms: int = BUSY_TIMEOUT_MS):
         if journal not in JOURNAL_MODES:
             raise ValueError(f"journal {journal!r}: expected one of {', '.join(JOURNAL_MODES)}")
         self.path = str(path)
         self.journal = journal
         self.read_only = read_only
+        self.lock_wait = lock_wait
+        self.busy_timeout_ms = busy_timeout_ms
         if read_only and self.path == ":memory:":
             raise ValueError("an in-memory database cannot be opened read-only")
         self._local = threading.local()
         self._lock = threading.Lock()
         self._checked = False
+
+    def _retry(self, action: Callable[[], T], what: str) -> T:
+        return retry_busy(action, f"{self.path}: {what}", wait=self.lock_wait)
 
     # -- connections -------------------------------------------------------------------------
     def connection(self) -> sqlite3.Connection:
@@ -85,21 +150,30 @@ class StateStore:
     def _open(self) -> sqlite3.Connection:
         if self.path != ":memory:" and not self.read_only:
             Path(self.path).parent.mkdir(parents=True, exist_ok=True)
-        conn = None
+        how = " read-only" if self.read_only else ""
         try:
-            if self.read_only:
-                uri = "file:" + urllib.parse.quote(os.path.abspath(self.path)) + "?mode=ro"
-                conn = sqlite3.connect(uri, uri=True, timeout=BUSY_TIMEOUT_MS / 1000,
-                                       isolation_level=None, check_same_thread=False)
-            else:
-                conn = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_MS / 1000,
-                                       isolation_level=None, check_same_thread=False)
+            # every step of opening reads or writes the file: all of it is retried while locked
+            return self._retry(self._open_once, f"cannot open state database{how}")
+        except DatabaseBusy:
+            raise
+        except sqlite3.DatabaseError as err:
+            raise StateError(f"{self.path}: cannot open state database{how}: {err}") from err
+
+    def _open_once(self) -> sqlite3.Connection:
+        if self.read_only:
+            uri = "file:" + urllib.parse.quote(os.path.abspath(self.path)) + "?mode=ro"
+            conn = sqlite3.connect(uri, uri=True, timeout=self.busy_timeout_ms / 1000,
+                                   isolation_level=None, check_same_thread=False)
+        else:
+            conn = sqlite3.connect(self.path, timeout=self.busy_timeout_ms / 1000,
+                                   isolation_level=None, check_same_thread=False)
+        try:
             conn.row_factory = sqlite3.Row
+            conn.execute(f"PRAGMA busy_timeout={self.busy_timeout_ms}")
             if not self.read_only:
                 self._set_journal(conn)
             conn.execute("PRAGMA synchronous=NORMAL")
             conn.execute("PRAGMA foreign_keys=ON")
-            conn.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
             with self._lock:
                 if not self._checked:
                     verdict = conn.execute("PRAGMA quick_check").fetchone()[0]
@@ -109,31 +183,40 @@ class StateStore:
                         conn.execute("CREATE TABLE IF NOT EXISTS schema_version ("
                                      " component TEXT PRIMARY KEY, version INTEGER NOT NULL)")
                     self._checked = True
-        except (sqlite3.DatabaseError, StateError) as err:
-            if conn is not None:
-                conn.close()
-            if isinstance(err, StateError):
-                raise
-            how = " read-only" if self.read_only else ""
-            raise StateError(f"{self.path}: cannot open state database{how}: {err}") from err
+        except BaseException:
+            conn.close()
+            raise
         return conn
 
     def _set_journal(self, conn: sqlite3.Connection) -> None:
-        """Switch to the requested journal mode; keep the current one if it cannot be switched.
+        """Switch to the requested journal mode.
 
-        Leaving WAL needs the database to itself: while another connection holds it, the switch
-        fails, the old mode stays and a later open switches it.
+        Leaving WAL needs the database to itself: while another connection holds it open, the
+        switch fails at once, WAL stays and a later open switches it. Any other switch (and
+        setting a rollback mode, which is per connection) only waits for a writer's lock: a
+        lock error there is raised, for the open to be retried, never taken as "keep the
+        default mode" (a rollback journal the default ``delete`` mode removes is one a reader
+        without write access cannot use).
         """
-        conn.execute(f"PRAGMA busy_timeout={JOURNAL_SWITCH_TIMEOUT_MS}")
-        try:
-            mode = conn.execute(f"PRAGMA journal_mode={self.journal.upper()}").fetchone()[0]
-        except sqlite3.OperationalError as err:
-            log.debug("state %s: journal mode stays as it is, not %s: %s", self.path,
-                      self.journal, err)
+        current = str(conn.execute("PRAGMA journal_mode").fetchone()[0]).lower()
+        if current == "wal" and self.journal != "wal":
+            conn.execute(f"PRAGMA busy_timeout={JOURNAL_SWITCH_TIMEOUT_MS}")
+            try:
+                mode = conn.execute(f"PRAGMA journal_mode={self.journal.upper()}").fetchone()[0]
+            except sqlite3.OperationalError as err:
+                if not is_busy(err):
+                    raise
+                mode = "wal"
+            finally:
+                conn.execute(f"PRAGMA busy_timeout={self.busy_timeout_ms}")
+            if str(mode).lower() != self.journal:
+                log.debug("state %s: journal mode stays %s, not %s (another connection holds "
+                          "the database)", self.path, mode, self.journal)
             return
+        mode = conn.execute(f"PRAGMA journal_mode={self.journal.upper()}").fetchone()[0]
         if str(mode).lower() != self.journal:
-            log.debug("state %s: journal mode stays %s, not %s (another connection holds the "
-                      "database)", self.path, mode, self.journal)
+            raise StateError(f"{self.path}: journal mode is {mode}, cannot switch to "
+                             f"{self.journal}")
 
     def close(self) -> None:
         conn = getattr(self._local, "conn", None)
@@ -144,7 +227,12 @@ class StateStore:
     # -- transactions ------------------------------------------------------------------------
     @contextlib.contextmanager
     def transaction(self, *, immediate: bool = True) -> Iterator[sqlite3.Connection]:
-        """A write transaction (``BEGIN IMMEDIATE``): committed on exit, rolled back on error."""
+        """A write transaction (``BEGIN IMMEDIATE``): committed on exit, rolled back on error.
+
+        Waiting for the write lock and for ``COMMIT``'s lock is retried up to ``lock_wait``;
+        a statement of the block that finds the database locked rolls the whole transaction
+        back and raises :class:`DatabaseBusy` (the caller may run the block again).
+        """
         if self.read_only:
             raise StateError(f"{self.path}: opened read-only")
         conn = self.connection()
@@ -152,22 +240,43 @@ class StateStore:
             # nested use joins the outer transaction: the outer block commits or rolls back
             yield conn
             return
+        begin = "BEGIN IMMEDIATE" if immediate else "BEGIN"
         try:
-            conn.execute("BEGIN IMMEDIATE" if immediate else "BEGIN")
+            self._retry(lambda: conn.execute(begin), "cannot start a transaction")
+        except DatabaseBusy:
+            raise
         except sqlite3.OperationalError as err:
             raise StateError(f"{self.path}: cannot start a transaction: {err}") from err
         try:
             yield conn
-        except BaseException:
-            conn.execute("ROLLBACK")
+        except BaseException as err:
+            self._rollback(conn)
+            if is_busy(err):
+                raise DatabaseBusy(f"{self.path}: locked inside a transaction, rolled back: "
+                                   f"{err}") from err
             raise
-        else:
-            conn.execute("COMMIT")
+        try:
+            self._retry(lambda: conn.execute("COMMIT"), "cannot commit")
+        except BaseException as err:
+            self._rollback(conn)
+            if isinstance(err, sqlite3.DatabaseError):
+                raise StateError(f"{self.path}: cannot commit, rolled back: {err}") from err
+            raise
+
+    @staticmethod
+    def _rollback(conn: sqlite3.Connection) -> None:
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
 
     def query(self, sql: str, params: Sequence | dict = ()) -> list[sqlite3.Row]:
-        """Run a read-only statement and return all rows."""
+        """Run a read-only statement and return all rows (retried while the database is locked)."""
+        conn = self.connection()
         try:
-            return self.connection().execute(sql, params).fetchall()
+            if conn.in_transaction:
+                return conn.execute(sql, params).fetchall()  # inside a transaction: no retry
+            return self._retry(lambda: conn.execute(sql, params).fetchall(), "cannot read")
+        except DatabaseBusy:
+            raise
         except sqlite3.DatabaseError as err:
             raise StateError(f"{self.path}: {err}") from err
 
@@ -185,6 +294,8 @@ class StateStore:
 
         A database whose version is newer than the code knows is refused rather than guessed at.
         """
+        if self.schema_version(component) == len(migrations):
+            return  # the usual case: a read, no write lock for every process that opens it
         with self.transaction() as conn:
             row = conn.execute("SELECT version FROM schema_version WHERE component = ?",
                                (component,)).fetchone()

@@ -1,6 +1,7 @@
 """The SQLite state store: WAL or rollback journal, read-only opening, versioned migrations per
 component, transactions."""
 
+import contextlib
 import shutil
 import sqlite3
 import subprocess
@@ -12,7 +13,7 @@ import pytest
 
 import scratchkeeper.state
 from scratchkeeper.errors import StateError
-from scratchkeeper.state import StateStore
+from scratchkeeper.state import DatabaseBusy, StateStore
 from user_runtime import plain_python, plain_user
 
 
@@ -64,7 +65,7 @@ def test_kill_9_inside_a_transaction_loses_only_that_transaction(tmp_path):
     StateStore(path).ensure_schema("demo", [V1])
     code = f"""
 import os, signal
-from scratchkeeper.state import StateStore
+from scratchkeeper.state import DatabaseBusy, StateStore
 store = StateStore({str(path)!r})
 with store.transaction() as conn:
     conn.execute("INSERT INTO items(name) VALUES ('committed')")
@@ -217,7 +218,7 @@ def test_a_plain_user_reads_a_rollback_journal_database_read_only(shared_dir):
 import sys
 sys.path.insert(0, {str(shared_dir / 'lib')!r})
 from scratchkeeper.errors import StateError
-from scratchkeeper.state import StateStore
+from scratchkeeper.state import DatabaseBusy, StateStore
 print([r["name"] for r in StateStore({str(path)!r}, journal="persist", read_only=True)
        .query("SELECT name FROM items")])
 try:
@@ -239,3 +240,130 @@ except Exception as err:
     assert lines[1] == f"{path}: opened read-only"
     assert lines[2].startswith("read-write: ") and "readonly database" in lines[2]
     assert _files(data) == before
+
+
+# -- lock contention: many processes open and write one database at once ----------------------
+
+@contextlib.contextmanager
+def lock_held(path: Path, seconds: float, begin: str = "BEGIN EXCLUSIVE"):
+    """Another process holds ``begin``'s lock on the database at ``path`` for ``seconds``."""
+    code = (f"import sqlite3, time\n"
+            f"conn = sqlite3.connect({str(path)!r}, isolation_level=None)\n"
+            f"conn.execute({begin!r})\n"
+            f"conn.execute('SELECT COUNT(*) FROM sqlite_master').fetchall()\n"
+            f"print('held', flush=True)\n"
+            f"time.sleep({seconds})\n"
+            f"conn.execute('COMMIT')\n")
+    holder = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        yield holder
+    finally:
+        holder.wait(timeout=60)
+        holder.stdout.close()
+    assert holder.returncode == 0
+
+
+def _persist_db(path: Path) -> None:
+    writer = StateStore(path, journal="persist")
+    writer.ensure_schema("demo", [V1])
+    writer.close()
+
+
+def test_opening_waits_for_another_processes_exclusive_lock(tmp_path):
+    """An EXCLUSIVE lock held longer than the old journal-switch wait (1 s) failed the open with
+    "cannot open state database: database is locked" (the stage-in jobs of issue 14)."""
+    path = tmp_path / "namespace.db"
+    _persist_db(path)
+    with lock_held(path, 2.5):
+        started = time.monotonic()
+        store = StateStore(path, journal="persist")
+        store.ensure_schema("demo", [V1])
+        with store.transaction() as conn:
+            conn.execute("INSERT INTO items(name) VALUES ('after the lock')")
+        waited = time.monotonic() - started
+    assert waited > 1.5  # it did wait for the holder
+    # and the connection got the rollback journal it asked for, not SQLite's default
+    assert store.query("PRAGMA journal_mode")[0][0] == "persist"
+    assert [r["name"] for r in store.query("SELECT name FROM items")] == ["after the lock"]
+
+
+@pytest.mark.parametrize("journal", ["wal", "persist"])
+def test_a_write_lock_held_past_the_busy_timeout_is_waited_for_again(tmp_path, journal):
+    path = tmp_path / "s.db"
+    StateStore(path, journal=journal).ensure_schema("demo", [V1])
+    store = StateStore(path, journal=journal, busy_timeout_ms=100)
+    store.query("SELECT 1")  # opened before the lock is taken
+    with lock_held(path, 1.5, "BEGIN IMMEDIATE"):
+        with store.transaction() as conn:  # BEGIN IMMEDIATE times out ~10 times, then gets it
+            conn.execute("INSERT INTO items(name) VALUES ('x')")
+    assert store.query("SELECT COUNT(*) FROM items")[0][0] == 1
+
+
+def test_a_commit_that_cannot_get_its_lock_is_retried(tmp_path):
+    """In a rollback journal COMMIT needs readers gone; a reader holding on past the busy
+    timeout made COMMIT fail and left the transaction open on the thread's connection."""
+    path = tmp_path / "s.db"
+    _persist_db(path)
+    store = StateStore(path, journal="persist", busy_timeout_ms=100)
+    store.query("SELECT 1")
+    with lock_held(path, 1.5, "BEGIN"):  # BEGIN + SELECT: a SHARED lock
+        with store.transaction() as conn:
+            conn.execute("INSERT INTO items(name) VALUES ('x')")
+    assert not store.connection().in_transaction
+    assert StateStore(path, journal="persist").query("SELECT name FROM items")[0][0] == "x"
+
+
+def test_a_lock_never_released_is_a_bounded_wait_then_one_error(tmp_path):
+    path = tmp_path / "s.db"
+    _persist_db(path)
+    store = StateStore(path, journal="persist", busy_timeout_ms=100, lock_wait=0.8)
+    store.query("SELECT 1")
+    with lock_held(path, 2.5, "BEGIN"):
+        started = time.monotonic()
+        with pytest.raises(DatabaseBusy, match=f"{path}: cannot commit: still locked .* 0.8s"):
+            with store.transaction() as conn:
+                conn.execute("INSERT INTO items(name) VALUES ('x')")
+        assert time.monotonic() - started < 3
+        assert not store.connection().in_transaction  # rolled back, not left open
+    with store.transaction() as conn:  # the connection is usable once the lock is gone
+        conn.execute("INSERT INTO items(name) VALUES ('y')")
+    assert [r["name"] for r in store.query("SELECT name FROM items")] == ["y"]
+    with lock_held(path, 2):
+        with pytest.raises(DatabaseBusy, match="cannot open state database: still locked"):
+            StateStore(path, journal="persist", busy_timeout_ms=100, lock_wait=0.5).query("SELECT 1")
+
+
+WRITER = """
+import sys, time
+sys.path.insert(0, {root!r})
+from scratchkeeper.state import DatabaseBusy, StateStore
+for index in range(15):
+    store = StateStore({path!r}, journal="persist")  # a fresh open each time, as a job does
+    store.ensure_schema("demo", [{v1!r}])
+    with store.transaction() as conn:
+        conn.execute("INSERT INTO items(name) VALUES (?)", (f"{{sys.argv[1]}}-{{index}}",))
+    store.close()
+"""
+
+
+def test_many_processes_opening_and_writing_at_once_all_succeed(tmp_path):
+    path = tmp_path / "namespace.db"
+    _persist_db(path)
+    root = str(Path(scratchkeeper.state.__file__).parents[1])
+    code = WRITER.format(root=root, path=str(path), v1=V1)
+    # a process that keeps taking EXCLUSIVE locks for 1.2 s while 12 writers open and write
+    holder = f"""
+import sqlite3, time
+conn = sqlite3.connect({str(path)!r}, isolation_level=None, timeout=60)
+for _ in range(3):
+    conn.execute("BEGIN EXCLUSIVE"); time.sleep(1.2); conn.execute("COMMIT"); time.sleep(0.2)
+"""
+    procs = [subprocess.Popen([sys.executable, "-c", holder], stderr=subprocess.PIPE, text=True)]
+    time.sleep(0.3)
+    procs += [subprocess.Popen([sys.executable, "-c", code, str(n)], stderr=subprocess.PIPE,
+                               text=True) for n in range(12)]
+    errors = [(p.wait(timeout=240), p.stderr.read()) for p in procs]
+    assert [e for e in errors if e[0] != 0] == []
+    count = StateStore(path, journal="persist").query("SELECT COUNT(*) FROM items")[0][0]
+    assert count == 12 * 15
