@@ -8,10 +8,13 @@ constraint. :func:`load_config` reads a file, rejects unknown keys and wrong val
 from __future__ import annotations
 
 import dataclasses
+import errno
 import math
 import os
 import re
 import shlex
+import stat as statmod
+import sys
 import tomllib
 import typing
 from dataclasses import dataclass, field
@@ -26,11 +29,13 @@ ENV_VAR = "SCRATCHKEEPER_CONFIG"
 
 def _opt(default: Any, doc: str, *, choices: tuple | None = None, minimum: float | None = None,
          maximum: float | None = None, exclusive_minimum: bool = False, factory=None,
-         expected: Callable[[Any], str | None] | None = None):
+         expected: Callable[[Any], str | None] | None = None, path: str | None = None):
     """A config key: default, doc and checks. ``expected(value)`` returns what was expected
-    when ``value`` is not acceptable (beyond its type, choices and bounds), else None."""
+    when ``value`` is not acceptable (beyond its type, choices and bounds), else None.
+    ``path``: ``"absolute"`` for a key naming a file or folder, ``"absolute or empty"`` where
+    empty means unset. Every number key has a ``maximum`` (a test holds the schema to it)."""
     meta = {"doc": doc, "choices": choices, "minimum": minimum, "maximum": maximum,
-            "exclusive_minimum": exclusive_minimum, "expected": expected}
+            "exclusive_minimum": exclusive_minimum, "expected": expected, "path": path}
     if factory is not None:
         return field(default_factory=factory, metadata=meta)
     return field(default=default, metadata=meta)
@@ -44,6 +49,92 @@ def _command_line(value: str) -> str | None:
     return None
 
 
+DAY = 86400.0
+#: Stripe sizes are multiples of 64 KiB below 4 GiB (``lfs setstripe -S``).
+STRIPE_UNIT = 65536
+STRIPE_SIZE_MAX = (1 << 32) - STRIPE_UNIT
+#: Lustre's largest stripe count (LOV_MAX_STRIPE_COUNT).
+STRIPE_COUNT_MAX = 2000
+#: Longest socket path ``bind`` accepts (``sun_path`` holds 108 bytes with the final NUL).
+SOCKET_PATH_MAX = 107
+_SLURM_TIME = re.compile(r"(?:(?P<days>\d+)-(?P<dhours>\d{1,2})(?::(?P<dminutes>\d{1,2})"
+                         r"(?::(?P<dseconds>\d{1,2}))?)?"
+                         r"|(?P<hours>\d+):(?P<hminutes>\d{1,2}):(?P<hseconds>\d{1,2})"
+                         r"|(?P<minutes>\d+)(?::(?P<mseconds>\d{1,2}))?)")
+_SLURM_TIME_MAX = 365 * 86400
+
+
+def slurm_time_seconds(text: str) -> int | None:
+    """Seconds of a Slurm time limit (``MM``, ``MM:SS``, ``HH:MM:SS``, ``D-HH``, ``D-HH:MM``,
+    ``D-HH:MM:SS``), or None when ``text`` is not one (or a sub-field is out of range)."""
+    match = _SLURM_TIME.fullmatch(text)
+    if match is None:
+        return None
+    part = {k: int(v) for k, v in match.groupdict().items() if v is not None}
+    days = part.get("days", 0)
+    hours = part.get("dhours", part.get("hours", 0))
+    minutes = part.get("dminutes", part.get("hminutes", part.get("minutes", 0)))
+    seconds = part.get("dseconds", part.get("hseconds", part.get("mseconds", 0)))
+    if seconds > 59 or ("days" in part and hours > 23) or \
+            (("days" in part or "hours" in part) and minutes > 59):
+        return None
+    return ((days * 24 + hours) * 60 + minutes) * 60 + seconds
+
+
+def _walltime(value: str) -> str | None:
+    seconds = slurm_time_seconds(value)
+    if seconds is None or not 0 < seconds <= _SLURM_TIME_MAX:
+        return ("a Slurm time limit of at most 365 days: MM, MM:SS, HH:MM:SS, D-HH, D-HH:MM "
+                "or D-HH:MM:SS (e.g. 01:00:00)")
+    return None
+
+
+def _stripe_size(value: int) -> str | None:
+    return None if value % STRIPE_UNIT == 0 else f"a multiple of {STRIPE_UNIT} (64 KiB)"
+
+
+def _stripe_count(value: int) -> str | None:
+    return None if value != 0 else f"-1 (all OSTs) or 1..{STRIPE_COUNT_MAX}"
+
+
+def _socket_path(value: str) -> str | None:
+    if len(os.fsencode(value)) > SOCKET_PATH_MAX:
+        return f"a socket path of at most {SOCKET_PATH_MAX} bytes"
+    return None
+
+
+def _not_the_root(value: str) -> str | None:
+    return "a folder other than /" if value == "/" else None
+
+
+def parse_ost_ranges(text: str) -> tuple[int, ...]:
+    """``"0-3,8"`` -> (0, 1, 2, 3, 8); ValueError saying what is wrong (a part that is not
+    ``N`` or ``N-M`` in decimal, a range running backwards, an empty list, an OST twice)."""
+    indices: list[int] = []
+    for part in text.split(","):
+        part = part.strip()
+        match = re.fullmatch(r"(\d{1,6})(?:\s*-\s*(\d{1,6}))?", part)
+        if match is None:
+            raise ValueError(f"OST indices like \"0-3,8\" (part {part!r} is not N or N-M)")
+        first = int(match.group(1))
+        last = int(match.group(2)) if match.group(2) is not None else first
+        if last < first:
+            raise ValueError(f"OST indices like \"0-3,8\" (range {part!r} runs backwards)")
+        indices.extend(range(first, last + 1))
+    repeated = sorted({i for i in indices if indices.count(i) > 1}) if len(indices) < 5000 else []
+    if repeated:
+        raise ValueError(f"each OST once (OST {repeated[0]} is listed twice)")
+    return tuple(indices)
+
+
+def _ost_ranges(value: str) -> str | None:
+    try:
+        parse_ost_ranges(value)
+    except ValueError as err:
+        return str(err)
+    return None
+
+
 @dataclass(frozen=True)
 class SchedulerConfig:
     kind: str = _opt("slurm", "batch scheduler backend", choices=("slurm", "pbs"))
@@ -51,12 +142,14 @@ class SchedulerConfig:
     data_queue: str = _opt("dataxfer", "zero-charge queue of stage-in/stage-out data jobs")
     replica_queue: str = _opt("", "queue of replication data jobs; empty: the daemon's own workers")
     command_timeout: float = _opt(30.0, "seconds any scheduler command may take", minimum=0,
-                                  exclusive_minimum=True)
+                                  exclusive_minimum=True, maximum=DAY)
     stage_out_dependency: str = _opt("afterany", "how stage-out waits for the compute job",
                                      choices=("afterany", "afterok"))
-    data_walltime: str = _opt("01:00:00", "default walltime of a data job")
+    data_walltime: str = _opt("01:00:00", "default walltime of a data job (a Slurm time: MM, "
+                              "HH:MM:SS, D-HH:MM:SS...)", expected=_walltime)
     kill_on_invalid_dependency: bool = _opt(True, "Slurm: cancel a job whose dependency can never be met")
-    submit_retries: int = _opt(2, "extra tries of a submission that failed transiently", minimum=0)
+    submit_retries: int = _opt(2, "extra tries of a submission that failed transiently", minimum=0,
+                               maximum=100)
     submit_via: str = _opt("direct", "how `scratchkeeper submit` submits: 'direct' (it submits "
                            "the data jobs itself, so the user must be allowed on the data "
                            "queue) or 'chain-service' (Slurm: the script goes to sbatch, "
@@ -68,20 +161,26 @@ class SchedulerConfig:
 @dataclass(frozen=True)
 class StorageConfig:
     backend: str = _opt("local", "storage backend", choices=("local", "lustre"))
-    scratch_root: str = _opt("/scratch", "root of the scratch file system; nothing is written outside it")
-    store_root: str = _opt("/var/lib/scratchkeeper/store", "local backend: where OST directories live")
+    scratch_root: str = _opt("/scratch", "root of the scratch file system; nothing is written "
+                             "outside it", path="absolute", expected=_not_the_root)
+    store_root: str = _opt("/var/lib/scratchkeeper/store", "local backend: where OST directories "
+                           "live", path="absolute", expected=_not_the_root)
     ost_count: int = _opt(8, "local backend: number of OSTs created", minimum=1, maximum=4096)
-    stripe_count: int = _opt(4, "default stripe count of a staged file (-1: all OSTs)", minimum=-1)
-    stripe_size: int = _opt(1 << 20, "default stripe size in bytes (multiple of 64 KiB)", minimum=65536)
+    stripe_count: int = _opt(4, "default stripe count of a staged file (-1: all OSTs)", minimum=-1,
+                             maximum=STRIPE_COUNT_MAX, expected=_stripe_count)
+    stripe_size: int = _opt(1 << 20, "default stripe size in bytes (multiple of 64 KiB, below 4 GiB)",
+                            minimum=STRIPE_UNIT, maximum=STRIPE_SIZE_MAX, expected=_stripe_size)
     lfs: str = _opt("lfs", "lustre backend: the lfs command")
     lctl: str = _opt("lctl", "lustre backend: the lctl command")
-    pools: dict[str, str] = _opt(None, "local backend: OST pools, name = \"0-3,8\" (lfs setstripe -p)",
-                                 factory=dict)
+    pools: dict[str, str] = _opt(None, "local backend: OST pools, name = \"0-3,8\" (lfs setstripe "
+                                 "-p; each OST below ost_count, once)", factory=dict,
+                                 expected=_ost_ranges)
 
 
 @dataclass(frozen=True)
 class StateConfig:
-    database: str = _opt("/var/lib/scratchkeeper/state.db", "SQLite state database")
+    database: str = _opt("/var/lib/scratchkeeper/state.db", "SQLite state database",
+                         path="absolute")
 
 
 @dataclass(frozen=True)
@@ -95,20 +194,22 @@ class TransferConfig:
     scp_options: list[str] = _opt(None, "extra scp options", factory=lambda: ["-B", "-q"])
     cp: str = _opt("cp", "local copy command")
     timeout: float = _opt(3600.0, "seconds one transfer attempt may take", minimum=0,
-                          exclusive_minimum=True)
+                          exclusive_minimum=True, maximum=7 * DAY)
 
 
 @dataclass(frozen=True)
 class RetryConfig:
     attempts: int = _opt(3, "tries of a transfer, the first included", minimum=1, maximum=100)
-    delay: float = _opt(5.0, "seconds before the first retry", minimum=0)
-    backoff: float = _opt(2.0, "factor applied to the delay after each retry", minimum=1)
-    max_delay: float = _opt(300.0, "upper bound of one delay", minimum=0)
+    delay: float = _opt(5.0, "seconds before the first retry", minimum=0, maximum=DAY)
+    backoff: float = _opt(2.0, "factor applied to the delay after each retry", minimum=1,
+                          maximum=100)
+    max_delay: float = _opt(300.0, "upper bound of one delay", minimum=0, maximum=DAY)
 
 
 @dataclass(frozen=True)
 class TemplatesConfig:
-    directory: str = _opt("", "a folder searched before the built-in job-templates (site overrides)")
+    directory: str = _opt("", "a folder searched before the built-in job-templates (site "
+                          "overrides)", path="absolute or empty")
     command: str = _opt("", "how data jobs call scratchkeeper, a shell-quoted command line "
                         "(e.g. /usr/local/bin/scratchkeeper); it must run for every user whose "
                         "data jobs use it. Empty: the interpreter that plans the chain, with "
@@ -117,7 +218,8 @@ class TemplatesConfig:
 
 @dataclass(frozen=True)
 class PartitionReplication:
-    alpha: float | None = _opt(None, "alpha for this partition", minimum=0, exclusive_minimum=True)
+    alpha: float | None = _opt(None, "alpha for this partition", minimum=0, exclusive_minimum=True,
+                               maximum=1000)
     threshold: float | None = _opt(None, "shortcut threshold T for this partition", minimum=0,
                                    maximum=1)
 
@@ -125,44 +227,48 @@ class PartitionReplication:
 @dataclass(frozen=True)
 class ReplicationConfig:
     alpha: float = _opt(0.5, "eagerness of replication: window covers max(R, alpha*S) nodes",
-                        minimum=0, exclusive_minimum=True)
+                        minimum=0, exclusive_minimum=True, maximum=1000)
     threshold: float = _opt(0.1, "shortcut T: jobs of at most T*S nodes are replicated at once",
                             minimum=0, maximum=1)
-    interval: float = _opt(30.0, "seconds between decision cycles", minimum=0, exclusive_minimum=True)
-    workers: int = _opt(2, "replica copies made at once by the daemon's own pool", minimum=1)
+    interval: float = _opt(30.0, "seconds between decision cycles", minimum=0, exclusive_minimum=True,
+                           maximum=DAY)
+    workers: int = _opt(2, "replica copies made at once by the daemon's own pool", minimum=1,
+                        maximum=1024)
     partitions: dict[str, PartitionReplication] = _opt(None, "per-partition overrides", factory=dict)
     max_space_fraction: float = _opt(0.25, "replicas may fill at most this fraction of scratch; "
                                      "further creations wait", minimum=0, maximum=1,
                                      exclusive_minimum=True)
     backoff_max: float = _opt(300.0, "longest pause (seconds) between cycles while the scheduler "
-                              "fails", minimum=0, exclusive_minimum=True)
+                              "fails", minimum=0, exclusive_minimum=True, maximum=DAY)
     create_attempts: int = _opt(3, "tries of one replica creation before it is left failed",
-                                minimum=1)
+                                minimum=1, maximum=100)
     retry_delay: float = _opt(60.0, "seconds before a failed replica creation is tried again",
-                              minimum=0)
+                              minimum=0, maximum=DAY)
     unknown_grace: float = _opt(3600.0, "seconds a job unknown to both the queue and accounting "
-                                "keeps its replica before it is treated as ended", minimum=0)
+                                "keeps its replica before it is treated as ended", minimum=0,
+                                maximum=30 * DAY)
     close_events: str = _opt("auto", "source of file-close events: auto (local: inotify, lustre: "
                              "changelog when changelog_mdt is set), inotify, changelog, none "
                              "(removal at job end only)",
                              choices=("auto", "inotify", "changelog", "none"))
     close_quiet: float = _opt(2.0, "seconds with no open of a replicated input after its last "
-                              "close before it counts as closed", minimum=0)
+                              "close before it counts as closed", minimum=0, maximum=DAY)
     changelog_mdt: str = _opt("", "lustre: MDT whose changelog is read (e.g. scratch-MDT0000)")
     changelog_user: str = _opt("", "lustre: changelog user registered for the daemon (e.g. cl1)")
 
 
 @dataclass(frozen=True)
 class RecoveryConfig:
-    socket: str = _opt("/run/scratchkeeper/recoveryd.sock", "Unix socket of the recovery service")
+    socket: str = _opt("/run/scratchkeeper/recoveryd.sock", "Unix socket of the recovery service",
+                       path="absolute", expected=_socket_path)
     probe_timeout: float = _opt(25.0, "seconds an OST probe may take (all OSTs probed at once)",
-                                minimum=0, exclusive_minimum=True)
+                                minimum=0, exclusive_minimum=True, maximum=DAY)
     check_interval: float = _opt(300.0, "seconds between availability checks of staged inputs",
-                                 minimum=0, exclusive_minimum=True)
-    workers: int = _opt(4, "ranges patched at once", minimum=1)
-    file_workers: int = _opt(2, "files recovered at once by recoveryd", minimum=1)
+                                 minimum=0, exclusive_minimum=True, maximum=7 * DAY)
+    workers: int = _opt(4, "ranges patched at once", minimum=1, maximum=1024)
+    file_workers: int = _opt(2, "files recovered at once by recoveryd", minimum=1, maximum=1024)
     chunk_size: int = _opt(4 << 20, "largest piece of a lost range fetched in one request",
-                           minimum=65536)
+                           minimum=65536, maximum=1 << 30)
     ftp_method: str = _opt("eret", "how ftp:// ranges are fetched: 'eret' (one control "
                            "connection, all ranges of a request in one MODE E transfer, ERET P "
                            "per range where the server refuses that), 'eret-per-range' (ERET P "
@@ -175,19 +281,20 @@ class RecoveryConfig:
     probe_reuse: float = _opt(10.0, "seconds an OST probe serves the recoveries that start "
                               "after it (one probe for the many files an OST failure hits; a "
                               "file found whole, a reported OST the probe saw healthy and every "
-                              "retry probe again; 0: a probe per recovery)", minimum=0)
+                              "retry probe again; 0: a probe per recovery)", minimum=0,
+                              maximum=DAY)
     substitute_attempts: int = _opt(3, "substitute OSTs tried when one fails during patching",
-                                    minimum=1)
+                                    minimum=1, maximum=100)
     wait_timeout: float = _opt(3600.0, "seconds a reader or the pre-execution hook waits for a "
-                               "patch", minimum=0, exclusive_minimum=True)
+                               "patch", minimum=0, exclusive_minimum=True, maximum=7 * DAY)
     sync_bytes: int = _opt(16 << 20, "least bytes patched between two journal updates of a "
                            "rebuild's progress (with journal_interval: what a crash may make it "
                            "fetch again); the substitute objects are synced before the layout "
-                           "switch", minimum=1)
+                           "switch", minimum=1, maximum=1 << 40)
     journal_interval: float = _opt(1.0, "least seconds between two journal updates of a "
                                    "rebuild's progress (each costs a few fsyncs; a patch that "
                                    "ends sooner is recorded by its commit alone; 0: every "
-                                   "sync_bytes)", minimum=0)
+                                   "sync_bytes)", minimum=0, maximum=DAY)
     range_checksum: str = _opt("ADLER32", "GridFTP CKSM algorithm verifying each patched range "
                                "(the whole source is checked with SHA-256)",
                                choices=("ADLER32", "MD5"))
@@ -198,7 +305,8 @@ class RecoveryConfig:
                                "(files without block digests only)")
     digest_block: int = _opt(1 << 20, "stage-in records the CRC-32C of every block of this many "
                              "bytes; a patch checks each block it fetched against them instead "
-                             "of asking the server (0: record none)", minimum=0)
+                             "of asking the server (0: record none)", minimum=0,
+                             maximum=1 << 30)
 
 
 @dataclass(frozen=True)
@@ -220,11 +328,17 @@ class SiteConfig:
     source: str = field(default="(defaults)", metadata={"internal": True})
 
 
+#: A site configuration is a few KiB; anything far larger is not one.
+CONFIG_SIZE_MAX = 1 << 20
+_CONTROL_CHARACTER = re.compile(r"[\x00-\x1f\x7f]")
+
+
 def load_config(path: str | os.PathLike | None = None) -> SiteConfig:
     """Read and validate the site configuration.
 
     ``path`` wins, then ``$SCRATCHKEEPER_CONFIG``, then ``/etc/scratchkeeper/site.toml``; with
-    none of them present the defaults are used. A named file that is missing is an error.
+    none of them present the defaults are used. A named file that is missing is an error, and
+    so is anything but a regular file (a device or FIFO is refused, not read).
     """
     explicit = path is not None or ENV_VAR in os.environ
     chosen = Path(path if path is not None else os.environ.get(ENV_VAR, DEFAULT_PATH))
@@ -233,10 +347,36 @@ def load_config(path: str | os.PathLike | None = None) -> SiteConfig:
             raise ConfigError("no such configuration file", path=str(chosen))
         return SiteConfig()
     try:
-        text = chosen.read_text()
+        with open(chosen, "rb", opener=_open_regular) as stream:
+            data = stream.read(CONFIG_SIZE_MAX + 1)
     except OSError as err:
-        raise ConfigError(f"cannot read: {err.strerror}", path=str(chosen)) from err
+        raise ConfigError(f"cannot read: {err.strerror or err}", path=str(chosen)) from err
+    if len(data) > CONFIG_SIZE_MAX:
+        raise ConfigError(f"larger than {CONFIG_SIZE_MAX >> 20} MiB: not a site configuration",
+                          path=str(chosen))
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as err:
+        line = data.count(b"\n", 0, err.start) + 1
+        column = err.start - (data.rfind(b"\n", 0, err.start) + 1) + 1
+        key = _KeyLocator(data.decode("utf-8", "replace")).key_at(line)
+        raise ConfigError(f"{'key ' + _show(key) + ': ' if key else ''}not UTF-8: byte "
+                          f"0x{data[err.start]:02x} at column {column}", path=str(chosen),
+                          line=line) from err
     return parse_config(text, str(chosen))
+
+
+def _open_regular(name, flags):
+    """Open without blocking on a FIFO, then refuse anything but a regular file."""
+    descriptor = os.open(name, flags | os.O_NONBLOCK)
+    try:
+        if not statmod.S_ISREG(os.fstat(descriptor).st_mode):
+            raise OSError(errno.EINVAL, "not a regular file")
+        os.set_blocking(descriptor, True)
+    except BaseException:
+        os.close(descriptor)
+        raise
+    return descriptor
 
 
 def parse_config(text: str, source: str = "<string>") -> SiteConfig:
@@ -247,33 +387,88 @@ def parse_config(text: str, source: str = "<string>") -> SiteConfig:
         match = re.search(r"line (\d+)", str(err))
         raise ConfigError(f"not valid TOML: {err}", path=source,
                           line=int(match.group(1)) if match else None) from err
+    except RecursionError as err:
+        raise ConfigError("not valid TOML: arrays or tables nested too deeply", path=source,
+                          line=_deep_nesting_line(text)) from err
+    except ValueError as err:  # an integer of more digits than int() converts
+        match = re.search(r"\d{%d}" % (sys.get_int_max_str_digits() + 1), text)
+        raise ConfigError(f"not valid TOML: {str(err).split(':')[0]}", path=source,
+                          line=text.count("\n", 0, match.start()) + 1 if match else None) from err
     locator = _KeyLocator(text)
     config = _build(SiteConfig, raw, "", source, locator)
+    _check_across_keys(config, source, locator)
     return dataclasses.replace(config, source=source)
 
 
+def _check_across_keys(config: SiteConfig, source: str, locator: "_KeyLocator") -> None:
+    """Rules that tie one key to another (each key alone was checked by :func:`_convert`)."""
+    ost_count = config.storage.ost_count
+    for name, members in config.storage.pools.items():
+        beyond = [i for i in parse_ost_ranges(members) if i >= ost_count]
+        if beyond:
+            dotted = f"storage.pools.{name}"
+            raise ConfigError(f"key '{dotted}': OSTs {_show(beyond)} beyond storage.ost_count = "
+                              f"{ost_count} (indices 0..{ost_count - 1})", path=source,
+                              line=locator.line_of(dotted))
+
+
+_BARE_KEY = r'[A-Za-z0-9_-]+|"[^"]*"|\'[^\']*\''
+_DOTTED_KEY = re.compile(rf"\s*((?:{_BARE_KEY})(?:\s*\.\s*(?:{_BARE_KEY}))*)\s*")
+
+
+def _key_path(text: str) -> str:
+    return ".".join(part.strip().strip("\"'") for part in
+                    re.findall(_BARE_KEY, text))
+
+
+def _deep_nesting_line(text: str, depth: int = 100) -> int | None:
+    """The first line where ``[``/``{`` nest deeper than ``depth`` (strings not parsed: only
+    to name a line in an error)."""
+    level = 0
+    for number, line in enumerate(text.splitlines(), 1):
+        for character in line:
+            level += character in "[{"
+            level -= character in "]}"
+            if level > depth:
+                return number
+    return None
+
+
 class _KeyLocator:
-    """Finds the line of ``section.key`` in the TOML text, for error messages."""
+    """Finds the line of ``section.key`` in the TOML text, for error messages: the line that
+    sets it or, where it sits in an inline table or its table has no line of its own, the line
+    of the nearest enclosing key or ``[table]`` header."""
 
     def __init__(self, text: str):
         self.lines = text.splitlines()
 
-    def line_of(self, dotted: str) -> int | None:
-        parts = dotted.split(".")
-        section, key = ".".join(parts[:-1]), parts[-1]
+    def _entries(self):
+        """``(line number, dotted key, is a [table] header)`` of every key line, in order."""
         current = ""
         for number, line in enumerate(self.lines, 1):
             stripped = line.strip()
-            header = re.match(r"^\[\s*([^\]]+?)\s*\]", stripped)
+            header = re.match(rf"^\[\[?({_DOTTED_KEY.pattern})\]\]?", stripped)
             if header:
-                current = header.group(1).replace('"', "")
-                if not key or current == dotted:
-                    if current == dotted:
-                        return number
+                current = _key_path(header.group(1))
+                yield number, current, True
                 continue
-            if current == section and re.match(rf'^"?{re.escape(key)}"?\s*=', stripped):
+            assignment = re.match(rf"^({_DOTTED_KEY.pattern})=", stripped)
+            if assignment:
+                key = _key_path(assignment.group(1))
+                yield number, f"{current}.{key}" if current else key, False
+
+    def key_at(self, number: int) -> str | None:
+        """The dotted key set on line ``number`` (or the table its header opens)."""
+        return next((key for line, key, _ in self._entries() if line == number), None)
+
+    def line_of(self, dotted: str) -> int | None:
+        best, best_depth = None, -1
+        for number, full, header in self._entries():
+            if full == dotted and not header:
                 return number
-        return None
+            if (full == dotted or dotted.startswith(full + ".")) and full.count(".") > best_depth:
+                best, best_depth = number, full.count(".")
+        return best
 
 
 def _build(cls, raw: Any, prefix: str, source: str, locator: _KeyLocator):
@@ -285,7 +480,7 @@ def _build(cls, raw: Any, prefix: str, source: str, locator: _KeyLocator):
     for key in raw:
         if key not in fields:
             dotted = prefix + key
-            raise ConfigError(f"unknown key '{dotted}' (known: {', '.join(sorted(fields))})",
+            raise ConfigError(f"unknown key {_show(dotted)} (known: {', '.join(sorted(fields))})",
                               path=source, line=locator.line_of(dotted))
     values = {}
     for name, fld in fields.items():
@@ -297,7 +492,7 @@ def _build(cls, raw: Any, prefix: str, source: str, locator: _KeyLocator):
 
 def _convert(hint, value, dotted, meta, source, locator):
     def fail(expected: str):
-        raise ConfigError(f"key '{dotted}': expected {expected}, got {_show(value)}",
+        raise ConfigError(f"key {_show(dotted)}: expected {expected}, got {_show(value)}",
                           path=source, line=locator.line_of(dotted))
 
     origin = typing.get_origin(hint)
@@ -310,11 +505,18 @@ def _convert(hint, value, dotted, meta, source, locator):
     if origin is dict:
         if not isinstance(value, dict):
             fail("a table")
+        for name in value:
+            if not re.fullmatch(r"[A-Za-z0-9_.-]{1,64}", name):
+                dotted = f"{dotted}.{name}"
+                value = name
+                fail("a name of 1 to 64 letters, digits, '_', '-' or '.'")
         return {k: _convert(args[1], v, f"{dotted}.{k}", meta, source, locator)
                 for k, v in value.items()}
     if origin is list:
         if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
             fail("a list of strings")
+        if any(_CONTROL_CHARACTER.search(v) for v in value):
+            fail("strings without control characters (NUL, newline, ...)")
         return list(value)
     if hint is bool:
         if not isinstance(value, bool):
@@ -324,12 +526,18 @@ def _convert(hint, value, dotted, meta, source, locator):
         if isinstance(value, bool) or not isinstance(value, int):
             fail("an integer")
     elif hint is float:
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value):
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
             fail("a number")
+        if isinstance(value, int) and abs(value) > 2 ** 53:
+            fail("a number of at most 2**53")
+        if not math.isfinite(value):
+            fail("a finite number")
         value = float(value)
     elif hint is str:
         if not isinstance(value, str):
             fail("a string")
+        if _CONTROL_CHARACTER.search(value):
+            fail("a string without control characters (NUL, newline, ...)")
     choices = meta.get("choices")
     if choices and value not in choices:
         fail("one of " + ", ".join(repr(c) for c in choices))
@@ -338,6 +546,12 @@ def _convert(hint, value, dotted, meta, source, locator):
         fail(f"a value {'>' if meta.get('exclusive_minimum') else '>='} {low:g}")
     if high is not None and value > high:
         fail(f"a value <= {high:g}")
+    kind = meta.get("path")
+    if kind and not (value == "" and kind == "absolute or empty"):
+        if not os.path.isabs(value):
+            fail(f"an {kind} path")
+        if ".." in value.split("/"):
+            fail("a path without '..'")
     check = meta.get("expected")
     if check is not None and (expected := check(value)):
         fail(expected)
@@ -347,9 +561,8 @@ def _convert(hint, value, dotted, meta, source, locator):
 def _show(value: Any) -> str:
     if isinstance(value, dict):
         return "a table"
-    if isinstance(value, list):
-        return "a list"
-    return repr(value)
+    text = repr(value)
+    return text if len(text) <= 80 else f"{text[:60]}... ({len(text)} characters)"
 
 
 def describe_schema() -> list[tuple[str, str, Any, str]]:

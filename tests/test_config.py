@@ -69,3 +69,212 @@ def test_example_site_config_is_valid():
     example = Path(__file__).parent.parent / "site-config" / "site.toml.example"
     config = load_config(example)
     assert config.scheduler.data_queue == "dataxfer"
+
+
+# --- bad input: every key of a kind is held to the kind's rule --------------------------------
+
+def _keys(cls=SiteConfig, prefix=""):
+    """``(dotted key, type hint, metadata)`` of every key, a partition override included."""
+    import dataclasses
+    import typing
+
+    from scratchkeeper.config import PartitionReplication
+
+    hints = typing.get_type_hints(cls)
+    for fld in dataclasses.fields(cls):
+        if fld.metadata.get("internal"):
+            continue
+        hint = hints[fld.name]
+        if dataclasses.is_dataclass(hint):
+            yield from _keys(hint, f"{prefix}{fld.name}.")
+        elif typing.get_origin(hint) is dict and typing.get_args(hint)[1] is PartitionReplication:
+            yield from _keys(PartitionReplication, f"{prefix}{fld.name}.big.")
+        elif typing.get_origin(hint) is dict:
+            yield f"{prefix}{fld.name}.fast", typing.get_args(hint)[1], fld.metadata
+        else:
+            yield prefix + fld.name, hint, fld.metadata
+
+
+def _kind(hint) -> str:
+    import typing
+    if typing.get_origin(hint) is list:
+        return "list"
+    inner = [a for a in typing.get_args(hint) if a is not type(None)] or [hint]
+    return getattr(inner[0], "__name__", str(inner[0]))
+
+
+def _setting(dotted: str, value: str) -> str:
+    section, _, key = dotted.rpartition(".")
+    return f"# a comment first\n[{section}]\n{key} = {value}\n"
+
+
+def _rejected(text: str) -> str:
+    with pytest.raises(ConfigError) as info:
+        parse_config(text, "site.toml")
+    assert info.value.exit_code == 2 and "\n" not in str(info.value)
+    return str(info.value)
+
+
+NUMBER_KEYS = [(k, _kind(h)) for k, h, _ in _keys() if _kind(h) in ("int", "float")]
+STRING_KEYS = [k for k, h, _ in _keys() if _kind(h) == "str"]
+PATH_KEYS = [k for k, _, meta in _keys() if meta.get("path")]
+
+
+def test_the_schema_has_the_keys_the_rules_are_about():
+    assert {"retry.delay", "replication.partitions.big.alpha"} <= {k for k, _ in NUMBER_KEYS}
+    assert {"storage.scratch_root", "storage.store_root", "state.database", "recovery.socket",
+            "templates.directory"} <= set(PATH_KEYS)
+
+
+@pytest.mark.parametrize("dotted", [k for k, kind in NUMBER_KEYS if kind == "float"])
+@pytest.mark.parametrize("value", ["inf", "-inf", "nan", "+inf", "1e400"])
+def test_every_float_key_refuses_what_is_not_finite(dotted, value):
+    message = _rejected(_setting(dotted, value))
+    assert message.startswith(f"site.toml:3: key '{dotted}': expected a finite number")
+
+
+@pytest.mark.parametrize("dotted, kind", NUMBER_KEYS)
+def test_every_number_key_has_a_sane_upper_bound(dotted, kind):
+    message = _rejected(_setting(dotted, str(10 ** 30)))
+    assert message.startswith(f"site.toml:3: key '{dotted}': expected ")
+    assert "got 1000000000000000000000000000000" in message
+
+
+@pytest.mark.parametrize("dotted", STRING_KEYS)
+@pytest.mark.parametrize("value", [r'"a\u0000b"', r'"a\nb"', r'"a\rb"', r'"\u001b[2J"'])
+def test_no_string_key_takes_control_characters(dotted, value):
+    message = _rejected(_setting(dotted, value))
+    assert message.startswith(f"site.toml:3: key '{dotted}': expected ")
+    assert "control characters" in message
+
+
+@pytest.mark.parametrize("dotted", [k for k, h, _ in _keys() if _kind(h) == "list"])
+def test_no_option_list_takes_control_characters(dotted):
+    message = _rejected(_setting(dotted, r'["-q", "x\ny"]'))
+    assert message.startswith(f"site.toml:3: key '{dotted}': expected strings without control")
+
+
+@pytest.mark.parametrize("dotted", PATH_KEYS)
+@pytest.mark.parametrize("value", ["relative/path", "./x", "x", "/var/../etc/x"])
+def test_every_path_key_wants_an_absolute_path(dotted, value):
+    message = _rejected(_setting(dotted, f'"{value}"'))
+    assert message.startswith(f"site.toml:3: key '{dotted}': expected ")
+    assert "absolute" in message or "'..'" in message
+
+
+@pytest.mark.parametrize("text, message, line", [
+    ('[storage]\nstripe_size = 100000\n', "key 'storage.stripe_size': expected a multiple of "
+     "65536 (64 KiB), got 100000", 2),
+    ('[storage]\nstripe_size = 4294967296\n', "key 'storage.stripe_size': expected a value <=", 2),
+    ('[storage]\nstripe_count = 0\n', "key 'storage.stripe_count': expected -1 (all OSTs)", 2),
+    ('[scheduler]\ndata_walltime = "1 hour"\n', "key 'scheduler.data_walltime': expected a "
+     "Slurm time limit", 2),
+    ('[scheduler]\ndata_walltime = "01:61:00"\n', "key 'scheduler.data_walltime'", 2),
+    ('[scheduler]\ndata_walltime = "1-25:00"\n', "key 'scheduler.data_walltime'", 2),
+    ('[scheduler]\ndata_walltime = "0"\n', "key 'scheduler.data_walltime'", 2),
+    ('[scheduler]\ndata_walltime = "400-00:00:00"\n', "key 'scheduler.data_walltime'", 2),
+    ('[scheduler]\ndata_walltime = "UNLIMITED"\n', "key 'scheduler.data_walltime'", 2),
+    ('[scheduler]\ndata_walltime = "01:00:00 --uid=0"\n', "key 'scheduler.data_walltime'", 2),
+    ('[storage]\nost_count = 8\npools = { fast = "4-9" }\n', "key 'storage.pools.fast': OSTs "
+     "[8, 9] beyond storage.ost_count = 8", 3),
+    ('[storage]\n\n[storage.pools]\nfast = "8"\n', "OSTs [8] beyond storage.ost_count = 8", 4),
+    ('[storage]\nost_count = 4\n[storage.pools]\nfast = "0-3"\nslow = "3,4"\n',
+     "key 'storage.pools.slow': OSTs [4] beyond storage.ost_count = 4", 5),
+    ('[storage.pools]\nfast = "7-4"\n', "key 'storage.pools.fast': expected OST indices like "
+     "\"0-3,8\" (range '7-4' runs backwards)", 2),
+    ('[storage.pools]\nfast = ""\n', "key 'storage.pools.fast': expected OST indices", 2),
+    ('[storage.pools]\nfast = "1,,2"\n', "key 'storage.pools.fast': expected OST indices", 2),
+    ('[storage.pools]\nfast = "0x3"\n', "key 'storage.pools.fast': expected OST indices", 2),
+    ('[storage.pools]\nfast = "-1"\n', "key 'storage.pools.fast': expected OST indices", 2),
+    ('[storage.pools]\nfast = "1-2-3"\n', "key 'storage.pools.fast': expected OST indices", 2),
+    ('[storage.pools]\nfast = "1,1"\n', "key 'storage.pools.fast': expected each OST once", 2),
+    ('[storage.pools]\n"a b" = "1"\n', "key 'storage.pools.a b': expected a name", 2),
+    ('[storage]\nscratch_root = "/"\n', "key 'storage.scratch_root': expected a folder other "
+     "than /", 2),
+    (f'[recovery]\nsocket = "/run/{"s" * 120}.sock"\n', "key 'recovery.socket': expected a "
+     "socket path of at most 107 bytes", 2),
+    ('[replication]\npartitions = { big = { threshold = nan } }\n',
+     "key 'replication.partitions.big.threshold': expected a finite number, got nan", 2),
+    ('storage.stripe_size = 100000\n', "key 'storage.stripe_size': expected a multiple", 1),
+    ('[retry]\ndelay = 1' + '0' * 400 + '\n', "key 'retry.delay': expected a number of at most "
+     "2**53, got 1" + "0" * 59 + "... "
+     "(401 characters)", 2),
+    ('[retry]\nattempts = 1' + '0' * 400 + '\n', "key 'retry.attempts': expected a value <= 100",
+     2),
+])
+def test_bad_values_are_one_line_naming_file_line_and_key(text, message, line):
+    error = _rejected(text)
+    assert error.startswith(f"site.toml:{line}: ") and message in error
+
+
+@pytest.mark.parametrize("walltime", ["30", "90", "45:30", "01:00:00", "100:00:00", "2-12",
+                                      "2-12:30", "1-00:00:00", "365-00:00:00"])
+def test_slurm_time_forms_are_accepted(walltime):
+    config = parse_config(f'[scheduler]\ndata_walltime = "{walltime}"\n', "site.toml")
+    assert config.scheduler.data_walltime == walltime
+
+
+def test_good_pools_and_an_empty_template_folder_pass():
+    config = parse_config('[storage]\nost_count = 16\n[storage.pools]\nflash = "0-3, 8"\n'
+                          'all = "0-15"\n[templates]\ndirectory = ""\n', "site.toml")
+    assert config.storage.pools == {"flash": "0-3, 8", "all": "0-15"}
+
+
+def test_nesting_too_deep_for_the_parser_is_an_input_error():
+    error = _rejected("[storage]\nstripe_size = 65536\nx = " + "[" * 100_000 + "\n")
+    assert error.startswith("site.toml:3: not valid TOML: arrays or tables nested too deeply")
+
+
+def test_bytes_that_are_not_utf8_name_line_and_key(tmp_path):
+    path = tmp_path / "site.toml"
+    path.write_bytes(b'[scheduler]\nkind = "slurm"\nbatch_queue = "b\xff\xfeq"\n')
+    with pytest.raises(ConfigError) as info:
+        load_config(path)
+    assert str(info.value) == (f"{path}:3: key 'scheduler.batch_queue': not UTF-8: byte 0xff "
+                               "at column 17")
+
+
+@pytest.mark.parametrize("special", ["/dev/zero", "/dev/null", "fifo", "folder"])
+def test_only_a_regular_file_is_read(tmp_path, special):
+    import os
+    if special == "fifo":
+        special = str(tmp_path / "fifo")
+        os.mkfifo(special)  # nobody writes: opening it for reading would block
+    elif special == "folder":
+        special = str(tmp_path)
+    with pytest.raises(ConfigError, match=f"^{special}: cannot read: not a regular file$"):
+        load_config(special)
+
+
+def test_a_file_far_larger_than_a_config_is_refused(tmp_path):
+    path = tmp_path / "site.toml"
+    path.write_text("# padding\n" * 200_000)
+    with pytest.raises(ConfigError, match="larger than 1 MiB"):
+        load_config(path)
+
+
+@pytest.mark.parametrize("content, expected", [
+    (b'[retry]\ndelay = inf\n', ":2: key 'retry.delay': expected a finite number, got inf"),
+    (b'[storage]\nstripe_size = 100000\n', ":2: key 'storage.stripe_size': expected a multiple"),
+    (b'[state]\ndatabase = "state.db"\n', ":2: key 'state.database': expected an absolute"),
+    (b'[scheduler]\ndata_queue = "q\xe9"\n', ":2: key 'scheduler.data_queue': not UTF-8"),
+    (b'[scheduler]\ndata_walltime = "soon"\n', ":2: key 'scheduler.data_walltime': expected"),
+])
+def test_the_config_command_exits_2_with_one_line(tmp_path, content, expected):
+    import subprocess
+    import sys
+    from pathlib import Path
+    path = tmp_path / "bad.toml"
+    path.write_bytes(content)
+    done = subprocess.run([sys.executable, "-m", "scratchkeeper", "-c", str(path), "config"],
+                          capture_output=True, text=True, timeout=120,
+                          cwd=Path(__file__).parent.parent)
+    assert done.returncode == 2, done.stderr
+    assert done.stdout == "" and done.stderr.startswith(str(path) + expected)
+    assert done.stderr.count("\n") == 1 and "Traceback" not in done.stderr
+
+
+def test_an_integer_too_long_to_convert_is_an_input_error():
+    error = _rejected("[retry]\nattempts = 3\n\ndelay = 1" + "0" * 5000 + "\n")
+    assert error == ("site.toml:4: not valid TOML: Exceeds the limit (4300 digits) for integer "
+                     "string conversion")
