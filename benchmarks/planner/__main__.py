@@ -66,7 +66,7 @@ def bench_render(repeats: int) -> dict:
     samples = []
     for index in range(repeats):
         started = time.perf_counter()
-        parsed = parse_script(text, "bench.sbatch", cwd="/home/u")
+        parsed = parse_script(text, "bench.sbatch", cwd="/home/u", scratch_root=config.storage.scratch_root)
         plan = build_plan(parsed, config, chain_id=f"skbench{index}", workdir="/home/u")
         render_plan(plan, parsed.shebang, parsed.compute_script, config)
         samples.append((time.perf_counter() - started) * 1000)

@@ -221,7 +221,8 @@ def chain_job(job: HeldJob, config: SiteConfig, store: StateStore,
             return outcome
         _undo(store, scheduler, existing, job.job_id)
     text = job_script(job.job_id, runner, timeout=config.scheduler.command_timeout)
-    parsed = parse_script(planned_text(text, job.requests), job.script_path, cwd=job.workdir)
+    parsed = parse_script(planned_text(text, job.requests), job.script_path, cwd=job.workdir,
+                          scratch_root=config.storage.scratch_root)
     if job.name:
         # The name Slurm holds (-J on the command line wins over #SBATCH) names the data jobs
         # "<name>.stage-in", made safe for a directive (a job name may hold any character).

@@ -2,11 +2,13 @@
 
 Grammar (docs/directives.rst has the full text and examples):
 
+``#STAGEIN <source> <destination>`` / ``#STAGEOUT <source> <destination>``
+    a structured transfer, told by its first word: a URI (``scheme://``), a path (holds a
+    ``/``), ``~...`` or ``host:path``. After shell-style quoting, with a trailing ``# comment``
+    removed, it is exactly two words; anything else is an error. The planner renders the client.
 ``#STAGEIN <command...>`` / ``#STAGEOUT <command...>``
-    a literal transfer command the data job runs; a trailing backslash continues it on the next
-    line, with or without the directive prefix.
-``#STAGEIN <source-URI> <destination-path>`` / ``#STAGEOUT <path> <destination-URI>``
-    a structured transfer; the planner renders the client for the scheme.
+    a literal command the data job runs, starting with a command name (``hsi``...); a trailing
+    backslash continues it on the next line, with or without the directive prefix.
 ``#STAGEIN -option ...``
     options of that data stage: ``-retry N``, ``-retry-delay S``, ``-walltime T``, ``-qos Q``,
     ``-account A``, ``-priority N``, ``-name NAME``, ``-parallel``, ``-input PATH``,
@@ -16,17 +18,22 @@ Grammar (docs/directives.rst has the full text and examples):
 ``#PBS -W stagein=local@host:remote[,...]`` (and ``stageout=``)
     PBS/Torque file staging.
 
-Everything else stays in the compute script, in order.
+Everything else stays in the compute script, in order. The local side of every transfer on
+scratch (a stage-in destination, a stage-out source) and every ``-input`` lies inside the scratch
+root, and no two transfers of a stage write one destination.
 """
 
 from __future__ import annotations
 
+import os
+import posixpath
 import re
 import shlex
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
-from ..errors import DirectiveError
-from ..transfer.uri import Location, UnknownScheme, SCHEMES, looks_like_location, parse_location
+from ..errors import ConfigError, DirectiveError
+from ..transfer.uri import (Location, UnknownScheme, SCHEMES, inside, is_host_name, names_data,
+                            parse_location)
 
 STAGE_IN = "stage-in"
 STAGE_OUT = "stage-out"
@@ -35,9 +42,18 @@ _DIRECTIVE_RE = re.compile(r"^\s*#(STAGEIN|STAGEOUT)(?=\s|$)(.*)$")
 _DW_RE = re.compile(r"^\s*#DW\s+(stage_in|stage_out)(?=\s|$)(.*)$")
 _PBS_W_RE = re.compile(r"^\s*#PBS\s+-W\s*(.*)$")
 _PBS_W_STAGE_RE = re.compile(r"(^|,)\s*(stagein|stageout)\s*=")
-_SAFE_VALUE_RE = re.compile(r"^[A-Za-z0-9._:+@/=-]+$")
-_WALLTIME_RE = re.compile(r"^(?:(\d+)-)?(\d+)(?::(\d{1,2}))?(?::(\d{1,2}))?$")
+_SAFE_VALUE_RE = re.compile(r"^[A-Za-z0-9._:+@/=][A-Za-z0-9._:+@/=-]*$")
+# a literal command starts with the name of a command, then a blank or the end (or ; & |)
+_COMMAND_NAME_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._+-]*(?=[\s;&|]|$)")
+_WALLTIME_RE = re.compile(r"^(?:([0-9]+)-)?([0-9]+)(?::([0-9]{1,2}))?(?::([0-9]{1,2}))?$")
 
+#: bounds of the numeric stage options (the scheduler's own bounds of -priority: plan.py)
+MAX_RETRIES = 100
+MAX_RETRY_DELAY = 86400.0
+MAX_WALLTIME_SECONDS = 365 * 86400
+PRIORITY_BOUNDS = (-1024, 4294967294)  # PBS -p goes down to -1024, Slurm --priority up to 2^32-2
+
+_DIRECTIVE = {STAGE_IN: "#STAGEIN", STAGE_OUT: "#STAGEOUT"}
 _STAGE_OF = {"STAGEIN": STAGE_IN, "STAGEOUT": STAGE_OUT, "stage_in": STAGE_IN,
              "stage_out": STAGE_OUT}
 
@@ -76,6 +92,7 @@ class StageOptions:
     parallel: bool = False
     dependency: str | None = None
     inputs: list[str] = field(default_factory=list)
+    lines: dict[str, int] = field(default_factory=dict)  # option name -> line it was set on
 
 
 @dataclass
@@ -98,14 +115,36 @@ class ParsedScript:
         return "\n".join(self.compute_lines) + "\n"
 
 
-def parse_script(text: str, path: str, *, cwd: str) -> ParsedScript:
+@dataclass(frozen=True)
+class _Context:
+    """Where the script came from: its ``path`` (for errors), the submission directory ``cwd``
+    (relative paths) and the ``scratch_root`` its staged data must stay in."""
+
+    path: str
+    cwd: str
+    scratch_root: str
+
+    def error(self, message: str, line: int) -> DirectiveError:
+        return DirectiveError(message, path=self.path, line=line)
+
+
+def parse_script(text: str, path: str, *, cwd: str, scratch_root: str) -> ParsedScript:
     """Split ``text`` (read from ``path``) into compute lines and data steps.
 
-    ``cwd`` resolves relative paths (the submission directory). Every malformed directive raises
-    :class:`DirectiveError` with ``path`` and the 1-based line number.
+    ``cwd`` resolves relative paths (the submission directory); ``scratch_root``
+    (``storage.scratch_root``) is where every stage-in destination, stage-out source and
+    ``-input`` must lie. Every malformed directive raises :class:`DirectiveError` with ``path``
+    and the 1-based line number.
     """
-    if "\x00" in text:
-        raise DirectiveError("the script contains a NUL byte", path=path, line=_line_of_nul(text))
+    for char, what in (("\x00", "a NUL byte"),
+                       ("\r", "a carriage return (DOS line breaks? convert with dos2unix)")):
+        if char in text:
+            raise DirectiveError(f"the script contains {what}", path=path,
+                                 line=text[: text.index(char)].count("\n") + 1)
+    root = posixpath.normpath(scratch_root or "")
+    if not posixpath.isabs(root):
+        raise ConfigError(f"storage.scratch_root must be an absolute path, got {scratch_root!r}")
+    ctx = _Context(path, cwd, "/" + root.lstrip("/"))
     lines = text.split("\n")
     if lines and lines[-1] == "":
         lines.pop()
@@ -122,20 +161,19 @@ def parse_script(text: str, path: str, *, cwd: str) -> ParsedScript:
         if match:
             stage = _STAGE_OF[match.group(1)]
             body, index = _join_continuations(lines, index, match.group(1), path)
-            _parse_stage_line(body, stage, number, path, cwd, steps, options[stage],
-                              seen_option[stage])
+            _parse_stage_line(body, stage, number, ctx, steps, options[stage], seen_option[stage])
             continue
         match = _DW_RE.match(raw)
         if match:
             body, index = _join_continuations(lines, index, None, path)
             steps.append(_parse_datawarp(_DW_RE.match(body).group(2), _STAGE_OF[match.group(1)],
-                                         number, path, cwd))
+                                         number, ctx))
             continue
         match = _PBS_W_RE.match(raw)
         if match and _PBS_W_STAGE_RE.search(match.group(1)):
-            kept = _parse_pbs_w(match.group(1), number, path, cwd, steps)
+            kept = _parse_pbs_w(match.group(1), number, ctx, steps)
             if kept:
-                compute.append(re.sub(r"-W\s*.*$", "-W " + kept, raw))
+                compute.append(re.sub(r"-W\s*.*$", lambda _: "-W " + kept, raw))
             index += 1
             continue
         compute.append(raw)
@@ -147,6 +185,7 @@ def parse_script(text: str, path: str, *, cwd: str) -> ParsedScript:
         if opts.dependency and stage == STAGE_IN:
             raise DirectiveError("-dependency applies to #STAGEOUT only", path=path,
                                  line=_first_line(lines, "#STAGEIN") or 1)
+    _check_destinations(steps, ctx)
     return ParsedScript(path=path, shebang=shebang, compute_lines=compute, steps=steps,
                         options=options, dialect=_dialect(compute), compute_job=_compute_job(compute))
 
@@ -170,57 +209,131 @@ def _join_continuations(lines: list[str], index: int, prefix: str | None, path: 
     return body, index
 
 
-def _parse_stage_line(body: str, stage: str, number: int, path: str, cwd: str,
+def _parse_stage_line(body: str, stage: str, number: int, ctx: _Context,
                       steps: list[DataStep], opts: StageOptions, seen: set[str]) -> None:
     text = _DIRECTIVE_RE.match(body).group(2).strip()
-    directive = "#STAGEIN" if stage == STAGE_IN else "#STAGEOUT"
-    if not text:
-        raise DirectiveError(f"{directive} with nothing after it", path=path, line=number)
-    try:
-        tokens = shlex.split(text, comments=False)
-    except ValueError as err:
-        raise DirectiveError(f"{directive}: cannot split the command ({err})", path=path,
-                             line=number) from err
-    if tokens[0].startswith("-"):
-        _parse_options(tokens, stage, number, path, cwd, opts, seen)
+    directive = _DIRECTIVE[stage]
+    words = _words(text, directive, number, ctx)
+    if not words:
+        raise ctx.error(f"{directive} with nothing after it", number)
+    if words[0].startswith("-"):
+        _parse_options(words, stage, number, ctx, opts, seen)
         return
-    if len(tokens) == 2 and _is_structured(tokens, stage):
+    if _is_transfer(words, stage):
+        if len(words) != 2:
+            raise ctx.error(
+                f"{directive}: a transfer is exactly SOURCE DESTINATION, got {len(words)} "
+                f"word{'s' if len(words) != 1 else ''} after quoting (quote a name holding a "
+                "space; a literal command starts with its command name)", number)
         steps.append(DataStep(stage, number,
-                              transfer=_structured(tokens[0], tokens[1], stage, number, path, cwd)))
+                              transfer=_structured(words[0], words[1], stage, number, ctx)))
         return
+    if not _COMMAND_NAME_RE.match(text):
+        raise ctx.error(f"{directive}: expected SOURCE DESTINATION or a command starting with "
+                        f"its name (hsi, globus-url-copy...), got '{words[0]}'", number)
     steps.append(DataStep(stage, number, command=text))
 
 
-def _is_structured(tokens: list[str], stage: str) -> bool:
-    """Two locations, or a URI on the remote side and anything on the local one."""
-    source, destination = tokens
-    remote = source if stage == STAGE_IN else destination
-    if "://" in remote:
-        return True
-    return looks_like_location(source) and looks_like_location(destination)
-
-
-def _structured(source: str, destination: str, stage: str, number: int, path: str, cwd: str,
-                recursive: bool = False) -> Transfer:
-    directive = "#STAGEIN" if stage == STAGE_IN else "#STAGEOUT"
+def _words(text: str, directive: str, number: int, ctx: _Context) -> list[str]:
+    """``text`` split as a shell splits words, a trailing ``# comment`` removed."""
     try:
-        src = parse_location(source, cwd=cwd)
-        dst = parse_location(destination, cwd=cwd)
-    except UnknownScheme as err:
-        raise DirectiveError(f"{directive}: unknown URI scheme '{err.args[0]}://' (supported: "
-                             f"{', '.join(s + '://' for s in SCHEMES)}, host:path, or a path)",
-                             path=path, line=number) from err
+        return shlex.split(text[:_comment_start(text)], comments=False)
     except ValueError as err:
-        raise DirectiveError(f"{directive}: {err}", path=path, line=number) from err
+        raise ctx.error(f"{directive}: cannot split the line ({err})", number) from err
+
+
+def _comment_start(text: str) -> int:
+    """Where a shell comment begins in ``text`` (its length if none): an unquoted ``#`` that
+    starts a word. A ``#`` inside a word (``http://h/a#b``) or in quotes is not one."""
+    quote = None
+    index = 0
+    while index < len(text):
+        char = text[index]
+        if quote:
+            if char == "\\" and quote == '"':
+                index += 1
+            elif char == quote:
+                quote = None
+        elif char == "\\":
+            index += 1
+        elif char in "'\"":
+            quote = char
+        elif char == "#" and (index == 0 or text[index - 1] in " \t"):
+            return index
+        index += 1
+    return len(text)
+
+
+def _is_transfer(words: list[str], stage: str) -> bool:
+    """A first word that names data, or ``#STAGEOUT name URI`` (a result in the submission
+    directory sent to a URI). Never a command: a name is data."""
+    if names_data(words[0]):
+        return True
+    return stage == STAGE_OUT and len(words) == 2 and "://" in words[1]
+
+
+def _structured(source: str, destination: str, stage: str, number: int, ctx: _Context,
+                recursive: bool = False, directive: str | None = None) -> Transfer:
+    directive = directive or _DIRECTIVE[stage]
+    try:
+        src = parse_location(source, cwd=ctx.cwd)
+        dst = parse_location(destination, cwd=ctx.cwd)
+    except UnknownScheme as err:
+        raise ctx.error(f"{directive}: unknown URI scheme '{err.args[0]}://' (supported: "
+                        f"{', '.join(s + '://' for s in SCHEMES)}, host:path, or a path)",
+                        number) from err
+    except ValueError as err:
+        raise ctx.error(f"{directive}: {err}", number) from err
     local = dst if stage == STAGE_IN else src
     if not local.is_local:
         side = "destination" if stage == STAGE_IN else "source"
-        raise DirectiveError(f"{directive}: the {side} must be a path on this cluster, "
-                             f"got '{local.text}'", path=path, line=number)
+        raise ctx.error(f"{directive}: the {side} must be a path on this cluster, "
+                        f"got '{local.text}'", number)
     if src.is_local and dst.is_local and src.path.rstrip("/") == dst.path.rstrip("/"):
-        raise DirectiveError(f"{directive}: source and destination are the same file",
-                             path=path, line=number)
+        raise ctx.error(f"{directive}: source and destination are the same file", number)
+    if stage == STAGE_IN:
+        if not recursive and dst.path.rstrip("/") == ctx.scratch_root.rstrip("/"):
+            dst = replace(dst, path=ctx.scratch_root.rstrip("/") + "/")  # the root is a folder
+        transfer = Transfer(src, dst, recursive)
+        if dst.is_folder and not recursive and src.basename in ("", ".", ".."):
+            raise ctx.error(f"{directive}: '{src.text}' names no file to put in the folder "
+                            f"'{dst.text}'; name the destination file", number)
+        _confine(landing(transfer), "destination", directive, number, ctx)
+        return transfer
+    _confine(src.path, "source", directive, number, ctx)
     return Transfer(src, dst, recursive)
+
+
+def landing(transfer: Transfer) -> str:
+    """Where a transfer to a local path puts its data: the file, or the folder a recursive
+    transfer fills (normalised)."""
+    destination = transfer.destination
+    if transfer.recursive:
+        return posixpath.normpath(destination.path)
+    if destination.is_folder:
+        return posixpath.normpath(posixpath.join(destination.path, transfer.source.basename))
+    return posixpath.normpath(destination.path)
+
+
+def confine(path: str, scratch_root: str) -> str | None:
+    """Why ``path`` (absolute, normalised) may not be staged data: it is outside
+    ``scratch_root``, the root itself, or leads out of it through a symbolic link; None if it
+    may. Links are resolved as far as the path exists now (the data job checks again)."""
+    path = posixpath.normpath(path)
+    root = posixpath.normpath(scratch_root)
+    if not inside(path, root):
+        return f"is outside the scratch root {root}"
+    if path == root:
+        return f"is the scratch root {root} itself; name a file or folder inside it"
+    if not inside(os.path.realpath(path), os.path.realpath(root)):
+        return f"leads outside the scratch root {root} through a symbolic link"
+    return None
+
+
+def _confine(path: str, side: str, directive: str, number: int, ctx: _Context) -> None:
+    reason = confine(path, ctx.scratch_root)
+    if reason:
+        raise ctx.error(f"{directive}: the {side} {path} {reason}", number)
 
 
 _OPTION_ARITY = {
@@ -231,9 +344,10 @@ _ALIASES = {"t": "walltime", "A": "account", "N": "name", "J": "name", "p": "pri
             "q": "qos", "time": "walltime", "job-name": "name", "retries": "retry"}
 
 
-def _parse_options(tokens: list[str], stage: str, number: int, path: str, cwd: str,
+def _parse_options(tokens: list[str], stage: str, number: int, ctx: _Context,
                    opts: StageOptions, seen: set[str]) -> None:
-    directive = "#STAGEIN" if stage == STAGE_IN else "#STAGEOUT"
+    directive = _DIRECTIVE[stage]
+    path = ctx.path
     index = 0
     while index < len(tokens):
         token = tokens[index]
@@ -268,39 +382,39 @@ def _parse_options(tokens: list[str], stage: str, number: int, path: str, cwd: s
             else:
                 raise DirectiveError(f"{directive}: option -{name} needs a value", path=path,
                                      line=number)
-        _set_option(opts, name, value, directive, number, path, cwd)
+        _set_option(opts, name, value, directive, number, ctx)
+        opts.lines[name] = number
         index += 1
 
 
 def _set_option(opts: StageOptions, name: str, value: str | None, directive: str, number: int,
-                path: str, cwd: str) -> None:
+                ctx: _Context) -> None:
     def bad(expected: str):
-        raise DirectiveError(f"{directive}: -{name} expects {expected}, got '{value}'",
-                             path=path, line=number)
+        raise ctx.error(f"{directive}: -{name} expects {expected}, got '{value}'", number)
 
     if name == "retry":
-        if not value.isdigit() or int(value) > 100:
-            bad("a whole number of retries from 0 to 100")
+        if not re.fullmatch(r"[0-9]{1,3}", value) or int(value) > MAX_RETRIES:
+            bad(f"a whole number of retries from 0 to {MAX_RETRIES}")
         opts.retries = int(value)
     elif name == "retry-delay":
-        try:
-            delay = float(value)
-        except ValueError:
-            delay = -1.0
-        if not (0 <= delay <= 86400):
-            bad("seconds from 0 to 86400")
-        opts.retry_delay = delay
+        if not re.fullmatch(r"[0-9]{1,5}(?:\.[0-9]{1,6})?", value) or float(value) > MAX_RETRY_DELAY:
+            bad(f"seconds from 0 to {MAX_RETRY_DELAY:.0f}")
+        opts.retry_delay = float(value)
     elif name == "walltime":
-        if not _WALLTIME_RE.match(value):
+        seconds = walltime_seconds(value)
+        if seconds is None:
             bad("a time like 30, 01:30:00 or 1-00:00:00")
+        if not 0 < seconds <= MAX_WALLTIME_SECONDS:
+            bad(f"a time above zero and at most {MAX_WALLTIME_SECONDS // 86400} days")
         opts.walltime = value
     elif name == "priority":
-        if not re.fullmatch(r"-?\d+", value):
-            bad("an integer")
+        low, high = PRIORITY_BOUNDS
+        if not re.fullmatch(r"-?[0-9]{1,10}", value) or not low <= int(value) <= high:
+            bad(f"an integer from {low} to {high}")
         opts.priority = int(value)
     elif name in ("qos", "account", "name"):
         if not _SAFE_VALUE_RE.match(value) or len(value) > 128:
-            bad("letters, digits and . _ : + @ / = - only")
+            bad("letters, digits and . _ : + @ / = - only, not starting with -")
         setattr(opts, "job_name" if name == "name" else name, value)
     elif name == "parallel":
         opts.parallel = True
@@ -310,19 +424,39 @@ def _set_option(opts: StageOptions, name: str, value: str | None, directive: str
         opts.dependency = value
     elif name == "input":
         try:
-            location = parse_location(value, cwd=cwd)
+            location = parse_location(value, cwd=ctx.cwd)
         except (ValueError, UnknownScheme):
             location = None
         if location is None or not location.is_local:
             bad("a path on this cluster")
-        opts.inputs.append(location.path)
+        _confine(location.path, "input", directive, number, ctx)
+        opts.inputs.append(location.path.rstrip("/"))
 
 
-def _parse_datawarp(text: str, stage: str, number: int, path: str, cwd: str) -> DataStep:
-    try:
-        tokens = shlex.split(text)
-    except ValueError as err:
-        raise DirectiveError(f"#DW: cannot split the line ({err})", path=path, line=number) from err
+def walltime_seconds(value: str) -> int | None:
+    """Seconds in a Slurm time (``M``, ``M:S``, ``H:M:S``, ``D-H``, ``D-H:M``, ``D-H:M:S``);
+    None if ``value`` is not one. Minutes and seconds after a colon are below 60, hours after
+    a day below 24."""
+    match = _WALLTIME_RE.match(value)
+    if not match or len(value) > 16:
+        return None
+    days, first, second, third = match.groups()
+    if days is not None:
+        hours, minutes, seconds = int(first), int(second or 0), int(third or 0)
+        if hours >= 24:
+            return None
+    elif third is not None:
+        hours, minutes, seconds = int(first), int(second), int(third)
+    else:
+        hours, minutes, seconds = 0, int(first), int(second or 0)
+    if (second is not None and int(second) >= 60) or (third is not None and int(third) >= 60):
+        return None
+    return ((int(days or 0) * 24 + hours) * 60 + minutes) * 60 + seconds
+
+
+def _parse_datawarp(text: str, stage: str, number: int, ctx: _Context) -> DataStep:
+    path = ctx.path
+    tokens = _words(text, "#DW", number, ctx)
     fields: dict[str, str] = {}
     for token in tokens:
         key, sep, value = token.partition("=")
@@ -341,16 +475,17 @@ def _parse_datawarp(text: str, stage: str, number: int, path: str, cwd: str) -> 
     if fields["type"] not in ("file", "directory"):
         raise DirectiveError(f"#DW: type must be file or directory, got '{fields['type']}'",
                              path=path, line=number)
-    transfer = _structured(fields["source"], fields["destination"], stage, number, path, cwd,
-                           recursive=fields["type"] == "directory")
+    transfer = _structured(fields["source"], fields["destination"], stage, number, ctx,
+                           recursive=fields["type"] == "directory",
+                           directive=f"#DW {stage.replace('-', '_')}")
     return DataStep(stage, number, transfer=transfer, origin="DW")
 
 
-def _parse_pbs_w(attributes: str, number: int, path: str, cwd: str, steps: list[DataStep]) -> str:
+def _parse_pbs_w(attributes: str, number: int, ctx: _Context, steps: list[DataStep]) -> str:
     """Take stagein=/stageout= out of a ``#PBS -W`` line; return the attributes left."""
     kept: list[str] = []
     current: str | None = None
-    for item in _split_pbs_attributes(attributes.strip(), number, path):
+    for item in _split_pbs_attributes(attributes.strip(), number, ctx.path):
         key, sep, value = item.partition("=")
         key = key.strip()
         if sep and key in ("stagein", "stageout"):
@@ -362,7 +497,7 @@ def _parse_pbs_w(attributes: str, number: int, path: str, cwd: str, steps: list[
             current = None
             kept.append(item.strip())
             continue
-        steps.append(_pbs_file(value, current, number, path, cwd))
+        steps.append(_pbs_file(value, current, number, ctx))
     return ",".join(kept)
 
 
@@ -373,20 +508,67 @@ def _split_pbs_attributes(attributes: str, number: int, path: str) -> list[str]:
     return attributes.split(",")
 
 
-def _pbs_file(spec: str, kind: str, number: int, path: str, cwd: str) -> DataStep:
+def _pbs_file(spec: str, kind: str, number: int, ctx: _Context) -> DataStep:
     # Torque: local_file@hostname:remote_file
     local, at, remote = spec.partition("@")
     host, colon, remote_path = remote.partition(":")
+    directive = f"#PBS -W {kind}"
     if not at or not colon or not local or not host or not remote_path:
-        raise DirectiveError(f"#PBS -W {kind}: expected local_file@host:remote_file, got '{spec}'",
-                             path=path, line=number)
+        raise ctx.error(f"{directive}: expected local_file@host:remote_file, got '{spec}'", number)
+    if not is_host_name(host.rpartition("@")[2]):
+        raise ctx.error(f"{directive}: '{host}' is not a host name (letters, digits, inner - "
+                        "and dots)", number)
     remote_spec = f"{host}:{remote_path}"
     stage = STAGE_IN if kind == "stagein" else STAGE_OUT
     if stage == STAGE_IN:
-        transfer = _structured(remote_spec, local, stage, number, path, cwd)
+        transfer = _structured(remote_spec, local, stage, number, ctx, directive=directive)
     else:
-        transfer = _structured(local, remote_spec, stage, number, path, cwd)
+        transfer = _structured(local, remote_spec, stage, number, ctx, directive=directive)
     return DataStep(stage, number, transfer=transfer, origin="PBS")
+
+
+def _check_destinations(steps: list[DataStep], ctx: _Context) -> None:
+    """No two transfers of a stage write one destination, nor one inside the other's folder."""
+    written: dict[str, list[tuple[tuple[str, str], str, DataStep]]] = {STAGE_IN: [], STAGE_OUT: []}
+    for step in steps:
+        if step.transfer is None:
+            continue
+        place, where = _written_place(step.transfer)
+        for other_place, other_where, other in written[step.stage]:
+            if place[0] != other_place[0]:
+                continue
+            if place[1] == other_place[1]:
+                how = f"is also the destination of line {other.line}"
+            elif inside(place[1], other_place[1]):
+                how = f"lies inside {other_where}, the destination of line {other.line}"
+            elif inside(other_place[1], place[1]):
+                how = f"holds {other_where}, the destination of line {other.line}"
+            else:
+                continue
+            raise ctx.error(f"{_directive_of(step)}: the destination {where} {how} (one transfer "
+                            "would overwrite the other)", step.line)
+        written[step.stage].append((place, where, step))
+
+
+def _written_place(transfer: Transfer) -> tuple[tuple[str, str], str]:
+    """((where, normalised path), text) of what ``transfer`` writes; ``where`` is "" for this
+    cluster, else the remote scheme and host."""
+    dst = transfer.destination
+    if dst.is_local:
+        path = landing(transfer)
+        return ("", path), path
+    path = posixpath.normpath(dst.path.rstrip("/") or "/")
+    if dst.is_folder and not transfer.recursive:
+        path = posixpath.join(path, transfer.source.basename)
+    return (f"{dst.scheme}://{dst.host.lower()}", path), f"{dst.scheme}://{dst.host}{path}"
+
+
+def _directive_of(step: DataStep) -> str:
+    if step.origin == "DW":
+        return f"#DW {step.stage.replace('-', '_')}"
+    if step.origin == "PBS":
+        return "#PBS -W " + ("stagein" if step.stage == STAGE_IN else "stageout")
+    return _DIRECTIVE[step.stage]
 
 
 def _dialect(lines: list[str]) -> str | None:
@@ -425,6 +607,3 @@ def _first_line(lines: list[str], prefix: str) -> int | None:
             return number
     return None
 
-
-def _line_of_nul(text: str) -> int:
-    return text[: text.index("\x00")].count("\n") + 1

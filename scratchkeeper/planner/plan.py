@@ -7,6 +7,7 @@ default, and ``afterok`` on the stage-in jobs, so that a stage-in that failed ca
 from __future__ import annotations
 
 import posixpath
+import re
 from dataclasses import dataclass, field
 
 from ..config import SiteConfig
@@ -16,6 +17,9 @@ from .directives import STAGE_IN, STAGE_OUT, DataStep, ParsedScript, StageOption
 from .metadata import extract_transfers
 
 COMPUTE = "compute"
+
+#: the priorities each scheduler takes: Slurm --priority 0..2^32-2, PBS -p -1024..1023
+PRIORITY_RANGE = {"slurm": (0, 4294967294), "pbs": (-1024, 1023)}
 
 
 @dataclass(frozen=True)
@@ -115,8 +119,9 @@ def build_plan(parsed: ParsedScript, config: SiteConfig, *, chain_id: str, workd
     staged: list[StagedFile] = []
     offloaded: list[OffloadedFile] = []
 
+    _check_priorities(parsed, kind)
     in_keys = _data_jobs(parsed, STAGE_IN, config, base_name, chain_id, workdir, jobs, staged,
-                         offloaded)
+                         offloaded, kind=kind)
     compute = PlannedJob(key=COMPUTE, role=COMPUTE, queue=sched.batch_queue,
                          name=parsed.compute_job.get("name") or base_name,
                          depends_on=[Dependency(k, "afterok") for k in in_keys])
@@ -124,7 +129,7 @@ def build_plan(parsed: ParsedScript, config: SiteConfig, *, chain_id: str, workd
     out_type = parsed.options[STAGE_OUT].dependency or sched.stage_out_dependency
     out_deps = [Dependency(COMPUTE, out_type)] + [Dependency(k, "afterok") for k in in_keys]
     _data_jobs(parsed, STAGE_OUT, config, base_name, chain_id, workdir, jobs, staged, offloaded,
-               depends=out_deps)
+               depends=out_deps, kind=kind)
     inputs = sorted({f.path for f in staged} | set(parsed.options[STAGE_IN].inputs))
     return Plan(chain_id=chain_id, script_path=parsed.path, workdir=workdir, scheduler=kind,
                 jobs=jobs, staged_files=staged, offloaded_files=offloaded, inputs=inputs)
@@ -132,7 +137,8 @@ def build_plan(parsed: ParsedScript, config: SiteConfig, *, chain_id: str, workd
 
 def _data_jobs(parsed: ParsedScript, stage: str, config: SiteConfig, base_name: str, chain_id: str,
                workdir: str, jobs: list[PlannedJob], staged: list[StagedFile],
-               offloaded: list[OffloadedFile], depends: list[Dependency] | None = None) -> list[str]:
+               offloaded: list[OffloadedFile], depends: list[Dependency] | None = None, *,
+               kind: str) -> list[str]:
     steps = parsed.stage_steps(stage)
     if not steps:
         return []
@@ -141,7 +147,8 @@ def _data_jobs(parsed: ParsedScript, stage: str, config: SiteConfig, base_name: 
     keys = []
     for number, group in enumerate(groups, 1):
         key = stage if len(groups) == 1 else f"{stage}-{number}"
-        job = _data_job(key, stage, opts, parsed, config, base_name, chain_id, depends or [])
+        job = _data_job(key, stage, opts, parsed, config, base_name, chain_id, depends or [],
+                        kind)
         for step in group:
             job.actions.append(_action(step, config, parsed.path))
             _record(step, key, workdir, staged, offloaded)
@@ -150,16 +157,32 @@ def _data_jobs(parsed: ParsedScript, stage: str, config: SiteConfig, base_name: 
     return keys
 
 
+def _check_priorities(parsed: ParsedScript, kind: str) -> None:
+    """A stage's -priority must be one the scheduler takes."""
+    low, high = PRIORITY_RANGE[kind]
+    for stage, opts in parsed.options.items():
+        if opts.priority is not None and not low <= opts.priority <= high:
+            directive = "#STAGEIN" if stage == STAGE_IN else "#STAGEOUT"
+            raise DirectiveError(f"{directive}: -priority {opts.priority} is outside {kind}'s "
+                                 f"range {low}..{high}", path=parsed.path,
+                                 line=opts.lines.get("priority"))
+
+
+def _inherited_priority(value: str | None, kind: str) -> int | None:
+    """The compute job's priority, if the data jobs can take it on this scheduler."""
+    low, high = PRIORITY_RANGE[kind]
+    if value is None or not re.fullmatch(r"-?[0-9]{1,10}", value):
+        return None
+    return int(value) if low <= int(value) <= high else None
+
+
 def _data_job(key: str, stage: str, opts: StageOptions, parsed: ParsedScript, config: SiteConfig,
-              base_name: str, chain_id: str, depends: list[Dependency]) -> PlannedJob:
+              base_name: str, chain_id: str, depends: list[Dependency], kind: str) -> PlannedJob:
     inherited = parsed.compute_job
     retries = opts.retries if opts.retries is not None else config.retry.attempts - 1
     priority = opts.priority
-    if priority is None and "priority" in inherited:
-        try:
-            priority = int(inherited["priority"])
-        except ValueError:
-            priority = None
+    if priority is None:
+        priority = _inherited_priority(inherited.get("priority"), kind)
     return PlannedJob(
         key=key, role=stage, queue=config.scheduler.data_queue,
         name=opts.job_name or f"{base_name}.{key}",

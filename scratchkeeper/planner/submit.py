@@ -14,7 +14,7 @@ from ..runner import CommandRunner, get_runner, set_runner
 from ..schedulers import Scheduler, SubmitSpec, get_scheduler
 from ..state import StateStore
 from . import records
-from .directives import ParsedScript, parse_script
+from .directives import ParsedScript, confine, parse_script
 from .plan import COMPUTE, Plan, build_plan
 from .render import render_plan
 
@@ -59,9 +59,13 @@ def prepare(script_path: str, config: SiteConfig, *, scheduler: str | None = Non
     """Parse, plan and render ``script_path``; raises before anything is submitted."""
     workdir = os.path.abspath(workdir or os.getcwd())
     text = read_script(script_path)
-    parsed = parse_script(text, script_path, cwd=workdir)
+    parsed = parse_script(text, script_path, cwd=workdir, scratch_root=config.storage.scratch_root)
     for path in extra_inputs or []:
-        parsed.options["stage-in"].inputs.append(os.path.abspath(os.path.join(workdir, path)))
+        full = os.path.normpath(os.path.join(workdir, path))
+        reason = confine(full, config.storage.scratch_root)
+        if reason:
+            raise InputError(f"--input {path}: {full} {reason}")
+        parsed.options["stage-in"].inputs.append(full)
     plan = build_plan(parsed, config, chain_id=chain_id or new_chain_id(), workdir=workdir,
                       scheduler=scheduler)
     try:

@@ -30,7 +30,7 @@ class UnsupportedTransfer(ValueError):
 
 def destination_path(source: Location, destination: Location) -> str:
     """A destination ending in ``/`` is a directory: the source's file name goes inside it."""
-    if destination.text.endswith("/"):
+    if destination.is_folder:
         return posixpath.join(destination.path.rstrip("/"), source.basename)
     return destination.path.rstrip("/") or "/"
 

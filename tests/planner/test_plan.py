@@ -4,14 +4,18 @@ import json
 import subprocess
 import sys
 
-from scratchkeeper.config import SiteConfig
+import pytest
+
+from scratchkeeper.config import SiteConfig, StorageConfig
+from scratchkeeper.errors import DirectiveError
 from scratchkeeper.planner.directives import parse_script
 from scratchkeeper.planner.plan import build_plan
 
 
 def plan_of(text, config=None):
-    parsed = parse_script(text, "job.sh", cwd="/w")
-    return build_plan(parsed, config or SiteConfig(), chain_id="skt", workdir="/w")
+    config = config or SiteConfig(storage=StorageConfig(scratch_root="/s"))
+    parsed = parse_script(text, "job.sh", cwd="/s/w", scratch_root=config.storage.scratch_root)
+    return build_plan(parsed, config, chain_id="skt", workdir="/s/w")
 
 
 def deps(job):
@@ -53,7 +57,7 @@ def test_data_jobs_inherit_qos_account_priority_unless_told():
 def test_explicit_inputs_join_the_staged_files():
     plan = plan_of("#!/bin/bash\n#STAGEIN -input /s/extra.dat -input rel.dat\n"
                    "#STAGEIN http://h/a /s/a\nrun\n")
-    assert plan.inputs == ["/s/a", "/s/extra.dat", "/w/rel.dat"]
+    assert plan.inputs == ["/s/a", "/s/extra.dat", "/s/w/rel.dat"]
 
 
 def test_plan_dry_run_json_contract(tmp_path):
@@ -80,3 +84,72 @@ def test_plan_dry_run_json_contract(tmp_path):
     assert plan["commands"][-1][:2] == ["scontrol", "release"]
     # nothing was written: no state database, no spool
     assert not state.exists() and not (tmp_path / "spool").exists()
+
+
+def test_a_transfer_into_the_scratch_root_or_dir_dot_lands_inside_it():
+    config = SiteConfig(storage=StorageConfig(scratch_root="/s"))
+    plan = plan_of("#!/bin/bash\n#STAGEIN http://h/a.dat /s\n#STAGEIN /home/u/b.dat /s/u/.\nrun\n",
+                   config)
+    assert [f.path for f in plan.staged_files] == ["/s/a.dat", "/s/u/b.dat"]
+    argv = [a.argv for a in plan.job("stage-in").actions]
+    assert argv[0][argv[0].index("--output") + 1] == "/s/a.dat"
+    assert argv[1][-2:] == ("/home/u/b.dat", "/s/u/b.dat")
+
+
+@pytest.mark.parametrize("scheduler, priority, ok", [
+    ("slurm", "5000", True), ("slurm", "-5", False), ("pbs", "-1024", True), ("pbs", "1024", False),
+    ("pbs", "5000", False),
+])
+def test_priority_is_bounded_by_the_scheduler(scheduler, priority, ok):
+    config = SiteConfig(storage=StorageConfig(scratch_root="/s"))
+    parsed = parse_script(f"#!/bin/bash\n#STAGEIN http://h/a /s/a\n#STAGEIN -priority {priority}\nrun\n",
+                          "job.sh", cwd="/s", scratch_root="/s")
+    if ok:
+        plan = build_plan(parsed, config, chain_id="skt", workdir="/s", scheduler=scheduler)
+        assert plan.job("stage-in").priority == int(priority)
+        return
+    with pytest.raises(DirectiveError, match=rf"^job.sh:3: #STAGEIN: -priority {priority} is "
+                                             rf"outside {scheduler}'s range"):
+        build_plan(parsed, config, chain_id="skt", workdir="/s", scheduler=scheduler)
+
+
+def test_an_inherited_priority_the_scheduler_cannot_take_is_not_inherited():
+    text = "#!/bin/bash\n#PBS -p 5000\n#STAGEIN http://h/a /s/a\nrun\n"
+    config = SiteConfig(storage=StorageConfig(scratch_root="/s"))
+    parsed = parse_script(text, "job.sh", cwd="/s", scratch_root="/s")
+    assert build_plan(parsed, config, chain_id="skt", workdir="/s", scheduler="slurm").job(
+        "stage-in").priority == 5000
+    assert build_plan(parsed, config, chain_id="skt", workdir="/s", scheduler="pbs").job(
+        "stage-in").priority is None
+
+
+@pytest.mark.parametrize("command", ["plan", "submit"])
+@pytest.mark.parametrize("line, extra, message", [
+    ("#STAGEIN gsiftp://host/$(touch PWNED) a", [], "job.sh:2: #STAGEIN: a transfer is exactly "
+     "SOURCE DESTINATION"),
+    ("#STAGEIN http://h/a /etc/cron.d/x", [], "job.sh:2: #STAGEIN: the destination /etc/cron.d/x is "
+     "outside the scratch root {root}"),
+    ("#STAGEIN http://h/a ../../x", [], "job.sh:2: #STAGEIN: the destination {tmp}/x is "
+     "outside the scratch root {root}"),
+    ("#PBS -W stagein=a@-oProxyCommand=sh:/r", [], "job.sh:2: #PBS -W stagein: "
+     "'-oProxyCommand=sh' is not a host name"),
+    ("#STAGEIN http://h/a a", ["--input", "../../passwd"],
+     "--input ../../passwd: {tmp}/passwd is outside the scratch root {root}"),
+])
+def test_cli_refuses_with_exit_2_and_one_line(tmp_path, command, line, extra, message):
+    root = tmp_path / "scratch"
+    workdir = root / "u"
+    workdir.mkdir(parents=True)
+    script = workdir / "job.sh"
+    script.write_text(f"#!/bin/bash\n{line}\nrun\n")
+    state = tmp_path / "state.db"
+    site = tmp_path / "site.toml"
+    site.write_text(f'[state]\ndatabase = "{state}"\n[storage]\nscratch_root = "{root}"\n')
+    result = subprocess.run([sys.executable, "-m", "scratchkeeper", "-c", str(site), command,
+                             *extra, "job.sh"], capture_output=True, text=True, cwd=workdir,
+                            timeout=60)
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.count("\n") == 1, result.stderr
+    assert message.format(root=root, tmp=tmp_path) in result.stderr
+    assert result.stdout == ""
+    assert not state.exists() and not list(tmp_path.rglob("PWNED"))

@@ -16,6 +16,7 @@ from scratchkeeper.errors import ConfigError
 from scratchkeeper.planner.directives import parse_script
 from scratchkeeper.planner.plan import build_plan
 from scratchkeeper.planner.render import render_plan
+from scratchkeeper.storage import open_backend
 
 HERE = Path(__file__).parent
 GOLDEN = HERE / "golden"
@@ -25,7 +26,8 @@ CASES = [(script, scheduler) for script in ("seed004.pbs", "structured.sbatch", 
 
 def rendered(script_name, scheduler, config):
     path = HERE / "scripts" / script_name
-    parsed = parse_script(path.read_text(), f"scripts/{script_name}", cwd="/home/alice/work")
+    parsed = parse_script(path.read_text(), f"scripts/{script_name}", cwd="/home/alice/work",
+                          scratch_root=config.storage.scratch_root)
     plan = build_plan(parsed, config, chain_id="skgolden0001", workdir="/home/alice/work",
                       scheduler=scheduler)
     render_plan(plan, parsed.shebang, parsed.compute_script, config)
@@ -101,9 +103,10 @@ def test_hostile_names_are_copied_not_executed(tmp_path, monkeypatch):
     workdir = tmp_path / "work"
     workdir.mkdir()
     config = SiteConfig(state=StateConfig(database=str(tmp_path / "state.db")),
-                        storage=StorageConfig(scratch_root=str(tmp_path / "elsewhere"),
+                        storage=StorageConfig(scratch_root=str(scratch),
                                               store_root=str(tmp_path / "store")))
-    parsed = parse_script(script.read_text(), str(script), cwd=str(workdir))
+    parsed = parse_script(script.read_text(), str(script), cwd=str(workdir),
+                          scratch_root=str(scratch))
     plan = build_plan(parsed, config, chain_id="skhostile001", workdir=str(workdir))
     render_plan(plan, parsed.shebang, parsed.compute_script, config)
     from scratchkeeper.planner import records
@@ -115,12 +118,15 @@ def test_hostile_names_are_copied_not_executed(tmp_path, monkeypatch):
     env = dict(os.environ, SCRATCHKEEPER_CONFIG=str(tmp_path / "site.toml"))
     (tmp_path / "site.toml").write_text(
         f'[state]\ndatabase = "{config.state.database}"\n'
-        f'[storage]\nscratch_root = "{tmp_path / "elsewhere"}"\nstore_root = "{tmp_path / "store"}"\n')
+        f'[storage]\nscratch_root = "{scratch}"\nstore_root = "{tmp_path / "store"}"\n')
     result = subprocess.run(["bash", "-s"], input=stage_in, text=True, capture_output=True,
                             cwd=workdir, env=env, timeout=120)
     assert result.returncode == 0, result.stderr
+    # the commit moved the files into the embedded striped store; read them back from it
+    backend = open_backend(config)
     for index, name in enumerate(HOSTILE):
-        assert (scratch / name).read_text() == f"payload {index}\n"
+        payload = f"payload {index}\n".encode()
+        assert backend.read(str(scratch / name), 0, 64) == payload
     leftovers = [p for p in tmp_path.rglob("PWNED*")]
     assert leftovers == [] and not list(Path(workdir).glob("PWNED*"))
     rows = records.staged_files(store, "skhostile001")
@@ -129,8 +135,9 @@ def test_hostile_names_are_copied_not_executed(tmp_path, monkeypatch):
 
 
 def test_header_values_with_shell_characters_are_refused(config):
-    text = "#!/bin/bash\n#STAGEIN http://h/a /s/a\nrun\n"
-    parsed = parse_script(text, "weird name;$(x).sh", cwd="/w")
+    text = "#!/bin/bash\n#STAGEIN http://h/a /scratch/a\nrun\n"
+    parsed = parse_script(text, "weird name;$(x).sh", cwd="/w",
+                          scratch_root=config.storage.scratch_root)
     plan = build_plan(parsed, config, chain_id="skx", workdir="/w")
     with pytest.raises(ValueError, match="unsafe value"):
         render_plan(plan, parsed.shebang, parsed.compute_script, config)

@@ -52,7 +52,7 @@ def test_admin_comment_round_trip():
 def test_requests_become_the_planners_directives_after_the_script():
     script = "#!/bin/bash\n#SBATCH -N 1\n#STAGEIN -retry 1\nwork\n"
     text = planned_text(script, (StageRequest("stage-in", "ftp://h:2811/a b", "/s/a b"),))
-    parsed = parse_script(text, "job.sh", cwd="/tmp")
+    parsed = parse_script(text, "job.sh", cwd="/tmp", scratch_root="/s")
     (step,) = parsed.stage_steps("stage-in")
     assert step.line == 5  # after the script's own 4 lines, which keep their numbers
     assert step.transfer.source.uri == "ftp://h:2811/a%20b" or step.transfer.source.text == "ftp://h:2811/a b"
