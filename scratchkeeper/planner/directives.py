@@ -31,6 +31,7 @@ import re
 import shlex
 from dataclasses import dataclass, field, replace
 
+from ..config import slurm_time_seconds
 from ..errors import ConfigError, DirectiveError
 from ..transfer.uri import (Location, UnknownScheme, SCHEMES, inside, is_host_name, names_data,
                             parse_location)
@@ -45,7 +46,6 @@ _PBS_W_STAGE_RE = re.compile(r"(^|,)\s*(stagein|stageout)\s*=")
 _SAFE_VALUE_RE = re.compile(r"^[A-Za-z0-9._:+@/=][A-Za-z0-9._:+@/=-]*$")
 # a literal command starts with the name of a command, then a blank or the end (or ; & |)
 _COMMAND_NAME_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._+-]*(?=[\s;&|]|$)")
-_WALLTIME_RE = re.compile(r"^(?:([0-9]+)-)?([0-9]+)(?::([0-9]{1,2}))?(?::([0-9]{1,2}))?$")
 
 #: bounds of the numeric stage options (the scheduler's own bounds of -priority: plan.py)
 MAX_RETRIES = 100
@@ -318,7 +318,7 @@ def landing(transfer: Transfer) -> str:
 def confine(path: str, scratch_root: str) -> str | None:
     """Why ``path`` (absolute, normalised) may not be staged data: it is outside
     ``scratch_root``, the root itself, or leads out of it through a symbolic link; None if it
-    may. Links are resolved as far as the path exists now (the data job checks again)."""
+    may. Symbolic links are resolved as far as the path exists when the script is planned."""
     path = posixpath.normpath(path)
     root = posixpath.normpath(scratch_root)
     if not inside(path, root):
@@ -397,11 +397,13 @@ def _set_option(opts: StageOptions, name: str, value: str | None, directive: str
             bad(f"a whole number of retries from 0 to {MAX_RETRIES}")
         opts.retries = int(value)
     elif name == "retry-delay":
-        if not re.fullmatch(r"[0-9]{1,5}(?:\.[0-9]{1,6})?", value) or float(value) > MAX_RETRY_DELAY:
+        if (not re.fullmatch(r"[0-9]{1,5}(?:\.[0-9]{1,6})?", value)
+                or float(value) > MAX_RETRY_DELAY):
             bad(f"seconds from 0 to {MAX_RETRY_DELAY:.0f}")
         opts.retry_delay = float(value)
     elif name == "walltime":
-        seconds = walltime_seconds(value)
+        # ASCII and short first: the parser's \d takes any script's digits, int() no 5000
+        seconds = slurm_time_seconds(value) if value.isascii() and len(value) <= 16 else None
         if seconds is None:
             bad("a time like 30, 01:30:00 or 1-00:00:00")
         if not 0 < seconds <= MAX_WALLTIME_SECONDS:
@@ -431,27 +433,6 @@ def _set_option(opts: StageOptions, name: str, value: str | None, directive: str
             bad("a path on this cluster")
         _confine(location.path, "input", directive, number, ctx)
         opts.inputs.append(location.path.rstrip("/"))
-
-
-def walltime_seconds(value: str) -> int | None:
-    """Seconds in a Slurm time (``M``, ``M:S``, ``H:M:S``, ``D-H``, ``D-H:M``, ``D-H:M:S``);
-    None if ``value`` is not one. Minutes and seconds after a colon are below 60, hours after
-    a day below 24."""
-    match = _WALLTIME_RE.match(value)
-    if not match or len(value) > 16:
-        return None
-    days, first, second, third = match.groups()
-    if days is not None:
-        hours, minutes, seconds = int(first), int(second or 0), int(third or 0)
-        if hours >= 24:
-            return None
-    elif third is not None:
-        hours, minutes, seconds = int(first), int(second), int(third)
-    else:
-        hours, minutes, seconds = 0, int(first), int(second or 0)
-    if (second is not None and int(second) >= 60) or (third is not None and int(third) >= 60):
-        return None
-    return ((int(days or 0) * 24 + hours) * 60 + minutes) * 60 + seconds
 
 
 def _parse_datawarp(text: str, stage: str, number: int, ctx: _Context) -> DataStep:

@@ -189,7 +189,8 @@ def test_the_docs_example_with_a_trailing_comment_is_a_transfer():
 
 
 @pytest.mark.parametrize("line, source, destination", [
-    ('#STAGEIN "gsiftp://h/my file.h5" /scratch/a/', "gsiftp://h/my file.h5", "/scratch/a/my file.h5"),
+    ('#STAGEIN "gsiftp://h/my file.h5" /scratch/a/', "gsiftp://h/my file.h5",
+     "/scratch/a/my file.h5"),
     ("#STAGEIN 'gsiftp://h/$(rm -rf ~)' /scratch/a/x", "gsiftp://h/$(rm -rf ~)", "/scratch/a/x"),
     ("#STAGEIN gsiftp://h/`id` /scratch/a/x", "gsiftp://h/`id`", "/scratch/a/x"),
     ("#STAGEIN gsiftp://h/a|b /scratch/a/x # a|b is a name", "gsiftp://h/a|b", "/scratch/a/x"),
@@ -239,7 +240,7 @@ def test_option_lines_may_end_in_a_comment():
 # --- the local side on scratch lies inside storage.scratch_root -----------------------------
 
 @pytest.mark.parametrize("line, message", [
-    ("#STAGEIN http://h/a /etc/cron.d/x", "the destination /etc/cron.d/x is outside the scratch root"),
+    ("#STAGEIN http://h/a /etc/cron.d/x", "the destination /etc/cron.d/x is outside the scratch"),
     ("#STAGEIN http://h/a /root/.ssh/authorized_keys", "is outside the scratch root"),
     ("#STAGEIN http://h/a /", "the destination /a is outside the scratch root"),
     ("#STAGEIN http://h/a /scratch/../etc/x", "the destination /etc/x is outside"),
@@ -255,9 +256,12 @@ def test_option_lines_may_end_in_a_comment():
     ("#STAGEOUT ../../root/.ssh/id_rsa gsiftp://h/x", "the source /root/.ssh/id_rsa is outside"),
     ("#STAGEOUT /scratch gsiftp://h/x/", "is the scratch root /scratch itself"),
     ("#STAGEOUT /scratch/. gsiftp://h/x/", "is the scratch root /scratch itself"),
-    ("#DW stage_in source=/lus/a destination=/etc/x type=file", "#DW stage_in: the destination /etc/x"),
-    ("#DW stage_in source=/lus/a destination=/scratch type=directory", "the scratch root /scratch itself"),
-    ("#DW stage_out source=/home/a/x destination=/lus/x type=file", "#DW stage_out: the source /home/a/x"),
+    ("#DW stage_in source=/lus/a destination=/etc/x type=file",
+     "#DW stage_in: the destination /etc/x"),
+    ("#DW stage_in source=/lus/a destination=/scratch type=directory",
+     "the scratch root /scratch itself"),
+    ("#DW stage_out source=/home/a/x destination=/lus/x type=file",
+     "#DW stage_out: the source /home/a/x"),
     ("#PBS -W stagein=/etc/x@h:/r/x", "#PBS -W stagein: the destination /etc/x is outside"),
     ("#PBS -W stagein=../../x@h:/r/x", "the destination /x is outside"),
     ("#PBS -W stageout=/root/x@h:/r/x", "#PBS -W stageout: the source /root/x is outside"),
@@ -306,7 +310,8 @@ def test_a_relative_scratch_root_is_a_config_error():
 # --- hosts, CR LF, bounds ---------------------------------------------------------------------
 
 @pytest.mark.parametrize("line, message", [
-    ("#PBS -W stagein=/scratch/a@-oProxyCommand=sh:/r/a", "'-oProxyCommand=sh' is not a host name"),
+    ("#PBS -W stagein=/scratch/a@-oProxyCommand=sh:/r/a",
+     "'-oProxyCommand=sh' is not a host name"),
     ("#PBS -W stagein=/scratch/a@-v:/r/a", "'-v' is not a host name"),
     ("#PBS -W stagein=/scratch/a@h=x:/r/a", "'h=x' is not a host name"),
     ("#PBS -W stagein=/scratch/a@u@-F/x:/r/a", "not a host name"),
@@ -397,7 +402,8 @@ def test_two_transfers_to_one_destination_are_refused(first, second, message):
 
 
 def test_distinct_destinations_are_fine():
-    parsed = parse_text("#!/bin/bash\n#STAGEIN http://h/a /scratch/a\n#STAGEIN http://h/b /scratch/ab\n"
+    parsed = parse_text("#!/bin/bash\n#STAGEIN http://h/a /scratch/a\n"
+                        "#STAGEIN http://h/b /scratch/ab\n"
                         "#STAGEIN http://h/c /scratch/c/\n#STAGEIN http://h/d /scratch/c/\n"
                         "srun app\n#STAGEOUT /scratch/a gsiftp://h/r/a\n"
                         "#STAGEOUT /scratch/ab gsiftp://other/r/a\n")
@@ -428,7 +434,8 @@ def doc_examples(name):
 def test_every_example_in_the_docs_parses(index):
     block = doc_examples("directives.rst")[index]
     steps_before = sum(1 for line in block if line.startswith(("#STAGE", "#DW", "#PBS -W")))
-    parsed = parse_text("#!/bin/bash\n" + "\n".join(block) + "\nsrun app\n", cwd="/scratch/alice")
+    parsed = parse_text("#!/bin/bash\n" + "\n".join(block) + "\nsrun app\n",
+                        cwd="/scratch/alice")
     assert steps_before and (parsed.steps or any(o.lines for o in parsed.options.values()))
     # and each is what the docs say it is: a line naming data first is a transfer
     for step in parsed.steps:

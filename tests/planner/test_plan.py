@@ -88,8 +88,8 @@ def test_plan_dry_run_json_contract(tmp_path):
 
 def test_a_transfer_into_the_scratch_root_or_dir_dot_lands_inside_it():
     config = SiteConfig(storage=StorageConfig(scratch_root="/s"))
-    plan = plan_of("#!/bin/bash\n#STAGEIN http://h/a.dat /s\n#STAGEIN /home/u/b.dat /s/u/.\nrun\n",
-                   config)
+    plan = plan_of("#!/bin/bash\n#STAGEIN http://h/a.dat /s\n#STAGEIN /home/u/b.dat /s/u/.\n"
+                   "run\n", config)
     assert [f.path for f in plan.staged_files] == ["/s/a.dat", "/s/u/b.dat"]
     argv = [a.argv for a in plan.job("stage-in").actions]
     assert argv[0][argv[0].index("--output") + 1] == "/s/a.dat"
@@ -102,8 +102,8 @@ def test_a_transfer_into_the_scratch_root_or_dir_dot_lands_inside_it():
 ])
 def test_priority_is_bounded_by_the_scheduler(scheduler, priority, ok):
     config = SiteConfig(storage=StorageConfig(scratch_root="/s"))
-    parsed = parse_script(f"#!/bin/bash\n#STAGEIN http://h/a /s/a\n#STAGEIN -priority {priority}\nrun\n",
-                          "job.sh", cwd="/s", scratch_root="/s")
+    text = f"#!/bin/bash\n#STAGEIN http://h/a /s/a\n#STAGEIN -priority {priority}\nrun\n"
+    parsed = parse_script(text, "job.sh", cwd="/s", scratch_root="/s")
     if ok:
         plan = build_plan(parsed, config, chain_id="skt", workdir="/s", scheduler=scheduler)
         assert plan.job("stage-in").priority == int(priority)
@@ -125,9 +125,11 @@ def test_an_inherited_priority_the_scheduler_cannot_take_is_not_inherited():
 
 @pytest.mark.parametrize("command", ["plan", "submit"])
 @pytest.mark.parametrize("line, extra, message", [
-    ("#STAGEIN gsiftp://host/$(touch PWNED) a", [], "job.sh:2: #STAGEIN: a transfer is exactly "
+    ("#STAGEIN gsiftp://host/$(touch PWNED) a", [], "job.sh:2: #STAGEIN: a transfer is "
+     "exactly "
      "SOURCE DESTINATION"),
-    ("#STAGEIN http://h/a /etc/cron.d/x", [], "job.sh:2: #STAGEIN: the destination /etc/cron.d/x is "
+    ("#STAGEIN http://h/a /etc/cron.d/x", [], "job.sh:2: #STAGEIN: the destination "
+     "/etc/cron.d/x is "
      "outside the scratch root {root}"),
     ("#STAGEIN http://h/a ../../x", [], "job.sh:2: #STAGEIN: the destination {tmp}/x is "
      "outside the scratch root {root}"),
