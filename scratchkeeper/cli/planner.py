@@ -155,8 +155,8 @@ def _status(args) -> int:
             print(f"  reason: {status.reason}")
         for job in status.jobs:
             line = f"  {job.key:12} {job.job_id or '-':>8}  {job.queue:10} {job.state}"
-            if job.exit_code not in (None, 0):
-                line += f" (exit {job.exit_code})"
+            if job.exit_code not in (None, 0) or job.exit_signal:
+                line += f" (exit {job.exit_code}:{job.exit_signal or 0})"
             if job.reason:
                 line += f"  {job.reason}"
             print(line)

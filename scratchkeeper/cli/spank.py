@@ -13,6 +13,7 @@ import threading
 from ..errors import InputError, ScratchkeeperError
 from ..planner import records
 from ..planner.attach import chain_pending, split_request
+from ..planner.settle import settle_chains
 from ..state import StateStore
 from . import daemon_logging, site_config
 
@@ -22,11 +23,17 @@ def register(subparsers) -> None:
     actions = group.add_subparsers(dest="spank_command", metavar="ACTION")
     actions.required = True
     chain = actions.add_parser(
-        "chain", help="chain data jobs to the jobs job_submit.lua held, then release them",
+        "chain", help="chain data jobs to the jobs job_submit.lua held, then release them; "
+                      "end chains whose stage-in ended without staging",
         description="Finds held jobs marked by job_submit.lua (one squeue call), submits their "
                     "data jobs exactly as `scratchkeeper submit` would, makes each job depend "
-                    "on its stage-in and releases it.")
-    chain.add_argument("job_ids", nargs="*", metavar="JOBID", help="only these jobs")
+                    "on its stage-in and releases it. Then cancels the compute and stage-out "
+                    "jobs of every chain in the state database (chained here or made by "
+                    "`scratchkeeper submit`) whose stage-in ended any way but success "
+                    "(cancelled, walltime, node failure, killed before it could report), "
+                    "with the reason recorded for `scratchkeeper status`.")
+    chain.add_argument("job_ids", nargs="*", metavar="JOBID",
+                       help="only these jobs (and only the chains holding them)")
     chain.add_argument("--watch", type=float, metavar="SECONDS",
                        help="keep sweeping every SECONDS until SIGTERM (a service)")
     chain.set_defaults(func=_chain)
@@ -45,6 +52,10 @@ def _sweep(config, store, only) -> int:
         else:
             jobs = ", ".join(f"{k} {v}" for k, v in outcome.data_jobs.items()) or "already chained"
             print(f"job {outcome.job_id}: chain {outcome.chain_id}: {jobs}; released", flush=True)
+    for end in settle_chains(config, store, job_ids=only):
+        if end.cancelled:
+            print(f"chain {end.chain_id}: {end.reason}; cancelled {', '.join(end.cancelled)}",
+                  flush=True)
     return failures
 
 

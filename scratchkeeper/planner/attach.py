@@ -219,6 +219,12 @@ def chain_job(job: HeldJob, config: SiteConfig, store: StateStore,
             _mark_and_release(job, existing, runner, config)
             outcome.chain_id = existing
             return outcome
+        if row is not None and row["state"] == records.STAGE_IN_FAILED:
+            # its stage-in ended before the release (the sweep's cancel of the job failed):
+            # planning it again would stage what already failed; it ends instead
+            refuse_job(job, f"chain {existing}: {row['reason']}", config, runner)
+            outcome.chain_id, outcome.error = existing, row["reason"]
+            return outcome
         _undo(store, scheduler, existing, job.job_id)
     text = job_script(job.job_id, runner, timeout=config.scheduler.command_timeout)
     parsed = parse_script(planned_text(text, job.requests), job.script_path, cwd=job.workdir,

@@ -6,9 +6,10 @@ from dataclasses import asdict, dataclass
 
 from ..config import SiteConfig
 from ..errors import PermissionDenied, ScratchkeeperError, UnknownJobError
-from ..schedulers import JobRecord, get_scheduler
+from ..schedulers import JobRecord, JobState, get_scheduler
 from ..state import StateStore
 from . import records
+from .settle import stage_in_failure
 
 
 @dataclass
@@ -21,6 +22,9 @@ class JobStatus:
     reason: str
     exit_code: int | None
     log_path: str | None
+    #: the scheduler's own word for the state (TIMEOUT, CANCELLED, C...) and the signal
+    native_state: str = ""
+    exit_signal: int | None = None
 
 
 @dataclass
@@ -58,45 +62,58 @@ def chain_status(store: StateStore, config: SiteConfig, chain_id: str, *,
     if ids:
         scheduler = get_scheduler(config, chain["scheduler"])
         try:
-            live = scheduler.lookup(ids)
-        except UnknownJobError:
-            live = {}
-            for job_id in ids:  # one at a time, so one forgotten job does not hide the others
-                try:
-                    live.update(scheduler.lookup([job_id]))
-                except UnknownJobError:
-                    pass
+            live = scheduler.lookup(ids, missing_ok=True)  # a forgotten job hides no other
         except ScratchkeeperError as err:
             scheduler_note = f"scheduler unreachable: {err}"
-    jobs = []
-    for row in rows:
-        record = live.get(row["job_id"]) if row["job_id"] else None
-        jobs.append(_job_status(row, record))
+    # Only a scheduler that answered can say a stage-in is gone; an unreachable one says nothing.
+    failures = [] if scheduler_note else [
+        f for f in (stage_in_failure(r, live.get(r["job_id"])) for r in rows) if f]
+    jobs = [_job_status(row, live.get(row["job_id"]) if row["job_id"] else None,
+                        "; ".join(failures)) for row in rows]
     staged = [{"path": r["path"], "source": r["source"], "state": r["state"], "size": r["size"],
                "checksum": r["checksum"]} for r in records.staged_files(store, chain_id)]
-    return ChainStatus(chain_id, chain["script_path"], _chain_state(chain, jobs),
-                       chain["reason"] or scheduler_note, jobs, staged)
+    state, reason = chain["state"], chain["reason"]
+    if state == records.SUBMITTED and failures:
+        # the chain service records this at its next sweep; say it now
+        state, reason = records.STAGE_IN_FAILED, "; ".join(failures)
+    return ChainStatus(chain_id, chain["script_path"], _chain_state(state, jobs),
+                       reason or scheduler_note, jobs, staged)
 
 
-def _job_status(row, record: JobRecord | None) -> JobStatus:
+def _job_status(row, record: JobRecord | None, stage_in_failed: str) -> JobStatus:
+    """A job's state and reason: what scratchkeeper recorded wins over the scheduler's words,
+    and a finished job never shows the pending reason it had before it ended."""
     reason = row["reason"] or ""
+    native, exit_code, exit_signal = "", None, None
     if record is None:
         state = row["state"] if row["job_id"] is None else (
             row["state"] if row["state"] in (records.JOB_DONE, records.JOB_FAILED,
                                              records.JOB_CANCELLED) else "unknown")
-        exit_code = None
     else:
         state = record.state.value
-        exit_code = record.exit_code
+        native, exit_code, exit_signal = record.native_state, record.exit_code, record.exit_signal
         if row["state"] == records.JOB_FAILED and record.state.value in ("completed", "ended"):
             state = "failed"
         elif record.state.value == "ended" and row["state"] in _DB_FINAL:
             state = _DB_FINAL[row["state"]]  # the Torque wrappers say only "C"; we know more
-        if not reason and record.reason:
-            reason = _explain(record.reason)
+        if not reason:
+            reason = _scheduler_reason(row, record, stage_in_failed)
     log_path = row["log_path"].replace("%j", row["job_id"]) if row["log_path"] and row["job_id"] else row["log_path"]
     return JobStatus(row["role"], row["job_key"], row["job_id"], row["queue"], state, reason,
-                     exit_code, log_path)
+                     exit_code, log_path, native, exit_signal)
+
+
+def _scheduler_reason(row, record: JobRecord, stage_in_failed: str) -> str:
+    waits_on_stage_in = row["role"] in ("compute", "stage-out") and stage_in_failed
+    if record.state.is_final:
+        if waits_on_stage_in and record.state is not JobState.COMPLETED:
+            return f"{record.native_state}: never ran, {stage_in_failed}"
+        if record.state in (JobState.COMPLETED, JobState.ENDED):
+            return ""
+        return f"ended {record.outcome()}"  # sacct keeps the pending reason it had: not shown
+    if waits_on_stage_in:
+        return f"{record.reason or record.native_state}: will not run, {stage_in_failed}"
+    return _explain(record.reason) if record.reason else ""
 
 
 _DB_FINAL = {records.JOB_DONE: "completed", records.JOB_CANCELLED: "cancelled",
@@ -115,9 +132,9 @@ def _explain(reason: str) -> str:
     return f"{reason}: {_REASONS[reason]}" if reason in _REASONS else reason
 
 
-def _chain_state(chain, jobs: list[JobStatus]) -> str:
-    if chain["state"] in (records.SUBMIT_FAILED, records.STAGE_IN_FAILED, records.STAGE_OUT_FAILED):
-        return chain["state"]
+def _chain_state(recorded: str, jobs: list[JobStatus]) -> str:
+    if recorded in (records.SUBMIT_FAILED, records.STAGE_IN_FAILED, records.STAGE_OUT_FAILED):
+        return recorded
     states = [j.state for j in jobs]
     if states and all(s in ("completed", "done") for s in states):
         return "completed"
@@ -127,4 +144,4 @@ def _chain_state(chain, jobs: list[JobStatus]) -> str:
         return "running"
     if states and all(s in ("completed", "done", "cancelled", "failed", "ended") for s in states):
         return "ended"
-    return chain["state"]
+    return recorded

@@ -70,10 +70,18 @@ class JobRecord:
     nodes: int = 0
     priority: int | None = None
     exit_code: int | None = None
+    #: the signal that ended the job (Slurm's ``ExitCode`` is ``code:signal``), 0 if none
+    exit_signal: int | None = None
     dependency: str = ""
     submit_time: float | None = None
     start_time: float | None = None
     end_time: float | None = None
+
+    def outcome(self) -> str:
+        """How the job ended, in the scheduler's words: ``TIMEOUT, exit code 0:15``."""
+        if self.exit_code is None:
+            return f"{self.native_state}, exit code unknown"
+        return f"{self.native_state}, exit code {self.exit_code}:{self.exit_signal or 0}"
 
 
 @dataclass(frozen=True)
@@ -162,10 +170,11 @@ class Scheduler:
         """One batched query of the whole queue, in priority order."""
         return QueueSnapshot(tuple(self.backend.order_by_priority(self.query(None))))
 
-    def lookup(self, job_ids: Sequence[str]) -> dict[str, JobRecord]:
+    def lookup(self, job_ids: Sequence[str], *, missing_ok: bool = False) -> dict[str, JobRecord]:
         """The state of each job: queue first, then accounting for the ones gone from it.
 
-        A job that neither knows raises :class:`UnknownJobError`.
+        A job that neither knows raises :class:`UnknownJobError`, or with ``missing_ok`` is
+        left out of the answer (the scheduler said it does not know it: no error hides there).
         """
         wanted = list(dict.fromkeys(str(j) for j in job_ids))
         found: dict[str, JobRecord] = {}
@@ -179,12 +188,19 @@ class Scheduler:
                 raise
         missing = [j for j in wanted if j not in found or not found[j].state.is_final]
         if missing:
-            for record in self.history(missing):
+            try:
+                history = self.history(missing)
+            except SchedulerError as err:
+                # accounting that forgot every one of them says so (Torque: qstat exit 153)
+                if not self.backend.is_unknown_job_error(str(err)):
+                    raise
+                history = []
+            for record in history:
                 if record.job_id in missing and (record.job_id not in found
                                                  or record.state.is_final):
                     found[record.job_id] = record
         unknown = [j for j in wanted if j not in found]
-        if unknown:
+        if unknown and not missing_ok:
             raise UnknownJobError(f"unknown job id{'s' if len(unknown) > 1 else ''}: "
                                   + ", ".join(unknown))
         return found

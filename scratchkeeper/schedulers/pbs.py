@@ -164,4 +164,6 @@ def order_by_priority(records: list[JobRecord]) -> list[JobRecord]:
 
 
 def is_unknown_job_error(message: str) -> bool:
-    return "Unknown Job Id" in message or "Invalid job id" in message
+    # qstat of only unknown ids prints nothing and exits 153 (PBSE_UNKJOBID 15001 & 0xff)
+    return ("Unknown Job Id" in message or "Invalid job id" in message
+            or message.startswith("qstat: qstat failed (exit 153)"))

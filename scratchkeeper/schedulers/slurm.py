@@ -100,13 +100,14 @@ def _record_from_json(job: dict) -> JobRecord:
     if state is JobState.PENDING and reason in _HELD_REASONS:
         state = JobState.HELD
     priority = _number(job.get("priority"))
+    exit_code, exit_signal = _exit_status(job.get("exit_code"))
     return JobRecord(
         job_id=str(job.get("job_id")), state=state, native_state=native,
         reason="" if reason == "None" else reason, name=str(job.get("name") or ""),
         queue=str(job.get("partition") or ""), user=str(job.get("user_name") or ""),
         nodes=int(_number(job.get("node_count")) or 0),
         priority=int(priority) if priority is not None else None,
-        exit_code=_exit_code(job.get("exit_code")),
+        exit_code=exit_code, exit_signal=exit_signal,
         dependency=str(job.get("dependency") or ""),
         submit_time=_time(job.get("submit_time")), start_time=_time(job.get("start_time")),
         end_time=_time(job.get("end_time")))
@@ -135,16 +136,19 @@ def _time(value) -> float | None:
     return float(number) if number else None
 
 
-def _exit_code(value) -> int | None:
-    # 23.02+: {"status": ..., "return_code": N}; 22.05: the raw wait(2) status as an integer
+def _exit_status(value) -> tuple[int | None, int | None]:
+    """(exit code, signal) as sacct's ``ExitCode`` shows them (``code:signal``)."""
+    # 23.02+: {"status": ..., "return_code": N, "signal": {"signal_id": S}}; 22.05: the raw
+    # wait(2) status as an integer (a job killed by SIGTERM: 15, one that exited 3: 768)
     if isinstance(value, dict):
+        signal = value.get("signal")
+        signal_id = _number(signal.get("signal_id")) if isinstance(signal, dict) else None
         if "return_code" in value:
-            return _number(value["return_code"])
+            return _number(value["return_code"]), signal_id or 0
         value = _number(value)
     if isinstance(value, int):
-        signal = value & 0x7F
-        return 128 + signal if signal else (value >> 8) & 0xFF
-    return None
+        return (value >> 8) & 0xFF, value & 0x7F
+    return None, None
 
 
 def build_history(job_ids: Sequence[str]) -> list[str]:
@@ -164,13 +168,14 @@ def parse_history(stdout: str) -> list[JobRecord]:
                                  f"got {len(parts)}: {line!r}")
         row = dict(zip(HISTORY_FIELDS, parts))
         native = row["State"].split()[0] if row["State"] else "UNKNOWN"
-        code = row["ExitCode"].split(":")[0]
+        code, _, signal = row["ExitCode"].partition(":")
         records[row["JobID"]] = JobRecord(
             job_id=row["JobID"], state=STATES.get(native, JobState.UNKNOWN), native_state=native,
             reason="" if row["Reason"] == "None" else row["Reason"], name=row["JobName"],
             queue=row["Partition"], user=row["User"],
             nodes=int(row["NNodes"]) if row["NNodes"].isdigit() else 0,
             exit_code=int(code) if code.isdigit() else None,
+            exit_signal=int(signal) if signal.isdigit() else None,
             submit_time=_sacct_time(row["Submit"]), start_time=_sacct_time(row["Start"]),
             end_time=_sacct_time(row["End"]))
     return list(records.values())

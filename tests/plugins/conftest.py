@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import sys
 import tempfile
 import time
 import uuid
@@ -125,6 +126,15 @@ def jobs(local_cluster):
     tracker = Jobs(local_cluster)
     yield tracker
     tracker.cancel_all()
+
+
+def sk(site: Site, *args: str, check: bool = True) -> subprocess.CompletedProcess:
+    """The real CLI on the test's private site."""
+    argv = [sys.executable, "-m", "scratchkeeper", "-c", str(site.config_path), *args]
+    result = subprocess.run(argv, capture_output=True, text=True, timeout=120)
+    if check and result.returncode != 0:
+        raise AssertionError(f"{argv}: exit {result.returncode}: {result.stderr}")
+    return result
 
 
 def slurmd_log_lines(cluster, needle: str) -> list[str]:

@@ -24,18 +24,10 @@ from scratchkeeper.storage import open_backend
 
 from user_runtime import PLAIN_USER, plain_user, user_runtime
 
-from .conftest import wait_for_log
+from .conftest import sk, wait_for_log
 
 pytestmark = pytest.mark.cluster
 
-
-
-def sk(site, *args, check=True):
-    argv = [sys.executable, "-m", "scratchkeeper", "-c", str(site.config_path), *args]
-    result = subprocess.run(argv, capture_output=True, text=True, timeout=120)
-    if check and result.returncode != 0:
-        raise AssertionError(f"{argv}: exit {result.returncode}: {result.stderr}")
-    return result
 
 
 def admin_comment(job_id: str) -> str:

@@ -10,9 +10,11 @@ from pathlib import Path
 import pytest
 
 from scratchkeeper.errors import SchedulerError, UnknownJobError
-from scratchkeeper.runner import CommandResult, CommandRunner
+from scratchkeeper.runner import CommandResult
 from scratchkeeper.errors import CommandError
 from scratchkeeper.schedulers import JobState, Scheduler, SubmitSpec, pbs, slurm
+
+from scripted_runner import ScriptedRunner
 
 DATA = Path(__file__).parent / "data"
 KNOWN = json.loads((DATA / "manifest.json").read_text())
@@ -138,24 +140,6 @@ def test_pbs_submit_and_refusals():
     with pytest.raises(SchedulerError, match="There was an error running the Slurm sbatch command"):
         pbs.parse_submit((DATA / "qsub-bad-queue.txt").read_text())
     assert pbs.parse_nodes((DATA / "pbsnodes-a.txt").read_text()) == 8
-
-
-class ScriptedRunner(CommandRunner):
-    """Answers commands from a table: (argv prefix) -> CommandResult or exception."""
-
-    def __init__(self, answers):
-        super().__init__()
-        self.answers = answers
-        self.recorded: list[tuple[str, ...]] = []
-
-    def run(self, argv, **kwargs):
-        self.recorded.append(tuple(argv))
-        for prefix, answer in self.answers:
-            if tuple(argv[: len(prefix)]) == prefix:
-                if isinstance(answer, Exception):
-                    raise answer
-                return answer
-        raise AssertionError(f"unexpected command {argv}")
 
 
 @pytest.fixture

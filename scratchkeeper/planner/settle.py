@@ -1,0 +1,190 @@
+"""End the chains whose stage-in ended any way but success (a sweep of the chain service).
+
+A compute job waits on ``afterok`` of its stage-in jobs. A stage-in job that ends without having
+staged its files (scancel, walltime, a failed node, killed before its own ``stage fail`` could
+report) leaves the compute job PENDING with DependencyNeverSatisfied for ever, unless it carries
+Slurm's kill-on-invalid-dependency flag: ``scratchkeeper submit`` sets it, but the chain
+service's compute jobs were submitted by their user with plain sbatch (``scontrol update`` sets
+their dependency and cannot set that flag), and the Torque wrappers never pass it.
+
+:func:`settle_chains` looks at every chain whose stage-in has not recorded its files yet, with
+one scheduler lookup per cycle (queue, then accounting for the jobs gone from it: a job missing
+from the queue is never taken for ended without it), cancels the compute and stage-out jobs of
+a chain whose stage-in ended that way and records why, as the chain's state and on each job.
+Cancel first, record after: a kill -9 in between leaves the stage-in's end to be found again
+by the next cycle. A chain stays watched until its dependents are confirmed ended; then a row in
+``chain_ends`` drops it from the sweep. A chain whose stage-in recorded its files (``stage
+commit``) is never looked at again.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+
+from ..config import SiteConfig
+from ..errors import ScratchkeeperError
+from ..schedulers import JobRecord, JobState, get_scheduler
+from ..state import StateStore
+from . import records
+
+log = logging.getLogger(__name__)
+
+COMPONENT = "chain-ends"
+MIGRATIONS = [
+    """
+    CREATE TABLE chain_ends (
+        chain_id    TEXT PRIMARY KEY REFERENCES chains(chain_id) ON DELETE CASCADE,
+        outcome     TEXT NOT NULL,
+        settled     REAL NOT NULL
+    );
+    """,
+]
+
+#: what a final state means for a data job that could not report it itself
+_CAUSES = {
+    JobState.CANCELLED: "cancelled",
+    JobState.TIMEOUT: "its walltime ran out",
+    JobState.NODE_FAIL: "its node failed",
+    JobState.OUT_OF_MEMORY: "out of memory",
+    JobState.PREEMPTED: "preempted",
+    JobState.FAILED: "failed",
+}
+
+_DEPENDENT_ROLES = ("compute", "stage-out")
+
+
+@dataclass
+class ChainEnd:
+    """What one sweep did to one chain."""
+
+    chain_id: str
+    reason: str
+    cancelled: list[str] = field(default_factory=list)
+    settled: bool = False
+
+
+def open_chain_ends(store: StateStore) -> StateStore:
+    records.open_records(store)
+    store.ensure_schema(COMPONENT, MIGRATIONS)
+    return store
+
+
+def stage_in_failure(row, record: JobRecord | None) -> str | None:
+    """Why the stage-in job of ``row`` ended without staging its files; None while it is queued
+    or running, or once it staged them.
+
+    ``record`` is the scheduler's (None: neither the queue nor accounting knows the job).
+    """
+    if row["role"] != "stage-in" or not row["job_id"] or row["state"] == records.JOB_DONE:
+        return None
+    job = f"stage-in job {row['job_id']}"
+    if record is None:
+        return f"{job} is known neither to the queue nor to accounting and never recorded its files"
+    if not record.state.is_final or record.state is JobState.COMPLETED:
+        return None
+    if record.state is JobState.ENDED:  # the Torque wrappers' "C": how it ended is not said
+        return f"{job} ended (state {record.native_state}, exit status not reported) without " \
+               "recording its staged files"
+    cause = _CAUSES.get(record.state, record.state.value)
+    if record.state is JobState.FAILED and record.exit_signal:
+        cause = f"killed by signal {record.exit_signal}"
+    return f"{job} ended {record.outcome()} ({cause}) before its files were staged"
+
+
+def watched_chains(store: StateStore, job_ids: set[str] | None = None) -> list[str]:
+    """Chains whose stage-in has not recorded its files, or that ended and whose dependents
+    are not yet confirmed ended (all of them, or those holding one of ``job_ids``)."""
+    rows = store.query(
+        "SELECT DISTINCT c.chain_id FROM chains c JOIN chain_jobs j ON j.chain_id = c.chain_id "
+        "WHERE j.role = 'stage-in' AND j.job_id IS NOT NULL "
+        "AND ((c.state = ? AND j.state = ?) OR c.state = ?) "
+        "AND c.chain_id NOT IN (SELECT chain_id FROM chain_ends) ORDER BY c.created",
+        (records.SUBMITTED, records.JOB_SUBMITTED, records.STAGE_IN_FAILED))
+    chains = [row["chain_id"] for row in rows]
+    if job_ids is not None:
+        chains = [c for c in chains if any(r["job_id"] in job_ids
+                                           for r in records.chain_jobs(store, c))]
+    return chains
+
+
+def settle_chains(config: SiteConfig, store: StateStore, *,
+                  job_ids: set[str] | None = None) -> list[ChainEnd]:
+    """One sweep: end the chains whose stage-in ended without staging its files.
+
+    One scheduler lookup per scheduler kind for all watched chains. A scheduler that cannot be
+    reached raises (the caller backs off); nothing is decided without its answer.
+    """
+    open_chain_ends(store)
+    by_kind: dict[str, list[str]] = {}
+    for chain_id in watched_chains(store, job_ids):
+        by_kind.setdefault(records.chain(store, chain_id)["scheduler"], []).append(chain_id)
+    ends = []
+    for kind, chain_ids in by_kind.items():
+        scheduler = get_scheduler(config, kind)
+        ids = [r["job_id"] for c in chain_ids for r in records.chain_jobs(store, c) if r["job_id"]]
+        live = scheduler.lookup(ids, missing_ok=True)
+        # read after the lookup: a `stage fail` that ran meanwhile has recorded its reason
+        decided = [d for d in (_decide(store, records.chain(store, c), records.chain_jobs(store, c),
+                                       live) for c in chain_ids) if d is not None]
+        cancel = [job_id for end, _, _ in decided for job_id in end.cancelled]
+        if cancel:
+            try:
+                scheduler.cancel(cancel)  # one command for the whole cycle
+            except ScratchkeeperError as err:
+                # recorded all the same; the next sweep finds them still queued and tries again
+                log.warning("chain sweep: cancelling %s failed: %s", ", ".join(cancel), err)
+        for end, failures, dependents in decided:
+            if end.cancelled:
+                log.info("chain %s: %s; cancelled %s", end.chain_id, end.reason,
+                         ", ".join(end.cancelled))
+            if failures:
+                _record(store, end.chain_id, failures, dependents, end.reason)
+            elif not end.cancelled:
+                with store.transaction() as conn:
+                    conn.execute("INSERT OR IGNORE INTO chain_ends VALUES (?, ?, ?)",
+                                 (end.chain_id, end.reason, time.time()))
+                end.settled = True
+        ends += [end for end, _, _ in decided]
+    return ends
+
+
+def _decide(store: StateStore, chain, rows, live: dict[str, JobRecord]):
+    """(what to do, the stage-in failures to record, the dependents) of one chain, or None."""
+    chain_id = chain["chain_id"]
+    failures = []
+    for row in rows:
+        record = live.get(row["job_id"]) if row["job_id"] else None
+        failure = stage_in_failure(row, record)
+        if failure:
+            failures.append((row, failure))
+        elif (row["role"] == "stage-in" and row["state"] == records.JOB_SUBMITTED
+              and record is not None and record.state is JobState.COMPLETED):
+            # its `stage commit` ran (the job's last command), in another database maybe
+            records.set_jobs_state(store, chain_id, [row["job_key"]], records.JOB_DONE)
+    recorded = chain["state"] == records.STAGE_IN_FAILED
+    if not recorded and not failures:
+        return None  # still staging, or staged: the compute job's afterok decides
+    if recorded:
+        failures = []  # `stage fail` or an earlier sweep recorded the end; its reason stays
+    dependents = [r for r in rows if r["role"] in _DEPENDENT_ROLES and r["job_id"]]
+    waiting = [r["job_id"] for r in dependents
+               if r["job_id"] in live and not live[r["job_id"]].state.is_final]
+    reason = chain["reason"] if recorded else "; ".join(failure for _, failure in failures)
+    return ChainEnd(chain_id, reason, waiting), failures, dependents
+
+
+def _record(store: StateStore, chain_id: str, failures, dependents, reason: str) -> None:
+    """The stage-in's end and the cancellation of its dependents, in one transaction (unless a
+    `stage fail` recorded the chain's end first: its reason is the better one)."""
+    with store.transaction() as conn:
+        state = conn.execute("SELECT state FROM chains WHERE chain_id = ?", (chain_id,)).fetchone()
+        if state is None or state["state"] != records.SUBMITTED:
+            return
+        for row, failure in failures:
+            records.set_jobs_state(store, chain_id, [row["job_key"]], records.JOB_FAILED, failure)
+        records.set_jobs_state(store, chain_id,
+                               [r["job_key"] for r in dependents if r["state"] != records.JOB_DONE],
+                               records.JOB_CANCELLED, "cancelled: " + reason)
+        records.set_chain_state(store, chain_id, records.STAGE_IN_FAILED, reason)
