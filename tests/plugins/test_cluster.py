@@ -115,17 +115,20 @@ def test_sbatch_stage_in_line_gets_the_planners_data_job_and_metadata(plugins, j
     assert row["state"] == "staged" and row["source"] == uri and row["size"] == len(data)
 
 
-def test_directive_script_given_to_plain_sbatch_is_held_for_chaining(plugins, jobs, site):
+def test_directive_script_given_to_plain_sbatch_is_held_for_chaining(plugins, jobs, site,
+                                                                   local_cluster):
     script = site.root / "job.sh"
-    script.write_text("#!/bin/bash\n#STAGEIN -input /nonexistent/input\ntrue\n")
+    script.write_text(f"#!/bin/bash\n#STAGEIN -input {local_cluster.scratch_root}/nonexistent/input"
+                      "\ntrue\n")
     job_id = jobs.sbatch("--output=/dev/null", str(script), cwd=site.root).stdout.strip()
     assert admin_comment(job_id).startswith(PENDING)
     assert "directives" in admin_comment(job_id)
 
 
-def test_the_owner_cannot_release_a_job_before_it_is_chained(plugins, jobs):
+def test_the_owner_cannot_release_a_job_before_it_is_chained(plugins, jobs, local_cluster):
     user = _plain_user()
-    job_id = jobs.sbatch("--output=/dev/null", "--stage-in=ftp://127.0.0.1:2811/none:/tmp/none",
+    job_id = jobs.sbatch("--output=/dev/null",
+                         f"--stage-in=ftp://127.0.0.1:2811/none:{local_cluster.scratch_root}/none",
                          "--wrap=true", cwd="/tmp", user=user).stdout.strip()
     release = subprocess.run(["runuser", "-u", user, "--", "scontrol", "release", job_id],
                              capture_output=True, text=True, timeout=30)
