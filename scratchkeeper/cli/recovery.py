@@ -13,7 +13,8 @@ from ..recovery.client import RecoveryClient, ServiceUnavailable
 from ..recovery.reader import RecoveringReader
 from ..recovery.reconstruct import Recoverer
 from ..recovery.safety import check_inside_scratch
-from ..recovery.service import RecoveryService, file_status, process_request, resume
+from ..recovery.service import (RecoveryService, check_ost_indices, file_status,
+                                process_request, resume)
 from ..state import StateStore
 from ..storage import open_backend
 from . import daemon_logging, site_config
@@ -136,6 +137,7 @@ def inline_recover(config, path: str, osts: list[int]) -> dict:
     owner = backend.stat(full).uid
     if os.getuid() not in (0, owner):
         raise PermissionDenied(f"{full}: owned by uid {owner}; you may recover only your files")
+    check_ost_indices(backend, osts)
     store = _open_store(config)
     request_id, created = records.enqueue(store, full, reported_osts=osts,
                                           requested_by=os.getuid(), origin="inline")

@@ -18,7 +18,7 @@ from .. import digests
 from ..config import SiteConfig
 from ..errors import InputError, PermissionDenied, ScratchkeeperError, UnknownJobError
 from ..schedulers import get_scheduler
-from ..recovery.safety import open_owned
+from ..ownership import open_owned
 from ..state import StateStore
 from ..storage import open_backend
 from . import records

@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 import socket
 import struct
+import time
 
 from ..errors import (InputError, PermissionDenied, RecoveryError, ScratchkeeperError,
                       StorageError)
@@ -43,18 +44,68 @@ def peer_credentials(conn: socket.socket) -> tuple[int, int, int]:
 
 
 def read_message(stream) -> dict:
+    """The next message of a file-like ``stream`` (the client reading its reply)."""
     line = stream.readline(MAX_LINE + 1)
     if not line:
         raise EOFError("connection closed")
+    return decode_message(line)
+
+
+def decode_message(line: bytes) -> dict:
+    """One message line as a dict; anything else (not UTF-8, not JSON, NaN, a number of 5000
+    digits, nesting deeper than the parser goes, not an object) is an :class:`InputError`."""
     if len(line) > MAX_LINE:
         raise InputError("request longer than 1 MiB")
     try:
-        message = json.loads(line)
+        text = line.decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise InputError(f"request is not UTF-8 (byte {err.start} is {line[err.start]:#04x})") \
+            from None
+    try:
+        message = json.loads(text, parse_constant=_no_constant)
     except json.JSONDecodeError as err:
         raise InputError(f"request is not JSON: {err}") from None
+    except (ValueError, RecursionError) as err:
+        raise InputError(f"request is not usable JSON: {str(err)[:200]}") from None
     if not isinstance(message, dict):
         raise InputError("request must be a JSON object")
     return message
+
+
+def _no_constant(name: str):
+    raise ValueError(f"{name} is not a number a request may carry")
+
+
+def receive_request(conn: socket.socket, timeout: float) -> bytes:
+    """The first line a client sends (without its newline), read within ``timeout`` seconds in
+    all: a client that sends half a request, or a byte at a time, is cut off (RequestTimeout)."""
+    deadline = time.monotonic() + timeout
+    received = bytearray()
+    while True:
+        end = received.find(b"\n")
+        if end != -1:
+            return bytes(received[:end])
+        if len(received) > MAX_LINE:
+            raise InputError("request longer than 1 MiB")
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            raise RequestTimeout(f"request not complete within {timeout:g}s "
+                                 f"({len(received)} bytes received)")
+        conn.settimeout(remaining)
+        try:
+            chunk = conn.recv(65536)
+        except socket.timeout:
+            continue
+        if not chunk:
+            if received:
+                raise RequestTimeout(f"connection closed in the middle of a request "
+                                     f"({len(received)} bytes received)")
+            raise EOFError("connection closed")
+        received += chunk
+
+
+class RequestTimeout(InputError):
+    """A client did not send a whole request in time (or hung up in the middle of one)."""
 
 
 def encode(message: dict) -> bytes:

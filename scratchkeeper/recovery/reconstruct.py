@@ -37,6 +37,7 @@ from .. import digests as block_digests
 from ..config import SiteConfig
 from ..errors import (InputError, RecoveryError, ScratchkeeperError, StorageError,
                       TargetUnavailable, TransferError)
+from ..ownership import Owner
 from ..state import StateStore
 from ..storage import (Extent, FileLayout, OstStatus, Rebuild, StorageBackend,
                        subtract_extents)
@@ -105,9 +106,11 @@ class FileHints:
     sources: tuple[str, ...]
     sha256: str | None
     size: int | None
+    #: whose rights a local (file://) source is read with: the file's owner
+    owner: Owner | None = None
 
     @classmethod
-    def read(cls, backend: StorageBackend, path: str) -> FileHints:
+    def read(cls, backend: StorageBackend, path: str, owner: Owner | None = None) -> FileHints:
         xattrs = backend.list_xattrs(path)
         primary = xattrs.get(XATTR_PREFIX + "source", b"").decode().strip()
         extra = xattrs.get(XATTR_PREFIX + "sources", b"").decode().split()
@@ -115,7 +118,7 @@ class FileHints:
         sha = xattrs.get(XATTR_PREFIX + "sha256", b"").decode().strip() or None
         size_text = xattrs.get(XATTR_PREFIX + "size", b"").decode().strip()
         return cls(sources, sha.removeprefix("sha256:") if sha else None,
-                   int(size_text) if size_text.isdigit() else None)
+                   int(size_text) if size_text.isdigit() else None, owner)
 
 
 class SourceLoad:
@@ -186,8 +189,9 @@ class Recoverer:
         started = time.monotonic()
         full = self.backend.paths.resolve(path)
         check_inside_scratch(full, self.backend.scratch_root)
-        hints = FileHints.read(self.backend, full)
         stat = self.backend.stat(full)
+        # a daemon acting for the file's owner reads its sources with no more rights than theirs
+        hints = FileHints.read(self.backend, full, Owner.of(stat.uid, stat.gid))
         if hints.size is not None and hints.size != stat.size:
             raise RecoveryError(f"{full}: is {stat.size} bytes, {hints.size} were staged in: the "
                                 "file changed since, its source no longer describes it")
@@ -202,17 +206,12 @@ class Recoverer:
         fresh = False  # the first look may reuse a recent probe; a retry always probes again
         while True:
             outcome.attempts += 1
-            statuses, reused = self._probe(reported_osts, fresh)
+            layout = self.backend.layout(full)
+            statuses = self._probe(layout.osts() | set(reported_osts), fresh)
+            fresh = True
             patch_started = time.monotonic()
             healthy = {o.ost_index for o in statuses if o.healthy}
-            layout = self.backend.layout(full)
             failed = sorted(layout.osts() - healthy)
-            if reused and rebuild is None and not layout.lost_extents(failed, stat.size):
-                # a reused probe may predate a failure: "nothing lost" is said on a fresh one
-                outcome.attempts -= 1
-                fresh = True
-                continue
-            fresh = True
             if rebuild is not None and (rebuild.base_layout_gen != layout.layout_gen
                                         or set(rebuild.substitutes) != set(failed)
                                         or any(s not in healthy
@@ -237,13 +236,23 @@ class Recoverer:
                     raise RecoveryError(f"{full}: lost {sum(e.length for e in truly_lost)} bytes "
                                         f"on OST {', '.join(map(str, failed))} and has no "
                                         f"recovery source ({XATTR_PREFIX}source is not set)")
-                self._warm(hints.sources[0])  # connects while the rebuild is begun and planned
-                rebuild = self._begin(full, layout, failed, statuses, bad_substitutes)
+                # connects while the rebuild is begun and planned
+                self._warm(hints.sources[0], hints.owner)
+                try:
+                    rebuild = self._begin(full, layout, failed, statuses, bad_substitutes)
+                except TargetUnavailable as err:
+                    # a substitute the recent probe saw healthy failed since: probe all again
+                    if err.ost_index is not None:
+                        bad_substitutes.add(err.ost_index)
+                    if outcome.attempts >= attempts:
+                        return self._lost(outcome, started, f"no substitute OST: {err}")
+                    log.warning("%s: %s; picking another substitute", full, err)
+                    continue
                 on_rebuild(rebuild.rebuild_id)
             else:
                 truly_lost = layout.lost_extents(rebuild.substitutes, stat.size)
                 if hints.sources:
-                    self._warm(hints.sources[0])
+                    self._warm(hints.sources[0], hints.owner)
             outcome.substitutes = dict(rebuild.substitutes)
             checker = _BlockChecker(blocks, full) if blocks is not None else None
             try:
@@ -294,25 +303,27 @@ class Recoverer:
             return outcome
 
     # -- steps ---------------------------------------------------------------------------------
-    def _probe(self, reported_osts: tuple[int, ...], fresh: bool) -> tuple[list[OstStatus], bool]:
-        """The OSTs' states, and whether they come from a recent probe rather than a new one.
+    def _probe(self, file_osts: set[int], fresh: bool) -> list[OstStatus]:
+        """Every OST's state, those in ``file_osts`` (the file's and the reported ones) probed now.
 
         After an OST failure recoveryd patches every file that had bytes on it, one after
-        another and in several workers: one probe serves all that start within
-        ``recovery.probe_reuse`` seconds of its end, instead of a probe per file (which costs
-        the whole ``probe_timeout`` while an OSS hangs). A probe is not reused when asked for a
-        fresh one, or when a reported OST is not among those it found failed.
+        another and in several workers: a probe of every OST serves all that start within
+        ``recovery.probe_reuse`` seconds of its end, for the OSTs outside the file only (which
+        are healthy, to pick substitutes from). It never says what a file lost or that it is
+        whole: OSTs fail and come back meanwhile, so the file's own OSTs, whose states decide
+        which ones a rebuild replaces, are probed for each recovery. ``fresh``: probe every
+        OST (a retry after a substitute failed).
         """
-        reuse = self.config.recovery.probe_reuse
+        timeout, reuse = self.config.recovery.probe_timeout, self.config.recovery.probe_reuse
         with self._probe_lock:
             last = self._last_probe
-            if not fresh and last is not None and time.monotonic() - last[0] <= reuse:
-                failed = {o.ost_index for o in last[1] if not o.healthy}
-                if set(reported_osts) <= failed:
-                    return last[1], True
-            statuses = self.backend.check_osts(self.config.recovery.probe_timeout)
-            self._last_probe = (time.monotonic(), statuses)
-            return statuses, False
+            if fresh or last is None or time.monotonic() - last[0] > reuse:
+                statuses = self.backend.check_osts(timeout)
+                self._last_probe = (time.monotonic(), statuses)
+                return statuses
+        by_index = {o.ost_index: o for o in last[1]}
+        by_index.update((o.ost_index, o) for o in self.backend.check_osts(timeout, only=file_osts))
+        return [by_index[index] for index in sorted(by_index)]
 
     def _resumable(self, full: str, rebuild_id: str | None) -> Rebuild | None:
         if not rebuild_id:
@@ -361,14 +372,14 @@ class Recoverer:
         estimates = [planning.SourceEstimate(queued_bytes=self.load.get(s.name)) for s in sources]
         if measure_sources and any(len(c) > 1 for c in candidates):
             probe = Extent(0, min(self.config.recovery.chunk_size, rebuild.file_size))
-            estimates = [self._measure(s, rebuild, probe, candidates, chunks, i)
+            estimates = [self._measure(s, rebuild, probe, candidates, chunks, i, hints.owner)
                          for i, s in enumerate(sources)]
         return planning.choose(chunks, sources, candidates, estimates,
                                self.config.recovery.chunk_size)
 
     def _measure(self, source: planning.PatchSource, rebuild: Rebuild, probe: Extent,
                  candidates: list[list[int]], chunks: list[Extent],
-                 index: int) -> planning.SourceEstimate:
+                 index: int, owner: Owner | None = None) -> planning.SourceEstimate:
         queued = self.load.get(source.name)
         try:
             if source.kind == planning.STORE:
@@ -380,7 +391,7 @@ class Recoverer:
                 self.backend.read(rebuild.path, served.offset, served.length)
                 elapsed = max(time.monotonic() - started, 1e-6)
                 return planning.SourceEstimate(latency, served.length / elapsed, queued)
-            reader = self._reader(source.name)
+            reader = self._reader(source.name, owner)
             try:
                 latency, throughput = measure(reader, probe)
             except BaseException:
@@ -391,7 +402,7 @@ class Recoverer:
         except (ScratchkeeperError, OSError) as err:
             return planning.SourceEstimate(queued_bytes=queued, error=str(err))
 
-    def _reader(self, uri: str) -> RangedReader:
+    def _reader(self, uri: str, owner: Owner | None = None) -> RangedReader:
         """An idle connection to ``uri`` from the pool, or a new one (hand it back with _done).
 
         A connection being opened ahead (:meth:`_warm`) is waited for rather than opened twice.
@@ -400,9 +411,9 @@ class Recoverer:
             warming = self._warming.pop(uri, None)
         if warming is not None:
             warming.join(self.config.transfer.timeout)
-        return self.readers.take(uri)
+        return self.readers.take(uri, owner)
 
-    def _warm(self, uri: str) -> None:
+    def _warm(self, uri: str, owner: Owner | None = None) -> None:
         """Open a connection to ``uri`` in the background and pool it for the first lane.
 
         A file that lost bytes is patched from its primary source in all but the rarest plans,
@@ -411,7 +422,7 @@ class Recoverer:
         (and retry) itself.
         """
         def run() -> None:
-            reader = self.readers.take(uri)
+            reader = self.readers.take(uri, owner)
             ok = False
             try:
                 reader.connect()
@@ -434,10 +445,10 @@ class Recoverer:
         else:
             reader.close()
 
-    def _open_reader(self, uri: str) -> RangedReader:
+    def _open_reader(self, uri: str, owner: Owner | None = None) -> RangedReader:
         return open_ranged(uri, self.config.transfer, ftp_method=self.config.recovery.ftp_method,
                            spool_dir=self.backend.scratch_root,
-                           range_checksum=self.config.recovery.range_checksum)
+                           range_checksum=self.config.recovery.range_checksum, owner=owner)
 
     def _patch(self, rebuild: Rebuild, layout: FileLayout, hints: FileHints,
                truly_lost: list[Extent], outcome: Outcome,
@@ -501,7 +512,7 @@ class Recoverer:
             if not mine:
                 continue
             self.load.add(source.name, sum(c.length for c in mine))
-            workers = self._lanes(source, mine)
+            workers = self._lanes(source, mine, hints.owner)
             for lane in range(workers):
                 lanes.append((index, mine[lane::workers]))
         if not lanes:
@@ -515,7 +526,7 @@ class Recoverer:
         errors = []
         try:
             futures = [pool.submit(self._run_lane, rebuild, patch_plan, index, chunks, writer,
-                                   failure, checker) for index, chunks in lanes]
+                                   failure, checker, hints.owner) for index, chunks in lanes]
             for future in concurrent.futures.as_completed(futures):
                 error = future.exception()
                 if error is not None:
@@ -547,7 +558,8 @@ class Recoverer:
                                "missing after patching")
         return verified[0], pending
 
-    def _lanes(self, source: planning.PatchSource, chunks: list[Extent]) -> int:
+    def _lanes(self, source: planning.PatchSource, chunks: list[Extent],
+               owner: Owner | None = None) -> int:
         """How many lanes (connections) fetch ``chunks`` from ``source`` at once.
 
         A lane costs a connection (tens of ms: the server forks and logs in) and CPU on both
@@ -560,7 +572,8 @@ class Recoverer:
         if source.kind == planning.STORE:
             per_request = BATCH_CHUNKS
         else:
-            reader = self._reader(source.name)  # no connection yet; the first lane takes it
+            # no connection yet; the first lane takes it
+            reader = self._reader(source.name, owner)
             per_request = reader.batch_limit
             self._done(reader, True)
         requests = -(-len(chunks) // per_request)
@@ -568,7 +581,8 @@ class Recoverer:
 
     def _run_lane(self, rebuild: Rebuild, patch_plan: planning.PatchPlan, source_index: int,
                   chunks: list[Extent], writer: _RebuildWriter,
-                  failure: threading.Event, checker: _BlockChecker | None = None) -> None:
+                  failure: threading.Event, checker: _BlockChecker | None = None,
+                  owner: Owner | None = None) -> None:
         """Fetch ``chunks`` from one source into the writer (falling back to other candidates).
 
         Fetching and writing overlap: the writer writes what arrived while lanes fetch more.
@@ -577,7 +591,7 @@ class Recoverer:
         source = patch_plan.sources[source_index]
         tried: set[int] = {source_index}
         while unfetched:
-            reader = None if source.kind == planning.STORE else self._reader(source.name)
+            reader = None if source.kind == planning.STORE else self._reader(source.name, owner)
             ok = False
             try:
                 self._fetch_with_retries(reader, rebuild, unfetched, writer, failure, checker)
@@ -662,7 +676,7 @@ class Recoverer:
         kept, reasons = [], []
         for uri in hints.sources:
             try:
-                reader = self._reader(uri)
+                reader = self._reader(uri, hints.owner)
                 try:
                     digest = reader.whole_checksum("SHA256")
                 except BaseException:
@@ -683,7 +697,7 @@ class Recoverer:
             raise TransferError(reasons[0], permanent=True)
         for reason in reasons:
             log.warning("%s", reason)
-        return FileHints(tuple(kept), hints.sha256, hints.size)
+        return FileHints(tuple(kept), hints.sha256, hints.size, hints.owner)
 
     def _verify_blocks(self, rebuild: Rebuild, checker: _BlockChecker) -> None:
         """Read back and check the patched blocks not checked on arrival."""
@@ -746,19 +760,20 @@ class _ReaderPool:
     fork and a login), else by URI.
     """
 
-    def __init__(self, opener: Callable[[str], RangedReader], max_idle: float = 20.0):
+    def __init__(self, opener: Callable[[str, Owner | None], RangedReader],
+                 max_idle: float = 20.0):
         self.opener = opener
         self.max_idle = max_idle
         self.lock = threading.Lock()
         self.idle: dict[str, list[tuple[RangedReader, float]]] = {}
 
-    def take(self, uri: str) -> RangedReader:
-        new = self.opener(uri)  # connects on its first request only
+    def take(self, uri: str, owner: Owner | None = None) -> RangedReader:
+        new = self.opener(uri, owner)  # connects on its first request only
         now = time.monotonic()
         stale = []
         reader = None
         with self.lock:
-            waiting = self.idle.get(_pool_key(new), [])
+            waiting = self.idle.get(new.pool_key, [])
             while waiting:
                 candidate, since = waiting.pop()
                 if now - since <= self.max_idle:
@@ -776,7 +791,7 @@ class _ReaderPool:
 
     def give(self, reader: RangedReader) -> None:
         with self.lock:
-            self.idle.setdefault(_pool_key(reader), []).append((reader, time.monotonic()))
+            self.idle.setdefault(reader.pool_key, []).append((reader, time.monotonic()))
 
     def close_all(self) -> None:
         with self.lock:
@@ -784,10 +799,6 @@ class _ReaderPool:
             self.idle.clear()
         for reader in readers:
             reader.close()
-
-
-def _pool_key(reader: RangedReader) -> str:
-    return reader.server or reader.location.text
 
 
 class _RebuildWriter:

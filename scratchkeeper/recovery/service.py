@@ -13,16 +13,17 @@
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import dataclasses
 import json
 import logging
+import math
 import os
 import pwd
 import random
 import signal
 import socket
-import socketserver
 import threading
 import time
 
@@ -35,7 +36,9 @@ from ..state import StateStore
 from ..storage import StorageBackend, open_backend
 from ..storage.base import XATTR_PREFIX
 from . import records
-from .client import ERROR_KINDS, encode, peer_credentials, read_message
+from ..transfer.ranged import remove_stale_spools
+from .client import (ERROR_KINDS, RequestTimeout, decode_message, encode, peer_credentials,
+                     receive_request)
 from .reconstruct import LOST, Recoverer, RecoveryInterrupted, SourceLoad
 from .safety import check_inside_scratch
 
@@ -81,7 +84,9 @@ def _mark_lost(backend: StorageBackend, path: str, reason: str) -> None:
 
 
 def resume(store: StateStore, backend: StorageBackend) -> tuple[list[int], list[str]]:
-    """After a crash: queue orphaned requests again, abort rebuilds no active request owns."""
+    """After a crash: queue orphaned requests again, abort rebuilds no active request owns,
+    remove the ranged readers' spool folders a killed daemon left in the scratch root."""
+    remove_stale_spools(backend.scratch_root)
     requeued = records.requeue_orphans(store)
     owned = records.rebuild_ids_in_use(store)
     aborted = []
@@ -119,8 +124,30 @@ def file_status(store: StateStore, backend: StorageBackend, path: str) -> dict:
             "request_id": active["request_id"] if active is not None else None}
 
 
+def check_ost_indices(backend: StorageBackend, osts: list[int]) -> None:
+    """Refuse OST indices the storage does not have (``recover --ost N``, a report)."""
+    if not osts:
+        return
+    known = {o.ost_index for o in backend.list_osts()}
+    unknown = sorted(set(osts) - known)
+    if unknown:
+        have = f"{min(known)}-{max(known)}" if known else "none"
+        raise InputError(f"OST {', '.join(map(str, unknown))}: no such OST (the storage has "
+                         f"OSTs {have})")
+
+
 class RecoveryService:
-    """The daemon: socket server, patch workers and the periodic check, until ``stop`` is set."""
+    """The daemon: socket server, patch workers and the periodic check, until ``stop`` is set.
+
+    The socket is shared by every user, so no user can starve the others: at most
+    ``connections_per_uid`` connections of one uid at once (root's are bounded by the pool
+    alone), ``handler_threads`` threads answer them (a connection beyond that is refused, not
+    queued) and a request must arrive whole within ``request_timeout`` seconds.
+    """
+
+    connections_per_uid = 8
+    handler_threads = 32
+    request_timeout = 10.0
 
     def __init__(self, config: SiteConfig, *, backend: StorageBackend | None = None,
                  store: StateStore | None = None, scheduler=None):
@@ -135,7 +162,10 @@ class RecoveryService:
                                    store=self.store)
         self.worker = records.worker_id()
         self._threads: list[threading.Thread] = []
-        self._server: socketserver.ThreadingUnixStreamServer | None = None
+        self._listener: socket.socket | None = None
+        self._handlers: concurrent.futures.ThreadPoolExecutor | None = None
+        self._connections_lock = threading.Lock()
+        self._connections: dict[int, int] = {}  # open connections by uid
         self.failures = 0
 
     # -- life cycle ----------------------------------------------------------------------------
@@ -146,7 +176,9 @@ class RecoveryService:
         self._bind()
         for number in range(self.config.recovery.file_workers):
             self._spawn(self._work, f"recover-{number}")
-        self._spawn(self._server.serve_forever, "socket")
+        self._handlers = concurrent.futures.ThreadPoolExecutor(
+            max_workers=self.handler_threads, thread_name_prefix="socket-request")
+        self._spawn(self._accept, "socket")
         self._notify()
         log.info("recoveryd: listening on %s, %d file worker(s), check every %gs",
                  self.config.recovery.socket, self.config.recovery.file_workers,
@@ -169,18 +201,16 @@ class RecoveryService:
                 os.unlink(path)  # left by a daemon that died
             finally:
                 probe.close()
-        service = self
-
-        class Handler(socketserver.StreamRequestHandler):
-            def handle(self):
-                service._handle(self.connection, self.rfile, self.wfile)
-
-        server = socketserver.ThreadingUnixStreamServer(path, Handler, bind_and_activate=False)
-        server.daemon_threads = True
-        server.server_bind()
-        os.chmod(path, 0o666)  # every user may ask; each request is authorised on its own
-        server.server_activate()
-        self._server = server
+        listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            listener.bind(path)
+            os.chmod(path, 0o666)  # every user may ask; each request is authorised on its own
+            listener.listen(64)
+            listener.settimeout(0.5)  # the accept loop sees ``stop`` within half a second
+        except OSError as err:
+            listener.close()
+            raise RecoveryError(f"{path}: cannot listen: {err.strerror}") from err
+        self._listener = listener
 
     def run(self) -> None:
         """The periodic check until SIGTERM/SIGINT or ``stop``; backoff with jitter on errors."""
@@ -201,13 +231,14 @@ class RecoveryService:
     def shutdown(self) -> None:
         self.stop.set()
         self._notify()
-        if self._server is not None:
-            self._server.shutdown()
-            self._server.server_close()
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(self.config.recovery.socket)
         for thread in self._threads:
             thread.join(timeout=30)
+        if self._listener is not None:
+            self._listener.close()
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(self.config.recovery.socket)
+        if self._handlers is not None:
+            self._handlers.shutdown(wait=True)
         self.recoverer.readers.close_all()
 
     def install_signal_handlers(self) -> None:
@@ -325,33 +356,114 @@ class RecoveryService:
                 self.changed.wait(timeout=min(remaining, 2.0))
 
     # -- the socket ----------------------------------------------------------------------------
-    def _handle(self, conn: socket.socket, rfile, wfile) -> None:
+    def _accept(self) -> None:
+        """Accept connections until ``stop``; each is admitted or refused at once."""
+        while not self.stop.is_set():
+            try:
+                conn, _ = self._listener.accept()
+            except socket.timeout:
+                continue
+            except OSError as err:
+                if self.stop.is_set():
+                    return
+                log.error("socket: accept: %s", err)
+                self.stop.wait(0.5)
+                continue
+            self._admit(conn)
+
+    def _admit(self, conn: socket.socket) -> None:
         try:
             _, uid, _ = peer_credentials(conn)
-            message = read_message(rfile)
-            reply = {**self._dispatch(message, uid), "ok": True}
-        except EOFError:
+        except OSError:
+            conn.close()
             return
+        with self._connections_lock:
+            mine = self._connections.get(uid, 0)
+            busy = sum(self._connections.values())
+            if uid != 0 and mine >= self.connections_per_uid:
+                reason = (f"too many connections from uid {uid} (at most "
+                          f"{self.connections_per_uid} at once)")
+            elif busy >= self.handler_threads:
+                reason = f"service busy ({busy} requests in progress); try again shortly"
+            else:
+                reason = None
+                self._connections[uid] = mine + 1
+        if reason is not None:
+            self._refuse(uid, "-", "-", reason)
+            self._reply(conn, {"ok": False, "error": reason, "kind": "RecoveryError"}, 1.0)
+            conn.close()
+            return
+        try:
+            self._handlers.submit(self._serve, conn, uid)
+        except RuntimeError:  # shutting down
+            self._release(uid)
+            conn.close()
+
+    def _release(self, uid: int) -> None:
+        with self._connections_lock:
+            left = self._connections.get(uid, 1) - 1
+            if left:
+                self._connections[uid] = left
+            else:
+                self._connections.pop(uid, None)
+
+    def _serve(self, conn: socket.socket, uid: int) -> None:
+        try:
+            reply = self._handle(conn, uid)
+            if reply is not None:
+                self._reply(conn, reply, 30.0)
+        finally:
+            conn.close()
+            self._release(uid)
+
+    @staticmethod
+    def _reply(conn: socket.socket, reply: dict, timeout: float) -> None:
+        with contextlib.suppress(OSError):
+            conn.settimeout(timeout)
+            conn.sendall(encode(reply))
+
+    @staticmethod
+    def _refuse(uid: int, op, path, reason: str) -> None:
+        log.warning("refused: uid %d, op %s, path %s: %s", uid, str(op)[:64],
+                    str(path)[:4096] if path is not None else "-", reason)
+
+    def _handle(self, conn: socket.socket, uid: int) -> dict | None:
+        """The reply to one connection's request (None: nothing to answer)."""
+        op = path = "-"
+        try:
+            message = decode_message(receive_request(conn, self.request_timeout))
+            op, path = message.get("op", "-"), message.get("path", "-")
+            return {**self._dispatch(message, uid), "ok": True}
+        except EOFError:
+            return None
         except ScratchkeeperError as err:
+            self._refuse(uid, op, path, str(err))
             # the nearest class the client knows, so it raises the same kind of error
             kind = next(c.__name__ for c in type(err).__mro__ if c.__name__ in ERROR_KINDS)
-            reply = {"ok": False, "error": str(err), "kind": kind}
+            if isinstance(err, RequestTimeout):
+                return None  # the client is not listening for an answer
+            return {"ok": False, "error": str(err), "kind": kind}
         except Exception as err:  # answer the client, keep the daemon
-            log.exception("request failed")
-            reply = {"ok": False, "error": f"internal error: {err}", "kind": "RecoveryError"}
-        with contextlib.suppress(OSError):
-            wfile.write(encode(reply))
-            wfile.flush()
+            log.exception("uid %d, op %s, path %s: request failed", uid, str(op)[:64],
+                          str(path)[:4096])
+            return {"ok": False, "error": f"internal error ({type(err).__name__}); see "
+                                          "recoveryd's log", "kind": "RecoveryError"}
 
     def _authorise(self, path, uid: int) -> str:
         if not isinstance(path, str) or not path:
             raise InputError("request without a 'path'")
         full = self.backend.paths.resolve(path)
         check_inside_scratch(full, self.backend.scratch_root)
-        owner = self.backend.stat(full).uid
-        if uid != 0 and owner != uid:
-            raise PermissionDenied(f"{full}: owned by uid {owner}; uid {uid} may ask only about "
-                                   "its own files")
+        if uid == 0:
+            return full
+        try:
+            owner = self.backend.stat(full).uid
+        except StorageError:
+            owner = None
+        if owner != uid:
+            # the same answer for another user's file and a missing one: no oracle on either
+            raise PermissionDenied(f"{full}: no file of uid {uid} there; uid {uid} may ask only "
+                                   "about its own files")
         return full
 
     def _dispatch(self, message: dict, uid: int) -> dict:
@@ -363,14 +475,19 @@ class RecoveryService:
                 return file_status(self.store, self.backend, full)
             if op == "report":
                 ost = message.get("ost_index")
-                osts = [ost] if isinstance(ost, int) else []
+                osts = [] if ost is None else _ost_list([ost], "ost_index")
+                check_ost_indices(self.backend, osts)
                 return {"request_id": self.enqueue(full, osts, uid, "report"),
                         **file_status(self.store, self.backend, full)}
             if op == "wait":
                 return self.wait_for(full, timeout)
-            request_id = self.enqueue(full, [o for o in message.get("osts", [])
-                                             if isinstance(o, int)], uid, "recover")
-            if not message.get("wait", True):
+            osts = _ost_list(message.get("osts", []), "osts")
+            check_ost_indices(self.backend, osts)
+            wait = message.get("wait", True)
+            if not isinstance(wait, bool):
+                raise InputError(f"'wait' must be true or false, got {wait!r}")
+            request_id = self.enqueue(full, osts, uid, "recover")
+            if not wait:
                 return {"request_id": request_id}
             return self._wait_request(request_id, timeout)
         if op == "check-job":
@@ -386,8 +503,8 @@ class RecoveryService:
             return {"requests": [{k: row[k] for k in ("request_id", "path", "state", "origin",
                                                         "requested_by", "reason", "created")}
                                  for row in rows]}
-        raise InputError(f"unknown op {op!r} (report, status, wait, recover, check-job, list, "
-                         "stage-commit, stage-fail)")
+        raise InputError(f"unknown op {str(op)[:64]!r} (report, status, wait, recover, "
+                         "check-job, list, stage-commit, stage-fail)")
 
     def _stage_report(self, op: str, message: dict, uid: int) -> dict:
         """A data job's ``stage commit``/``stage fail``, done here because the data job runs as
@@ -432,9 +549,21 @@ def _uid_of(user: str) -> int | None:
 
 
 def _number(value, name: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
-        raise InputError(f"'{name}' must be a non-negative number, got {value!r}")
-    return float(value)
+    """A finite non-negative number of a request (a bool, NaN or 10**400 is refused)."""
+    try:
+        number = float(value) if not isinstance(value, bool) else math.nan
+    except (TypeError, ValueError, OverflowError):
+        number = math.nan
+    if not isinstance(value, (int, float)) or not math.isfinite(number) or number < 0:
+        raise InputError(f"'{name}' must be a non-negative number, got {str(value)[:40]}")
+    return number
+
+
+def _ost_list(value, name: str) -> list[int]:
+    if not isinstance(value, list) or not all(
+            isinstance(o, int) and not isinstance(o, bool) for o in value):
+        raise InputError(f"'{name}' must be OST indices (integers), got {str(value)[:80]}")
+    return value
 
 
 __all__ = ["RecoveryService", "file_status", "process_request", "resume", "UnknownJobError"]

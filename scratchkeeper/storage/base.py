@@ -25,7 +25,7 @@ import concurrent.futures
 import os
 import posixpath
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass, field, replace
 
 from ..errors import InputError, StorageError, TargetUnavailable
@@ -277,12 +277,13 @@ class StorageBackend(abc.ABC):
     def _probe_ost(self, ost: OstStatus, timeout: float) -> OstStatus:
         """Check one OST now; may block up to ``timeout`` (the caller enforces the deadline)."""
 
-    def check_osts(self, timeout: float) -> list[OstStatus]:
-        """Probe every OST at once; returns after at most ``timeout`` seconds whatever their number.
+    def check_osts(self, timeout: float, only: Collection[int] | None = None) -> list[OstStatus]:
+        """Probe every OST (or those in ``only``) at once; returns after at most ``timeout``
+        seconds whatever their number.
 
         An OST whose probe has not answered by the deadline is reported ``unreachable``.
         """
-        osts = self.list_osts()
+        osts = [o for o in self.list_osts() if only is None or o.ost_index in only]
         if not osts:
             return []
         pool = concurrent.futures.ThreadPoolExecutor(max_workers=len(osts),

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import abc
 import bisect
+import errno
 import ftplib
 import hashlib
 import logging
@@ -33,6 +34,7 @@ import os
 import re
 import shutil
 import socket
+import stat
 import struct
 import tempfile
 import time
@@ -42,7 +44,8 @@ from dataclasses import dataclass
 from urllib.parse import unquote, urlsplit
 
 from ..config import TransferConfig
-from ..errors import CommandError, CommandTimeout, TransferError
+from ..errors import CommandError, CommandTimeout, PermissionDenied, TransferError
+from ..ownership import READ_FLAGS, Owner, open_as
 from ..runner import get_runner
 from ..storage.layout import Extent
 from .buffers import BufferPool
@@ -85,7 +88,6 @@ class RangedReader(abc.ABC):
     def size(self) -> int | None:
         """The source file's size in bytes, None if the protocol cannot tell (missing: permanent)."""
 
-    @abc.abstractmethod
     def fetch(self, extents: Sequence[Extent], *, server_checksums: bool = True,
               buffers: BufferPool | None = None) -> Iterator[RangeData]:
         """Yield the bytes of each extent once, complete or not at all (in any order).
@@ -93,8 +95,31 @@ class RangedReader(abc.ABC):
         ``server_checksums=False``: the caller checks the bytes itself (block digests recorded
         at stage-in), so a reader need not ask the server for range checksums. ``buffers``: a
         reader that receives into buffers of its own takes them there (the caller hands each
-        back once written); others ignore it.
+        back once written); others ignore it. A failure is a :class:`RangeFailed` naming the
+        byte it happened at (where the reader cannot tell, the first byte asked for and not
+        delivered).
         """
+        _check_extents(extents)
+        if not extents:
+            return
+        delivered: set[Extent] = set()
+        try:
+            for piece in self._fetch(extents, server_checksums=server_checksums,
+                                     buffers=buffers):
+                delivered.add(piece.extent)
+                yield piece
+        except RangeFailed:
+            raise
+        except TransferError as err:
+            offset = next(e.offset for e in extents if e not in delivered)
+            raise RangeFailed(f"{err} (at byte {offset})", offset,
+                              permanent=err.permanent) from err
+
+    @abc.abstractmethod
+    def _fetch(self, extents: Sequence[Extent], *, server_checksums: bool = True,
+               buffers: BufferPool | None = None) -> Iterator[RangeData]:
+        """:meth:`fetch` without the naming of the failed byte (``extents`` checked, not
+        empty); a reader that knows the exact byte raises :class:`RangeFailed` itself."""
 
     def whole_checksum(self, algorithm: str) -> str | None:
         """The server's checksum of the whole source (lower-case hex), None if it offers none."""
@@ -103,6 +128,11 @@ class RangedReader(abc.ABC):
     def connect(self) -> None:
         """Open what a first request needs (a control connection), so that it can be done
         while the caller prepares the request; readers that connect per request do nothing."""
+
+    @property
+    def pool_key(self) -> str:
+        """Idle readers with the same key may serve one another's requests."""
+        return self.server or self.location.text
 
     @property
     def server(self) -> str | None:
@@ -125,13 +155,23 @@ class RangedReader(abc.ABC):
         self.close()
 
 
+class RangeFailed(TransferError):
+    """A ranged transfer failed at byte ``offset`` of the source."""
+
+    def __init__(self, message: str, offset: int, *, permanent: bool = False):
+        self.offset = offset
+        super().__init__(message, permanent=permanent)
+
+
 def open_ranged(uri: str, config: TransferConfig, *, ftp_method: str = "eret",
                 timeout: float | None = None, spool_dir: str | None = None,
-                range_checksum: str = "ADLER32") -> RangedReader:
+                range_checksum: str = "ADLER32", owner: Owner | None = None) -> RangedReader:
     """The ranged reader for ``uri`` (no connection is made until the first request).
 
     ``spool_dir`` is where globus-url-copy may write its partial files (recovery passes the
     scratch root, so it never writes outside it); default: the system's temporary directory.
+    ``owner``: a local source (``file://``, a path) is opened with this user's rights (see
+    :class:`PosixRangedReader`); default: this process's.
     """
     try:
         location = parse_location(uri)
@@ -141,7 +181,7 @@ def open_ranged(uri: str, config: TransferConfig, *, ftp_method: str = "eret",
         raise TransferError(f"{uri}: {err}", permanent=True) from None
     limit = config.timeout if timeout is None else timeout
     if location.scheme in ("file", "path"):
-        return PosixRangedReader(location, timeout=limit)
+        return PosixRangedReader(location, timeout=limit, owner=owner)
     if location.scheme in ("http", "https"):
         return CurlRangedReader(location, timeout=limit, config=config)
     if location.scheme == "ftp" and ftp_method in ("eret", "eret-per-range"):
@@ -172,52 +212,83 @@ def _check_extents(extents: Sequence[Extent]) -> None:
 
 # -- file:// -----------------------------------------------------------------------------------
 class PosixRangedReader(RangedReader):
-    """``pread`` from a local (or NFS-mounted) source file."""
+    """``pread`` from a local (or NFS-mounted) source file, opened with its reader's rights.
+
+    With ``owner`` (recoveryd, root, patching a user's file) the source is opened with that
+    user's credentials (:func:`scratchkeeper.ownership.open_as`): a symbolic link or a path the
+    user cannot read is refused as it would be for them. The path is resolved anew for every
+    request (no descriptor is kept between them), and a missing file and one the user may not
+    read get the same answer, which tells nothing about other users' files.
+    """
 
     client = "pread"
 
-    def __init__(self, location: Location, *, timeout: float):
+    def __init__(self, location: Location, *, timeout: float, owner: Owner | None = None):
         super().__init__(location, timeout=timeout)
-        self._fd: int | None = None
+        self.owner = owner
+
+    @property
+    def pool_key(self) -> str:
+        # a reader opens with its owner's rights: it serves only that owner
+        return f"{self.location.text}#{self.owner.key if self.owner else 'self'}"
 
     def _open(self) -> int:
-        if self._fd is None:
-            try:
-                self._fd = os.open(self.location.path, os.O_RDONLY)
-            except FileNotFoundError:
-                raise TransferError(f"{self.uri}: No such file or directory",
+        """The source, opened now with the reader's rights; a regular file or refused."""
+        who = f"uid {self.owner.uid}" if self.owner is not None else "this process"
+        try:
+            if self.owner is not None:
+                fd = open_as(self.location.path, self.owner, timeout=self.timeout)
+            else:
+                fd = os.open(self.location.path, READ_FLAGS)
+        except PermissionDenied as err:
+            raise TransferError(str(err), permanent=True) from None
+        except OSError as err:
+            if err.errno in _UNREADABLE:
+                # one answer for "missing" and "not yours": no oracle on others' files
+                raise TransferError(f"{self.uri}: no such file, or not readable by {who}",
                                     permanent=True) from None
-            except PermissionError:
-                raise TransferError(f"{self.uri}: Permission denied", permanent=True) from None
-            except OSError as err:
-                raise TransferError(f"{self.uri}: {err.strerror}") from err
-        return self._fd
+            raise TransferError(f"{self.uri}: {err.strerror}") from err
+        try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                raise TransferError(f"{self.uri}: not a regular file (a device, FIFO or "
+                                    "directory is never read as a source)", permanent=True)
+        except BaseException:
+            os.close(fd)
+            raise
+        return fd
 
     def size(self) -> int:
-        return os.fstat(self._open()).st_size
-
-    def fetch(self, extents: Sequence[Extent], *, server_checksums: bool = True,
-              buffers: BufferPool | None = None) -> Iterator[RangeData]:
-        _check_extents(extents)
         fd = self._open()
-        for extent in extents:
-            parts, position = [], extent.offset
-            while position < extent.end:
-                try:
-                    block = os.pread(fd, extent.end - position, position)
-                except OSError as err:
-                    raise TransferError(f"{self.uri}: read at {position}: {err.strerror}") from err
-                if not block:
-                    raise TransferError(f"{self.uri}: source ends at byte {position}, before "
-                                        f"{extent.end}", permanent=True)
-                parts.append(block)
-                position += len(block)
-            yield RangeData(extent, b"".join(parts))
+        try:
+            return os.fstat(fd).st_size
+        finally:
+            os.close(fd)
 
-    def close(self) -> None:
-        if self._fd is not None:
-            os.close(self._fd)
-            self._fd = None
+    def _fetch(self, extents: Sequence[Extent], *, server_checksums: bool = True,
+               buffers: BufferPool | None = None) -> Iterator[RangeData]:
+        fd = self._open()
+        try:
+            for extent in extents:
+                parts, position = [], extent.offset
+                while position < extent.end:
+                    try:
+                        block = os.pread(fd, extent.end - position, position)
+                    except OSError as err:
+                        raise RangeFailed(f"{self.uri}: read at byte {position}: "
+                                          f"{err.strerror}", position) from err
+                    if not block:
+                        raise RangeFailed(f"{self.uri}: source ends at byte {position}, before "
+                                          f"{extent.end}", position, permanent=True)
+                    parts.append(block)
+                    position += len(block)
+                yield RangeData(extent, b"".join(parts))
+        finally:
+            os.close(fd)
+
+
+#: errnos of an open that fails because the path is missing or the reader may not reach it
+_UNREADABLE = frozenset({errno.ENOENT, errno.EACCES, errno.EPERM, errno.ENOTDIR, errno.ELOOP,
+                         errno.ENAMETOOLONG})
 
 
 # -- http(s):// --------------------------------------------------------------------------------
@@ -259,11 +330,8 @@ class CurlRangedReader(RangedReader):
             raise TransferError(f"{self.uri}: {one_line(message)}", permanent=is_permanent(message))
         return result
 
-    def fetch(self, extents: Sequence[Extent], *, server_checksums: bool = True,
-              buffers: BufferPool | None = None) -> Iterator[RangeData]:
-        _check_extents(extents)
-        if not extents:
-            return
+    def _fetch(self, extents: Sequence[Extent], *, server_checksums: bool = True,
+               buffers: BufferPool | None = None) -> Iterator[RangeData]:
         argv = [self.config.curl]
         for index, extent in enumerate(extents):
             if index:
@@ -391,11 +459,8 @@ class EretRangedReader(RangedReader):
         self._cksm = True
         return answer.split()[-1].lower()
 
-    def fetch(self, extents: Sequence[Extent], *, server_checksums: bool = True,
-              buffers: BufferPool | None = None) -> Iterator[RangeData]:
-        _check_extents(extents)
-        if not extents:
-            return
+    def _fetch(self, extents: Sequence[Extent], *, server_checksums: bool = True,
+               buffers: BufferPool | None = None) -> Iterator[RangeData]:
         if self._mode_e is not False:
             try:
                 yield from self._fetch_mode_e(extents, server_checksums, buffers)
@@ -427,6 +492,7 @@ class EretRangedReader(RangedReader):
             skip.append(f"{position}-{size}")
         ftp = self._connect()
         listener = None
+        receiver = None
         data_socks: list[socket.socket] = []
         finished = False
         try:
@@ -481,7 +547,12 @@ class EretRangedReader(RangedReader):
         except GeneratorExit:
             raise
         except BaseException as err:
-            raise _ftp_error(self.uri, err) from err
+            error = _ftp_error(self.uri, err)
+            at = receiver.position if receiver is not None else None
+            if at is not None and isinstance(error, TransferError) \
+                    and not isinstance(error, RangeFailed):
+                error = RangeFailed(f"{error} (at byte {at})", at, permanent=error.permanent)
+            raise error from err
         finally:
             for conn in data_socks:
                 _quiet_close_socket(conn)
@@ -593,6 +664,7 @@ class _ModeEReceiver:
         self.completed: list[tuple[Extent, bytearray]] = []
         self.eods = 0
         self.eods_expected: int | None = None
+        self.position: int | None = None  # the file byte being received (errors name it)
 
     def done(self) -> bool:
         return self.eods_expected is not None and self.eods >= self.eods_expected
@@ -631,7 +703,8 @@ class _ModeEReceiver:
                                                 else bytearray(extent.length))
                 self.filled[index] = 0
             start = offset - extent.offset
-            _recv_exactly(conn, memoryview(buffer)[start:start + take], self.uri)
+            self.position = offset
+            _recv_exactly(conn, memoryview(buffer)[start:start + take], self.uri, offset)
             self.filled[index] += take
             offset += take
             if self.filled[index] == extent.length:
@@ -652,12 +725,17 @@ class _ModeEReceiver:
                                 f"(from {missing[0].offset}); source shorter than recorded?")
 
 
-def _recv_exactly(conn: socket.socket, view: memoryview, uri: str) -> None:
+def _recv_exactly(conn: socket.socket, view: memoryview, uri: str,
+                  offset: int | None = None) -> None:
+    """Fill ``view``; ``offset``: the file byte its start holds (named if the data stops)."""
     received = 0
     while received < len(view):
         count = conn.recv_into(view[received:])
         if not count:
-            raise TransferError(f"{uri}: the data connection closed in the middle of a block")
+            if offset is None:
+                raise TransferError(f"{uri}: the data connection closed in the middle of a block")
+            raise RangeFailed(f"{uri}: the data connection closed in the middle of a block, at "
+                              f"byte {offset + received}", offset + received)
         received += count
 
 
@@ -720,7 +798,9 @@ class GlobusRangedReader(RangedReader):
 
     def _spool_file(self) -> str:
         if self._spool is None:
-            self._spool = tempfile.mkdtemp(prefix=".sk-ranged-", dir=self.spool_dir)  # 0700
+            # 0700; the pid in the name lets a restart tell a dead process's spool from a live one's
+            self._spool = tempfile.mkdtemp(prefix=f"{SPOOL_PREFIX}{os.getpid()}-",
+                                           dir=self.spool_dir)
         return os.path.join(self._spool, "range")
 
     def _run(self, argv: list[str]) -> None:
@@ -737,9 +817,8 @@ class GlobusRangedReader(RangedReader):
         # globus-url-copy has no stat: the caller relies on the size recorded at stage-in
         return None
 
-    def fetch(self, extents: Sequence[Extent], *, server_checksums: bool = True,
-              buffers: BufferPool | None = None) -> Iterator[RangeData]:
-        _check_extents(extents)
+    def _fetch(self, extents: Sequence[Extent], *, server_checksums: bool = True,
+               buffers: BufferPool | None = None) -> Iterator[RangeData]:
         target = self._spool_file()
         for extent in extents:
             _remove(target)
@@ -768,6 +847,47 @@ class GlobusRangedReader(RangedReader):
         if self._spool is not None:
             shutil.rmtree(self._spool, ignore_errors=True)
             self._spool = None
+
+
+SPOOL_PREFIX = ".sk-ranged-"
+
+
+def remove_stale_spools(spool_dir: str) -> list[str]:
+    """Remove the spool folders in ``spool_dir`` left by processes that died (a kill -9 in the
+    middle of a globus-url-copy patch); the paths removed.
+
+    A folder whose name carries a live process's pid other than this one is left alone (an
+    inline ``recover`` may be using it); this process's own pid in a name means a dead process
+    had it before, since a restarted daemon has none yet.
+    """
+    removed = []
+    try:
+        entries = list(os.scandir(spool_dir))
+    except OSError as err:
+        log.warning("%s: cannot list leftover spool folders: %s", spool_dir, err.strerror)
+        return removed
+    for entry in entries:
+        if not entry.name.startswith(SPOOL_PREFIX) or not entry.is_dir(follow_symlinks=False):
+            continue
+        pid_text = entry.name[len(SPOOL_PREFIX):].partition("-")[0]
+        if pid_text.isdigit() and int(pid_text) != os.getpid() and _alive(int(pid_text)):
+            continue
+        shutil.rmtree(entry.path, ignore_errors=True)
+        if not os.path.lexists(entry.path):
+            removed.append(entry.path)
+    if removed:
+        log.info("%s: removed %d spool folder(s) left by a dead process", spool_dir, len(removed))
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def _remove(path: str) -> None:

@@ -168,8 +168,8 @@ def corrupt_first_data_block(monkeypatch) -> list[int]:
     flipped: list[int] = []
     real_recv = ranged._recv_exactly
 
-    def flip_once(conn, view, uri):
-        real_recv(conn, view, uri)
+    def flip_once(conn, view, uri, offset=None):
+        real_recv(conn, view, uri, offset)
         if not flipped and len(view) > ranged._HEADER.size:  # headers are 17 bytes
             flipped.append(len(view))
             view[len(view) // 2] ^= 0xFF
@@ -179,6 +179,36 @@ def corrupt_first_data_block(monkeypatch) -> list[int]:
 
 
 NOBODY = 65534
+OTHER_USER = "skother"
+SHARED_GROUP = "skshare"  # skother's supplementary group
+
+
+def other_user() -> tuple[int, int, int]:
+    """uid and gid of a second unprivileged test user ``skother`` (beside ``skplain``), and
+    the gid of ``skshare``, a supplementary group of skother's only; created when missing."""
+    import grp
+    import pwd
+    import subprocess
+    if os.geteuid() != 0:
+        pytest.skip("needs root to act as other users")
+
+    def run(*argv):
+        subprocess.run(argv, check=True, capture_output=True, timeout=30)
+
+    try:
+        shared = grp.getgrnam(SHARED_GROUP)
+    except KeyError:
+        run("groupadd", "--system", SHARED_GROUP)
+        shared = grp.getgrnam(SHARED_GROUP)
+    try:
+        entry = pwd.getpwnam(OTHER_USER)
+    except KeyError:
+        run("useradd", "--system", "--no-create-home", "--shell", "/bin/sh", "-G", SHARED_GROUP,
+            OTHER_USER)
+        entry = pwd.getpwnam(OTHER_USER)
+    if OTHER_USER not in grp.getgrnam(SHARED_GROUP).gr_mem:
+        run("usermod", "-aG", SHARED_GROUP, OTHER_USER)
+    return entry.pw_uid, entry.pw_gid, shared.gr_gid
 
 
 def run_as(uid: int, call) -> dict:

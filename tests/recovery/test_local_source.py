@@ -161,12 +161,13 @@ def test_lanes_open_a_connection_only_where_one_request_cannot_carry_the_ranges(
 
 # -- one probe for the many files an OST failure hits ---------------------------------------------
 def _counting_probes(backend, monkeypatch):
+    """The OST probes made: None for one of every OST, else the set of OSTs probed."""
     probes = []
     real = backend.check_osts
 
-    def counted(timeout):
-        probes.append(timeout)
-        return real(timeout)
+    def counted(timeout, only=None):
+        probes.append(None if only is None else set(only))
+        return real(timeout, only=only)
 
     monkeypatch.setattr(backend, "check_osts", counted)
     return probes
@@ -192,7 +193,8 @@ def test_one_probe_serves_the_files_an_ost_failure_hits(local_site, tmp_path, mo
     for path, data in files:
         outcome = recoverer.recover(path, reported_osts=(2,))
         assert outcome.state == PATCHED and read_all(backend, path) == data
-    assert len(probes) == 1
+    # one probe of every OST; the files after it probe only their own four
+    assert probes == [None] + [{0, 1, 2, 3}] * 4
 
 
 def test_a_probe_is_not_reused_past_its_window_or_with_reuse_off(local_site, tmp_path,
@@ -212,7 +214,7 @@ def test_a_probe_is_not_reused_past_its_window_or_with_reuse_off(local_site, tmp
     later = time.monotonic() + local_site.config.recovery.probe_reuse + 1
     monkeypatch.setattr(reconstruct.time, "monotonic", lambda: later)
     assert recoverer.recover(files[3][0]).state == PATCHED
-    assert len(probes) == 4
+    assert probes == [None] * 4
     assert [read_all(backend, path) for path, _ in files] == [data for _, data in files]
 
 
@@ -226,11 +228,73 @@ def test_a_reused_probe_never_hides_a_newer_failure(local_site, tmp_path, monkey
     assert recoverer.recover(first[0][0]).state == PATCHED
     # OST 9 fails after that probe: the probe it would reuse saw it healthy
     backend.fail_ost(9)
-    outcome = recoverer.recover(second[0][0])  # unreported: found whole, asked again
+    outcome = recoverer.recover(second[0][0])
     assert outcome.state == PATCHED and 9 in outcome.failed_osts
     assert read_all(backend, second[0][0]) == second[0][1]
     backend.fail_ost(10)
-    outcome = recoverer.recover(second[1][0], reported_osts=(10,))  # reported: probed again
+    outcome = recoverer.recover(second[1][0], reported_osts=(10,))
     assert outcome.state == PATCHED and set(outcome.failed_osts) == {9, 10}
     assert read_all(backend, second[1][0]) == second[1][1]
-    assert len(probes) == 3  # the first, then one per file the reused one would have misled
+    assert probes == [None, {8, 9, 10, 11}, {8, 9, 10, 11}]  # each file's own OSTs, probed now
+
+
+def _request(site, recoverer, path):
+    """Recover ``path`` as recoveryd does (request, outcome, file state); the result and store."""
+    from scratchkeeper.recovery import records
+    from scratchkeeper.recovery.service import process_request
+    from scratchkeeper.state import StateStore
+    store = records.open_records(StateStore(site.config.state.database))
+    request_id, _ = records.enqueue(store, path, reported_osts=[], requested_by=0,
+                                    origin="recover")
+    assert records.claim(store, request_id, "test")
+    return process_request(store, recoverer, records.request(store, request_id)), store
+
+
+def test_a_reused_probe_never_decides_what_a_rebuild_replaces(local_site, tmp_path):
+    """Within probe_reuse, OST 1 came back and OST 9 failed since the last probe: the rebuild
+    replaces OST 9 only, and the file is whole afterwards (not "patched" and still damaged:
+    with block digests only the patched blocks are read back)."""
+    from scratchkeeper.recovery import records
+    from scratchkeeper.recovery.service import file_status
+    from scratchkeeper.state import StateStore
+    backend = local_site.backend
+    store = records.open_records(StateStore(local_site.config.state.database))
+    first = _files_on(backend, tmp_path, (0, 1, 2, 3), 1, prefix="first")
+    data = os.urandom(900_007)
+    (tmp_path / "second.bin").write_bytes(data)
+    path = stage(backend, "second.bin", data, f"file://{tmp_path / 'second.bin'}",
+                 stripe_count=4, stripe_size=64 * KiB, osts=(1, 9, 10, 11), digest_store=store,
+                 digest_block=64 * KiB)
+    recoverer = Recoverer(backend, local_site.config, store=store)
+    backend.fail_ost(1)
+    assert recoverer.recover(first[0][0]).state == PATCHED  # the probe: OST 1 failed
+    backend.restore_ost(1)
+    backend.fail_ost(9)
+    result, store = _request(local_site, recoverer, path)
+    assert result["state"] == PATCHED and result["failed_osts"] == [9]
+    assert list(result["substitutes"]) == ["9"] and result["verified"] == "blocks"
+    assert result["patched_bytes"] == sum(
+        e.length for e in backend.layout(path).extents_on_ost(result["substitutes"]["9"],
+                                                               len(data)))
+    assert read_all(backend, path) == data
+    assert file_status(store, backend, path)["state"] == "whole"
+
+
+def test_a_reused_probe_never_marks_a_whole_file_lost(local_site, tmp_path):
+    """OST 1 came back since the probe that saw it failed: a file on it is whole, not lost
+    (its source is gone, so a needless rebuild would fail and mark it lost)."""
+    from scratchkeeper.recovery.service import file_status
+    backend = local_site.backend
+    first = _files_on(backend, tmp_path, (0, 1, 2, 3), 1, prefix="first")
+    (path, data), = _files_on(backend, tmp_path, (1, 4, 5, 6), 1, prefix="gone")
+    (tmp_path / "gone-source-0.bin").unlink()
+    recoverer = Recoverer(backend, local_site.config)
+    backend.fail_ost(1)
+    assert recoverer.recover(first[0][0]).state == PATCHED
+    backend.restore_ost(1)
+    result, store = _request(local_site, recoverer, path)
+    assert result["state"] == "whole", result
+    status = file_status(store, backend, path)
+    assert status["state"] == "whole" and status["whole"]
+    assert backend.get_xattr(path, "user.scratchkeeper.lost") is None
+    assert read_all(backend, path) == data
