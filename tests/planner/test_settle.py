@@ -85,6 +85,17 @@ def test_stage_ins_ended_without_staging_end_their_chains(store, use_runner):
     assert rows["compute"]["reason"] == "cancelled: " + chain["reason"]
 
 
+def test_a_stage_in_whose_node_failed_ends_its_chain(store, use_runner):
+    ids = json.loads((DATA / "slurm" / "node-fail.json").read_text())
+    squeue = (DATA / "slurm" / "squeue-node-fail.json").read_text()
+    add_chain(store, "node", ids["stage-in node failed"], ids["compute after node failed"])
+    runner = use_runner(ScriptedRunner(slurm_answers(squeue)))
+    (end,) = settle.settle_chains(SiteConfig(), store)
+    assert runner.ran("scancel") == [("scancel", ids["compute after node failed"])]
+    assert end.reason == (f"stage-in job {ids['stage-in node failed']} ended NODE_FAIL, exit code "
+                          "0:0 (its node failed) before its files were staged")
+
+
 def test_a_chain_is_watched_until_its_dependents_are_confirmed_ended(store, use_runner):
     add_chain(store, "cancelled", IDS["stage-in cancelled"], IDS["compute after cancelled"])
     use_runner(ScriptedRunner(slurm_answers()))

@@ -77,3 +77,15 @@ def test_qstat_of_only_forgotten_ids_means_unknown_not_an_error(use_runner):
     assert list(found) == [IDS["stage-in killed"]]
     with pytest.raises(UnknownJobError, match="999999"):
         scheduler.lookup(["999999"])
+
+
+def test_a_stage_in_on_a_failed_node():
+    """capture-node-fail: a --no-requeue job on a node set DOWN while it ran."""
+    ids = json.loads((DATA / "slurm" / "node-fail.json").read_text())
+    queue = by_id(slurm.parse_query((DATA / "slurm" / "squeue-node-fail.json").read_text()))
+    failed = queue[ids["stage-in node failed"]]
+    assert failed.state is JobState.NODE_FAIL and failed.outcome() == "NODE_FAIL, exit code 0:0"
+    assert queue[ids["compute after node failed"]].reason == "DependencyNeverSatisfied"
+    # accounting, a moment later, already has the end (not yet the job's name and partition)
+    history = by_id(slurm.parse_history((DATA / "slurm" / "sacct-node-fail.txt").read_text()))
+    assert history[ids["stage-in node failed"]].state is JobState.NODE_FAIL
