@@ -41,7 +41,8 @@ STAGE_OUT = "stage-out"
 
 _DIRECTIVE_RE = re.compile(r"^\s*#(STAGEIN|STAGEOUT)(?=\s|$)(.*)$")
 _DW_RE = re.compile(r"^\s*#DW\s+(stage_in|stage_out)(?=\s|$)(.*)$")
-_PBS_W_RE = re.compile(r"^\s*#PBS\s+-W\s*(.*)$")
+# -W anywhere on a #PBS line (``#PBS -N run -W stagein=...``); what comes before it stays
+_PBS_W_RE = re.compile(r"^(?P<before>\s*#PBS(?:\s+\S.*?)?)\s+-W\s*(?P<attributes>.*)$")
 _PBS_W_STAGE_RE = re.compile(r"(^|,)\s*(stagein|stageout)\s*=")
 _SAFE_VALUE_RE = re.compile(r"^[A-Za-z0-9._:+@/=][A-Za-z0-9._:+@/=-]*$")
 # a literal command starts with the name of a command, then a blank or the end (or ; & |)
@@ -170,10 +171,13 @@ def parse_script(text: str, path: str, *, cwd: str, scratch_root: str) -> Parsed
                                          number, ctx))
             continue
         match = _PBS_W_RE.match(raw)
-        if match and _PBS_W_STAGE_RE.search(match.group(1)):
-            kept = _parse_pbs_w(match.group(1), number, ctx, steps)
+        if match and _PBS_W_STAGE_RE.search(match.group("attributes")):
+            kept = _parse_pbs_w(match.group("attributes"), number, ctx, steps)
+            before = match.group("before")
             if kept:
-                compute.append(re.sub(r"-W\s*.*$", lambda _: "-W " + kept, raw))
+                compute.append(f"{before} -W {kept}")
+            elif before.strip() != "#PBS":
+                compute.append(before)
             index += 1
             continue
         compute.append(raw)

@@ -87,6 +87,23 @@ def test_pbs_w_keeps_other_attributes():
     assert len(parsed.steps) == 1
 
 
+@pytest.mark.parametrize("line, kept", [
+    ("#PBS -N run -W stagein=/scratch/a@h:/r/a", "#PBS -N run"),
+    ("#PBS -l nodes=1\t-W stagein=/scratch/a@h:/r/a,depend=afterok:1",
+     "#PBS -l nodes=1 -W depend=afterok:1"),
+    ("#PBS -N my-Wjob -W stagein=/scratch/a@h:/r/a", "#PBS -N my-Wjob"),
+])
+def test_pbs_w_after_other_options_is_read_too(line, kept):
+    parsed = parse_text(f"#!/bin/sh\n{line}\nrun\n", "x.pbs")
+    assert [s.transfer.destination.path for s in parsed.steps] == ["/scratch/a"]
+    assert parsed.compute_lines == ["#!/bin/sh", kept, "run"]
+
+
+def test_pbs_w_after_other_options_is_checked_like_the_rest():
+    expect_error("#!/bin/sh\n#PBS -N run -W stagein=/etc/cron.d/x@h:/r/x\nrun\n",
+                 "#PBS -W stagein: the destination /etc/cron.d/x is outside the scratch root", 2)
+
+
 def test_relative_paths_resolve_against_the_submit_directory():
     text = "#!/bin/sh\n#STAGEIN http://h/x.dat data/x.dat\nrun\n"
     parsed = parse_text(text, "x.sh", cwd="/scratch/a/w")
