@@ -45,6 +45,7 @@ _DW_RE = re.compile(r"^\s*#DW\s+(stage_in|stage_out)(?=\s|$)(.*)$")
 _PBS_W_RE = re.compile(r"^(?P<before>\s*#PBS(?:\s+\S.*?)?)\s+-W\s*(?P<attributes>.*)$")
 _PBS_W_STAGE_RE = re.compile(r"(^|,)\s*(stagein|stageout)\s*=")
 _SAFE_VALUE_RE = re.compile(r"^[A-Za-z0-9._:+@/=][A-Za-z0-9._:+@/=-]*$")
+_SIGNED_RE = re.compile(r"^-?[0-9]{1,10}$")
 # a literal command starts with the name of a command, then a blank or the end (or ; & |)
 _COMMAND_NAME_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._+-]*(?=[\s;&|]|$)")
 
@@ -571,18 +572,20 @@ def _compute_job(lines: list[str]) -> dict[str, str]:
     found: dict[str, str] = {}
     for line in lines:
         if line.startswith("#SBATCH"):
-            for key, pattern in (("name", r"(?:--job-name[= ]|-J\s*)(\S+)"),
-                                 ("qos", r"--qos[= ](\S+)"), ("account", r"(?:--account[= ]|-A\s*)(\S+)"),
-                                 ("priority", r"--priority[= ](\S+)"), ("nice", r"--nice[= ](\S+)")):
-                match = re.search(pattern, line)
-                if match and _SAFE_VALUE_RE.match(match.group(1)):
-                    found.setdefault(key, match.group(1))
+            patterns = (("name", r"(?:--job-name[= ]|-J\s*)(\S+)"), ("qos", r"--qos[= ](\S+)"),
+                        ("account", r"(?:--account[= ]|-A\s*)(\S+)"),
+                        ("priority", r"--priority[= ](\S+)"), ("nice", r"--nice[= ](\S+)"))
         elif line.startswith("#PBS"):
-            for key, pattern in (("name", r"-N\s+(\S+)"), ("priority", r"-p\s+(-?\d+)"),
-                                 ("account", r"-A\s+(\S+)"), ("qos", r"-l\s+\S*qos=([^,\s]+)")):
-                match = re.search(pattern, line)
-                if match and _SAFE_VALUE_RE.match(match.group(1)):
-                    found.setdefault(key, match.group(1))
+            patterns = (("name", r"-N\s+(\S+)"), ("priority", r"-p\s+(-?[0-9]+)"),
+                        ("account", r"-A\s+(\S+)"), ("qos", r"-l\s+\S*qos=([^,\s]+)"))
+        else:
+            continue
+        for key, pattern in patterns:
+            match = re.search(pattern, line)
+            # numbers may be negative (PBS -p, --nice); names never start with '-'
+            valid = _SIGNED_RE if key in ("priority", "nice") else _SAFE_VALUE_RE
+            if match and valid.match(match.group(1)):
+                found.setdefault(key, match.group(1))
     return found
 
 

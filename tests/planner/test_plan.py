@@ -113,6 +113,14 @@ def test_priority_is_bounded_by_the_scheduler(scheduler, priority, ok):
         build_plan(parsed, config, chain_id="skt", workdir="/s", scheduler=scheduler)
 
 
+def test_a_negative_pbs_priority_is_inherited():
+    config = SiteConfig(storage=StorageConfig(scratch_root="/s"))
+    parsed = parse_script("#!/bin/bash\n#PBS -p -5\n#STAGEIN http://h/a /s/a\nrun\n", "job.sh",
+                          cwd="/s", scratch_root="/s")
+    assert build_plan(parsed, config, chain_id="skt", workdir="/s", scheduler="pbs").job(
+        "stage-in").priority == -5
+
+
 def test_an_inherited_priority_the_scheduler_cannot_take_is_not_inherited():
     text = "#!/bin/bash\n#PBS -p 5000\n#STAGEIN http://h/a /s/a\nrun\n"
     config = SiteConfig(storage=StorageConfig(scratch_root="/s"))
