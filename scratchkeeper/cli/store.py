@@ -9,6 +9,7 @@ import sys
 
 from ..errors import InputError
 from ..storage import LayoutRequest, open_backend, parse_ost_list, parse_size
+from ..storage.sources import open_regular
 from . import site_config
 
 COPY_CHUNK = 4 << 20
@@ -121,21 +122,13 @@ def _backend(args):
 def _put(args) -> int:
     backend = _backend(args)
     request = _request(args)
+    # a regular file only, checked on the opened descriptor; read as the size it had then
+    fd, info = open_regular(args.local)
     try:
-        source = open(args.local, "rb")
-    except OSError as err:
-        raise InputError(f"cannot read: {err.strerror}", path=args.local) from None
-    with source:
-        layout = backend.create(args.path, request)
-        try:
-            offset = 0
-            while chunk := source.read(COPY_CHUNK):
-                backend.write(layout.path, offset, chunk)
-                offset += len(chunk)
-        except BaseException:
-            backend.remove(layout.path)  # no half-written file stays behind
-            raise
-    print(f"{layout.path}: {offset} bytes on OSTs {','.join(map(str, layout.ost_list))}")
+        layout = backend.put_file(args.path, fd, info.st_size, request, label=args.local)
+    finally:
+        os.close(fd)
+    print(f"{layout.path}: {info.st_size} bytes on OSTs {','.join(map(str, layout.ost_list))}")
     return 0
 
 

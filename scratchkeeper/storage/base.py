@@ -31,6 +31,7 @@ from dataclasses import dataclass, field, replace
 from ..errors import InputError, StorageError, TargetUnavailable
 from .layout import (Extent, FileLayout, LayoutRequest, StripeObject, merge_extents,
                      subtract_extents)
+from .sources import read_sized, space_errors
 
 XATTR_PREFIX = "user.scratchkeeper."
 DEFAULT_CHUNK = 4 << 20
@@ -199,6 +200,23 @@ class StorageBackend(abc.ABC):
         else PermissionDenied and nothing changes.
         """
 
+    def put_file(self, path: str, source_fd: int, size: int,
+                 request: LayoutRequest = LayoutRequest(), *, label: str | None = None,
+                 owner: tuple[int, int] | None = None, mode: int = 0o644) -> FileLayout:
+        """A new file at ``path`` holding the ``size`` bytes of the open regular file
+        ``source_fd`` (``label`` names it in errors; see :mod:`.sources`); a failure (a full
+        file system, a source that reads shorter or longer) leaves nothing at ``path``."""
+        layout = self.create(path, request, owner=owner, mode=mode)
+        try:
+            with space_errors(layout.path):
+                for offset, data in read_sized(source_fd, size, label or layout.path,
+                                               DEFAULT_CHUNK):
+                    self.write(layout.path, offset, data)
+        except BaseException:
+            self.remove(layout.path)
+            raise
+        return layout
+
     @abc.abstractmethod
     def layout(self, path: str) -> FileLayout:
         """The file's layout: components in order with their OST lists, mirrors included."""
@@ -255,6 +273,11 @@ class StorageBackend(abc.ABC):
     @abc.abstractmethod
     def set_xattr(self, path: str, name: str, value: bytes) -> None:
         """Set an extended attribute such as ``user.scratchkeeper.source``."""
+
+    def set_xattrs(self, path: str, values: dict[str, bytes]) -> None:
+        """Set several extended attributes (a backend may do it in one step)."""
+        for name, value in values.items():
+            self.set_xattr(path, name, value)
 
     @abc.abstractmethod
     def get_xattr(self, path: str, name: str) -> bytes | None:

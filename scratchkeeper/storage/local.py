@@ -24,6 +24,7 @@ opens it read-only: it reads, and every change is refused.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import hashlib
 import json
@@ -40,11 +41,12 @@ from dataclasses import replace
 from pathlib import Path
 
 from ..errors import InputError, PermissionDenied, StateError, StorageError, TargetUnavailable
-from ..state import StateStore, may_write
+from ..state import DatabaseBusy, StateStore, may_write
 from .base import (OST_ACTIVE, OST_FAILED, OST_UNREACHABLE, FileStat, OstStatus, Rebuild,
                    StorageBackend, pwrite_all, substitute_layout)
 from .layout import (Extent, FileLayout, LayoutComponent, LayoutRequest, StripeObject,
                      merge_extents)
+from .sources import open_regular, read_sized, space_errors
 
 log = logging.getLogger(__name__)
 
@@ -230,7 +232,15 @@ class LocalStripedStore(StorageBackend):
 
     # -- garbage collection of objects no layout owns ------------------------------------------
     def _collect_garbage(self) -> None:
-        """Delete doomed objects and those of intents whose process died."""
+        """Delete doomed objects and those of intents whose process died; a namespace locked
+        too long leaves the rest to the next collection (an operation that called this has
+        committed already and must not fail for it)."""
+        try:
+            self._collect_garbage_now()
+        except DatabaseBusy as err:
+            log.warning("store %s: garbage collection left for later: %s", self.store_root, err)
+
+    def _collect_garbage_now(self) -> None:
         rows = self.db.query("SELECT ost_index, object_id, owner FROM object_intents "
                              "WHERE owner = ? OR owner LIKE 'pid:%'", (DOOMED,))
         for row in rows:
@@ -391,13 +401,29 @@ class LocalStripedStore(StorageBackend):
                 os.close(fd)
 
     def _drop_objects(self, objects: Iterable[StripeObject], owner: str) -> None:
-        """Hand objects an operation claimed but will not commit over to the collector."""
-        with self.db.transaction() as conn:
-            for obj in objects:
-                conn.execute("UPDATE object_intents SET owner = ? WHERE ost_index = ? AND "
-                             "object_id = ? AND owner = ?",
-                             (DOOMED, obj.ost_index, obj.object_id, owner))
-        self._collect_garbage()
+        """Delete the objects an operation claimed but will not commit, then their intents.
+
+        The objects go first (no layout names them; on a full disk that is the space back).
+        When the namespace cannot be written now (full, or locked too long), the intents stay
+        for the collector of the next open, which deletes what a dead process claimed.
+        """
+        deleted, kept = [], []
+        for obj in objects:
+            if not self._ost_dir(obj.ost_index).is_dir():
+                kept.append(obj)  # on a failed OST: collected once it is restored
+                continue
+            with contextlib.suppress(FileNotFoundError):
+                self._object_path(obj).unlink()
+            deleted.append(obj)
+        try:
+            with self.db.transaction() as conn:
+                self._release_claim(conn, deleted, owner)
+                conn.executemany("UPDATE object_intents SET owner = ? WHERE ost_index = ? AND "
+                                 "object_id = ? AND owner = ?",
+                                 [(DOOMED, o.ost_index, o.object_id, owner) for o in kept])
+        except StateError as err:
+            log.warning("store %s: intents of %d dropped object(s) left for the collector: %s",
+                        self.store_root, len(deleted) + len(kept), err)
 
     # -- namespace -----------------------------------------------------------------------------
     def _row(self, path: str):
@@ -429,22 +455,58 @@ class LocalStripedStore(StorageBackend):
 
     def create(self, path: str, request: LayoutRequest = LayoutRequest(), *,
                owner: tuple[int, int] | None = None, mode: int = 0o644) -> FileLayout:
+        full = self._new_path(path)
+        uid, gid = owner if owner is not None else (os.getuid(), os.getgid())
+        component = self._new_component(request)
+        return self._store_new(full, component, uid=uid, gid=gid, mode=mode, mtime=time.time())
+
+    def put_file(self, path: str, source_fd: int, size: int,
+                 request: LayoutRequest = LayoutRequest(), *, label: str | None = None,
+                 owner: tuple[int, int] | None = None, mode: int = 0o644) -> FileLayout:
+        """A new store file holding the ``size`` bytes of the open regular file ``source_fd``.
+
+        The file enters the namespace only once all its bytes are on disk: a failure (a full
+        file system, a source that reads shorter or longer than ``size``) leaves no entry and
+        no object behind.
+        """
+        full = self._new_path(path)
+        uid, gid = owner if owner is not None else (os.getuid(), os.getgid())
+        component = self._new_component(request)
+        return self._store_new(full, component, uid=uid, gid=gid, mode=mode, mtime=time.time(),
+                               source=(source_fd, size, label or full))
+
+    def _new_path(self, path: str) -> str:
         self._check_writable()
         full = self.paths.resolve(path)
         if full == self.scratch_root:
             raise InputError(f"{full}: is the scratch root, not a file")
         if self.exists(full):
             raise InputError(f"{full}: already exists in the store")
-        uid, gid = owner if owner is not None else (os.getuid(), os.getgid())
-        component = self._new_component(request)
+        return full
+
+    def _store_new(self, full: str, component: LayoutComponent, *, uid: int, gid: int,
+                   mode: int, mtime: float, source: tuple[int, int, str] | None = None,
+                   replaces: bool = False) -> FileLayout:
+        """Create a file's objects under an intent, fill them from ``source`` (descriptor,
+        size, name for errors) and commit the file in one transaction (dooming the store file
+        it ``replaces``); on any failure the objects are dropped and nothing is committed."""
         layout = FileLayout((component,), 0, full)
+        size = source[1] if source else 0
         claim = _process_owner()
         self._claim_objects(component.objects, claim)
         try:
-            self._create_objects(component.objects, uid=uid, gid=gid, mode=mode)
+            with space_errors(full):
+                self._create_objects(component.objects, uid=uid, gid=gid, mode=mode)
+                if source:
+                    self._copy_in(source[0], size, component, source[2])
             with self.db.transaction() as conn:
-                self._insert_file(conn, full, layout, size=0, uid=uid, gid=gid, mode=mode,
-                                  mtime=time.time())
+                old = conn.execute("SELECT * FROM files WHERE path = ?", (full,)).fetchone()
+                if old is not None:
+                    if not replaces:
+                        raise InputError(f"{full}: already exists in the store")
+                    self._doom_file_in(conn, old)
+                self._insert_file(conn, full, layout, size=size, uid=uid, gid=gid, mode=mode,
+                                  mtime=mtime)
                 self._release_claim(conn, component.objects, claim)
         except BaseException:
             self._drop_objects(component.objects, claim)
@@ -476,11 +538,8 @@ class LocalStripedStore(StorageBackend):
         full = self.paths.resolve(path)
         parent_fd, name = self._open_parent(full)
         try:
-            fd = _open_source(parent_fd, name, full)
+            fd, info = open_regular(name, label=full, dir_fd=parent_fd, follow_links=False)
             try:
-                info = os.fstat(fd)
-                if not statmod.S_ISREG(info.st_mode):
-                    raise InputError(f"{full}: not a regular file")
                 if expect_uid is not None and info.st_uid != expect_uid:
                     raise PermissionDenied(f"{full}: owned by uid {info.st_uid}, not uid "
                                            f"{expect_uid}")
@@ -495,26 +554,11 @@ class LocalStripedStore(StorageBackend):
                         raise InputError(f"{full}: a different file already exists in the store")
                 request = LayoutRequest(stripe_count=stripe_count, stripe_size=stripe_size)
                 component = self._new_component(request)
-                layout = FileLayout((component,), 0, full)
                 uid, gid = owner if owner is not None else (info.st_uid, info.st_gid)
-                mode = statmod.S_IMODE(info.st_mode)
-                claim = _process_owner()
-                self._claim_objects(component.objects, claim)
-                try:
-                    self._create_objects(component.objects, uid=uid, gid=gid, mode=mode)
-                    self._copy_in(fd, info.st_size, component)
-                    with self.db.transaction() as conn:
-                        if existing:
-                            old = conn.execute("SELECT * FROM files WHERE path = ?",
-                                               (full,)).fetchone()
-                            if old is not None:
-                                self._doom_file_in(conn, old)
-                        self._insert_file(conn, full, layout, size=info.st_size, uid=uid,
-                                          gid=gid, mode=mode, mtime=info.st_mtime)
-                        self._release_claim(conn, component.objects, claim)
-                except BaseException:
-                    self._drop_objects(component.objects, claim)
-                    raise
+                layout = self._store_new(full, component, uid=uid, gid=gid,
+                                         mode=statmod.S_IMODE(info.st_mode),
+                                         mtime=info.st_mtime, source=(fd, info.st_size, full),
+                                         replaces=replace)
             finally:
                 os.close(fd)
             _unlink_imported(parent_fd, name, info, full)
@@ -572,16 +616,13 @@ class LocalStripedStore(StorageBackend):
             raise
         return fd, name
 
-    def _copy_in(self, fd: int, size: int, component: LayoutComponent) -> None:
+    def _copy_in(self, fd: int, size: int, component: LayoutComponent, label: str) -> None:
+        """Copy the ``size`` bytes of the regular file ``fd`` (named ``label``) into the
+        component's objects and sync them."""
         handles = self._open_objects(component.objects, os.O_WRONLY)
         try:
-            offset = 0
-            while offset < size:
-                data = os.pread(fd, min(COPY_CHUNK, size - offset), offset)
-                if not data:
-                    raise StorageError(f"file shrank to {offset} bytes while being imported")
+            for offset, data in read_sized(fd, size, label, COPY_CHUNK):
                 self._write_pieces(component, handles, offset, data)
-                offset += len(data)
             for handle in handles.values():
                 os.fsync(handle)
         finally:
@@ -763,24 +804,30 @@ class LocalStripedStore(StorageBackend):
                 if ost not in healthy:
                     raise TargetUnavailable(f"{layout.path}: OST {ost} is unavailable",
                                             ost_index=ost, path=layout.path)
-        for comp, lo, hi in spans:
-            self._write_range(comp, lo, data[lo - offset:hi - offset], layout.path)
+        with space_errors(layout.path):
+            for comp, lo, hi in spans:
+                self._write_range(comp, lo, data[lo - offset:hi - offset], layout.path)
         with self.db.transaction() as conn:
             conn.execute("UPDATE files SET size = MAX(size, ?), mtime = ? WHERE path = ?",
                          (offset + len(data), time.time(), row["path"]))
 
     # -- extended attributes -------------------------------------------------------------------
     def set_xattr(self, path: str, name: str, value: bytes) -> None:
+        self.set_xattrs(path, {name: value})
+
+    def set_xattrs(self, path: str, values: dict[str, bytes]) -> None:
+        """Set several attributes in one transaction (one lock of the namespace, not one each)."""
         self._check_writable()
-        _check_xattr_name(name)
-        if len(value) > XATTR_MAX:
-            raise InputError(f"{path}: xattr {name} value is {len(value)} bytes, over the "
-                             f"{XATTR_MAX}-byte limit")
+        for name, value in values.items():
+            _check_xattr_name(name)
+            if len(value) > XATTR_MAX:
+                raise InputError(f"{path}: xattr {name} value is {len(value)} bytes, over the "
+                                 f"{XATTR_MAX}-byte limit")
         row = self._row(path)
         with self.db.transaction() as conn:
-            conn.execute("INSERT INTO xattrs(path, name, value) VALUES (?, ?, ?) "
-                         "ON CONFLICT(path, name) DO UPDATE SET value = excluded.value",
-                         (row["path"], name, bytes(value)))
+            conn.executemany("INSERT INTO xattrs(path, name, value) VALUES (?, ?, ?) "
+                             "ON CONFLICT(path, name) DO UPDATE SET value = excluded.value",
+                             [(row["path"], name, bytes(value)) for name, value in values.items()])
 
     def get_xattr(self, path: str, name: str) -> bytes | None:
         row = self._row(path)
@@ -1203,22 +1250,6 @@ def _is_link(name: str, dir_fd: int) -> bool:
         return statmod.S_ISLNK(os.stat(name, dir_fd=dir_fd, follow_symlinks=False).st_mode)
     except OSError:
         return False
-
-
-def _open_source(parent_fd: int, name: str, full: str) -> int:
-    """Open the file to import in its directory, without following a link or blocking (a FIFO
-    someone put there is refused as not a regular file, not waited on)."""
-    try:
-        return os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY,
-                       dir_fd=parent_fd)
-    except FileNotFoundError:
-        raise InputError(f"{full}: no such file to import") from None
-    except OSError as err:
-        if err.errno == errno.ELOOP:
-            raise InputError(f"{full}: is a symbolic link; refusing to import it") from None
-        if err.errno in (errno.EACCES, errno.EPERM):
-            raise PermissionDenied(f"{full}: permission denied") from None
-        raise StorageError(f"{full}: cannot open: {err.strerror}") from err
 
 
 def _unlink_imported(parent_fd: int, name: str, info: os.stat_result, full: str) -> None:

@@ -3,7 +3,12 @@
 from __future__ import annotations
 
 import json
+import os
 import random
+import signal
+import socket
+import sqlite3
+import subprocess
 
 import pytest
 
@@ -86,7 +91,7 @@ def test_import_and_xattr(config, tmp_path, capsysbinary):
 
 
 @pytest.mark.parametrize("args,message", [
-    (["put", "{missing}", "x"], b"cannot read"),
+    (["put", "{missing}", "x"], b"missing: no such file"),
     (["put", "{local}", "../escape"], b"'..' is not allowed"),
     (["put", "{local}", "x", "--stripe-size", "1000"], b"multiple of 64 KiB"),
     (["put", "{local}", "x", "--ost-list", "2,2"], b"names an OST twice"),
@@ -109,3 +114,126 @@ def test_bad_size_syntax_is_rejected_by_argparse(config, capsysbinary):
     with pytest.raises(SystemExit) as caught:
         store(config, "put", "a", "b", "--stripe-size", "12Q")
     assert caught.value.code == 2
+
+
+# -- store put reads a regular file only, and a full disk leaves nothing ----------------------
+
+def _stored_nothing(tmp_path) -> None:
+    """No namespace entry, no object and no intent left in the store of ``config``."""
+    store_root = tmp_path / "store"
+    objects = [p for p in store_root.glob("ost*/*")]
+    assert objects == []
+    if not (store_root / "namespace.db").exists():
+        return  # refused before the store was even opened
+    database = sqlite3.connect(store_root / "namespace.db")
+    try:
+        assert database.execute("SELECT COUNT(*) FROM files").fetchone()[0] == 0
+        assert database.execute("SELECT COUNT(*) FROM object_intents").fetchone()[0] == 0
+    finally:
+        database.close()
+
+
+@pytest.fixture
+def alarm():
+    """Fail, instead of hanging, a test whose code blocks (on a FIFO, an endless stream)."""
+    def expired(*_):
+        raise TimeoutError("blocked: store put waited on its source")
+    previous = signal.signal(signal.SIGALRM, expired)
+    signal.alarm(30)
+    yield
+    signal.alarm(0)
+    signal.signal(signal.SIGALRM, previous)
+
+
+def _special_file(kind: str, tmp_path) -> str:
+    if kind == "fifo":
+        os.mkfifo(tmp_path / "fifo")
+        return str(tmp_path / "fifo")
+    if kind == "socket":
+        listener = socket.socket(socket.AF_UNIX)
+        listener.bind(str(tmp_path / "sock"))
+        return str(tmp_path / "sock")
+    if kind == "directory":
+        (tmp_path / "folder").mkdir()
+        return str(tmp_path / "folder")
+    if kind.startswith("link to "):
+        target = _special_file(kind.removeprefix("link to "), tmp_path)
+        (tmp_path / "link").symlink_to(target)
+        return str(tmp_path / "link")
+    if not os.path.exists(kind):
+        pytest.skip(f"{kind} does not exist here")
+    return kind
+
+
+@pytest.mark.parametrize("kind,message", [
+    ("/dev/zero", b"is a character device, not a regular file"),
+    ("/dev/urandom", b"is a character device, not a regular file"),
+    ("fifo", b"is a FIFO, not a regular file"),
+    ("socket", b"is a socket or a device, not a regular file"),
+    ("directory", b"is a directory, not a regular file"),
+    ("link to /dev/zero", b"is a character device, not a regular file"),
+    ("link to fifo", b"is a FIFO, not a regular file"),
+    # /proc and /sys files are "regular" with sizes that lie: 0, or a page whatever they hold
+    ("/proc/self/status", b"holds more than the 0 bytes its size says"),
+    ("/proc/self/maps", b"holds more than the 0 bytes its size says"),
+    ("/sys/kernel/mm/transparent_hugepage/enabled", b"its size said 4096 bytes but it ends"),
+])
+def test_put_refuses_anything_but_a_regular_file(config, tmp_path, capsysbinary, alarm, kind,
+                                                 message):
+    source = _special_file(kind, tmp_path)
+    assert store(config, "put", source, "u1/x") == 2
+    err = capsysbinary.readouterr().err
+    assert err.startswith(source.encode() + b": ") and message in err and err.count(b"\n") == 1
+    _stored_nothing(tmp_path)
+
+
+def test_put_reads_a_link_to_a_regular_file(config, tmp_path, capsysbinary):
+    (tmp_path / "real.bin").write_bytes(b"linked bytes")
+    (tmp_path / "link.bin").symlink_to(tmp_path / "real.bin")
+    assert store(config, "put", str(tmp_path / "link.bin"), "u1/linked") == 0
+    capsysbinary.readouterr()
+    assert store(config, "cat", "u1/linked") == 0
+    assert capsysbinary.readouterr().out == b"linked bytes"
+
+
+@pytest.fixture
+def small_store(tmp_path):
+    """``tmp_path/store`` on a 1 MiB tmpfs of its own (mounted for the test, then unmounted)."""
+    if os.geteuid() != 0:
+        pytest.skip("mounting a small file system needs root")
+    mount = tmp_path / "store"
+    mount.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m,mode=0755", "tmpfs", str(mount)],
+                   check=True, capture_output=True, timeout=30)
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", "-l", str(mount)], check=True, capture_output=True,
+                       timeout=30)
+
+
+def test_put_on_a_full_disk_is_one_line_and_leaves_nothing(config, tmp_path, small_store,
+                                                           capsysbinary):
+    big = tmp_path / "big.bin"
+    big.write_bytes(os.urandom(3 << 20))
+    assert store(config, "put", str(big), "u1/big") == 1
+    err = capsysbinary.readouterr().err
+    assert err.count(b"\n") == 1 and b"u1/big: the store's file system is full" in err, err
+    _stored_nothing(tmp_path)
+    # and the space came back: a file that fits goes in
+    (tmp_path / "small.bin").write_bytes(b"fits")
+    assert store(config, "put", str(tmp_path / "small.bin"), "u1/small") == 0
+
+
+def test_import_on_a_full_disk_keeps_the_posix_file_and_stores_nothing(config, tmp_path,
+                                                                       small_store,
+                                                                       capsysbinary):
+    posix = tmp_path / "scratch" / "job1" / "input.dat"
+    posix.parent.mkdir(parents=True)
+    data = os.urandom(3 << 20)
+    posix.write_bytes(data)
+    assert store(config, "import", str(posix)) == 1
+    err = capsysbinary.readouterr().err
+    assert err.count(b"\n") == 1 and b"the store's file system is full" in err, err
+    assert posix.read_bytes() == data
+    _stored_nothing(tmp_path)

@@ -18,6 +18,7 @@ import pytest
 from scratchkeeper.errors import InputError, PermissionDenied, StorageError, TargetUnavailable
 from scratchkeeper.storage import LayoutRequest
 from scratchkeeper.storage.local import LocalStripedStore
+from scratchkeeper.storage.sources import NoSpace
 
 
 def payload(size: int, seed: int = 5) -> bytes:
@@ -99,7 +100,7 @@ def test_import_interrupted_mid_copy_leaves_the_posix_file_and_no_object(local_s
         raise OSError(28, "No space left on device")
 
     monkeypatch.setattr(local_store, "_copy_in", broken_copy)
-    with pytest.raises(OSError):
+    with pytest.raises(NoSpace, match="half: the store's file system is full"):
         local_store.import_file(str(path))
     assert path.read_bytes() == data
     assert not local_store.exists(str(path))
