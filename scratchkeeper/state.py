@@ -67,6 +67,11 @@ def is_busy(err: BaseException) -> bool:
     return "database is locked" in text or "database table is locked" in text
 
 
+def _is_full(err: BaseException) -> bool:
+    return isinstance(err, sqlite3.OperationalError) and \
+        getattr(err, "sqlite_errorcode", 0) & 0xFF == sqlite3.SQLITE_FULL
+
+
 def retry_busy(action: Callable[[], T], what: str, *, wait: float,
                busy: Callable[[BaseException], bool] = is_busy) -> T:
     """``action()``, again after a growing, jittered pause while it fails with an error
@@ -118,18 +123,19 @@ class StateStore:
     raises :class:`StateError`.
 
     ``lock_wait``, ``busy_timeout_ms``: how long a lock is waited for in all, and in one go in
-    SQLite's busy handler (the module's docstring).
+    SQLite's busy handler (the module's docstring); :data:`LOCK_WAIT` and
+    :data:`BUSY_TIMEOUT_MS` by default.
     """
 
     def __init__(self, path: str | os.PathLike, *, journal: str = "wal", read_only: bool = False,
-                 lock_wait: float = LOCK_WAIT, busy_timeout_ms: int = BUSY_TIMEOUT_MS):
+                 lock_wait: float | None = None, busy_timeout_ms: int | None = None):
         if journal not in JOURNAL_MODES:
             raise ValueError(f"journal {journal!r}: expected one of {', '.join(JOURNAL_MODES)}")
         self.path = str(path)
         self.journal = journal
         self.read_only = read_only
-        self.lock_wait = lock_wait
-        self.busy_timeout_ms = busy_timeout_ms
+        self.lock_wait = LOCK_WAIT if lock_wait is None else lock_wait
+        self.busy_timeout_ms = BUSY_TIMEOUT_MS if busy_timeout_ms is None else busy_timeout_ms
         if read_only and self.path == ":memory:":
             raise ValueError("an in-memory database cannot be opened read-only")
         self._local = threading.local()
@@ -254,6 +260,9 @@ class StateStore:
             if is_busy(err):
                 raise DatabaseBusy(f"{self.path}: locked inside a transaction, rolled back: "
                                    f"{err}") from err
+            if _is_full(err):
+                raise StateError(f"{self.path}: the file system is full, transaction rolled "
+                                 f"back: {err}") from err
             raise
         try:
             self._retry(lambda: conn.execute("COMMIT"), "cannot commit")

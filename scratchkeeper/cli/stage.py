@@ -14,7 +14,7 @@ import time
 
 from ..errors import RecoveryError
 from ..planner import records
-from ..planner.commit import commit_stage, fail_stage
+from ..planner.commit import commit_stage, fail_stage, recorded
 from ..recovery.client import RecoveryClient, ServiceUnavailable
 from ..state import StateStore, may_write
 from . import site_config
@@ -56,10 +56,17 @@ def _through_service(config, call):
     raise AssertionError("unreachable")
 
 
+def _open_records(config) -> StateStore:
+    """The state database, opened as long as others' locks delay it (a data job's report is
+    retried while the database is busy, never given up as a failed stage)."""
+    return recorded(lambda: records.open_records(StateStore(config.state.database)),
+                    f"opening {config.state.database}")
+
+
 def _commit(args) -> int:
     config = site_config(args)
     if may_write(config.state.database):
-        store = records.open_records(StateStore(config.state.database))
+        store = _open_records(config)
         files = [(f.path, f.size, f.checksum, f.source)
                  for f in commit_stage(store, config, args.chain, args.job)]
     else:
@@ -73,7 +80,7 @@ def _commit(args) -> int:
 def _fail(args) -> int:
     config = site_config(args)
     if may_write(config.state.database):
-        store = records.open_records(StateStore(config.state.database))
+        store = _open_records(config)
         cancelled = fail_stage(store, config, args.chain, args.job, args.reason, args.line or None)
     else:
         cancelled = _through_service(config, lambda c: c.stage_fail(

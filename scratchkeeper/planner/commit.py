@@ -5,6 +5,13 @@ measures size, SHA-256 and per-block CRC-32 (one read), hands it to the storage 
 in; Lustre keeps it where it is) and writes the recovery metadata as extended attributes and
 in the state store. ``stage fail`` records why the data job failed and, for a stage-in, cancels
 the compute and stage-out jobs with that reason, so nothing waits on a dead dependency.
+
+Many data jobs end at once: the state database and the store's namespace are then busy. Each
+step of a commit is retried while they stay locked (:func:`recorded`, for up to
+:data:`COMMIT_LOCK_WAIT`), each try itself waiting :data:`~scratchkeeper.state.LOCK_WAIT`:
+contention delays a commit, it never fails a stage-in whose transfers succeeded. The steps are
+ordered so a retried one finds its work undone (the import) or redoes it idempotently (the
+records are upserts).
 """
 
 from __future__ import annotations
@@ -12,20 +19,26 @@ from __future__ import annotations
 import logging
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TypeVar
 
 from .. import digests
 from ..config import SiteConfig
 from ..errors import InputError, PermissionDenied, ScratchkeeperError, UnknownJobError
 from ..schedulers import get_scheduler
 from ..ownership import open_owned
-from ..state import StateStore
+from ..state import DatabaseBusy, StateStore, retry_busy
 from ..storage import open_backend
 from . import records
 
 log = logging.getLogger(__name__)
 
+T = TypeVar("T")
+
 XATTR = "user.scratchkeeper."
+#: how long one step of a data job's commit is retried while the databases stay locked
+COMMIT_LOCK_WAIT = 1800.0
 
 
 @dataclass(frozen=True)
@@ -34,6 +47,17 @@ class CommittedFile:
     source: str
     size: int
     checksum: str | None
+
+
+def recorded(action: Callable[[], T], what: str) -> T:
+    """``action()``, retried with growing jittered pauses while it raises :class:`DatabaseBusy`,
+    for up to :data:`COMMIT_LOCK_WAIT` seconds."""
+    def busy(err: BaseException) -> bool:
+        if isinstance(err, DatabaseBusy):
+            log.warning("%s: databases busy, retrying: %s", what, err)
+            return True
+        return False
+    return retry_busy(action, what, wait=COMMIT_LOCK_WAIT, busy=busy)
 
 
 def _job_row(store: StateStore, chain_id: str, job_key: str):
@@ -76,24 +100,30 @@ def commit_stage(store: StateStore, config: SiteConfig, chain_id: str, job_key: 
     cannot write the state database): the chain and every staged file must be that user's, and
     each file is opened once, without following links, for its digests.
     """
-    chain = check_owner(store, chain_id, for_uid)
-    row = _job_row(store, chain_id, job_key)
+    what = f"chain {chain_id}: commit of {job_key}"
+    chain, row = recorded(lambda: (check_owner(store, chain_id, for_uid),
+                                   _job_row(store, chain_id, job_key)), what)
     committed: list[CommittedFile] = []
     if row["role"] == "stage-in":
         backend = backend or open_backend(config)
-        compute = [r for r in records.chain_jobs(store, chain_id) if r["role"] == "compute"]
+        jobs = recorded(lambda: records.chain_jobs(store, chain_id), what)
+        compute = [r for r in jobs if r["role"] == "compute"]
         compute_id = compute[0]["job_id"] if compute else ""
-        for staged in records.staged_files(store, chain_id, job_key):
+        for staged in recorded(lambda: records.staged_files(store, chain_id, job_key), what):
             if staged["state"] == "staged":
                 continue  # a re-run of the data job: already recorded
             for path, source in _files_of(staged):
                 committed.append(_commit_file(store, config, backend, chain, staged, path,
                                               source, compute_id or "", for_uid))
-            with store.transaction() as conn:
-                conn.execute("UPDATE staged_files SET state='staged' WHERE chain_id=? AND path=?",
-                             (chain_id, staged["path"]))
-    records.set_jobs_state(store, chain_id, [job_key], records.JOB_DONE)
+            recorded(lambda: _mark_staged(store, chain_id, staged["path"]), what)
+    recorded(lambda: records.set_jobs_state(store, chain_id, [job_key], records.JOB_DONE), what)
     return committed
+
+
+def _mark_staged(store: StateStore, chain_id: str, path: str) -> None:
+    with store.transaction() as conn:
+        conn.execute("UPDATE staged_files SET state='staged' WHERE chain_id=? AND path=?",
+                     (chain_id, path))
 
 
 def _commit_file(store, config, backend, chain, staged, path, source, compute_id, for_uid):
@@ -126,12 +156,25 @@ def _commit_file(store, config, backend, chain, staged, path, source, compute_id
                     break
     finally:
         os.close(fd)
+    what = f"chain {chain_id}: commit of {path}"
     if inside:
-        # a re-staged input supersedes what an earlier chain put at the same path
-        backend.import_file(path, owner=(info.st_uid, info.st_gid), replace=True,
-                            **({"expect_uid": for_uid} if on_behalf else {}))
-        for name, value in metadata.items():
-            backend.set_xattr(path, XATTR + name, value.encode())
+        # a re-staged input supersedes what an earlier chain put at the same path; an import
+        # that meets a locked namespace is undone whole, so its retry starts from the file
+        recorded(lambda: backend.import_file(
+            path, owner=(info.st_uid, info.st_gid), replace=True,
+            **({"expect_uid": for_uid} if on_behalf else {})), what)
+        recorded(lambda: backend.set_xattrs(path, {XATTR + name: value.encode()
+                                                   for name, value in metadata.items()}), what)
+    recorded(lambda: _record_staged(store, chain_id, path, staged, source, info, checksum), what)
+    if blocks is not None:
+        resolved = backend.paths.resolve(path)
+        recorded(lambda: digests.record(store, resolved, checksum, blocks), what)
+    log.info("chain %s: staged %s (%d bytes) from %s", chain_id, path, info.st_size, source)
+    return CommittedFile(path, source, info.st_size, checksum)
+
+
+def _record_staged(store: StateStore, chain_id: str, path: str, staged, source: str,
+                   info: os.stat_result, checksum: str) -> None:
     with store.transaction() as conn:
         conn.execute(
             "INSERT INTO staged_files(chain_id, path, job_key, source, line, recursive, state, size,"
@@ -141,10 +184,6 @@ def _commit_file(store, config, backend, chain, staged, path, source, compute_id
             " owner_gid=excluded.owner_gid, staged_at=excluded.staged_at, source=excluded.source",
             (chain_id, path, staged["job_key"], source, staged["line"], 0, "staged", info.st_size,
              "sha256:" + checksum, info.st_uid, info.st_gid, time.time()))
-    if blocks is not None:
-        digests.record(store, backend.paths.resolve(path), checksum, blocks)
-    log.info("chain %s: staged %s (%d bytes) from %s", chain_id, path, info.st_size, source)
-    return CommittedFile(path, source, info.st_size, checksum)
 
 
 def _inside(path: str, root: str) -> bool:
@@ -159,16 +198,20 @@ def fail_stage(store: StateStore, config: SiteConfig, chain_id: str, job_key: st
 
     Returns the job ids it cancelled. ``for_uid`` as for :func:`commit_stage`.
     """
-    chain = check_owner(store, chain_id, for_uid)
-    row = _job_row(store, chain_id, job_key)
+    what = f"chain {chain_id}: failure of {job_key}"
+    chain, row = recorded(lambda: (check_owner(store, chain_id, for_uid),
+                                   _job_row(store, chain_id, job_key)), what)
     where = f"{chain['script_path']}:{line}: " if line else ""
     message = f"{row['role']} failed: {where}{reason or 'no error message'}"
-    records.set_jobs_state(store, chain_id, [job_key], records.JOB_FAILED, message, line)
+    recorded(lambda: records.set_jobs_state(store, chain_id, [job_key], records.JOB_FAILED,
+                                            message, line), what)
     if row["role"] != "stage-in":
-        records.set_chain_state(store, chain_id, records.STAGE_OUT_FAILED, message)
+        recorded(lambda: records.set_chain_state(store, chain_id, records.STAGE_OUT_FAILED,
+                                                 message), what)
         return []
-    records.set_chain_state(store, chain_id, records.STAGE_IN_FAILED, message)
-    dependents = [r for r in records.chain_jobs(store, chain_id)
+    recorded(lambda: records.set_chain_state(store, chain_id, records.STAGE_IN_FAILED, message),
+             what)
+    dependents = [r for r in recorded(lambda: records.chain_jobs(store, chain_id), what)
                   if r["role"] in ("compute", "stage-out") and r["job_id"]]
     ids = [r["job_id"] for r in dependents]
     if ids:
@@ -177,7 +220,8 @@ def fail_stage(store: StateStore, config: SiteConfig, chain_id: str, job_key: st
         except ScratchkeeperError as err:
             # the scheduler cancels them too (kill-on-invalid-dep), so this is logged, not fatal
             log.warning("chain %s: cancelling %s failed: %s", chain_id, ids, err)
-        records.set_jobs_state(store, chain_id, [r["job_key"] for r in dependents],
-                               records.JOB_CANCELLED, "cancelled: " + message)
+        recorded(lambda: records.set_jobs_state(store, chain_id,
+                                                [r["job_key"] for r in dependents],
+                                                records.JOB_CANCELLED, "cancelled: " + message),
+                 what)
     return ids
-
