@@ -43,16 +43,15 @@ from ..storage import (Extent, FileLayout, OstStatus, Rebuild, StorageBackend,
                        subtract_extents)
 from ..storage.base import XATTR_PREFIX
 from ..transfer.buffers import BufferPool
-from ..transfer.ranged import RangedReader, measure, open_ranged
+from ..transfer.ranged import RangedReader, ReaderPool, measure, open_ranged
 from . import plan as planning
 from .safety import check_inside_scratch
+from .writer import WRITE_GROUP_BYTES, WRITE_QUEUE_BYTES, RebuildWriter
 
 log = logging.getLogger(__name__)
 
 VERIFY_CHUNK = 4 << 20
 LANE_BYTES = 16 << 20  # least work worth its own connection
-WRITE_QUEUE_BYTES = 32 << 20  # most fetched bytes waiting for the writer (then lanes wait)
-WRITE_GROUP_BYTES = 8 << 20  # most bytes the writer takes at once (written in one call)
 BATCH_CHUNKS = 16  # chunks read from a surviving mirror at a time (readers say their own)
 
 # outcome states
@@ -148,7 +147,7 @@ class Recoverer:
         self.store = store  # where stage-in recorded block digests (None: verify without them)
         self.load = load or SourceLoad()
         # GridFTP connections cost tens of ms (the server forks and logs in): reuse them
-        self.readers = _ReaderPool(self._open_reader)
+        self.readers = ReaderPool(self._open_reader)
         # receive buffers, reused while recoveries are in flight and dropped when none is
         self.buffers = BufferPool(keep_bytes=WRITE_QUEUE_BYTES + WRITE_GROUP_BYTES)
         self._lock = threading.Lock()  # guards the two below
@@ -517,7 +516,7 @@ class Recoverer:
                 lanes.append((index, mine[lane::workers]))
         if not lanes:
             return True, []
-        writer = _RebuildWriter(self.backend, rebuild, written,
+        writer = RebuildWriter(self.backend, rebuild, written,
                                 sync_bytes=self.config.recovery.sync_bytes,
                                 interval=self.config.recovery.journal_interval,
                                 buffers=self.buffers)
@@ -580,7 +579,7 @@ class Recoverer:
         return max(1, min(self.config.recovery.workers, len(chunks), share, requests))
 
     def _run_lane(self, rebuild: Rebuild, patch_plan: planning.PatchPlan, source_index: int,
-                  chunks: list[Extent], writer: _RebuildWriter,
+                  chunks: list[Extent], writer: RebuildWriter,
                   failure: threading.Event, checker: _BlockChecker | None = None,
                   owner: Owner | None = None) -> None:
         """Fetch ``chunks`` from one source into the writer (falling back to other candidates).
@@ -614,7 +613,7 @@ class Recoverer:
                     self._done(reader, ok)
 
     def _fetch_with_retries(self, reader: RangedReader | None, rebuild: Rebuild,
-                            unfetched: list[Extent], writer: _RebuildWriter,
+                            unfetched: list[Extent], writer: RebuildWriter,
                             failure: threading.Event,
                             checker: _BlockChecker | None = None) -> None:
         """Fetch every chunk of ``unfetched`` (removing each as it arrives) into ``writer``.
@@ -750,153 +749,6 @@ class _BlockChecker:
         with self.lock:
             return sorted({i for e in extents for i in self.blocks.blocks_over(e)}
                           - self.checked)
-
-
-class _ReaderPool:
-    """Idle ranged readers, reused across lanes and files; stale ones are closed.
-
-    Readers are kept by server where one connection serves several files (GridFTP: the files
-    an OST failure hit mostly come from the same server, and a connection costs the server a
-    fork and a login), else by URI.
-    """
-
-    def __init__(self, opener: Callable[[str, Owner | None], RangedReader],
-                 max_idle: float = 20.0):
-        self.opener = opener
-        self.max_idle = max_idle
-        self.lock = threading.Lock()
-        self.idle: dict[str, list[tuple[RangedReader, float]]] = {}
-
-    def take(self, uri: str, owner: Owner | None = None) -> RangedReader:
-        new = self.opener(uri, owner)  # connects on its first request only
-        now = time.monotonic()
-        stale = []
-        reader = None
-        with self.lock:
-            waiting = self.idle.get(new.pool_key, [])
-            while waiting:
-                candidate, since = waiting.pop()
-                if now - since <= self.max_idle:
-                    reader = candidate
-                    break
-                stale.append(candidate)
-        for old in stale:
-            old.close()
-        if reader is None:
-            return new
-        new.close()
-        if reader.location.text != new.location.text:
-            reader.retarget(new.location)
-        return reader
-
-    def give(self, reader: RangedReader) -> None:
-        with self.lock:
-            self.idle.setdefault(reader.pool_key, []).append((reader, time.monotonic()))
-
-    def close_all(self) -> None:
-        with self.lock:
-            readers = [r for waiting in self.idle.values() for r, _ in waiting]
-            self.idle.clear()
-        for reader in readers:
-            reader.close()
-
-
-class _RebuildWriter:
-    """Writes the chunks every lane fetched as they arrive, one writer thread per rebuild.
-
-    Lanes hand their pieces over and go on receiving; the writer takes what has queued up (at
-    most :data:`WRITE_GROUP_BYTES`) and writes it in one call while the lanes fetch more. Once
-    at least ``sync_bytes`` were written and ``interval`` seconds passed since the last one,
-    it records them as patched in one journal update (what a crash makes a resumed rebuild
-    fetch again: each update costs a few fsyncs, so a patch that ends sooner is recorded by
-    its commit alone); the ones written after the last update are returned by :meth:`drain`
-    for the commit to record. A lane waits
-    only while ``2 * sync_bytes`` (at most :data:`WRITE_QUEUE_BYTES`) are queued besides the
-    group being written: bounded memory, and with a tiny ``sync_bytes`` the lanes keep in step
-    with the writer.
-    """
-
-    def __init__(self, backend: StorageBackend, rebuild: Rebuild,
-                 written: Callable[[Extent, bool], None], *, sync_bytes: int, interval: float,
-                 buffers: BufferPool | None = None):
-        self.backend = backend
-        self.buffers = buffers  # where written pieces' buffers go back to
-        self.rebuild = rebuild
-        self.sync_bytes = sync_bytes
-        self.interval = interval
-        self.last_record = time.monotonic()
-        self.limit = min(WRITE_QUEUE_BYTES, 2 * sync_bytes)
-        self.written = written
-        self.cond = threading.Condition()
-        self.queue: list[tuple[Extent, bytes, bool]] = []
-        self.queued_bytes = 0  # handed over, not yet taken by the writer
-        self.closing = False
-        self.error: BaseException | None = None
-        self.unrecorded: list[Extent] = []
-        self.unrecorded_bytes = 0
-        self.thread = threading.Thread(target=self._run, name="patch-write", daemon=True)
-        self.thread.start()
-
-    def add(self, piece: tuple[Extent, bytes, bool]) -> None:
-        with self.cond:
-            while self.queued_bytes >= self.limit and self.error is None:
-                self.cond.wait()
-            if self.error is not None:
-                raise self.error  # a failed substitute surfaces in the lanes too
-            self.queue.append(piece)
-            self.queued_bytes += len(piece[1])
-            self.cond.notify_all()
-
-    def _run(self) -> None:
-        while True:
-            with self.cond:
-                while not self.queue and not self.closing:
-                    self.cond.wait()
-                if not self.queue:
-                    return
-                # a group of at most WRITE_GROUP_BYTES, no longer counted as queued: the lanes
-                # go on receiving while it is written
-                taken, size = 0, 0
-                while taken < len(self.queue) and (not taken or size < WRITE_GROUP_BYTES):
-                    size += len(self.queue[taken][1])
-                    taken += 1
-                group, self.queue = self.queue[:taken], self.queue[taken:]
-                self.queued_bytes -= size
-                self.cond.notify_all()
-            try:
-                self.backend.write_rebuild_batch(
-                    self.rebuild, [(extent.offset, data) for extent, data, _ in group],
-                    record=False)
-                for extent, data, was_verified in group:
-                    self.written(extent, was_verified)
-                    if self.buffers is not None:
-                        self.buffers.give(data)
-                self.unrecorded += [extent for extent, _, _ in group]
-                self.unrecorded_bytes += sum(extent.length for extent, _, _ in group)
-                if (self.unrecorded_bytes >= self.sync_bytes
-                        and time.monotonic() - self.last_record >= self.interval):
-                    self.backend.record_patched(self.rebuild, self.unrecorded)
-                    self.unrecorded, self.unrecorded_bytes = [], 0
-                    self.last_record = time.monotonic()
-            except BaseException as err:
-                with self.cond:
-                    self.error = err
-                    self.queue, self.queued_bytes = [], 0
-                    self.cond.notify_all()
-                return
-
-    def drain(self) -> list[Extent]:
-        """Wait until every piece handed over is written; the extents not recorded yet."""
-        self.close()
-        if self.error is not None:
-            raise self.error
-        return self.unrecorded
-
-    def close(self) -> None:
-        with self.cond:
-            self.closing = True
-            self.cond.notify_all()
-        self.thread.join()
 
 
 def _common_candidates(patch_plan: planning.PatchPlan, pending: list[Extent]) -> list[int]:

@@ -164,17 +164,17 @@ def corrupt_first_data_block(monkeypatch) -> list[int]:
 
     Returns the list the length of the corrupted receive is appended to (empty: not yet).
     """
-    from scratchkeeper.transfer import ranged
+    from scratchkeeper.transfer import gridftp
     flipped: list[int] = []
-    real_recv = ranged._recv_exactly
+    real_recv = gridftp._recv_exactly
 
     def flip_once(conn, view, uri, offset=None):
         real_recv(conn, view, uri, offset)
-        if not flipped and len(view) > ranged._HEADER.size:  # headers are 17 bytes
+        if not flipped and len(view) > gridftp._HEADER.size:  # headers are 17 bytes
             flipped.append(len(view))
             view[len(view) // 2] ^= 0xFF
 
-    monkeypatch.setattr(ranged, "_recv_exactly", flip_once)
+    monkeypatch.setattr(gridftp, "_recv_exactly", flip_once)
     return flipped
 
 

@@ -8,7 +8,7 @@ import pytest
 
 from scratchkeeper.recovery.reconstruct import LOST, PATCHED, Recoverer, RecoveryInterrupted
 from scratchkeeper.state import StateStore
-from scratchkeeper.transfer import ranged
+from scratchkeeper.transfer import gridftp
 
 from .conftest import corrupt_first_data_block, read_all, stage
 
@@ -27,8 +27,8 @@ def no_server_hashing(monkeypatch):
     """With digests, the servers are asked for bytes only: no CKSM of ranges or files."""
     def refuse(*args, **kwargs):
         raise AssertionError("a patch with block digests asked the server for a checksum")
-    monkeypatch.setattr(ranged.EretRangedReader, "_range_checksum", refuse)
-    monkeypatch.setattr(ranged.EretRangedReader, "whole_checksum", refuse)
+    monkeypatch.setattr(gridftp.EretRangedReader, "_range_checksum", refuse)
+    monkeypatch.setattr(gridftp.EretRangedReader, "whole_checksum", refuse)
 
 
 def _fail_one(backend, path, position=0):

@@ -20,7 +20,7 @@ from scratchkeeper.recovery.client import RecoveryClient
 from scratchkeeper.recovery.service import RecoveryService, resume
 from scratchkeeper.state import StateStore
 from scratchkeeper.storage import Extent
-from scratchkeeper.transfer import ranged
+from scratchkeeper.transfer import gridftp, ranged
 
 from .conftest import NoQueue, read_all, stage, write_site
 from .test_crash import _start_daemon
@@ -123,10 +123,10 @@ def test_recover_an_ost_the_storage_does_not_have_is_an_input_error(site_dir, ca
 
 def test_a_mode_e_transfer_cut_in_a_block_names_the_byte():
     wanted = [Extent(1_000_000, 100_000)]
-    receiver = ranged._ModeEReceiver("ftp://h/f", wanted)
+    receiver = gridftp._ModeEReceiver("ftp://h/f", wanted)
     sender, receiving = socket.socketpair()
     try:
-        sender.sendall(ranged._HEADER.pack(0, 100_000, 1_000_000) + b"x" * 40_000)
+        sender.sendall(gridftp._HEADER.pack(0, 100_000, 1_000_000) + b"x" * 40_000)
         sender.close()
         with pytest.raises(TransferError, match="at byte 1040000") as failed:
             list(receiver.receive(receiving))

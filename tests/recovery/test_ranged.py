@@ -10,11 +10,11 @@ import pytest
 from scratchkeeper.config import TransferConfig
 from scratchkeeper.errors import TransferError
 from scratchkeeper.storage.layout import Extent
-from scratchkeeper.transfer import ranged
+from scratchkeeper.transfer import gridftp, ranged
 from scratchkeeper.transfer.buffers import BufferPool
-from scratchkeeper.transfer.ranged import (CurlRangedReader, EretRangedReader,
-                                           GlobusRangedReader, PosixRangedReader, one_line,
-                                           open_ranged)
+from scratchkeeper.transfer.gridftp import EretRangedReader
+from scratchkeeper.transfer.ranged import (CurlRangedReader, GlobusRangedReader,
+                                           PosixRangedReader, one_line, open_ranged)
 
 pytestmark = pytest.mark.cluster
 
@@ -50,14 +50,14 @@ def test_mode_e_brings_many_ranges_in_one_transfer(sources, monkeypatch):
     wanted = [Extent(2_999_000, 1001), Extent(5, 70_000), Extent(70_005, 300_000),
               Extent(1_048_576, 262_144), Extent(1_310_720, 1)]
     transfers, receivers = [], []
-    real_retr = ranged._ModeEReceiver.__init__
+    real_retr = gridftp._ModeEReceiver.__init__
 
     def counting(self, uri, extents, **options):
         transfers.append(len(extents))
         receivers.append(self)
         real_retr(self, uri, extents, **options)
 
-    monkeypatch.setattr(ranged._ModeEReceiver, "__init__", counting)
+    monkeypatch.setattr(gridftp._ModeEReceiver, "__init__", counting)
     with open_ranged(sources.ftp(path), TransferConfig()) as reader:
         pieces = list(reader.fetch(wanted, server_checksums=False))
         again = list(reader.fetch(wanted[:2]))  # same control connection, now with CKSM

@@ -12,7 +12,7 @@ import pytest
 from scratchkeeper.recovery import reconstruct
 from scratchkeeper.recovery.reconstruct import LOST, PATCHED, WHOLE, Recoverer
 from scratchkeeper.storage.base import XATTR_PREFIX
-from scratchkeeper.transfer import ranged
+from scratchkeeper.transfer import gridftp, ranged
 
 from .conftest import corrupt_first_data_block, read_all, stage, write_site
 from .gridftp import PrivateGridFtp
@@ -195,13 +195,13 @@ def test_source_server_dying_mid_patch_marks_file_lost_not_corrupt(site, sources
         failed = _fail_one(backend, path)
         layout_before = backend.layout(path)
         fetches = []
-        real_fetch = ranged.EretRangedReader.fetch
+        real_fetch = gridftp.EretRangedReader.fetch
 
         def counting_fetch(self, extents, **options):
             fetches.append(len(extents))
             yield from real_fetch(self, extents, **options)
 
-        monkeypatch.setattr(ranged.EretRangedReader, "fetch", counting_fetch)
+        monkeypatch.setattr(gridftp.EretRangedReader, "fetch", counting_fetch)
         started = time.monotonic()
         outcome = Recoverer(backend, site.config).recover(
             path, progress=lambda done, total: server.kill())
@@ -260,7 +260,7 @@ def test_corrupted_range_is_detected_and_fetched_again(site, sources, monkeypatc
         corrupted = corrupt_first_data_block(monkeypatch)
     else:
         corrupted = []
-        real = ranged.EretRangedReader._retrieve
+        real = gridftp.EretRangedReader._retrieve
 
         def flip_once(self, ftp, extent):
             payload = real(self, ftp, extent)
@@ -269,7 +269,7 @@ def test_corrupted_range_is_detected_and_fetched_again(site, sources, monkeypatc
                 return bytes([payload[0] ^ 0xFF]) + payload[1:]
             return payload
 
-        monkeypatch.setattr(ranged.EretRangedReader, "_retrieve", flip_once)
+        monkeypatch.setattr(gridftp.EretRangedReader, "_retrieve", flip_once)
     config = replace(site.config, recovery=replace(site.config.recovery, ftp_method=method))
     outcome = Recoverer(backend, config).recover(path)
     assert corrupted and outcome.state == PATCHED and outcome.verified == "ranges"
