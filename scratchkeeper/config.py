@@ -8,12 +8,10 @@ constraint. :func:`load_config` reads a file, rejects unknown keys and wrong val
 from __future__ import annotations
 
 import dataclasses
-import errno
 import math
 import os
 import re
 import shlex
-import stat as statmod
 import sys
 import tomllib
 import typing
@@ -22,6 +20,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from .errors import ConfigError
+from .inputfiles import open_regular
 
 DEFAULT_PATH = "/etc/scratchkeeper/site.toml"
 ENV_VAR = "SCRATCHKEEPER_CONFIG"
@@ -347,7 +346,7 @@ def load_config(path: str | os.PathLike | None = None) -> SiteConfig:
             raise ConfigError("no such configuration file", path=str(chosen))
         return SiteConfig()
     try:
-        with open(chosen, "rb", opener=_open_regular) as stream:
+        with open_regular(chosen) as stream:
             data = stream.read(CONFIG_SIZE_MAX + 1)
     except OSError as err:
         raise ConfigError(f"cannot read: {err.strerror or err}", path=str(chosen)) from err
@@ -364,19 +363,6 @@ def load_config(path: str | os.PathLike | None = None) -> SiteConfig:
                           f"0x{data[err.start]:02x} at column {column}", path=str(chosen),
                           line=line) from err
     return parse_config(text, str(chosen))
-
-
-def _open_regular(name, flags):
-    """Open without blocking on a FIFO, then refuse anything but a regular file."""
-    descriptor = os.open(name, flags | os.O_NONBLOCK)
-    try:
-        if not statmod.S_ISREG(os.fstat(descriptor).st_mode):
-            raise OSError(errno.EINVAL, "not a regular file")
-        os.set_blocking(descriptor, True)
-    except BaseException:
-        os.close(descriptor)
-        raise
-    return descriptor
 
 
 def parse_config(text: str, source: str = "<string>") -> SiteConfig:

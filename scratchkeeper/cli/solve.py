@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import json
+import math
+import sys
 
 from ..errors import SolverInputError
+from ..inputfiles import open_regular
 from ..solver import ALGORITHMS, DiskTable
 
 
@@ -44,15 +47,27 @@ def _run(args) -> int:
 def load_request(path: str) -> tuple[DiskTable, list[list[int]]]:
     """Parse and check a solve request file; errors name the file and the disk or bucket."""
     try:
-        with open(path, encoding="utf-8") as stream:
-            document = json.load(stream, parse_constant=_reject_constant)
+        with open_regular(path) as stream:
+            data = stream.read()
     except OSError as err:
-        raise SolverInputError(f"cannot read: {err.strerror}", path=path) from err
+        raise SolverInputError(f"cannot read: {err.strerror or err}", path=path) from err
+    try:
+        text = data.decode("utf-8")
+        document = json.loads(text, parse_constant=_reject_constant, parse_int=_parse_int,
+                              parse_float=_parse_float)
+    except UnicodeDecodeError as err:
+        raise SolverInputError(f"not UTF-8: byte 0x{data[err.start]:02x}", path=path,
+                               line=data.count(b"\n", 0, err.start) + 1) from err
     except json.JSONDecodeError as err:
         raise SolverInputError(f"invalid JSON: {err.msg} (column {err.colno})", path=path,
                                line=err.lineno) from err
-    except ValueError as err:  # NaN / Infinity literals
-        raise SolverInputError(str(err), path=path) from err
+    except RecursionError as err:
+        raise SolverInputError("invalid JSON: arrays or objects nested too deeply (a request "
+                               "nests three levels)", path=path) from err
+    except _BadNumber as err:
+        at = text.find(err.literal)
+        raise SolverInputError(err.reason, path=path,
+                               line=text.count("\n", 0, at) + 1 if at >= 0 else None) from err
     if not isinstance(document, dict):
         raise SolverInputError("expected an object with \"disks\" and \"buckets\"", path=path)
     unknown = sorted(set(document) - {"disks", "buckets"})
@@ -93,8 +108,41 @@ def load_request(path: str) -> tuple[DiskTable, list[list[int]]]:
     return table, buckets
 
 
+#: No number a request needs is longer: a double has 17 significant digits, a disk id 10.
+_NUMBER_CHARACTERS_MAX = 100
+
+
+class _BadNumber(ValueError):
+    """A JSON number (or constant) no request can hold; ``literal`` is its text."""
+
+    def __init__(self, literal: str, reason: str):
+        super().__init__(reason)
+        self.literal = literal
+        self.reason = reason
+
+
 def _reject_constant(name: str):
-    raise ValueError(f"{name} is not a valid number here")
+    raise _BadNumber(name, f"{name} is not a valid number here")
+
+
+def _too_long(literal: str) -> None:
+    if len(literal) > _NUMBER_CHARACTERS_MAX:
+        raise _BadNumber(literal, f"number {literal[:20]}... has {len(literal)} characters "
+                         f"(at most {_NUMBER_CHARACTERS_MAX}): out of range")
+
+
+def _parse_int(literal: str) -> int:
+    _too_long(literal)
+    return int(literal)
+
+
+def _parse_float(literal: str) -> float:
+    _too_long(literal)
+    value = float(literal)
+    if not math.isfinite(value):
+        raise _BadNumber(literal, f"number {literal} is out of range (beyond "
+                         f"{sys.float_info.max:.6g})")
+    return value
 
 
 def _json_type(value) -> str:

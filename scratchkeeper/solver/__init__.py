@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import math
 import numbers
+import sys
 from array import array
 from dataclasses import dataclass, field
 from typing import Sequence
@@ -62,10 +63,10 @@ class BucketsCSR:
                 disks.extend(replicas)
             except TypeError as err:
                 raise SolverInputError(f"bucket {index}: disk ids must be integers "
-                                       f"(got {list(replicas)!r})") from err
+                                       f"(got {_short(list(replicas))})") from err
             except OverflowError as err:
                 raise SolverInputError(f"bucket {index}: disk id out of range "
-                                       f"(got {list(replicas)!r})") from err
+                                       f"(got {_short(list(replicas))})") from err
             offsets.append(len(disks))
         return cls(offsets, disks)
 
@@ -117,8 +118,12 @@ class DiskTable:
             for disk, value in enumerate(column):
                 if isinstance(value, bool) or not isinstance(value, numbers.Real):
                     raise SolverInputError(f"disk {disk}: {name} must be a number, "
-                                           f"got {value!r}")
-                value = float(value)
+                                           f"got {_short(value)}")
+                try:
+                    value = float(value)
+                except OverflowError:  # an integer beyond every double
+                    raise SolverInputError(f"disk {disk}: {name} {_short(value)} is too large "
+                                           f"(at most {sys.float_info.max:.6g})") from None
                 if not math.isfinite(value):
                     raise SolverInputError(f"disk {disk}: {name} must be finite, got {value!r}")
                 if positive and value <= 0.0:
@@ -127,6 +132,10 @@ class DiskTable:
                     raise SolverInputError(f"disk {disk}: {name} must be >= 0, got {value!r}")
                 checked.append(value)
             values[name] = tuple(checked)
+        for disk, (delay_value, load_value) in enumerate(zip(values["delay"], values["load"])):
+            if not math.isfinite(delay_value + load_value):
+                raise SolverInputError(f"disk {disk}: delay + load ({delay_value!r} + "
+                                       f"{load_value!r}) is too large to represent")
         scale = _decimal_scale(values["cost"] + values["delay"] + values["load"])
         if scale:
             units = {name: array("d", (float(round(v * scale)) for v in column))
@@ -205,9 +214,18 @@ def _decimal_scale(values: Sequence[float]) -> int:
 
 
 def _is_decimal_with(value: float, scale: int) -> bool:
-    whole = round(value * scale)
+    scaled = value * scale
+    if not scaled < _EXACT_INTEGER_LIMIT:  # too large to be whole units (or inf)
+        return False
+    whole = round(scaled)
     # the double nearest whole/scale is the value itself: it *is* that decimal
     return whole < _EXACT_INTEGER_LIMIT and whole / scale == value
+
+
+def _short(value) -> str:
+    """``repr(value)``, cut to one readable line (a 401-digit number, a bucket of 10**5 ids)."""
+    text = repr(value)
+    return text if len(text) <= 80 else f"{text[:60]}... ({len(text)} characters)"
 
 
 def _int32_array(values, what: str) -> array:
@@ -240,4 +258,12 @@ def _status_error(status: int, index: int, csr: BucketsCSR, disk_count: int) -> 
         return SolverInputError(f"bucket {index}: offsets must start at 0 and never decrease")
     if status in (_native.E_COST, _native.E_DELAY, _native.E_LOAD):
         return SolverInputError(f"disk {index}: {_native.status_text(status)}")
+    if status == _native.E_RANGE:
+        requested = sum(1 for b in range(csr.bucket_count)
+                        if index in csr.disks[csr.offsets[b]:csr.offsets[b + 1]])
+        return SolverInputError(f"disk {index}: delay + load + {requested} bucket(s) x cost "
+                                f"overflows a double: costs or times too large")
+    if status == _native.E_SIZE:
+        return SolverInputError(f"{_native.status_text(status)}: {csr.bucket_count} buckets, "
+                                f"{len(csr.disks)} replicas, {disk_count} disks")
     return SolverError(f"replica selection failed: {_native.status_text(status)}")

@@ -61,7 +61,7 @@ def test_malformed_input_one_line_exit_2(tmp_path, capsys, document, message):
     captured = capsys.readouterr()
     assert captured.out == ""
     lines = captured.err.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith(path + ": ") and message in lines[0], lines
+    assert len(lines) == 1 and lines[0].startswith(path + ":") and message in lines[0], lines
 
 
 def test_json_syntax_error_names_line(tmp_path, capsys):
@@ -79,3 +79,77 @@ def test_bad_thread_count(tmp_path, capsys):
     path = _write(tmp_path, REQUEST)
     assert main(["solve", path, "--algorithm", "parallel", "--threads", "0"]) == 2
     assert "threads must be an integer in 1..1024" in capsys.readouterr().err
+
+
+# --- numbers and nesting no request can hold ---------------------------------------------------
+
+NINES = "9" * 401
+
+
+@pytest.mark.parametrize("document, message", [
+    ('{"disks": [{"cost": %s}], "buckets": [[0]]}' % NINES,
+     "number 99999999999999999999... has 401 characters (at most 100): out of range"),
+    ('{"disks": [{"cost": 1.%s}], "buckets": [[0]]}' % NINES, "has 403 characters"),
+    ('{"disks": [{"cost": 1}], "buckets": [[%s]]}' % NINES, "has 401 characters"),
+    ('{"disks": [{"cost": 1, "delay": -%s}], "buckets": [[0]]}' % NINES, "has 402 characters"),
+    ('{"disks": [{"cost": 1e400}], "buckets": [[0]]}', "number 1e400 is out of range"),
+    ('{"disks": [{"cost": 1, "load": -1e999}], "buckets": [[0]]}', "number -1e999 is out of range"),
+])
+def test_numbers_beyond_a_double_are_one_line_naming_the_line(tmp_path, capsys, document, message):
+    path = _write(tmp_path, document)
+    assert main(["solve", path]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == "" and captured.err.startswith(f"{path}:1: ") and message in captured.err
+    assert captured.err.count("\n") == 1
+
+
+@pytest.mark.parametrize("algorithm", ["auto", "blackbox", "integrated", "parallel", "slotsearch"])
+@pytest.mark.parametrize("document, message", [
+    # each value is a valid double; three slots of disk 0 are not
+    ({"disks": [{"cost": 1e308}, {"cost": 1}], "buckets": [[0], [0], [0], [1]]},
+     "disk 0: delay + load + 3 bucket(s) x cost overflows a double"),
+    ({"disks": [{"cost": 1}, {"cost": 9e307, "delay": 9e307}], "buckets": [[0, 1], [1, 0]]},
+     "disk 1: delay + load + 2 bucket(s) x cost overflows a double"),
+    ({"disks": [{"cost": 1, "delay": 1.5e308, "load": 1.5e308}], "buckets": [[0]]},
+     "disk 0: delay + load (1.5e+308 + 1.5e+308) is too large to represent"),
+])
+def test_sums_of_valid_values_that_overflow_are_input_errors(tmp_path, capsys, algorithm,
+                                                             document, message):
+    path = _write(tmp_path, document)
+    assert main(["solve", path, "--algorithm", algorithm, "--threads", "2"]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == "" and captured.err == f"{path}: {message}: costs or times too large\n" \
+        if "bucket(s)" in message else captured.err == f"{path}: {message}\n"
+
+
+@pytest.mark.parametrize("document", ["[" * 100_000, '{"disks": ' + "[" * 100_000 + "]" * 100_000
+                                      + ', "buckets": []}', '{"a":' * 100_000])
+def test_deep_nesting_is_one_line(tmp_path, capsys, document):
+    path = _write(tmp_path, document)
+    assert main(["solve", path]) == 2
+    assert capsys.readouterr().err == (f"{path}: invalid JSON: arrays or objects nested too "
+                                       "deeply (a request nests three levels)\n")
+
+
+def test_deep_nesting_through_the_command_has_no_traceback(tmp_path):
+    import subprocess
+    import sys
+    path = _write(tmp_path, "[" * 100_000)
+    done = subprocess.run([sys.executable, "-m", "scratchkeeper", "solve", path],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    assert done.stderr.count("\n") == 1 and done.stderr.startswith(f"{path}: invalid JSON")
+
+
+@pytest.mark.parametrize("special", ["/dev/zero", "fifo"])
+def test_a_device_or_fifo_is_refused_not_read(tmp_path, special):
+    import os
+    import subprocess
+    import sys
+    if special == "fifo":
+        special = str(tmp_path / "fifo")
+        os.mkfifo(special)
+    # in a child with a deadline: reading either would never end
+    done = subprocess.run([sys.executable, "-m", "scratchkeeper", "solve", special],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2 and done.stderr == f"{special}: cannot read: not a regular file\n"

@@ -107,3 +107,30 @@ def test_large_times_fall_back_to_doubles():
     table = DiskTable.from_lists([1e12], [0.0], [0.0])
     selection = table.select([[0]] * 3)
     assert selection.response_time == 3e12
+
+
+@pytest.mark.parametrize("cost, delay, load, message", [
+    ([10 ** 400], [0], [0], "disk 0: cost 1000000000000000000000000000000000000000000000000000"
+     "00000000... (401 characters) is too large (at most 1.79769e+308)"),
+    ([1], [10 ** 309], [0], "disk 0: delay 1000"),
+    ([1], [1e308], [1e308], "disk 0: delay + load (1e+308 + 1e+308) is too large to represent"),
+])
+def test_values_beyond_a_double_are_input_errors(cost, delay, load, message):
+    with pytest.raises(SolverInputError) as info:
+        select_replicas([[0]], cost, delay, load)
+    assert str(info.value).startswith(message) and info.value.exit_code == 2
+
+
+@pytest.mark.parametrize("algorithm,threads", ALL)
+def test_slot_times_overflowing_name_the_disk(algorithm, threads):
+    # every value is a valid double, 3 * 1e308 is not: the native core reports the disk
+    with pytest.raises(SolverInputError, match=r"^disk 1: delay \+ load \+ 3 bucket\(s\) x cost "
+                       "overflows a double"):
+        select_replicas([[0], [1], [1], [1]], [1.0, 1e308], [0, 0], [0, 0],
+                        algorithm=algorithm, threads=threads)
+
+
+def test_a_bucket_of_many_bad_ids_is_named_in_one_short_line():
+    with pytest.raises(SolverInputError) as info:
+        select_replicas([[2 ** 40] * 100_000], [1.0], [0], [0])
+    assert len(str(info.value)) < 200 and str(info.value).startswith("bucket 0: disk id out of")

@@ -115,7 +115,9 @@ PyMODINIT_FUNC PyInit__native(void)
         PyModule_AddIntConstant(module, "E_DISK_RANGE", SK_E_DISK_RANGE) ||
         PyModule_AddIntConstant(module, "E_COST", SK_E_COST) ||
         PyModule_AddIntConstant(module, "E_DELAY", SK_E_DELAY) ||
-        PyModule_AddIntConstant(module, "E_LOAD", SK_E_LOAD)) {
+        PyModule_AddIntConstant(module, "E_LOAD", SK_E_LOAD) ||
+        PyModule_AddIntConstant(module, "E_RANGE", SK_E_RANGE) ||
+        PyModule_AddIntConstant(module, "E_SIZE", SK_E_SIZE)) {
         Py_DECREF(module);
         return NULL;
     }

@@ -158,6 +158,9 @@ static void _problem_free(sk_problem *p)
     memset(p, 0, sizeof *p);
 }
 
+/* Largest buckets + replicas + disks: 2 * (that + 1) arcs and nodes still fit an int32. */
+#define SK_MAX_ELEMENTS ((int64_t)(INT32_MAX / 2 - 2))
+
 static int _validate(const sk_request *r, int32_t *error_index)
 {
     *error_index = -1;
@@ -187,6 +190,12 @@ static int _validate(const sk_request *r, int32_t *error_index)
             if (r->disks[i] < 0 || r->disks[i] >= r->disk_count)
                 return SK_E_DISK_RANGE;
     }
+    /* the flow network numbers 2 * (buckets + replicas + disks) arcs in int32 */
+    if ((int64_t)r->bucket_count + r->offsets[r->bucket_count] + r->disk_count >
+        SK_MAX_ELEMENTS) {
+        *error_index = -1;
+        return SK_E_SIZE;
+    }
     *error_index = -1;
     return SK_OK;
 }
@@ -197,7 +206,8 @@ int sk_validate(const sk_request *request, int32_t *error_index)
     return _validate(request, error_index ? error_index : &ignored);
 }
 
-static int _problem_build(const sk_request *r, sk_problem *p)
+/* Set up; on SK_E_RANGE *range_disk is the (global) disk whose largest time overflowed. */
+static int _problem_build(const sk_request *r, sk_problem *p, int32_t *range_disk)
 {
     memset(p, 0, sizeof *p);
     int32_t S = r->bucket_count, N = r->disk_count;
@@ -264,6 +274,7 @@ static int _problem_build(const sk_request *r, sk_problem *p)
         if (p->cost[d] != p->cost[0])
             p->homogeneous = 0;
         if (!isfinite(_slot_time(p, d, p->degree[d]))) {
+            *range_disk = p->global_disk[d];
             free(local);
             free(seen);
             _problem_free(p);
@@ -1243,7 +1254,7 @@ int sk_select_replicas(const sk_request *request, int algorithm, int threads,
     if (request->bucket_count == 0)
         return SK_OK;
     sk_problem problem;
-    status = _problem_build(request, &problem);
+    status = _problem_build(request, &problem, &selection->error_index);
     if (status != SK_OK)
         return status;
     int32_t *local_assignment = malloc(sizeof(int32_t) * (size_t)problem.bucket_count);
@@ -1310,6 +1321,7 @@ const char *sk_status_text(int status)
     case SK_E_RANGE: return "times too large to represent";
     case SK_E_THREAD: return "could not start a thread";
     case SK_E_INTERNAL: return "internal error";
+    case SK_E_SIZE: return "too many buckets, replicas and disks (at most 2^30 together)";
     default: return "unknown status";
     }
 }

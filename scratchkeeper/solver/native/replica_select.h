@@ -30,9 +30,12 @@ enum sk_status {
     SK_E_COST = 6,         /* cost not finite and > 0; error_index = disk */
     SK_E_DELAY = 7,        /* delay not finite and >= 0; error_index = disk */
     SK_E_LOAD = 8,         /* load not finite and >= 0; error_index = disk */
-    SK_E_RANGE = 9,        /* times too large to compare exactly (> 2^53 units) */
+    SK_E_RANGE = 9,        /* delay + load + degree * cost is not a finite double (it
+                            * overflowed); error_index = disk */
     SK_E_THREAD = 10,      /* pthread_create failed */
-    SK_E_INTERNAL = 11     /* an invariant broke: a bug, never a valid answer */
+    SK_E_INTERNAL = 11,    /* an invariant broke: a bug, never a valid answer */
+    SK_E_SIZE = 12         /* buckets + replicas + disks past what int32 node and arc
+                            * numbers of the flow network can count (2^30) */
 };
 
 /* One request: bucket b's replicas are disks[offsets[b] .. offsets[b+1]-1] (CSR form).

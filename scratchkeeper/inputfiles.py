@@ -1,0 +1,31 @@
+"""Opening an input file a user or a site names (a config, a solve request, a trace).
+
+Only a regular file is read: a device (``/dev/zero``), a FIFO or a folder named by mistake or
+on purpose is refused with ``not a regular file`` instead of being read without end or
+blocking. Bottom layer: imports nothing of the project.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import stat
+
+
+def regular_opener(name, flags: int) -> int:
+    """An ``opener`` for :func:`open`: opens without blocking on a FIFO, then refuses anything
+    but a regular file with ``OSError(EINVAL, "not a regular file")``."""
+    descriptor = os.open(name, flags | os.O_NONBLOCK)
+    try:
+        if not stat.S_ISREG(os.fstat(descriptor).st_mode):
+            raise OSError(errno.EINVAL, "not a regular file")
+        os.set_blocking(descriptor, True)
+    except BaseException:
+        os.close(descriptor)
+        raise
+    return descriptor
+
+
+def open_regular(path, mode: str = "rb", **options):
+    """``open(path, mode, **options)`` for a regular file only (see :func:`regular_opener`)."""
+    return open(path, mode, opener=regular_opener, **options)
