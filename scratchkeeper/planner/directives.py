@@ -249,8 +249,9 @@ def _words(text: str, directive: str, number: int, ctx: _Context) -> list[str]:
 
 def _comment_start(text: str) -> int:
     """Where a shell comment begins in ``text`` (its length if none): an unquoted ``#`` that
-    starts a word. A ``#`` inside a word (``http://h/a#b``) or in quotes is not one."""
+    starts a word. A ``#`` inside a word (``http://h/a#b``, ``a\\ #b``) or in quotes is not one."""
     quote = None
+    word_start = True
     index = 0
     while index < len(text):
         char = text[index]
@@ -259,12 +260,16 @@ def _comment_start(text: str) -> int:
                 index += 1
             elif char == quote:
                 quote = None
-        elif char == "\\":
-            index += 1
-        elif char in "'\"":
-            quote = char
-        elif char == "#" and (index == 0 or text[index - 1] in " \t"):
+        elif char in " \t":
+            word_start = True
+        elif char == "#" and word_start:
             return index
+        else:
+            word_start = False
+            if char == "\\":
+                index += 1
+            elif char in "'\"":
+                quote = char
         index += 1
     return len(text)
 

@@ -212,6 +212,8 @@ def test_the_docs_example_with_a_trailing_comment_is_a_transfer():
     ("#STAGEIN gsiftp://h/`id` /scratch/a/x", "gsiftp://h/`id`", "/scratch/a/x"),
     ("#STAGEIN gsiftp://h/a|b /scratch/a/x # a|b is a name", "gsiftp://h/a|b", "/scratch/a/x"),
     ("#STAGEIN http://h/a#frag /scratch/a/x", "http://h/a#frag", "/scratch/a/x"),
+    ("#STAGEIN gsiftp://h/a\\ #b /scratch/a/x", "gsiftp://h/a #b", "/scratch/a/x"),
+    ("#STAGEIN 'gsiftp://h/a #b' /scratch/a/x # c", "gsiftp://h/a #b", "/scratch/a/x"),
     ("#STAGEIN login.example.org:params.nml /scratch/a/p.nml", "login.example.org:params.nml",
      "/scratch/a/p.nml"),
     ("#STAGEIN /home/alice/mesh.bin /scratch/a/mesh.bin   # or file:///home/...",

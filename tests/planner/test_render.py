@@ -89,14 +89,20 @@ HOSTILE = [
 
 
 def test_hostile_names_are_copied_not_executed(tmp_path, monkeypatch):
-    """Run the rendered stage-in for real: files with hostile names are copied, nothing runs."""
+    """Run the rendered stage-in for real: files with hostile names are copied, nothing runs.
+
+    The names come as #STAGEIN words (with a trailing comment holding a command too) and as
+    #DW values: a name is data in every directive family."""
     source = tmp_path / "src"
     source.mkdir()
     scratch = tmp_path / "scratch"
     lines = ["#!/bin/bash"]
     for index, name in enumerate(HOSTILE):
         (source / name).write_text(f"payload {index}\n")
-        lines.append(f"#STAGEIN {shlex.quote(f'{source}/{name}')} {shlex.quote(f'{scratch}/{name}')}")
+        lines.append(f"#STAGEIN {shlex.quote(f'{source}/{name}')} {shlex.quote(f'{scratch}/{name}')}"
+                     "  # $(touch PWNED-comment)")
+        lines.append("#DW stage_in " + shlex.join([f"source={source}/{name}",
+                                                   f"destination={scratch}/dw/{name}", "type=file"]))
     lines.append("echo compute")
     script = tmp_path / "hostile.sh"
     script.write_text("\n".join(lines) + "\n")
@@ -127,10 +133,12 @@ def test_hostile_names_are_copied_not_executed(tmp_path, monkeypatch):
     for index, name in enumerate(HOSTILE):
         payload = f"payload {index}\n".encode()
         assert backend.read(str(scratch / name), 0, 64) == payload
+        assert backend.read(str(scratch / "dw" / name), 0, 64) == payload
     leftovers = [p for p in tmp_path.rglob("PWNED*")]
     assert leftovers == [] and not list(Path(workdir).glob("PWNED*"))
     rows = records.staged_files(store, "skhostile001")
-    assert sorted(r["path"] for r in rows) == sorted(str(scratch / n) for n in HOSTILE)
+    assert sorted(r["path"] for r in rows) == sorted(
+        [str(scratch / n) for n in HOSTILE] + [str(scratch / "dw" / n) for n in HOSTILE])
     assert all(r["state"] == "staged" and r["checksum"].startswith("sha256:") for r in rows)
 
 
