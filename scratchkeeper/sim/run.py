@@ -38,6 +38,8 @@ class ReplayConfig:
     trace: str
     trace_format: str = "auto"
     limit: int = 0                      # first N jobs of the trace (0: all)
+    start_day: float = 0.0              # only jobs submitted from this day of the trace ...
+    days: float = 0.0                   # ... for this many days (0: to the end)
     strict: bool = False                # corrupt trace lines: fail (True) or skip and count
     failures: str = ""                  # LANL failure CSV; empty: no failures
     failure_mode: str = "extrapolated"
@@ -60,6 +62,7 @@ class ReplayConfig:
     copy_bandwidth: float = 250e6
     scratch_bytes: float = 0.0          # 0: aggregate memory / 0.078 (Jaguar's ratio, seed table 4.2)
     node_memory_bytes: float = 12 * 1024 ** 3
+    input_model: str = "requested-memory"   # or peak-memory (calibrated on seed 4.5.1)
 
     def __post_init__(self):
         if self.trace_format not in TRACE_FORMATS:
@@ -102,12 +105,16 @@ class ReplayConfig:
             raise InputError("replay setting 'trace' is required", path=where or None)
         return cls(**kwargs)
 
-    def workload_params(self) -> WorkloadParams:
+    def workload_params(self, machine_nodes: int = 0) -> WorkloadParams:
+        """How the trace becomes jobs; ``machine_nodes`` (the trace's) sizes the aggregate memory."""
         return WorkloadParams(procs_per_node=self.procs_per_node,
                               system_nodes=self.system_nodes or None,
                               load_factor=self.load_factor, stripe_count=self.stripe_count,
                               stripe_size=self.stripe_size, ost_count=self.ost_count,
-                              seed=self.seed)
+                              seed=self.seed, input_model=self.input_model,
+                              node_memory_bytes=self.node_memory_bytes,
+                              machine_nodes=machine_nodes, start_day=self.start_day,
+                              days=self.days)
 
     def recovery_params(self) -> RecoveryParams:
         policy = "none" if self.policy == "ideal" else self.policy
@@ -121,11 +128,11 @@ class ReplayConfig:
     def workload_key(self) -> tuple:
         """Settings that change which jobs exist: runs equal in these can be compared job by job."""
         return (self.trace, self.trace_format, self.limit, self.strict, self.procs_per_node,
-                self.system_nodes, self.load_factor)
+                self.system_nodes, self.load_factor, self.start_day, self.days)
 
 
-_REPLICATION_ONLY = {"strategy", "alpha", "threshold", "copy_bandwidth", "scratch_bytes",
-                     "node_memory_bytes"}
+# node_memory_bytes is not among them: it sizes the peak-memory inputs.
+_REPLICATION_ONLY = {"strategy", "alpha", "threshold", "copy_bandwidth", "scratch_bytes"}
 
 
 def _convert(spec: dataclasses.Field, value, where: str):
@@ -215,7 +222,10 @@ def run_replay(config: ReplayConfig, replications: Sequence[ReplayConfig] = (),
                progress: Callable[[int, int], None] | None = None) -> ReplayOutcome:
     """Replay ``config`` once; each of ``replications`` (same schedule) adds a replication row."""
     trace_jobs, header_nodes, machine_nodes, skipped = load_trace(config)
-    workload = build_workload(trace_jobs, config.workload_params(), header_nodes)
+    # The machine's nodes (SWF MaxNodes), else the modelled system's: the aggregate memory.
+    workload = build_workload(trace_jobs, config.workload_params(machine_nodes or 0),
+                              header_nodes)
+    machine_nodes = machine_nodes or workload.system_nodes
     del trace_jobs
     for reason, count in sorted(workload.dropped.items()):
         skipped.append(f"{config.trace}: left out {count} job(s): {reason}")
@@ -240,6 +250,7 @@ def run_replay(config: ReplayConfig, replications: Sequence[ReplayConfig] = (),
     waits = array("d", (j.start - j.submit for j in jobs))
     affected = bytearray(1 if j.affected else 0 for j in jobs)
     n = len(jobs)
+    span = schedule.last_end - schedule.first_submit
     hit = [w for w, a in zip(waits, affected) if a]
     every, affected_only = wait_stats(waits), wait_stats(hit)
     base = {
@@ -255,11 +266,13 @@ def run_replay(config: ReplayConfig, replications: Sequence[ReplayConfig] = (),
         "affected_wait_mean": affected_only.mean,
         "affected_wait_sd": affected_only.sd,
         "kills": sum(j.kills for j in jobs),
-        "makespan_s": schedule.last_end - schedule.first_submit,
+        "makespan_s": span,
+        # Little's law: the time-average number of queued jobs is their summed wait over the span.
+        "queue_length_mean": math.fsum(waits) / span if span > 0 else 0.0,
+        "input_mean_bytes": math.fsum(j.input_bytes for j in jobs) / n,
     }
     rows = []
     variants = list(replications) or [config]
-    machine_nodes = machine_nodes or workload.system_nodes
     for variant in variants:
         values = dict(base)
         if variant.strategy:

@@ -38,7 +38,8 @@ CONFIG_FIELDS = [f.name for f in dataclasses.fields(ReplayConfig)]
 METRIC_FIELDS = ["jobs", "model_system_nodes", "ost_failures", "node_mtbf_days", "utilisation_pct",
                  "wait_mean", "wait_sd", "filtered_jobs", "filtered_wait_mean",
                  "filtered_wait_sd", "affected_jobs", "affected_pct", "affected_wait_mean",
-                 "affected_wait_sd", "kills", "makespan_s", "model_scratch_bytes", "at_risk_pct",
+                 "affected_wait_sd", "kills", "makespan_s", "queue_length_mean", "input_mean_bytes",
+                 "model_scratch_bytes", "at_risk_pct",
                  "space_mean_pct", "space_max_pct", "replicated_jobs"]
 
 

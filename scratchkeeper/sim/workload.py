@@ -1,10 +1,21 @@
 """The simulator's workload: trace records turned into jobs with nodes, input size and stripes.
 
 A trace gives submit time, run time, processors, requested time and (sometimes) memory. The
-storage side is not in any job trace, so it is added here as seed 004 section 4.7.1 did: the
-input size is the job's aggregate memory (its peak use where the trace has it, else its
-request), or drawn from a log-normal distribution; the file is striped over ``stripe_count``
-OSTs chosen at random, fewer when the file is smaller than ``stripe_count`` stripes.
+storage side is not in any job trace, so it is added here as seed 004 section 4.7.1 did. The
+input size follows ``input_model``:
+
+``requested-memory``
+    the job's aggregate memory as the trace records it (its used memory where the trace has
+    it, else its request), or drawn from a log-normal distribution when it has neither;
+``peak-memory``
+    the same sizes scaled by one factor so that the run-time-weighted mean input of the jobs
+    (the mean over running jobs at evenly spaced instants) is the share of the machine's
+    aggregate memory that seed 004 section 4.5.1 measured on Jaguar: 31.8 GB of peak memory
+    per running job on a machine of 46.8 TB (table 4.2), so 31.8 GB of 600 TB of scratch.
+
+A site CSV's known input size is always taken as it is. The file is striped over
+``stripe_count`` OSTs chosen at random, fewer when the file is smaller than ``stripe_count``
+stripes.
 """
 
 from __future__ import annotations
@@ -18,6 +29,12 @@ from ..errors import InputError
 from .traces import LanlJob, SiteJob, SwfJob
 
 KIB = 1024
+INPUT_MODELS = ("requested-memory", "peak-memory")
+#: Seed 004 section 4.5.1: Jaguar's running jobs used 31.8 GB of peak memory on average, on a
+#: machine of 46.8 TB aggregate memory (table 4.2) and 600 TB of scratch.
+JAGUAR_PEAK_PER_JOB = 31.8e9
+JAGUAR_MEMORY = 46.8e12
+DAY = 86400.0
 
 
 @dataclass(frozen=True)
@@ -33,8 +50,21 @@ class WorkloadParams:
     seed: int = 1
     input_median_bytes: float = 2 * 1024 ** 3   # log-normal fallback when memory is unknown
     input_sigma: float = 1.5
+    input_model: str = "requested-memory"
+    node_memory_bytes: float = 12 * 1024 ** 3   # the machine's aggregate memory, for peak-memory,
+    machine_nodes: int = 0              # is its nodes (0: the system's) times this
+    start_day: float = 0.0              # keep jobs submitted from this day of the trace ...
+    days: float = 0.0                   # ... for this many days (0: to the end)
 
     def __post_init__(self):
+        if self.input_model not in INPUT_MODELS:
+            raise InputError(f"unknown input model {self.input_model!r}; choose one of "
+                             f"{', '.join(INPUT_MODELS)}")
+        if not self.node_memory_bytes > 0:
+            raise InputError(f"node memory must be > 0, got {self.node_memory_bytes:g}")
+        if self.start_day < 0 or self.days < 0:
+            raise InputError(f"start day and days must be >= 0, got {self.start_day:g} and "
+                             f"{self.days:g}")
         if self.procs_per_node < 1:
             raise InputError(f"procs per node must be >= 1, got {self.procs_per_node}")
         if not self.load_factor > 0:
@@ -158,31 +188,60 @@ def build_workload(trace_jobs: list[TraceJob], params: WorkloadParams,
     usable.sort(key=lambda t: t.submit)
     nodes_of = [-(-t.procs // params.procs_per_node) for t in usable]
     system_nodes = params.system_nodes or header_nodes or max(nodes_of)
-    origin = usable[0].submit
+    first = usable[0].submit
+    window_start = first + params.start_day * DAY
+    window_end = window_start + params.days * DAY if params.days else math.inf
+    origin = None
     log_median = math.log(params.input_median_bytes)
     ost_range = range(params.ost_count)
     jobs: list[SimJob] = []
+    sizes: list[tuple[float, float]] = []     # (known input, recorded memory or drawn size)
     for t, nodes in zip(usable, nodes_of):
         # Draw every random value for every job, kept or not, so a job's stripes and size do
         # not depend on which other jobs were dropped.
         fallback = rng.lognormvariate(log_median, params.input_sigma)
         osts = rng.sample(ost_range, params.stripe_count)
+        if not window_start <= t.submit < window_end:
+            continue        # outside the chosen period: not a job of this replay
         if nodes > system_nodes:
             dropped["larger than the system"] += 1
             continue
-        if t.input_bytes > 0:
-            size = t.input_bytes
-        elif t.memory_bytes > 0:
-            size = t.memory_bytes
-        else:
-            size = fallback
-        used_stripes = max(1, min(params.stripe_count, math.ceil(size / params.stripe_size)))
+        if origin is None:
+            origin = t.submit
         run_time = float(t.run_time)
         limit = float(t.requested_time) if t.requested_time > 0 else run_time
         # The scheduler kills a job at its limit, so a trace run time past it is cut there.
         run_time = min(run_time, limit)
         submit = (t.submit - origin) / params.load_factor
-        jobs.append(SimJob(len(jobs), t.job_id, submit, run_time, limit, nodes, size,
-                           tuple(osts[:used_stripes]), t.wait_time))
-    span = jobs[-1].submit - jobs[0].submit if jobs else 0.0
+        jobs.append(SimJob(len(jobs), t.job_id, submit, run_time, limit, nodes, 0.0,
+                           tuple(osts), t.wait_time))
+        sizes.append((t.input_bytes, t.memory_bytes if t.memory_bytes > 0 else fallback))
+    if not jobs:
+        raise InputError(f"no job submitted in days {params.start_day:g} to "
+                         f"{params.start_day + params.days:g} of the trace")
+    machine_memory = (params.machine_nodes or system_nodes) * params.node_memory_bytes
+    scale = input_scale(jobs, [memory for _, memory in sizes], params, machine_memory)
+    for job, (known, memory) in zip(jobs, sizes):
+        job.input_bytes = known if known > 0 else memory * scale
+        used = max(1, min(params.stripe_count, math.ceil(job.input_bytes / params.stripe_size)))
+        job.osts = job.osts[:used]
+    span = jobs[-1].submit - jobs[0].submit
     return Workload(jobs, system_nodes, params, dropped, span)
+
+
+def input_scale(jobs: list[SimJob], memory: list[float], params: WorkloadParams,
+                machine_memory: float) -> float:
+    """The factor from recorded memory to input size: 1, or the peak-memory calibration.
+
+    ``peak-memory``: the run-time-weighted mean of the scaled sizes (what a sample of the
+    running jobs at evenly spaced instants averages) becomes Jaguar's 31.8 GB per running job
+    scaled from Jaguar's 46.8 TB of aggregate memory to ``machine_memory``.
+    """
+    if params.input_model == "requested-memory":
+        return 1.0
+    run_seconds = math.fsum(job.run_time for job in jobs)
+    if not run_seconds > 0:
+        return 1.0
+    weighted_mean = math.fsum(m * job.run_time for m, job in zip(memory, jobs)) / run_seconds
+    target = JAGUAR_PEAK_PER_JOB * machine_memory / JAGUAR_MEMORY
+    return target / weighted_mean

@@ -119,3 +119,72 @@ def test_results_columns_are_unique_and_no_metric_overwrites_a_setting():
     assert not set(values) & set(CONFIG_FIELDS)
     assert set(values) <= set(METRIC_FIELDS)
     assert values["model_scratch_bytes"] == 5e15 and values["model_system_nodes"] == 1024
+
+
+def _site_trace(tmp_path, lines):
+    path = tmp_path / "jobs.csv"
+    path.write_text("job_id,submit_time,run_time,procs,requested_time,memory_kb_per_proc,"
+                    "input_bytes\n" + "".join(line + "\n" for line in lines))
+    return str(path)
+
+
+def test_queue_length_is_the_time_average_of_queued_jobs(tmp_path):
+    # One node: b waits 100 s behind a, c 150 s behind b; span 0-300 s.
+    trace = _site_trace(tmp_path, ["a,0,100,1,100,1,1", "b,0,100,1,100,1,1",
+                                   "c,50,100,1,100,1,1"])
+    values = run_replay(ReplayConfig(trace=trace, policy="ideal", system_nodes=1)).rows[0].values
+    assert values["makespan_s"] == 300
+    assert values["queue_length_mean"] == pytest.approx((100 + 150) / 300)
+
+
+def test_peak_memory_inputs_are_calibrated_on_jaguars_running_jobs(tmp_path):
+    from scratchkeeper.sim.workload import (JAGUAR_MEMORY, JAGUAR_PEAK_PER_JOB, TraceJob,
+                                            WorkloadParams, build_workload)
+
+    gib = 1024 ** 3
+    jobs = [TraceJob("short", 0, 100, 2, memory_bytes=4 * gib),
+            TraceJob("long", 10, 900, 4, memory_bytes=8 * gib),
+            TraceJob("known", 20, 1000, 1, memory_bytes=gib, input_bytes=123.0)]
+    requested = build_workload(jobs, WorkloadParams(system_nodes=16))
+    assert [j.input_bytes for j in requested.jobs] == [4 * gib, 8 * gib, 123.0]
+    params = WorkloadParams(system_nodes=16, input_model="peak-memory", machine_nodes=10,
+                            node_memory_bytes=2 * gib)
+    peak = build_workload(jobs, params)
+    scale = peak.jobs[0].input_bytes / (4 * gib)
+    assert peak.jobs[1].input_bytes == pytest.approx(8 * gib * scale)
+    assert peak.jobs[2].input_bytes == 123.0      # a known input size is not a model's
+    # The run-time-weighted mean (what running jobs average over time) is Jaguar's share.
+    weighted = (4 * gib * 100 + 8 * gib * 900 + gib * 1000) * scale / 2000
+    assert weighted == pytest.approx(JAGUAR_PEAK_PER_JOB * 10 * 2 * gib / JAGUAR_MEMORY)
+    # Smaller inputs use fewer stripes when they are below stripe_count stripes.
+    assert all(len(j.osts) <= params.stripe_count for j in peak.jobs)
+    with pytest.raises(InputError, match="unknown input model"):
+        WorkloadParams(input_model="guess")
+
+
+def test_peak_memory_on_the_excerpt_uses_the_swf_machine_nodes():
+    requested = run_replay(_config(policy="ideal", failures="", limit=0))
+    peak = run_replay(_config(policy="ideal", failures="", limit=0, input_model="peak-memory"))
+    ratio = peak.rows[0].values["input_mean_bytes"] / requested.rows[0].values["input_mean_bytes"]
+    # RICC asks about 1.2 GB per processor; Jaguar's running jobs peaked far below that share.
+    assert 0.05 < ratio < 1
+    assert list(peak.waits) == list(requested.waits)    # no failure: the schedule is the same
+
+
+def test_a_period_of_the_trace_is_replayed_from_its_own_start(tmp_path):
+    day = 86400
+    trace = _site_trace(tmp_path, [f"j{k},{k * day // 2},60,1,60,1,1" for k in range(10)])
+    whole = run_replay(ReplayConfig(trace=trace, policy="ideal", system_nodes=4))
+    assert whole.rows[0].values["jobs"] == 10
+    part = run_replay(ReplayConfig(trace=trace, policy="ideal", system_nodes=4, start_day=1,
+                                   days=2))
+    # Jobs submitted at days 1, 1.5, 2 and 2.5; the first one is the replay's time zero.
+    assert part.rows[0].values["jobs"] == 4
+    config = ReplayConfig(trace=trace, policy="ideal", system_nodes=4, start_day=1, days=2)
+    assert config.workload_key() != ReplayConfig(trace=trace, policy="ideal",
+                                                 system_nodes=4).workload_key()
+    with pytest.raises(InputError, match="no job submitted in days 20 to 21"):
+        run_replay(ReplayConfig(trace=trace, policy="ideal", system_nodes=4, start_day=20,
+                                days=1))
+    with pytest.raises(InputError, match="must be >= 0"):
+        ReplayConfig(trace=trace, start_day=-1)
