@@ -1,7 +1,8 @@
 import pytest
 
 from scratchkeeper.transfer.classify import grep_pattern, is_permanent
-from scratchkeeper.transfer.uri import UnknownScheme, parse_location
+from scratchkeeper.transfer.uri import (UnknownScheme, inside, is_host_name, names_data,
+                                        parse_location)
 
 
 def test_locations():
@@ -17,6 +18,41 @@ def test_locations():
         parse_location("file://host/a")
     with pytest.raises(ValueError):
         parse_location("http://h/")
+
+
+@pytest.mark.parametrize("host, ok", [
+    ("h", True), ("data.example.org", True), ("destination_host", True), ("127.0.0.1", True),
+    ("[::1]", True), ("node-1.", True), ("-oProxyCommand=sh", False), ("-v", False), ("h=x", False),
+    ("h h", False), ("h$(id)", False), ("a..b", False), ("", False), ("x" * 64, False),
+    ("[::1;id]", False), ("h-", False),
+])
+def test_host_names(host, ok):
+    assert is_host_name(host) is ok
+
+
+@pytest.mark.parametrize("token, data", [
+    ("gsiftp://h/a", True), ("/abs", True), ("./rel", True), ("a/b", True), ("~", True),
+    ("~alice", True), ("h:params.nml", True), ("u@h:x", True), ("hsi", False),
+    ("globus-url-copy", False), ("--all", False), ("", False),
+])
+def test_names_data(token, data):
+    assert names_data(token) is data
+
+
+@pytest.mark.parametrize("token, path", [
+    ("/s/a/", "/s/a/"), ("/s/a/.", "/s/a/"), ("/s/a/b/..", "/s/a/"), ("/s/./a//b", "/s/a/b"),
+    ("//s/a", "/s/a"), ("/", "/"), ("file:///s/a/.", "/s/a/"), ("file:///s/%2e%2e/etc", "/etc"),
+    (".", "/w/"), ("..", "/"),
+])
+def test_local_paths_are_normalised_and_folders_keep_one_slash(token, path):
+    location = parse_location(token, cwd="/w")
+    assert location.path == path and location.is_folder is path.endswith("/")
+
+
+def test_inside_is_by_whole_components():
+    assert inside("/scratch/a", "/scratch") and inside("/scratch", "/scratch/")
+    assert not inside("/scratch2/a", "/scratch") and not inside("/scratchy", "/scratch")
+    assert not inside("/scratch/../etc", "/scratch")
 
 
 @pytest.mark.parametrize("message, permanent", [
