@@ -18,6 +18,8 @@ from scratchkeeper.planner import records
 from scratchkeeper.state import StateStore
 from scratchkeeper.storage import open_backend
 
+from stalled_jobs import silent_source, wait_running  # noqa: F401 (a fixture)
+
 pytestmark = pytest.mark.cluster
 
 
@@ -189,3 +191,53 @@ def test_status_of_an_unknown_job_id(local_cluster):
     result = sk(local_cluster, "status", "999999999", check=False)
     assert result.returncode == 2
     assert "unknown job id" in result.stderr
+
+
+@pytest.mark.parametrize("flavour", ["slurm", "pbs"])
+def test_a_cancelled_stage_in_ends_a_submitted_chain(local_cluster, work, silent_source, flavour):
+    """`scratchkeeper submit` chains: Slurm cancels the compute job itself (it was submitted with
+    --kill-on-invalid-dep); the Torque wrappers cannot pass that, so there the chain service's
+    sweep must. Either way status names the stage-in's end, not a pending reason."""
+    name, _, scratch, tmp_path = work
+    config_path = local_cluster.site_config if flavour == "slurm" else local_cluster.site_config_pbs
+    script = write_script(tmp_path, f"""#!/bin/bash
+#STAGEIN {silent_source}/{name}.dat {scratch}/in.dat
+touch {scratch}/compute-ran
+#STAGEOUT {scratch}/compute-ran {local_cluster.gridftp_url}{local_cluster.sink_dir}/{name}.ran
+""")
+    submitted = json.loads(sk(local_cluster, "submit", str(script), "--json", config=config_path,
+                              cwd=tmp_path).stdout)
+    stage_in, compute, stage_out = [j["job_id"] for j in submitted["jobs"]]
+    try:
+        wait_running(stage_in)
+        local_cluster.command(["scancel", stage_in])
+        assert local_cluster.wait_for_job(stage_in, timeout=60) == "CANCELLED"
+        if flavour == "slurm":
+            # Slurm ended the compute job itself; before any sweep, status says why (its
+            # accounting record still carries the pending reason "Dependency")
+            assert local_cluster.wait_for_job(compute, timeout=60) == "CANCELLED"
+            early = json.loads(sk(local_cluster, "status", compute, "--json", config=config_path,
+                                  check=False).stdout)
+            assert early["state"] == "stage-in-failed", early
+            reason = {j["role"]: j["reason"] for j in early["jobs"]}["compute"]
+            assert reason.startswith(f"CANCELLED: never ran, stage-in job {stage_in} ended "
+                                     "CANCELLED"), early
+        # the chain service's next cycle (a new process on the state database, as after a restart)
+        sk(local_cluster, "spank", "chain", compute, config=config_path)
+        assert local_cluster.wait_for_job(compute, timeout=60) == "CANCELLED"
+        assert local_cluster.wait_for_job(stage_out, timeout=60) == "CANCELLED"
+    finally:
+        local_cluster.command(["scancel", stage_in, compute, stage_out], check=False)
+    status = sk(local_cluster, "status", compute, "--json", config=config_path, check=False)
+    assert status.returncode == 1
+    report = json.loads(status.stdout)
+    assert report["state"] == "stage-in-failed"
+    if flavour == "slurm":
+        assert report["reason"].startswith(f"stage-in job {stage_in} ended CANCELLED, exit code")
+    else:  # what the wrappers say of any finished job
+        assert report["reason"] == (f"stage-in job {stage_in} ended (state C, exit status not "
+                                    "reported) without recording its staged files")
+    jobs = {j["role"]: j for j in report["jobs"]}
+    assert jobs["compute"]["state"] == jobs["stage-out"]["state"] == "cancelled"
+    assert jobs["compute"]["reason"] == "cancelled: " + report["reason"]
+    assert not (scratch / "compute-ran").exists()
