@@ -53,6 +53,8 @@ _CAUSES = {
 }
 
 _DEPENDENT_ROLES = ("compute", "stage-out")
+#: seconds the scheduler's clock may run ahead of the state database's
+_CLOCK_SLACK = 300.0
 
 
 @dataclass
@@ -125,9 +127,14 @@ def settle_chains(config: SiteConfig, store: StateStore, *,
         scheduler = get_scheduler(config, kind)
         ids = [r["job_id"] for c in chain_ids for r in records.chain_jobs(store, c) if r["job_id"]]
         live = scheduler.lookup(ids, missing_ok=True)
-        # read after the lookup: a `stage fail` that ran meanwhile has recorded its reason
-        decided = [d for d in (_decide(store, records.chain(store, c), records.chain_jobs(store, c),
-                                       live) for c in chain_ids) if d is not None]
+        decided = []
+        for chain_id in chain_ids:
+            # read after the lookup: a `stage fail` that ran meanwhile has recorded its reason
+            chain = records.chain(store, chain_id)
+            decision = _decide(store, chain, records.chain_jobs(store, chain_id),
+                               records_of_chain(live, chain))
+            if decision is not None:
+                decided.append(decision)
         cancel = [job_id for end, _, _ in decided for job_id in end.cancelled]
         if cancel:
             try:
@@ -148,6 +155,16 @@ def settle_chains(config: SiteConfig, store: StateStore, *,
                 end.settled = True
         ends += [end for end, _, _ in decided]
     return ends
+
+
+def records_of_chain(live: dict[str, JobRecord], chain) -> dict[str, JobRecord]:
+    """The records that can be the chain's jobs: every job of a chain was submitted before the
+    chain's last change of state (SUBMITTED is set after the last submission). A job id that
+    the scheduler handed out again since (a reset of slurmctld's state restarts them at 1) is
+    another job: the chain's own is then unknown, and the other one is never cancelled."""
+    latest = chain["updated"] + _CLOCK_SLACK
+    return {job_id: record for job_id, record in live.items()
+            if record.submit_time is None or record.submit_time <= latest}
 
 
 def _decide(store: StateStore, chain, rows, live: dict[str, JobRecord]):

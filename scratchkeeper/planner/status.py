@@ -9,7 +9,7 @@ from ..errors import PermissionDenied, ScratchkeeperError, UnknownJobError
 from ..schedulers import JobRecord, JobState, get_scheduler
 from ..state import StateStore
 from . import records
-from .settle import stage_in_failure
+from .settle import records_of_chain, stage_in_failure
 
 
 @dataclass
@@ -62,7 +62,8 @@ def chain_status(store: StateStore, config: SiteConfig, chain_id: str, *,
     if ids:
         scheduler = get_scheduler(config, chain["scheduler"])
         try:
-            live = scheduler.lookup(ids, missing_ok=True)  # a forgotten job hides no other
+            # a forgotten job hides no other; an id handed out again since is not the chain's
+            live = records_of_chain(scheduler.lookup(ids, missing_ok=True), chain)
         except ScratchkeeperError as err:
             scheduler_note = f"scheduler unreachable: {err}"
     # Only a scheduler that answered can say a stage-in is gone; an unreachable one says nothing.

@@ -12,6 +12,7 @@ import pytest
 from scratchkeeper.config import SiteConfig
 from scratchkeeper.planner import records, settle
 from scratchkeeper.planner.status import chain_status
+from scratchkeeper.schedulers import slurm
 from scratchkeeper.state import StateStore
 
 from scripted_runner import ScriptedRunner, result
@@ -28,8 +29,9 @@ def store(tmp_path):
 
 
 def add_chain(store, chain_id, stage_in, compute, stage_out=None, *, scheduler="slurm",
-              state=records.SUBMITTED, reason="", stage_in_state=records.JOB_SUBMITTED):
-    now = time.time()
+              state=records.SUBMITTED, reason="", stage_in_state=records.JOB_SUBMITTED,
+              now=None):
+    now = time.time() if now is None else now
     jobs = [("stage-in", stage_in, stage_in_state), ("compute", compute, records.JOB_SUBMITTED)]
     if stage_out:
         jobs.append(("stage-out", stage_out, records.JOB_SUBMITTED))
@@ -170,6 +172,21 @@ def test_the_pbs_path_ends_a_chain_whose_stage_in_ended_without_recording(store,
     assert records.chain(store, "pbs")["reason"] == (
         f"stage-in job {IDS['stage-in timeout']} ended (state C, exit status not reported) "
         "without recording its staged files")
+
+
+def test_a_job_id_the_scheduler_handed_out_again_is_never_taken_for_the_chains(store, use_runner):
+    """A chain recorded an hour before the captured jobs were submitted (slurmctld's state was
+    reset since and its ids start at 1 again): those jobs are others', never cancelled."""
+    submitted = min(r.submit_time for r in slurm.parse_query(SQUEUE)
+                    if r.job_id in IDS.values())
+    add_chain(store, "old", IDS["stage-in cancelled"], IDS["compute after cancelled"],
+              now=submitted - 3600)
+    runner = use_runner(ScriptedRunner(slurm_answers()))
+    (end,) = settle.settle_chains(SiteConfig(), store)
+    assert end.cancelled == [] and not runner.ran("scancel")
+    assert records.chain(store, "old")["reason"] == (
+        f"stage-in job {IDS['stage-in cancelled']} is known neither to the queue nor to "
+        "accounting and never recorded its files")
 
 
 # -- status ------------------------------------------------------------------------------------
