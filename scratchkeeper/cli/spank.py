@@ -6,6 +6,7 @@ systemd service with ``--watch``; docs/slurm-plugins.rst explains where it fits.
 
 from __future__ import annotations
 
+import logging
 import random
 import signal
 import threading
@@ -16,6 +17,8 @@ from ..planner.attach import chain_pending, split_request
 from ..planner.settle import settle_chains
 from ..state import StateStore
 from . import daemon_logging, site_config
+
+log = logging.getLogger(__name__)
 
 
 def register(subparsers) -> None:
@@ -44,18 +47,31 @@ def register(subparsers) -> None:
 
 
 def _sweep(config, store, only) -> int:
+    """Chain the held jobs, then end the chains whose stage-in ended: neither step waits on the
+    other's failure (a job that cannot be chained must not keep chains pending for ever)."""
     failures = 0
-    for outcome in chain_pending(config, store, only=only):
+    errors: list[Exception] = []
+    outcomes = []
+    try:
+        outcomes = chain_pending(config, store, only=only)
+    except ScratchkeeperError as err:
+        errors.append(err)
+    for outcome in outcomes:
         if outcome.error:
             failures += 1
             print(f"job {outcome.job_id}: {outcome.error}")
         else:
             jobs = ", ".join(f"{k} {v}" for k, v in outcome.data_jobs.items()) or "already chained"
             print(f"job {outcome.job_id}: chain {outcome.chain_id}: {jobs}; released", flush=True)
-    for end in settle_chains(config, store, job_ids=only):
-        if end.cancelled:
-            print(f"chain {end.chain_id}: {end.reason}; cancelled {', '.join(end.cancelled)}",
-                  flush=True)
+    try:
+        for end in settle_chains(config, store, job_ids=only):
+            if end.cancelled:
+                print(f"chain {end.chain_id}: {end.reason}; cancelled {', '.join(end.cancelled)}",
+                      flush=True)
+    except ScratchkeeperError as err:
+        errors.append(err)
+    if errors:
+        raise errors[0]
     return failures
 
 
@@ -79,10 +95,12 @@ def _chain(args) -> int:
             _sweep(config, store, only)
             consecutive_failures = 0
             pause = args.watch
-        except ScratchkeeperError as err:
+        except Exception as err:  # noqa: BLE001 - a service outlives a bug met in one sweep
             consecutive_failures += 1
             pause = min(300.0, args.watch * 2 ** min(consecutive_failures, 6))
             pause *= random.uniform(0.8, 1.2)
+            if not isinstance(err, ScratchkeeperError):
+                log.exception("chain service: sweep failed")
             print(f"sweep failed ({consecutive_failures} in a row), retrying in {pause:.0f}s: "
                   f"{err}", flush=True)
         stop.wait(pause)

@@ -340,7 +340,7 @@ def chain_pending(config: SiteConfig, store: StateStore, *, only: set[str] | Non
     """Chain every held job (or those in ``only``): one squeue call, then per-job work.
 
     A script or request that cannot be planned (InputError) cancels that job with the reason;
-    a scheduler error leaves it held for the next sweep.
+    a scheduler error, or any other failure of one job, leaves it held for the next sweep.
     """
     scheduler = scheduler or get_scheduler(config, "slurm")
     outcomes = []
@@ -355,6 +355,9 @@ def chain_pending(config: SiteConfig, store: StateStore, *, only: set[str] | Non
         except ScratchkeeperError as err:
             log.error("job %s: chaining failed, left held for the next sweep: %s", job.job_id, err)
             outcomes.append(ChainOutcome(job.job_id, error=str(err)))
+        except Exception as err:  # noqa: BLE001 - one job's bug must not stop the others' chains
+            log.exception("job %s: chaining failed, left held for the next sweep", job.job_id)
+            outcomes.append(ChainOutcome(job.job_id, error=f"internal error: {err!r}"))
     return outcomes
 
 

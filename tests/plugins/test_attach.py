@@ -250,3 +250,37 @@ def test_submit_via_the_chain_service_checks_the_script_before_sbatch(tmp_path, 
     assert "job 700: held until the chain service has chained its data jobs" in \
         capsys.readouterr().out
     assert [argv[0] for argv, _ in fake.recorded] == ["sbatch", "squeue"]
+
+
+def test_a_job_whose_chain_already_ended_is_not_planned_again(config, store, slurm):
+    """The sweep ended the chain (its stage-in was cancelled) while the job was still held,
+    and cancelling the job failed: the next sweep ends the job, it does not stage again."""
+    slurm()
+    (first,) = chain_pending(config, store)
+    records.set_chain_state(store, first.chain_id, records.STAGE_IN_FAILED,
+                            "stage-in job 601 ended CANCELLED, exit code 0:15 (cancelled)")
+    fake = slurm(comment=f"{CHAINED} {first.chain_id}", priority=0)
+    (again,) = chain_pending(config, store)
+    assert again.chain_id == first.chain_id and "ended CANCELLED" in again.error
+    assert not fake.commands("sbatch") and ("scancel", JOB) in fake.recorded
+    assert fake.comment.startswith(FAILED)
+
+
+def test_one_jobs_unexpected_failure_leaves_it_held_and_the_sweep_goes_on(config, store, slurm,
+                                                                         monkeypatch):
+    from scratchkeeper.planner import attach
+
+    real = attach.chain_job
+    calls = []
+
+    def flaky(job, *args, **kwargs):
+        calls.append(job.job_id)
+        if len(calls) == 1:
+            raise ModuleNotFoundError("No module named 'scratchkeeper.job_templates'")
+        return real(job, *args, **kwargs)
+    monkeypatch.setattr(attach, "chain_job", flaky)
+    fake = slurm()
+    (outcome,) = chain_pending(config, store)
+    assert "internal error" in outcome.error and not fake.commands("scancel")
+    (outcome,) = chain_pending(config, store)  # the next sweep
+    assert outcome.error is None and ("scontrol", "release", JOB) in fake.recorded
