@@ -3,7 +3,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 PYTEST_ARGS ?=
 
-.PHONY: deps plugins cluster cluster-down demo test test-unit bench clean
+.PHONY: deps plugins cluster cluster-down demo test test-unit bench reproduce clean
 
 deps:
 	scripts/bootstrap
@@ -34,6 +34,11 @@ test-unit: deps
 bench: deps
 	SCRATCHKEEPER_EXTRAS=test,bench scripts/bootstrap
 	$(PY) -m benchmarks.run
+
+## Every replay sweep behind docs/benchmarks/replay/ on the full RICC trace (../shared/traces),
+## its figures and reproduction.rst; task results in build/reproduce are reused by a rerun.
+reproduce: deps
+	nice $(PY) -m scratchkeeper reproduce --output docs/benchmarks/replay --work build/reproduce
 
 clean:
 	rm -rf build *.egg-info .pytest_cache

@@ -86,6 +86,19 @@ def _one_sweep(rows: list[Row], x_key: str) -> list[Row]:
     return max(by_source.values(), key=lambda group: len({r.num(x_key) for r in group}))
 
 
+def _fixed_load(rows: list[Row], vary: bool) -> list[Row]:
+    """The rows of the results files whose replication rows vary (or do not vary) the load."""
+    by_source: dict[str, list[Row]] = defaultdict(list)
+    for r in rows:
+        by_source[r.source].append(r)
+    kept = []
+    for group in by_source.values():
+        loads = {r.num("load_factor") for r in group if r.text("strategy")}
+        if (len(loads) > 1) == vary:
+            kept += group
+    return kept
+
+
 def _most_common(rows: list[Row], key: str) -> str:
     counts: dict[str, int] = defaultdict(int)
     for r in rows:
@@ -104,43 +117,112 @@ def _pyplot():
     return plt
 
 
+INPUT_LABELS = {"requested-memory": "input = requested memory",
+                "peak-memory": "input = peak memory (calibrated, seed 4.5.1)"}
+
+
+def conditions(rows: list[Row], *, load: bool = True, inputs: bool = True) -> str:
+    """The trace, the load and the input-size model of ``rows``, for a figure's title."""
+    parts = [", ".join(sorted({os.path.basename(r.text("trace")) for r in rows}))]
+    days = {(r.num("start_day"), r.num("days")) for r in rows}
+    if len(days) == 1:
+        start, length = days.pop()
+        if length > 0:
+            parts.append(f"days {start:g}-{start + length:g}")
+    if load:
+        factors = sorted({r.num("load_factor") for r in rows})
+        if len(factors) == 1:
+            used = _avg(rows, "utilisation_pct")
+            parts.append(f"load factor {factors[0]:.3g} ({used:.1f} % utilisation)")
+    if inputs:
+        models = sorted({r.text("input_model") or "requested-memory" for r in rows})
+        parts.append(" / ".join(INPUT_LABELS.get(m, m) for m in models))
+    return "; ".join(parts)
+
+
 def plot_replication(rows: list[Row], output: str, schedule: str = "model") -> str | None:
-    """Fig. 4.7: jobs at risk and replica space vs alpha, one line per strategy."""
-    rows = [r for r in rows if r.text("strategy") and (r.text("schedule") or "model") == schedule]
+    """Fig. 4.7: jobs at risk and replica space vs alpha, one line per strategy.
+
+    One column per input-size model (risk depends on it too: a larger input takes longer to
+    copy), so fig. 4.7b with calibrated peak memory stands beside the requested-memory one.
+    """
+    # Fig. 4.8's sweep (several loads) is not part of this figure.
+    rows = [r for r in _fixed_load(rows, vary=False) if r.text("strategy")
+            and (r.text("schedule") or "model") == schedule]
     alphas = sorted({r.num("alpha") for r in rows})
     if len(alphas) < 2:
         return None
     plt = _pyplot()
-    fig, (ax_risk, ax_space) = plt.subplots(1, 2, figsize=(11, 4.2))
+    models = [m for m in INPUT_LABELS if any((r.text("input_model") or "requested-memory") == m
+                                             for r in rows)]
+    fig, axes = plt.subplots(2, len(models), figsize=(5.6 * len(models), 7.6), squeeze=False)
     positions = {a: i for i, a in enumerate(alphas)}
-    lines: dict[str, list[tuple[float, float, float]]] = defaultdict(list)
-    for r in rows:
-        lines[_strategy_label(r)].append((r.num("alpha"), r.num("at_risk_pct"),
-                                          r.num("space_mean_pct")))
-    for label, points in sorted(lines.items()):
-        points.sort()
-        xs = [positions[a] for a, _, _ in points]
-        ax_risk.plot(xs, [p[1] for p in points], marker="o", label=label)
-        ax_space.plot(xs, [p[2] for p in points], marker="o", label=label)
     ticks = ["inf" if math.isinf(a) else f"{a:g}" for a in alphas]
-    for ax, title, ylabel in ((ax_risk, "(a) jobs at risk", "jobs at risk (%)"),
-                              (ax_space, "(b) replica space (mean of 300 samples)",
-                               "replica space (% of scratch)")):
-        ax.set_xticks(range(len(alphas)), ticks)
-        ax.set_xlabel("alpha")
-        ax.set_ylabel(ylabel)
-        ax.set_title(title)
-        ax.grid(alpha=0.3)
-    ax_risk.set_ylim(bottom=0)
-    ax_space.set_ylim(bottom=0)
-    ax_risk.legend(fontsize=8)
+    for column, model in enumerate(models):
+        ax_risk, ax_space = axes[0][column], axes[1][column]
+        lines: dict[str, list[tuple[float, float, float]]] = defaultdict(list)
+        for r in rows:
+            if (r.text("input_model") or "requested-memory") == model:
+                lines[_strategy_label(r)].append((r.num("alpha"), r.num("at_risk_pct"),
+                                                  r.num("space_mean_pct")))
+        for label, points in sorted(lines.items()):
+            points.sort()
+            xs = [positions[a] for a, _, _ in points]
+            ax_risk.plot(xs, [p[1] for p in points], marker="o", label=label)
+            ax_space.plot(xs, [p[2] for p in points], marker="o", label=label)
+        for ax, title, ylabel in ((ax_risk, "(a) jobs at risk", "jobs at risk (%)"),
+                                  (ax_space, "(b) replica space (mean of 300 samples)",
+                                   "replica space (% of scratch)")):
+            ax.set_xticks(range(len(alphas)), ticks)
+            ax.set_xlabel("alpha")
+            ax.set_ylabel(ylabel)
+            ax.set_title(f"{title}\n{INPUT_LABELS.get(model, model)}", fontsize=9)
+            ax.set_ylim(bottom=0)
+            ax.grid(alpha=0.3)
+        ax_risk.legend(fontsize=8)
+    fig.suptitle(f"Temporal replication on the {schedule} schedule: "
+                 f"{conditions(rows, inputs=False)}", fontsize=9)
     fig.tight_layout()
-    if schedule != "model":
-        fig.suptitle(f"on the {schedule} schedule", fontsize=9)
-        fig.tight_layout()
     suffix = "" if schedule == "model" else f"_{schedule}"
     path = os.path.join(output, f"replication_vs_alpha{suffix}.png")
-    fig.savefig(path, dpi=110)
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
+
+
+def plot_queue_length(rows: list[Row], output: str, alpha: float = 0.5) -> str | None:
+    """Fig. 4.8: jobs at risk per strategy for one period at three loads (its queue lengths)."""
+    rows = [r for r in _fixed_load(rows, vary=True) if r.text("strategy")
+            and r.num("alpha") == alpha]
+    loads = sorted({r.num("load_factor") for r in rows})
+    if len(loads) < 2:
+        return None
+    plt = _pyplot()
+    labels = sorted({_strategy_label(r) for r in rows})
+    fig, ax = plt.subplots(figsize=(8, 4.5))
+    width = 0.8 / len(labels)
+    for k, label in enumerate(labels):
+        heights = []
+        for load in loads:
+            match = [r for r in rows if r.num("load_factor") == load and _strategy_label(r) == label]
+            heights.append(_avg(match, "at_risk_pct"))
+        ax.bar([i + (k - (len(labels) - 1) / 2) * width for i in range(len(loads))], heights,
+               width, label=label)
+    names = []
+    for load in loads:
+        match = [r for r in rows if r.num("load_factor") == load]
+        names.append(f"queue {_avg(match, 'queue_length_mean'):.1f}\n(load factor {load:.3g},"
+                     f"\n{_avg(match, 'utilisation_pct'):.0f} % used)")
+    ax.set_xticks(range(len(loads)), names, fontsize=8)
+    ax.set_ylabel("jobs at risk (%)")
+    ax.set_ylim(0, 100)
+    ax.grid(alpha=0.3, axis="y")
+    ax.legend(fontsize=8)
+    ax.set_title(f"Jobs at risk at alpha = {alpha:g} by average queue length\n"
+                 f"{conditions(rows, load=False)}", fontsize=9)
+    fig.tight_layout()
+    path = os.path.join(output, "at_risk_vs_queue_length.png")
+    fig.savefig(path, dpi=100)
     plt.close(fig)
     return path
 
@@ -195,13 +277,15 @@ def plot_waits(rows: list[Row], x_key: str, x_label: str, name: str, output: str
             ax.set_yscale("log")
         ax.grid(alpha=0.3)
     axes[0][0].legend(fontsize=8)
-    held = ", ".join(f"{k}={v}" for k, v in fixed.items())
+    held = ", ".join(f"{k}={v}" for k, v in fixed.items() if k != "load_factor")
     averaged = f"; mean of {seeds} seeds" if seeds > 1 else ""
-    fig.suptitle(f"Wait time vs {x_label} ({held}{averaged}); jobs with zero wait in every run "
-                 "left out of (a), (b)", fontsize=9)
+    fig.suptitle(f"Wait time vs {x_label}: {conditions(chosen, load=x_key != 'load_factor')}\n"
+                 f"failures of LANL system {_most_common(chosen, 'failure_system')} "
+                 f"({held}{averaged}); jobs with zero wait in every run left out of (a), (b)",
+                 fontsize=9)
     fig.tight_layout()
     path = os.path.join(output, name)
-    fig.savefig(path, dpi=110)
+    fig.savefig(path, dpi=100)
     plt.close(fig)
     return path
 
@@ -286,20 +370,28 @@ def write_table(rows: list[Row], path: str) -> str:
 
 
 def make_report(results: list[str], output: str) -> list[str]:
-    """Every figure the results allow, plus ``summary.rst``; returns the files written."""
+    """Every figure the results allow, plus ``summary.rst``; returns the files written.
+
+    A results file that varies the stripe count gets its own figs. 4.5/4.9-4.12, named by its
+    utilisation when several files do (``wait_vs_stripe_count_util35.png``).
+    """
     rows = [row for path in results for row in read_results(path)]
     os.makedirs(output, exist_ok=True)
-    written = []
-    for path in (
-        plot_replication(rows, output),
-        plot_replication(rows, output, "recorded"),
-        plot_waits(rows, "stripe_count",
-                   "stripe count", "wait_vs_stripe_count.png", output,
-                   hold=("load_factor", "backfill", "failure_mode")),
-        plot_waits(rows, "load_factor", "load factor", "wait_vs_load_factor.png", output,
-                   hold=("stripe_count", "backfill", "failure_mode")),
-    ):
-        if path:
-            written.append(path)
+    by_source: dict[str, list[Row]] = defaultdict(list)
+    for r in rows:
+        by_source[r.source].append(r)
+    stripe_sweeps = [group for group in by_source.values()
+                     if len({r.num("stripe_count") for r in group}) > 1]
+    paths = [plot_replication(rows, output), plot_replication(rows, output, "recorded"),
+             plot_queue_length(rows, output)]
+    for group in stripe_sweeps:
+        name = "wait_vs_stripe_count.png"
+        if len(stripe_sweeps) > 1:
+            name = f"wait_vs_stripe_count_util{_avg(group, 'utilisation_pct'):.0f}.png"
+        paths.append(plot_waits(group, "stripe_count", "stripe count", name, output,
+                                hold=("load_factor", "backfill", "failure_mode")))
+    paths.append(plot_waits(rows, "load_factor", "load factor", "wait_vs_load_factor.png",
+                            output, hold=("stripe_count", "backfill", "failure_mode")))
+    written = [path for path in paths if path]
     written.append(write_table(rows, os.path.join(output, "summary.rst")))
     return written

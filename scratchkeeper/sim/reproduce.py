@@ -1,0 +1,410 @@
+"""Every sweep behind the committed replay figures, under the closest conditions to seed 004's.
+
+One call does what ``docs/benchmarks/replay/`` shows: it *measures* the load factors that give
+the seed's conditions (35 % and 70 % utilisation for the recovery results of sections 4.7.2 and
+4.7.4; average queue lengths 1.5, 27.5 and 45.5 for figure 4.8), writes the sweep files with
+them, runs every task of every sweep on a pool of local processes, merges each sweep's
+``results.csv``, draws the figures and writes ``reproduction.rst`` (see
+:mod:`scratchkeeper.sim.claims`). Finished task results of the same settings are reused, so a
+stopped run goes on where it stopped; the report says how long the tasks took.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from multiprocessing import get_context
+
+from ..errors import InputError, ScratchkeeperError
+from . import DATA_DIR, sweep
+from .run import ReplayConfig, run_replay
+
+#: Seed 004: LANL system 20 ran at 35 % (4.7.2) and 70.5 % (4.7.4) utilisation; Jaguar's
+#: average queue length in August 2005, 2006 and 2007 was 1.5, 27.5 and 45.5 (fig. 4.8).
+UTILISATION_TARGETS = (35.0, 70.0)
+QUEUE_TARGETS = (1.5, 27.5, 45.5)
+UTILISATION_TOLERANCE = 0.5         # percentage points
+QUEUE_TOLERANCE = 0.1               # relative
+MAX_PROBES = 12
+
+FULL_TRACE = "RICC-2010-2.swf.gz"
+FULL_FAILURES = "LA-UR-05-7318-failure-data-1996-2005.csv.xz"
+QUICK_TRACE = os.path.join(DATA_DIR, "RICC-2010-2-first5000.swf.gz")
+QUICK_FAILURES = os.path.join(DATA_DIR, "LA-UR-05-7318-system20.csv.xz")
+
+
+@dataclass(frozen=True)
+class Setup:
+    """The traces and the grid sizes of one reproduction (full, or quick on the excerpt)."""
+
+    trace: str
+    failures: str
+    quick: bool = False
+    # Figure 4.8's month: August 2010 is days 92-123 of RICC (which starts on 1 May 2010).
+    month_start_day: float = 92.0
+    month_days: float = 31.0
+    stripe_counts: tuple[int, ...] = (2, 4, 8, 16, 32)
+    alphas: tuple[float, ...] = (0.1, 0.2, 0.5, 1.0, 2.0, math.inf)
+    load_factors: tuple[float, ...] = (0.5, 0.75, 1.0, 1.1)
+    ost_count: int = 64
+
+    @classmethod
+    def full(cls, trace: str, failures: str) -> "Setup":
+        return cls(trace, failures)
+
+    @classmethod
+    def quick_setup(cls) -> "Setup":
+        # The excerpt spans a few days: figure 4.8 takes all of it as its "month".
+        return cls(QUICK_TRACE, QUICK_FAILURES, quick=True, month_start_day=0.0, month_days=0.0,
+                   stripe_counts=(2, 8, 32), alphas=(0.2, 0.5, 2.0, math.inf),
+                   load_factors=(0.5, 1.0))
+
+    def base(self, **values) -> ReplayConfig:
+        return ReplayConfig(trace=self.trace, ost_count=self.ost_count, **values)
+
+
+def find_traces(folder: str) -> tuple[str, str]:
+    """The full RICC trace and the LANL failure data in ``folder`` (the shared traces folder)."""
+    paths = (os.path.join(folder, FULL_TRACE), os.path.join(folder, FULL_FAILURES))
+    for path in paths:
+        if not os.path.isfile(path):
+            raise InputError(f"no {os.path.basename(path)} here (the full reproduction needs "
+                             "the RICC trace and the LANL failure data; --quick uses the "
+                             "shipped excerpts)", path=folder)
+    return paths
+
+
+# ---------------------------------------------------------------------------------------------
+# Load factors found by measurement
+
+
+@dataclass
+class Search:
+    """One load-factor search: the probes made and the factor chosen."""
+
+    metric: str
+    target: float
+    probes: list[tuple[float, float]] = field(default_factory=list)    # (load factor, value)
+    load_factor: float = math.nan
+    value: float = math.nan
+    seconds: float = 0.0
+
+    def close_enough(self, value: float) -> bool:
+        if self.metric == "utilisation_pct":
+            return abs(value - self.target) <= UTILISATION_TOLERANCE
+        return abs(value - self.target) <= QUEUE_TOLERANCE * self.target
+
+
+def _measure(config: ReplayConfig, metric: str) -> float:
+    return run_replay(config).rows[0].values[metric]
+
+
+def next_probe(search: Search) -> float:
+    """The next load factor to try: a secant step in log-log space inside the bracket so far.
+
+    Utilisation grows nearly in proportion to the load factor and the queue length steeply but
+    monotonically, so interpolating log(value) against log(load factor) between the closest
+    probes below and above the target converges in a few probes; without a bracket yet, the
+    factor is scaled by the ratio (utilisation) or doubled/halved (queue length).
+    """
+    below = [p for p in search.probes if p[1] < search.target]
+    above = [p for p in search.probes if p[1] >= search.target]
+    if below and above:
+        (x0, y0), (x1, y1) = max(below), min(above)
+        if y0 > 0 and y1 > y0:
+            t = (math.log(search.target) - math.log(y0)) / (math.log(y1) - math.log(y0))
+            guess = math.exp(math.log(x0) + t * (math.log(x1) - math.log(x0)))
+            # Keep away from the bracket's ends, so a flat stretch cannot stall the search.
+            low, high = x0 + 0.1 * (x1 - x0), x1 - 0.1 * (x1 - x0)
+            return min(max(guess, low), high)
+        return math.sqrt(x0 * x1)
+    x, y = search.probes[-1]
+    if search.metric == "utilisation_pct" and y > 0:
+        return x * search.target / y
+    return x * 2 if y < search.target else x / 2
+
+
+def find_load_factor(config: ReplayConfig, metric: str, target: float,
+                     start: float) -> Search:
+    """The load factor at which ``metric`` of ``config`` (an ideal replay) reaches ``target``."""
+    search = Search(metric, target)
+    started = time.monotonic()
+    factor = start
+    for _ in range(MAX_PROBES):
+        value = _measure(replace(config, load_factor=factor), metric)
+        search.probes.append((factor, value))
+        if search.close_enough(value):
+            break
+        factor = next_probe(search)
+    # The probe closest to the target is the answer, even when none was close enough.
+    search.load_factor, search.value = min(search.probes, key=lambda p: abs(p[1] - target))
+    search.seconds = time.monotonic() - started
+    return search
+
+
+def _search_job(args):
+    config, metric, target, start = args
+    return find_load_factor(config, metric, target, start)
+
+
+def calibrate(setup: Setup, pool, cache_path: str,
+              report: Callable[[str], None]) -> dict[str, Search]:
+    """Load factors for the utilisation and queue-length targets; cached in ``cache_path``."""
+    jobs = {}
+    base = setup.base(policy="ideal")
+    for target in UTILISATION_TARGETS:
+        jobs[f"utilisation-{target:g}"] = (base, "utilisation_pct", target, target / 80.0)
+    month = replace(base, start_day=setup.month_start_day, days=setup.month_days)
+    for target in QUEUE_TARGETS:
+        jobs[f"queue-{target:g}"] = (month, "queue_length_mean", target, 0.5)
+    key = {name: [repr(job[0]), job[1], job[2]] for name, job in jobs.items()}
+    cached = _read_json(cache_path)
+    if cached.get("key") == key:
+        report("load factors: measured before, reused from " + cache_path)
+        return {name: Search(**value) for name, value in cached["searches"].items()}
+    names = list(jobs)
+    searches = {}
+    for name, search in zip(names, pool.imap(_search_job, [jobs[n] for n in names])):
+        searches[name] = search
+        report(f"load factor for {name.replace('-', ' ')}: {search.load_factor:.4g} "
+               f"(gives {search.value:.4g}; {len(search.probes)} probes, "
+               f"{search.seconds:.0f} s)")
+    _write_json(cache_path, {"key": key, "searches": {
+        name: {"metric": s.metric, "target": s.target, "probes": s.probes,
+               "load_factor": s.load_factor, "value": s.value, "seconds": s.seconds}
+        for name, s in searches.items()}})
+    return searches
+
+
+# ---------------------------------------------------------------------------------------------
+# The sweeps
+
+
+def _toml_value(value) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float) and math.isinf(value):
+        return "inf"
+    if isinstance(value, (int, float)):
+        return repr(value)
+    return json.dumps(value)
+
+
+def _table(name: str, values: dict) -> list[str]:
+    lines = [f"[{name}]"]
+    for key, value in values.items():
+        if isinstance(value, (list, tuple)):
+            lines.append(f"{key} = [{', '.join(_toml_value(v) for v in value)}]")
+        else:
+            lines.append(f"{key} = {_toml_value(value)}")
+    return lines + [""]
+
+
+def sweep_files(setup: Setup, searches: dict[str, Search], folder: str) -> dict[str, str]:
+    """The sweep files (TOML text by sweep name) behind every figure; paths relative to ``folder``."""
+    trace = os.path.relpath(setup.trace, folder)
+    failures = os.path.relpath(setup.failures, folder)
+    replication_grids = [
+        {"input_model": ["requested-memory", "peak-memory"],
+         "strategy": ["fcfs", "dispatch-aware"], "alpha": list(setup.alphas)},
+        {"input_model": ["requested-memory", "peak-memory"], "strategy": ["shortcut"],
+         "threshold": [0.01, 0.1], "alpha": list(setup.alphas)},
+    ]
+
+    def document(comment: str, replay: dict, grids: list[dict]) -> str:
+        lines = [f"# {line}" for line in comment.splitlines()]
+        lines += _table("replay", dict(trace=trace, **replay))
+        for grid in grids:
+            lines += [f"[[grid]]"] + _table("", grid)[1:]
+        return "\n".join(lines)
+
+    recovery = {"failures": failures, "failure_mode": "extrapolated", "failure_system": 20,
+                "ost_count": setup.ost_count}
+    files = {
+        "replication": document(
+            "Seed 004 fig. 4.7 on the modelled schedule (EASY): jobs at risk and replica space\n"
+            "vs alpha per strategy, with the requested-memory and the peak-memory input model.",
+            {"policy": "ideal", "ost_count": setup.ost_count}, replication_grids),
+        "replication-recorded": document(
+            "Seed 004 fig. 4.7 as the seed did it (4.7.3): the queue replayed from the\n"
+            "submission and dispatch times the trace records.",
+            {"policy": "ideal", "schedule": "recorded", "ost_count": setup.ost_count},
+            replication_grids),
+        "load": document(
+            "Seed 004 fig. 4.6 (section 4.7.2, pre-execution recovery): wait mean/SD as the\n"
+            "submissions are spread or packed.",
+            dict(recovery, stripe_count=4),
+            [{"policy": ["ideal", "none", "pre-execution"],
+              "load_factor": list(setup.load_factors)}]),
+    }
+    # Fig. 4.5 (4.7.2) compares pre-execution recovery at the LANL trace's 35 %, figs.
+    # 4.9-4.12 (4.7.4) on-the-fly recovery at 70 %: each sweep runs its section's policy.
+    for target, policy in zip(UTILISATION_TARGETS, ("pre-execution", "on-the-fly")):
+        search = searches[f"utilisation-{target:g}"]
+        files[f"recovery-{target:g}"] = document(
+            f"Seed 004 {'fig. 4.5' if policy == 'pre-execution' else 'figs. 4.9-4.12'} at "
+            f"{target:g} % utilisation (load factor measured by\nscratchkeeper reproduce: "
+            f"{search.value:.2f} % at {search.load_factor:.6g}).",
+            dict(recovery, load_factor=search.load_factor),
+            [{"policy": ["none", policy], "stripe_count": list(setup.stripe_counts)},
+             {"policy": ["ideal"], "stripe_count": [4]}])
+    month = {"policy": "ideal", "ost_count": setup.ost_count, "input_model": "peak-memory",
+             "start_day": setup.month_start_day, "days": setup.month_days}
+    factors = [searches[f"queue-{t:g}"].load_factor for t in QUEUE_TARGETS]
+    files["queue-length"] = document(
+        "Seed 004 fig. 4.8: jobs at risk per strategy for one month at three loads, the load\n"
+        "factors measured to give average queue lengths "
+        + ", ".join(f"{t:g}" for t in QUEUE_TARGETS) + ".",
+        month,
+        [{"load_factor": factors, "strategy": ["fcfs", "dispatch-aware"],
+          "alpha": [0.2, 0.5, math.inf]},
+         {"load_factor": factors, "strategy": ["shortcut"], "threshold": [0.01, 0.1],
+          "alpha": [0.2, 0.5, math.inf]}])
+    # In the order they run: what the issue's figures need most first.
+    order = ["replication", "recovery-35", "recovery-70", "queue-length",
+             "replication-recorded", "load"]
+    return {name: files[name] for name in order}
+
+
+@dataclass
+class SweepRun:
+    name: str
+    plan: sweep.SweepPlan
+    output: str
+
+
+def _task_done(run: SweepRun, index: int) -> bool:
+    """A result of exactly this task's settings is already there (left by an earlier run)."""
+    document = _read_json(os.path.join(run.output, "tasks", f"task-{index:04d}.json"))
+    return (document.get("digest") == sweep.task_digest(run.plan.tasks[index])
+            and os.path.exists(os.path.join(run.output, "tasks", f"task-{index:04d}.waits")))
+
+
+def _timed_task(args) -> tuple[str, int, float, str | None]:
+    run, index = args
+    started = time.monotonic()
+    try:
+        sweep.run_task(run.plan, index, run.output)
+        error = None
+    except ScratchkeeperError as err:
+        error = str(err)
+    return run.name, index, time.monotonic() - started, error
+
+
+def run_sweeps(runs: list[SweepRun], pool, timings: dict,
+               report: Callable[[str], None]) -> list[str]:
+    """Every task not yet done, on ``pool``; a line per finished task with the time left."""
+    todo = [(run, index) for run in runs for index in range(len(run.plan.tasks))
+            if not _task_done(run, index)]
+    reused = sum(len(run.plan.tasks) for run in runs) - len(todo)
+    if reused:
+        report(f"{reused} task(s) already done with the same settings: reused")
+    errors = []
+    started = time.monotonic()
+    workers = getattr(pool, "_processes", 1) or 1
+    for done, (name, index, seconds, error) in enumerate(
+            pool.imap_unordered(_timed_task, todo), 1):
+        timings[f"{name}/{index}"] = seconds
+        elapsed = time.monotonic() - started
+        left = elapsed / done * (len(todo) - done)
+        if error:
+            errors.append(f"{name} task {index}: {error}")
+        report(f"[{done}/{len(todo)}] {name} task {index} {'failed' if error else 'done'} "
+               f"in {seconds:.1f} s; about {_duration(left)} left"
+               + (f" ({workers} workers)" if done == 1 else ""))
+    return errors
+
+
+def _duration(seconds: float) -> str:
+    seconds = int(round(seconds))
+    if seconds < 60:
+        return f"{seconds} s"
+    if seconds < 3600:
+        return f"{seconds // 60} min {seconds % 60:02d} s"
+    return f"{seconds // 3600} h {seconds % 3600 // 60:02d} min"
+
+
+@dataclass
+class Reproduction:
+    """What one call produced, for the report."""
+
+    setup: Setup
+    output: str
+    searches: dict[str, Search]
+    results: dict[str, str]             # sweep name -> results.csv
+    timings: dict[str, float]           # "sweep/task" -> seconds, this and earlier runs
+    wall_seconds: float                 # this call, from start to the report
+    figures: list[str] = field(default_factory=list)
+
+
+def reproduce(setup: Setup, output: str, work: str = "", workers: int = 1,
+              report: Callable[[str], None] = lambda line: None) -> Reproduction:
+    """Calibrate, run every sweep, draw the figures and write ``OUTPUT/reproduction.rst``.
+
+    ``output`` gets what is published (figures, ``results-*.csv``, ``sweeps/*.toml``, the
+    report); ``work`` (default ``OUTPUT/work``) the task results, reused by a later call.
+    """
+    work = work or os.path.join(output, "work")
+    started = time.monotonic()
+    os.makedirs(output, exist_ok=True)
+    os.makedirs(work, exist_ok=True)
+    timings_path = os.path.join(work, "timings.json")
+    timings = _read_json(timings_path)
+    context = get_context("fork")
+    with sweep._stop_on_sigterm(), context.Pool(processes=max(1, workers),
+                                                initializer=sweep._worker_signals) as pool:
+        searches = calibrate(setup, pool, os.path.join(work, "calibration.json"), report)
+        for name, search in searches.items():
+            timings[f"calibration/{name}"] = search.seconds
+        folder = os.path.join(output, "sweeps")
+        os.makedirs(folder, exist_ok=True)
+        runs = []
+        for name, text in sweep_files(setup, searches, folder).items():
+            path = os.path.join(folder, f"{name}.toml")
+            with open(path, "w") as stream:
+                stream.write(text)
+            runs.append(SweepRun(name, sweep.load_sweep(path), os.path.join(work, name)))
+        try:
+            errors = run_sweeps(runs, pool, timings, report)
+        finally:
+            _write_json(timings_path, timings)
+    if errors:
+        raise ScratchkeeperError("; ".join(errors))
+    results = {}
+    for run in runs:
+        path, _, missing = sweep.collect(run.plan, run.output)
+        if missing:
+            raise ScratchkeeperError(f"sweep {run.name}: tasks without a result: "
+                                     f"{', '.join(map(str, missing))}")
+        results[run.name] = os.path.join(output, f"results-{run.name}.csv")
+        shutil.copyfile(path, results[run.name])
+    from .claims import write_reproduction
+    from .report import make_report
+
+    outcome = Reproduction(setup, output, searches, results, timings, 0.0)
+    outcome.figures = make_report(list(results.values()), output)
+    outcome.wall_seconds = time.monotonic() - started
+    write_reproduction(outcome)
+    report(f"wrote {os.path.join(output, 'reproduction.rst')} in {_duration(outcome.wall_seconds)}")
+    return outcome
+
+
+def _read_json(path: str) -> dict:
+    try:
+        with open(path) as stream:
+            return json.load(stream)
+    except FileNotFoundError:
+        return {}
+    except (OSError, ValueError) as err:
+        raise InputError(f"unreadable: {err}", path=path) from err
+
+
+def _write_json(path: str, value: dict) -> None:
+    with open(path + ".tmp", "w") as stream:
+        json.dump(value, stream, indent=1, sort_keys=True)
+    os.replace(path + ".tmp", path)
