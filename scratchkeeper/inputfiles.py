@@ -17,8 +17,7 @@ def regular_opener(name, flags: int) -> int:
     but a regular file with ``OSError(EINVAL, "not a regular file")``."""
     descriptor = os.open(name, flags | os.O_NONBLOCK)
     try:
-        if not stat.S_ISREG(os.fstat(descriptor).st_mode):
-            raise OSError(errno.EINVAL, "not a regular file")
+        _check_mode(os.fstat(descriptor).st_mode)
         os.set_blocking(descriptor, True)
     except BaseException:
         os.close(descriptor)
@@ -29,3 +28,14 @@ def regular_opener(name, flags: int) -> int:
 def open_regular(path, mode: str = "rb", **options):
     """``open(path, mode, **options)`` for a regular file only (see :func:`regular_opener`)."""
     return open(path, mode, opener=regular_opener, **options)
+
+
+def require_regular(path) -> None:
+    """Raise ``OSError(EINVAL, "not a regular file")`` unless ``path`` is a regular file (for
+    readers that open by name, such as :func:`gzip.open`)."""
+    _check_mode(os.stat(path).st_mode)
+
+
+def _check_mode(mode: int) -> None:
+    if not stat.S_ISREG(mode):
+        raise OSError(errno.EINVAL, "not a regular file")

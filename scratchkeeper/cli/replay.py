@@ -178,6 +178,7 @@ def _replay(args) -> int:
         raise InputError("no such failure trace", path=args.failures)
     results = []
     waits_by_policy = {}
+    reported = set()  # each policy reads the same traces: say what was skipped once
     for policy in args.policy:
         schedule_config = ReplayConfig(policy=policy, **base)
         variants = []
@@ -191,7 +192,9 @@ def _replay(args) -> int:
                              progress=ProgressBar(f"replay {policy}", show_progress))
         seconds = time.monotonic() - started
         for line in outcome.skipped:
-            print(line, file=sys.stderr)
+            if line not in reported:
+                reported.add(line)
+                print(line, file=sys.stderr)
         waits_by_policy[policy] = outcome.waits
         for row in outcome.rows:
             results.append((row, seconds))

@@ -36,6 +36,30 @@ class FailureStats:
     records: int
     period: float
     system_nodes: int
+    nodes_with_records: int = 0     # distinct nodes named by the records
+
+    @property
+    def silent_nodes(self) -> int:
+        """Nodes of the system without a single record (the rate still divides by them)."""
+        return max(0, self.system_nodes - self.nodes_with_records)
+
+    def warnings(self, source: str) -> list[str]:
+        """What the user should know about the rate: nodes with no record at all (a trace that
+        lost whole nodes' records gives a rate too low by their share), more node ids than
+        nodes."""
+        found = []
+        if self.silent_nodes:
+            share = 100.0 * self.silent_nodes / self.system_nodes
+            found.append(
+                f"{source}: warning: {self.silent_nodes:,} of the system's "
+                f"{self.system_nodes:,} nodes ({share:.0f} %) have no failure record at all, "
+                f"yet the node failure rate divides the {self.records:,} records by all "
+                f"{self.system_nodes:,}; if the trace lost those nodes' records, the rate "
+                f"(node MTBF {self.node_mtbf_days:,.0f} days) is {share:.0f} % too low")
+        elif self.nodes_with_records > self.system_nodes:
+            found.append(f"{source}: warning: the records name {self.nodes_with_records:,} "
+                         f"distinct nodes, more than the system's {self.system_nodes:,}")
+        return found
 
     @property
     def node_mtbf_days(self) -> float:
@@ -55,7 +79,8 @@ def failure_stats(records: list[FailureRecord], system_nodes: int | None = None)
     last = max(r.started + r.down_seconds for r in records)
     period = max(last - first, DAY)
     return FailureStats(len(records) / (nodes * period),
-                        tuple(r.down_seconds for r in records), len(records), period, nodes)
+                        tuple(r.down_seconds for r in records), len(records), period, nodes,
+                        len({r.node for r in records}))
 
 
 def _merge(outages: list[OstOutage]) -> list[OstOutage]:

@@ -211,11 +211,15 @@ def load_trace(config: ReplayConfig):
 
 
 @lru_cache(maxsize=4)
-def _failure_records(path: str, system: int, strict: bool):
+def _failure_trace(path: str, system: int, strict: bool) -> traces.FailureTrace:
     trace = traces.read_lanl_failures(path, strict=strict, system=system)
     if not trace.records:
         raise InputError(f"no failure record of system {system}", path=path)
-    return trace.records
+    return trace
+
+
+def _failure_records(path: str, system: int, strict: bool):
+    return _failure_trace(path, system, strict).records
 
 
 def run_replay(config: ReplayConfig, replications: Sequence[ReplayConfig] = (),
@@ -234,8 +238,10 @@ def run_replay(config: ReplayConfig, replications: Sequence[ReplayConfig] = (),
     outages = []
     node_mtbf_days = math.nan
     if config.failures and config.policy != "ideal":
-        records = _failure_records(config.failures, config.failure_system, config.strict)
+        failure_trace = _failure_trace(config.failures, config.failure_system, config.strict)
+        records = failure_trace.records
         stats = failure_stats(records)
+        skipped += [*traces.iter_records(failure_trace.report), *stats.warnings(config.failures)]
         node_mtbf_days = stats.node_mtbf_days
         if config.failure_mode == "replayed":
             outages = replayed_outages(records, config.ost_count, horizon)

@@ -4,7 +4,9 @@ Four formats: the Standard Workload Format of the Parallel Workloads Archive (18
 ``; Key: value`` header), the LANL failure CSV (LA-UR-05-7318 columns), the LANL system-20 job
 log (LA-UR-06-0803, ``job_end_time user_id nprocs submit_time ... / node ranges /``) and a simple
 CSV for a site's own job log. A corrupt line raises :class:`TraceError` naming file and line, or,
-with ``strict=False``, is skipped and counted in the :class:`ReadReport`.
+with ``strict=False``, is skipped and counted in the :class:`ReadReport` (``nan``, ``inf`` and
+numbers beyond 2**53 are corrupt values). A compressed trace that is truncated or corrupt, a
+device or a FIFO is one :class:`TraceError` naming the file, whatever ``strict`` says.
 """
 
 from __future__ import annotations
@@ -14,13 +16,16 @@ import csv
 import gzip
 import io
 import lzma
+import math
 import os
+import zlib
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 
 from ..errors import TraceError
+from ..inputfiles import require_regular
 
 #: SWF field names in file order (Feitelson's definition, version 2.2).
 SWF_FIELDS = (
@@ -30,6 +35,10 @@ SWF_FIELDS = (
 )
 # Fields 6 (average CPU time) and 7 (used memory) may be fractional in real traces (HPC2N).
 _SWF_FLOAT_FIELDS = {5, 6}
+#: Largest magnitude of a trace value: beyond it times in seconds are no longer exact doubles.
+VALUE_LIMIT = 2 ** 53
+#: Skipped lines quoted in a report (the rest are counted).
+FIRST_ERRORS = 5
 
 
 @dataclass(slots=True)
@@ -101,7 +110,7 @@ class ReadReport:
 
     def skip(self, err: TraceError, reason: str) -> None:
         self.skipped[reason] += 1
-        if len(self.first_errors) < 5:
+        if len(self.first_errors) < FIRST_ERRORS:
             self.first_errors.append(str(err))
 
 
@@ -113,9 +122,13 @@ class SwfTrace:
 
 
 def open_text(path: str | os.PathLike) -> io.TextIOBase:
-    """Open a trace, uncompressing ``.gz``, ``.xz`` and ``.bz2`` on the fly."""
+    """Open a trace, uncompressing ``.gz``, ``.xz`` and ``.bz2`` on the fly; a regular file only.
+
+    Iterate over it with :func:`read_lines`, which turns a truncated or corrupt compressed file
+    into one :class:`TraceError`."""
     name = os.fspath(path)
     try:
+        require_regular(name)
         if name.endswith(".gz"):
             return gzip.open(name, "rt", encoding="utf-8", errors="replace", newline="")
         if name.endswith(".xz"):
@@ -125,6 +138,32 @@ def open_text(path: str | os.PathLike) -> io.TextIOBase:
         return open(name, encoding="utf-8", errors="replace", newline="")
     except OSError as err:
         raise TraceError(f"cannot open trace: {err.strerror or err}", path=name) from err
+
+
+_READ_ERRORS = (EOFError, OSError, lzma.LZMAError, zlib.error)
+
+
+def read_lines(stream: io.TextIOBase, name: str) -> Iterator[str]:
+    """The lines of an opened trace; a truncated or corrupt compressed file (or a failing read)
+    raises one TraceError naming the file and how far it was read."""
+    count = 0
+    try:
+        for line in stream:
+            count += 1
+            yield line
+    except _READ_ERRORS as err:
+        what = ("truncated: the compressed data ends early" if isinstance(err, EOFError)
+                else f"corrupt or unreadable ({err})")
+        raise TraceError(f"cannot read trace: {what}, after line {count}", path=name) from err
+
+
+def finite_number(text: str) -> float:
+    """``float(text)`` for a finite value within ±2**53; ValueError naming the text otherwise
+    (``nan``, ``inf``, ``1e999``, ``1e300``)."""
+    value = float(text)
+    if not -VALUE_LIMIT <= value <= VALUE_LIMIT:  # false for nan too
+        raise ValueError(f"{text.strip()!r} is not a finite number within ±2**53")
+    return value
 
 
 def _fail_or_skip(report: ReadReport, strict: bool, message: str, path: str, line: int,
@@ -137,7 +176,7 @@ def _fail_or_skip(report: ReadReport, strict: bool, message: str, path: str, lin
 
 def _is_float(text: str) -> bool:
     try:
-        float(text)
+        finite_number(text)
         return True
     except ValueError:
         return False
@@ -149,7 +188,7 @@ def _swf_values_leniently(parts: list[str]) -> list | int:
     values: list = []
     for index, text in enumerate(parts):
         try:
-            number = float(text)
+            number = finite_number(text)
         except ValueError:
             return index
         if index in _SWF_FLOAT_FIELDS:
@@ -172,43 +211,45 @@ def read_swf(path: str | os.PathLike, *, strict: bool = True, limit: int | None 
     jobs: list[SwfJob] = []
     ints = [i not in _SWF_FLOAT_FIELDS for i in range(18)]
     with open_text(name) as stream:
-        try:
-            for number, line in enumerate(stream, 1):
-                text = line.strip()
-                if not text:
+        for number, line in enumerate(read_lines(stream, name), 1):
+            text = line.strip()
+            if not text:
+                continue
+            if text[0] == ";":
+                key, sep, value = text[1:].partition(":")
+                if sep and key.strip():
+                    header.fields.setdefault(key.strip(), []).append(value.strip())
+                continue
+            parts = text.split()
+            if len(parts) != 18:
+                _fail_or_skip(report, strict, f"SWF record has {len(parts)} fields, expected 18",
+                              name, number, "field count")
+                continue
+            try:
+                values = [int(p) if is_int else float(p) for p, is_int in zip(parts, ints)]
+                # x - x == 0 is false for nan and inf; the bounds catch what overflows a double
+                if not (values[5] - values[5] == 0 and values[6] - values[6] == 0
+                        and max(values) <= VALUE_LIMIT and min(values) >= -VALUE_LIMIT):
+                    raise ValueError("not finite or out of range")
+            except ValueError:
+                values = _swf_values_leniently(parts)
+                if isinstance(values, int):
+                    field_text = parts[values]
+                    what = ("an integer" if _is_float(field_text)
+                            else "a finite number within ±2**53")
+                    _fail_or_skip(report, strict,
+                                  f"SWF field {values + 1} ({SWF_FIELDS[values]}) is not "
+                                  f"{what}: {field_text!r}", name, number, "not a number")
                     continue
-                if text[0] == ";":
-                    key, sep, value = text[1:].partition(":")
-                    if sep and key.strip():
-                        header.fields.setdefault(key.strip(), []).append(value.strip())
-                    continue
-                parts = text.split()
-                if len(parts) != 18:
-                    _fail_or_skip(report, strict, f"SWF record has {len(parts)} fields, expected 18",
-                                  name, number, "field count")
-                    continue
-                try:
-                    values = [int(p) if is_int else float(p) for p, is_int in zip(parts, ints)]
-                except ValueError:
-                    values = _swf_values_leniently(parts)
-                    if isinstance(values, int):
-                        field_text = parts[values]
-                        what = "an integer" if _is_float(field_text) else "a number"
-                        _fail_or_skip(report, strict,
-                                      f"SWF field {values + 1} ({SWF_FIELDS[values]}) is not "
-                                      f"{what}: {field_text!r}", name, number, "not a number")
-                        continue
-                job = SwfJob(*values)
-                if job.submit_time < 0:
-                    _fail_or_skip(report, strict, f"SWF job {job.job_id} has a negative submit time",
-                                  name, number, "negative submit time")
-                    continue
-                jobs.append(job)
-                report.records += 1
-                if limit is not None and report.records >= limit:
-                    break
-        except (EOFError, lzma.LZMAError, gzip.BadGzipFile, OSError) as err:
-            raise TraceError(f"cannot read trace: {err}", path=name) from err
+            job = SwfJob(*values)
+            if job.submit_time < 0:
+                _fail_or_skip(report, strict, f"SWF job {job.job_id} has a negative submit time",
+                              name, number, "negative submit time")
+                continue
+            jobs.append(job)
+            report.records += 1
+            if limit is not None and report.records >= limit:
+                break
     return SwfTrace(header, jobs, report)
 
 
@@ -259,11 +300,13 @@ def read_lanl_failures(path: str | os.PathLike, *, strict: bool = True,
     report = ReadReport(name)
     records: list[FailureRecord] = []
     with open_text(name) as stream:
-        reader = csv.reader(stream)
+        reader = csv.reader(read_lines(stream, name))
         try:
             head = next(reader)
         except StopIteration:
             raise TraceError("empty failure trace (no header line)", path=name, line=1) from None
+        except csv.Error as err:
+            raise TraceError(f"not a LANL failure CSV: {err}", path=name, line=1) from err
         head = [h.strip() for h in head]
         missing = [c for c in ("System", "nodes", "nodenum", "Prob Started", "Down Time")
                    if c not in head]
@@ -272,8 +315,7 @@ def read_lanl_failures(path: str | os.PathLike, *, strict: bool = True,
                              path=name, line=1)
         col = {c: i for i, c in enumerate(head)}
         blame = [(c, col[c]) for c in _BLAME_COLUMNS if c in col]
-        for row in reader:
-            number = reader.line_num
+        for number, row in _csv_rows(reader, report, strict, name):
             if not row or all(not c.strip() for c in row):
                 continue
             if len(row) < len(head):
@@ -292,7 +334,7 @@ def read_lanl_failures(path: str | os.PathLike, *, strict: bool = True,
                 nodes = int(row[col["nodes"]])
                 node = int(row[col["nodenum"]])
                 started = _lanl_time(row[col["Prob Started"]])
-                down = float(row[col["Down Time"]]) * 60.0
+                down = finite_number(row[col["Down Time"]]) * 60.0
             except ValueError as err:
                 _fail_or_skip(report, strict, f"bad failure record: {err}", name, number,
                               "bad value")
@@ -353,7 +395,7 @@ def read_lanl_jobs(path: str | os.PathLike, *, strict: bool = True) -> tuple[lis
     report = ReadReport(name)
     jobs: list[LanlJob] = []
     with open_text(name) as stream:
-        for number, line in enumerate(stream, 1):
+        for number, line in enumerate(read_lines(stream, name), 1):
             text = line.strip()
             if not text or text.startswith("#"):
                 continue
@@ -369,7 +411,9 @@ def read_lanl_jobs(path: str | os.PathLike, *, strict: bool = True) -> tuple[lis
                 continue
             try:
                 ints = [int(p) for p in parts[:7]]
-                cpu = [float(p) for p in parts[7:10]]
+                if max(ints) > VALUE_LIMIT or min(ints) < -VALUE_LIMIT:
+                    raise ValueError(f"a time or count beyond ±2**53 in {parts[:7]}")
+                cpu = [finite_number(p) for p in parts[7:10]]
                 ranges = _node_ranges(rest.rstrip()[:-1]) if slash else ()
             except ValueError as err:
                 _fail_or_skip(report, strict, f"bad LANL job line: {err}", name, number,
@@ -412,21 +456,27 @@ def read_site_csv(path: str | os.PathLike, *, strict: bool = True) -> tuple[list
     report = ReadReport(name)
     jobs: list[SiteJob] = []
     with open_text(name) as stream:
-        reader = csv.DictReader(stream)
-        if reader.fieldnames is None:
+        reader = csv.DictReader(read_lines(stream, name))
+        try:
+            fieldnames = reader.fieldnames
+        except csv.Error as err:
+            raise TraceError(f"not a site CSV: {err}", path=name, line=1) from err
+        if fieldnames is None:
             raise TraceError("empty site CSV (no header line)", path=name, line=1)
         missing = [c for c in SITE_CSV_REQUIRED if c not in reader.fieldnames]
         if missing:
             raise TraceError(f"site CSV header lacks column(s) {', '.join(missing)}", path=name,
                              line=1)
-        for row in reader:
-            number = reader.line_num
+        for number, row in _csv_rows(reader, report, strict, name):
             try:
-                values = dict(job_id=row["job_id"].strip(), submit_time=float(row["submit_time"]),
-                              run_time=float(row["run_time"]), procs=int(row["procs"]))
+                values = dict(job_id=row["job_id"].strip(),
+                              submit_time=finite_number(row["submit_time"]),
+                              run_time=finite_number(row["run_time"]), procs=int(row["procs"]))
+                if values["procs"] > VALUE_LIMIT:
+                    raise ValueError(f"procs {values['procs']} beyond 2**53")
                 for key in SITE_CSV_OPTIONAL:
                     if row.get(key) not in (None, ""):
-                        values[key] = float(row[key])
+                        values[key] = finite_number(row[key])
             except (ValueError, TypeError, AttributeError) as err:
                 _fail_or_skip(report, strict, f"bad site CSV row: {err}", name, number,
                               "bad value")
@@ -440,7 +490,27 @@ def read_site_csv(path: str | os.PathLike, *, strict: bool = True) -> tuple[list
     return jobs, report
 
 
+def _csv_rows(reader, report: ReadReport, strict: bool, name: str):
+    """``(line number, row)`` of a csv reader; a line the csv module cannot split (a field past
+    its size limit) is a corrupt line like any other."""
+    while True:
+        try:
+            row = next(reader)
+        except StopIteration:
+            return
+        except csv.Error as err:
+            _fail_or_skip(report, strict, f"not a CSV record: {err}", name, reader.line_num,
+                          "not CSV")
+            continue
+        yield reader.line_num, row
+
+
 def iter_records(report: ReadReport) -> Iterator[str]:
-    """Lines describing what was skipped, for the CLI to print."""
-    for reason, count in sorted(report.skipped.items()):
-        yield f"{report.path}: skipped {count} line(s): {reason}"
+    """Lines describing what was skipped, for the CLI to print: the count of skipped lines by
+    reason, then the first of them (``FILE:LINE: ...``)."""
+    if not report.skipped_total:
+        return
+    reasons = ", ".join(f"{count} {reason}" for reason, count in sorted(report.skipped.items()))
+    yield (f"{report.path}: skipped {report.skipped_total:,} of "
+           f"{report.records + report.skipped_total:,} line(s) ({reasons}); the first:")
+    yield from report.first_errors

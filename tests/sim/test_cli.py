@@ -37,9 +37,11 @@ def test_replay_corrupt_trace_exits_2_naming_the_line(tmp_path, capsys):
     trace.write_text("; MaxProcs: 8\n1 0 0 10 4 -1 -1 4 60 -1 1 1 1 -1 1 -1 -1 -1\n1 0 0 10\n")
     assert main(["replay", str(trace), "--strict", "--no-progress"]) == 2
     assert capsys.readouterr().err.strip() == f"{trace}:3: SWF record has 4 fields, expected 18"
-    # Without --strict the line is skipped and reported.
+    # Without --strict the line is skipped and reported: the count, then the line itself.
     assert main(["replay", str(trace), "--no-progress"]) == 0
-    assert "skipped 1 line(s): field count" in capsys.readouterr().err
+    assert capsys.readouterr().err.splitlines() == [
+        f"{trace}: skipped 1 of 2 line(s) (1 field count); the first:",
+        f"{trace}:3: SWF record has 4 fields, expected 18"]
 
 
 def test_replay_missing_trace_and_bad_option(tmp_path, capsys):
@@ -158,3 +160,54 @@ def test_collect_ignores_results_of_another_grid(tmp_path, capsys):
     sweep.write_text(sweep.read_text().replace("limit = 600", "limit = 500"))
     assert main(["sweep", str(sweep), "--output", str(output), "--collect"]) == 1
     assert "tasks without a result: 0, 1, 2, 3, 4" in capsys.readouterr().err
+
+
+# --- bad traces: one line naming the file, skipped lines counted and quoted, lost nodes said ---
+
+def _lanl_lines() -> list[str]:
+    import lzma
+    with lzma.open(LANL_EXCERPT, "rt", newline="") as stream:
+        return stream.read().splitlines(keepends=True)
+
+
+def test_truncated_failure_trace_is_one_line_exit_2(tmp_path, capsys):
+    import lzma
+    truncated = tmp_path / "failures.csv.xz"
+    truncated.write_bytes(lzma.compress("".join(_lanl_lines()).encode())[:15000])
+    assert main(["replay", RICC_EXCERPT, "--limit", "200", "--failures", str(truncated),
+                 "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"{truncated}: cannot read trace: truncated") and err.count("\n") == 1
+
+
+def test_skipped_failure_rows_are_counted_and_quoted_once(tmp_path, capsys):
+    lines = _lanl_lines()
+    lines[5] = lines[5].replace(lines[5].split(",")[18], "nan", 1)      # Down Time
+    lines[9] = lines[9].replace(lines[9].split(",")[18], "inf", 1)
+    lines[12] = "20,garbage\n"
+    failures = tmp_path / "failures.csv"
+    failures.write_text("".join(lines))
+    assert main(["replay", RICC_EXCERPT, "--limit", "200", "--failures", str(failures),
+                 "--policy", "none", "on-the-fly", "--no-progress"]) == 0
+    err = capsys.readouterr().err.splitlines()
+    assert err[:4] == [
+        f"{failures}: skipped 3 of 2,478 line(s) (2 bad value, 1 column count); the first:",
+        f"{failures}:6: bad failure record: 'nan' is not a finite number within ±2**53",
+        f"{failures}:10: bad failure record: 'inf' is not a finite number within ±2**53",
+        f"{failures}:13: failure record has 2 columns, expected 26"]
+    assert sum(line.startswith(f"{failures}: skipped") for line in err) == 1  # not per policy
+
+
+def test_failure_trace_that_lost_whole_nodes_says_so(tmp_path, capsys):
+    lines = _lanl_lines()
+    node = lines[0].split(",").index("nodenum")
+    kept = [lines[0]] + [line for line in lines[1:] if int(line.split(",")[node]) >= 256]
+    failures = tmp_path / "failures.csv"
+    failures.write_text("".join(kept))
+    assert main(["replay", RICC_EXCERPT, "--limit", "200", "--failures", str(failures),
+                 "--no-progress"]) == 0
+    silent = 512 - len({int(line.split(",")[node]) for line in kept[1:]})
+    warning = [line for line in capsys.readouterr().err.splitlines() if "warning" in line]
+    assert len(warning) == 1 and warning[0].startswith(
+        f"{failures}: warning: {silent} of the system's 512 nodes (")
+    assert "have no failure record at all" in warning[0] and "too low" in warning[0]

@@ -56,7 +56,7 @@ def test_swf_fractional_cpu_time_is_accepted(tmp_path):
 
 @pytest.mark.parametrize("bad, message", [
     ("    2     0   5    60   4   -1   -1   4   120\n", "has 9 fields, expected 18"),
-    (GOOD.replace("120", "12x"), "field 9 (requested_time) is not a number: '12x'"),
+    (GOOD.replace("120", "12x"), "field 9 (requested_time) is not a finite number within ±2**53: '12x'"),
     (GOOD.replace("    1     0", "    1    -5"), "negative submit time"),
     (GOOD.replace("    60", "  60.5"), "field 4 (run_time) is not an integer: '60.5'"),
 ])
@@ -201,3 +201,155 @@ def test_hpc2n_sample_with_fractional_fields_and_full_header():
     assert trace.header.max_procs == 240 and trace.header.get("Note") == "uses MAUI scheduler"
     assert trace.header.fields["Partition"] == ["1 DEFAULT", "2 ALL"]
     assert any(not j.average_cpu_time.is_integer() for j in trace.jobs if j.average_cpu_time > 0)
+
+
+# --- truncated or corrupt compressed traces, nan/inf values, devices ----------------------------
+
+def _compressed(tmp_path: Path, name: str, text: str, keep: float | None = None,
+                flip: bool = False) -> Path:
+    import bz2
+    compress = {".gz": gzip.compress, ".xz": lzma.compress, ".bz2": bz2.compress}
+    data = compress[os.path.splitext(name)[1]](text.encode())
+    if keep is not None:
+        data = data[: int(len(data) * keep)]
+    if flip:  # damage the middle of the stream, keep its length
+        middle = len(data) // 2
+        data = data[:middle] + bytes(b ^ 0x5A for b in data[middle:middle + 64]) + \
+            data[middle + 64:]
+    path = tmp_path / name
+    path.write_bytes(data)
+    return path
+
+
+def _lanl_text() -> str:
+    with lzma.open(LANL_EXCERPT, "rt", newline="") as stream:
+        return stream.read()
+
+
+@pytest.mark.parametrize("suffix", [".xz", ".gz", ".bz2"])
+@pytest.mark.parametrize("strict", [True, False])
+def test_truncated_failure_csv_is_one_error_naming_the_file(tmp_path, suffix, strict):
+    path = _compressed(tmp_path, "failures.csv" + suffix, _lanl_text(), keep=0.5)
+    with pytest.raises(TraceError) as info:
+        read_lanl_failures(path, strict=strict)
+    assert str(info.value).startswith(f"{path}: cannot read trace: truncated: the compressed "
+                                      "data ends early, after line ")
+    assert info.value.exit_code == 2 and "\n" not in str(info.value)
+
+
+@pytest.mark.parametrize("suffix", [".xz", ".gz", ".bz2"])
+def test_corrupt_compressed_failure_csv_is_one_error(tmp_path, suffix):
+    path = _compressed(tmp_path, "failures.csv" + suffix, _lanl_text(), flip=True)
+    # xz and gzip check as they go; bzip2 may first hand out a damaged block (a bad header)
+    with pytest.raises(TraceError, match=rf"^{path}(:1: not a LANL failure CSV|: cannot read "
+                       "trace: corrupt)"):
+        read_lanl_failures(path, strict=False)
+
+
+@pytest.mark.parametrize("reader, text", [
+    (read_swf, SWF_HEAD + GOOD * 3000),
+    (read_site_csv, "job_id,submit_time,run_time,procs\n" + "a,0,10,4\n" * 5000),
+    (read_lanl_jobs, "1005600000 143 8 1005590000 1005590000 0 1005591200 1 1 2 20.1 0 / 12 /\n"
+     * 3000),
+])
+@pytest.mark.parametrize("suffix", [".xz", ".gz"])
+def test_every_reader_names_a_truncated_file(tmp_path, reader, text, suffix):
+    path = _compressed(tmp_path, "trace" + suffix, text, keep=0.6)
+    with pytest.raises(TraceError, match=rf"^{path}: cannot read trace: truncated"):
+        reader(path, strict=False)
+
+
+@pytest.mark.parametrize("special", ["/dev/zero", "fifo"])
+def test_a_device_or_fifo_is_refused_not_read(tmp_path, special):
+    import subprocess
+    import sys
+    if special == "fifo":
+        special = str(tmp_path / "fifo.swf")
+        os.mkfifo(special)
+    # in a child with a deadline: reading either would never end
+    done = subprocess.run([sys.executable, "-c", "import sys\n"
+                           "from scratchkeeper.sim.traces import read_swf\n"
+                           "try:\n    read_swf(sys.argv[1])\n"
+                           "except Exception as err:\n    print(err)", special],
+                          capture_output=True, text=True, timeout=60)
+    assert done.stdout == f"{special}: cannot open trace: not a regular file\n", done.stderr
+
+
+def _strict_fails_lenient_skips(reader, path, message: str):
+    """``reader(path)`` raises ``message``; the trace read with ``strict=False``."""
+    with pytest.raises(TraceError, match=message):
+        reader(path)
+    return reader(path, strict=False)
+
+
+@pytest.mark.parametrize("field, value", [
+    (1, "nan"), (1, "inf"), (3, "-inf"), (3, "NaN"), (8, "Infinity"), (1, "1e300"),
+    (5, "nan"), (6, "inf"), (0, str(2 ** 60)),
+])
+def test_swf_nan_inf_and_huge_values_are_bad_lines(tmp_path, field, value):
+    parts = GOOD.split()
+    parts[field] = value
+    path = _write(tmp_path, "t.swf", SWF_HEAD + GOOD + " ".join(parts) + "\n" + GOOD)
+    trace = _strict_fails_lenient_skips(read_swf, path, rf"^{path}:7: SWF field {field + 1} .* "
+                                        "is not ")
+    assert len(trace.jobs) == 2 and trace.report.skipped == {"not a number": 1}
+
+
+@pytest.mark.parametrize("value", ["nan", "inf", "-inf", "1e400"])
+def test_failure_down_time_nan_or_inf_is_a_bad_row(tmp_path, value):
+    lines = _lanl_text().splitlines(keepends=True)[:5]
+    cells = lines[2].split(",")
+    cells[18] = value
+    lines[2] = ",".join(cells)
+    path = _write(tmp_path, "f.csv", "".join(lines))
+    trace = _strict_fails_lenient_skips(read_lanl_failures, path,
+                                        rf"^{path}:3: bad failure record: .* is not a finite")
+    assert len(trace.records) == 3 and trace.report.skipped == {"bad value": 1}
+
+
+@pytest.mark.parametrize("row", ["b,nan,10,4", "b,0,inf,4", "b,0,10,4,-inf", "b,0,10,4,,,nan"])
+def test_site_csv_nan_inf_are_bad_rows(tmp_path, row):
+    path = _write(tmp_path, "s.csv", "job_id,submit_time,run_time,procs,requested_time,"
+                  "memory_kb_per_proc,input_bytes\na,0,10,4\n" + row + "\n")
+    with pytest.raises(TraceError, match=rf"^{path}:3: bad site CSV row: .* is not a finite"):
+        read_site_csv(path)
+
+
+def test_lanl_job_cpu_nan_is_a_bad_line(tmp_path):
+    path = _write(tmp_path, "jobs.txt", "1005600000 143 8 1005590000 1005590000 0 1005591200 "
+                  "nan 1 2 20.1 0 / 12 /\n")
+    with pytest.raises(TraceError, match=rf"^{path}:1: bad LANL job line: 'nan' is not"):
+        read_lanl_jobs(path)
+
+
+def test_a_csv_field_past_the_csv_limit_is_a_bad_row(tmp_path):
+    lines = _lanl_text().splitlines(keepends=True)[:4]
+    lines.insert(2, "20," + "x" * 200_000 + "\n")
+    path = _write(tmp_path, "f.csv", "".join(lines))
+    trace = read_lanl_failures(path, strict=False)
+    assert len(trace.records) == 3 and trace.report.skipped == {"not CSV": 1}
+    assert trace.report.first_errors[0].startswith(f"{path}:3: not a CSV record: field larger")
+
+
+def test_report_lines_give_the_count_then_the_first_errors(tmp_path):
+    from scratchkeeper.sim.traces import iter_records
+    bad = "".join(f"{i} 0 0\n" for i in range(7))
+    trace = read_swf(_write(tmp_path, "t.swf", SWF_HEAD + GOOD + bad), strict=False)
+    lines = list(iter_records(trace.report))
+    assert lines[0] == f"{tmp_path / 't.swf'}: skipped 7 of 8 line(s) (7 field count); the first:"
+    assert lines[1:] == [f"{tmp_path / 't.swf'}:{n}: SWF record has 3 fields, expected 18"
+                         for n in range(7, 12)]
+    assert list(iter_records(read_swf(RICC_EXCERPT, limit=10).report)) == []
+
+
+def test_failure_stats_count_nodes_without_records():
+    from scratchkeeper.sim.outages import failure_stats
+    records = read_lanl_failures(LANL_EXCERPT).records
+    stats = failure_stats(records)
+    assert (stats.system_nodes, stats.nodes_with_records, stats.silent_nodes) == (512, 400, 112)
+    lost = failure_stats([r for r in records if r.node % 2 == 0])
+    assert lost.silent_nodes == 512 - len({r.node for r in records if r.node % 2 == 0})
+    warning, = lost.warnings("f.csv")
+    assert warning.startswith(f"f.csv: warning: {lost.silent_nodes} of the system's 512 nodes")
+    whole = failure_stats([r for r in records if r.node < 4], system_nodes=4)
+    assert whole.warnings("f.csv") == []
