@@ -40,11 +40,22 @@ def _opt(default: Any, doc: str, *, choices: tuple | None = None, minimum: float
     return field(default=default, metadata=meta)
 
 
+def _command(value: str) -> str | None:
+    """A program: a name looked up on PATH or an absolute path, never one relative to the
+    working folder (which differs between a daemon, a data job and the user's shell)."""
+    if not value or value.startswith("-") or ("/" in value and not os.path.isabs(value)) \
+            or any(c.isspace() for c in value):
+        return "a command name (found on PATH) or an absolute path"
+    return None
+
+
 def _command_line(value: str) -> str | None:
     try:
-        shlex.split(value)
+        words = shlex.split(value)
     except ValueError as err:
         return f"a shell-quoted command line ({err})"
+    if words and _command(words[0]):
+        return "a command line starting with a command name or an absolute path"
     return None
 
 
@@ -169,8 +180,8 @@ class StorageConfig:
                              maximum=STRIPE_COUNT_MAX, expected=_stripe_count)
     stripe_size: int = _opt(1 << 20, "default stripe size in bytes (multiple of 64 KiB, below 4 GiB)",
                             minimum=STRIPE_UNIT, maximum=STRIPE_SIZE_MAX, expected=_stripe_size)
-    lfs: str = _opt("lfs", "lustre backend: the lfs command")
-    lctl: str = _opt("lctl", "lustre backend: the lctl command")
+    lfs: str = _opt("lfs", "lustre backend: the lfs command", expected=_command)
+    lctl: str = _opt("lctl", "lustre backend: the lctl command", expected=_command)
     pools: dict[str, str] = _opt(None, "local backend: OST pools, name = \"0-3,8\" (lfs setstripe "
                                  "-p; each OST below ost_count, once)", factory=dict,
                                  expected=_ost_ranges)
@@ -184,14 +195,14 @@ class StateConfig:
 
 @dataclass(frozen=True)
 class TransferConfig:
-    globus_url_copy: str = _opt("globus-url-copy", "GridFTP client")
+    globus_url_copy: str = _opt("globus-url-copy", "GridFTP client", expected=_command)
     globus_url_copy_options: list[str] = _opt(None, "extra globus-url-copy options", factory=list)
     verify_checksum: bool = _opt(True, "ask GridFTP servers for a checksum of what was sent")
-    curl: str = _opt("curl", "HTTP client")
+    curl: str = _opt("curl", "HTTP client", expected=_command)
     curl_options: list[str] = _opt(None, "extra curl options", factory=list)
-    scp: str = _opt("scp", "scp client")
+    scp: str = _opt("scp", "scp client", expected=_command)
     scp_options: list[str] = _opt(None, "extra scp options", factory=lambda: ["-B", "-q"])
-    cp: str = _opt("cp", "local copy command")
+    cp: str = _opt("cp", "local copy command", expected=_command)
     timeout: float = _opt(3600.0, "seconds one transfer attempt may take", minimum=0,
                           exclusive_minimum=True, maximum=7 * DAY)
 
@@ -311,6 +322,10 @@ class RecoveryConfig:
 @dataclass(frozen=True)
 class LoggingConfig:
     level: str = _opt("INFO", "log level", choices=("DEBUG", "INFO", "WARNING", "ERROR"))
+    file: str = _opt("", "file the daemons (recoveryd, replicad, spank chain --watch) log to, "
+                     "'{daemon}' replaced by the daemon's name (recoveryd, replicad, "
+                     "spank-chain); empty: standard error (the journal under systemd)",
+                     path="absolute or empty")
 
 
 @dataclass(frozen=True)

@@ -8,6 +8,8 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import subprocess
+import sys
 import tempfile
 import time
 from dataclasses import dataclass
@@ -46,6 +48,12 @@ class LocalCluster:
     http_sink_url: str
     nodes: tuple[str, ...]
     partitions: tuple[str, ...]
+    #: the runtime every user runs (templates.command), the users' default site config
+    runtime_command: str
+    users_site_config: Path
+    recovery_socket: Path
+    #: scratchkeeper's services `up` started (recoveryd, replicad, spank-chain) -> their log
+    service_logs: dict
 
     def command(self, argv: list[str], timeout: float = 30.0, check: bool = True):
         """Run a command against the real cluster.
@@ -104,10 +112,15 @@ def local_cluster() -> LocalCluster:
     local_dir = Path(os.environ.get("SK_LOCAL_DIR", "/var/lib/scratchkeeper-local"))
     status_path = local_dir / "cluster.json"
     problem = _cluster_problem(status_path)
+    deadline = time.monotonic() + 300
+    while problem and "state 'starting'" in problem and time.monotonic() < deadline:
+        time.sleep(1)  # an `up` is running (another session's, or its services' restart)
+        problem = _cluster_problem(status_path)
     if problem is not None:
         if os.environ.get(REQUIRE_ENV) == "1":
             pytest.fail(f"{NOT_RUNNING} ({problem}; {REQUIRE_ENV}=1)", pytrace=False)
         pytest.skip(NOT_RUNNING)
+    refresh_runtime()
     status = json.loads(status_path.read_text())
     return LocalCluster(
         status_path=status_path,
@@ -128,7 +141,45 @@ def local_cluster() -> LocalCluster:
         http_sink_url=status["http_sink_url"],
         nodes=tuple(status["nodes"]),
         partitions=tuple(status["partitions"]),
+        runtime_command=status.get("runtime", {}).get("command", ""),
+        users_site_config=Path(status.get("users_site_config", "/etc/scratchkeeper/site.toml")),
+        recovery_socket=Path(status.get("recovery_socket", local_dir / "run" / "recoveryd.sock")),
+        service_logs=status.get("service_logs", {}),
     )
+
+
+def refresh_runtime() -> None:
+    """Data jobs run the installed runtime (templates.command): reinstall it when the checkout
+    changed since `local-cluster up` (`make test` runs `up` first; this covers a test session
+    started by hand after an edit). Only the runtime: the services restart on the next `up`."""
+    from user_runtime import LOCAL_CLUSTER_SCRIPT, installed_runtime
+
+    if os.geteuid() != 0 or installed_runtime() is not None:
+        return
+    result = subprocess.run([sys.executable, str(LOCAL_CLUSTER_SCRIPT), "runtime"],
+                            capture_output=True, text=True, timeout=900)
+    if result.returncode != 0:
+        pytest.fail(f"the local cluster's runtime is older than the checkout and reinstalling "
+                    f"it failed: {result.stderr.strip()}", pytrace=False)
+
+
+@pytest.fixture(scope="module")
+def own_services(local_cluster):
+    """For a module whose tests play scratchkeeper's services themselves on private sites (their
+    own chain sweeps, a recovery service on the plugin's socket): the cluster's chain service
+    and recoveryd are stopped for the module and started again by `local-cluster up`."""
+    from user_runtime import LOCAL_CLUSTER_SCRIPT
+
+    def local_cluster_script(*args: str) -> None:
+        result = subprocess.run([sys.executable, str(LOCAL_CLUSTER_SCRIPT), *args],
+                                capture_output=True, text=True, timeout=900)
+        if result.returncode != 0:
+            pytest.fail(f"local-cluster {' '.join(args)}: {result.stderr.strip()}",
+                        pytrace=False)
+
+    local_cluster_script("stop", "spank-chain", "recoveryd")
+    yield
+    local_cluster_script("up", "--nodes", str(len(local_cluster.nodes)))
 
 
 @pytest.fixture

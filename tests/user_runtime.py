@@ -1,13 +1,17 @@
 """Running scratchkeeper as a plain user in tests (users' jobs, data jobs made with --uid).
 
-The test interpreter and the checkout may live where other users cannot enter (/root): the
-package, its templates and the dependencies a test needs are copied into a world-readable
-folder and run with the system interpreter of the same Python version.
+The test interpreter and the checkout may live where other users cannot enter (/root). Where
+scripts/local-cluster installed the runtime every user runs (/usr/local/bin/scratchkeeper) from
+the checkout's current sources, tests run that, as a site's users do; elsewhere the package,
+its templates and the dependencies a test needs are copied into a world-readable folder and run
+with the system interpreter of the same Python version.
 """
 
 from __future__ import annotations
 
+import importlib.machinery
 import importlib.metadata
+import importlib.util
 import os
 import pwd
 import shutil
@@ -21,6 +25,7 @@ import pytest
 import scratchkeeper
 
 REPO = Path(__file__).resolve().parents[1]
+LOCAL_CLUSTER_SCRIPT = REPO / "scripts" / "local-cluster"
 PLAIN_USER = "skplain"
 #: what the command line imports beyond the standard library
 DEPENDENCIES = ("jinja2", "markupsafe", "crc32c")
@@ -71,8 +76,35 @@ def world_readable_copy(destination: Path, distributions: Iterable[str] = ()) ->
     return destination
 
 
+def local_cluster_script():
+    """scripts/local-cluster loaded as a module (it has no .py suffix), loaded once."""
+    name = "local_cluster_script"
+    if name not in sys.modules:
+        loader = importlib.machinery.SourceFileLoader(name, str(LOCAL_CLUSTER_SCRIPT))
+        module = importlib.util.module_from_spec(importlib.util.spec_from_loader(name, loader))
+        sys.modules[name] = module  # dataclasses look their module up there
+        loader.exec_module(module)
+    return sys.modules[name]
+
+
+def installed_runtime() -> str | None:
+    """The runtime scripts/local-cluster installed, when it holds the checkout's current
+    sources (else None: it would test other code than this checkout's)."""
+    script = local_cluster_script()
+    runtime = script.Runtime()
+    if not os.access(runtime.link, os.X_OK):
+        return None
+    if runtime.installed_digest() != script.source_digest():
+        return None
+    return str(runtime.link)
+
+
 def user_runtime(folder: Path) -> list[str]:
-    """The command line (argv) of a scratchkeeper under ``folder`` that any user can run."""
+    """The command line (argv) of a scratchkeeper that any user can run: the installed runtime
+    when current, else a copy under ``folder``."""
+    installed = installed_runtime()
+    if installed:
+        return [installed]
     library = world_readable_copy(folder / "pylib", DEPENDENCIES)
     os.chmod(folder, 0o755)
     return ["env", f"PYTHONPATH={library}", plain_python(), "-m", "scratchkeeper"]

@@ -10,14 +10,17 @@ from __future__ import annotations
 import argparse
 import importlib
 import logging
+import logging.handlers
+import os
 import pkgutil
 import sys
 
 from .. import __version__
 from ..config import SiteConfig, load_config
-from ..errors import ScratchkeeperError
+from ..errors import ConfigError, ScratchkeeperError
 
 log = logging.getLogger("scratchkeeper")
+LOG_FORMAT = "%(asctime)s %(name)s %(levelname)s: %(message)s"
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -62,16 +65,40 @@ def _set_log_level(args: argparse.Namespace, config: SiteConfig | None) -> None:
     logging.getLogger().setLevel(level)
 
 
+def daemon_name(args: argparse.Namespace) -> str:
+    """The name a service logs under: its subcommand (``recoveryd``, ``replicad``) or group and
+    action (``spank-chain``), as in its systemd unit's name."""
+    action = getattr(args, f"{args.command}_command", None)
+    return f"{args.command}-{action}" if action else args.command
+
+
 def daemon_logging(args: argparse.Namespace) -> SiteConfig:
-    """For long-running services: load the config and log at its ``logging.level``."""
+    """For long-running services: load the config, log at its ``logging.level`` and, when
+    ``logging.file`` is set, to that file (``{daemon}`` replaced by :func:`daemon_name`)
+    instead of standard error."""
     config = site_config(args)
     _set_log_level(args, config)
+    if config.logging.file:
+        path = config.logging.file.replace("{daemon}", daemon_name(args))
+        try:
+            # A new file is not for every user to read: its records name users' files.
+            os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o640))
+            # Watched: logrotate may move the file away; the next record reopens it.
+            handler = logging.handlers.WatchedFileHandler(path)
+        except OSError as err:
+            raise ConfigError(f"key 'logging.file': cannot open {path}: {err.strerror}",
+                              path=config.source) from err
+        handler.setFormatter(logging.Formatter(LOG_FORMAT))
+        root = logging.getLogger()
+        for previous in list(root.handlers):
+            root.removeHandler(previous)
+        root.addHandler(handler)
+        log.info("%s: logging to %s (pid %d)", daemon_name(args), path, os.getpid())
     return config
 
 
 def main(argv: list[str] | None = None) -> int:
-    logging.basicConfig(format="%(asctime)s %(name)s %(levelname)s: %(message)s",
-                        level=logging.WARNING, stream=sys.stderr)
+    logging.basicConfig(format=LOG_FORMAT, level=logging.WARNING, stream=sys.stderr)
     parser = build_parser()
     args = parser.parse_args(argv)
     _set_log_level(args, None)

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.machinery
-import importlib.util
 import re
 import subprocess
 import sys
@@ -11,21 +9,13 @@ from pathlib import Path
 
 import pytest
 
-SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "local-cluster"
-
-
-def _load_script():
-    loader = importlib.machinery.SourceFileLoader("local_cluster_script", str(SCRIPT))
-    spec = importlib.util.spec_from_loader(loader.name, loader)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[loader.name] = module  # dataclasses look their module up there
-    loader.exec_module(module)
-    return module
+from user_runtime import LOCAL_CLUSTER_SCRIPT as SCRIPT
+from user_runtime import local_cluster_script
 
 
 @pytest.fixture(scope="module")
 def script():
-    return _load_script()
+    return local_cluster_script()
 
 
 @pytest.fixture
