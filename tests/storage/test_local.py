@@ -245,7 +245,7 @@ def test_rebuild_writes_aligned_stripes_direct_and_the_short_tail_through_the_ca
 
 def test_page_aligned_buffers_are_written_direct_without_a_staging_copy(local_store,
                                                                          monkeypatch):
-    from scratchkeeper.storage import local
+    from scratchkeeper.storage import local_objects as local
     data, rebuild = _rebuild_tail_holder(local_store, 4 * 4 * 64 * 1024)
     monkeypatch.setattr(local, "_direct_buffers", threading.local())
     pieces = []

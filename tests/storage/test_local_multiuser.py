@@ -23,7 +23,7 @@ import pytest
 
 from scratchkeeper.errors import PermissionDenied, StorageError
 from scratchkeeper.storage import LayoutRequest
-from scratchkeeper.storage import local as local_module
+from scratchkeeper.storage import local_namespace
 from scratchkeeper.storage.local import LocalStripedStore
 from user_runtime import DEPENDENCIES, PLAIN_USER, plain_python, plain_user, world_readable_copy
 
@@ -117,7 +117,7 @@ def test_a_process_that_cannot_write_the_namespace_opens_it_read_only(tmp_path, 
     store.db.close()
     before = sorted(p.name for p in store.store_root.iterdir())
 
-    monkeypatch.setattr(local_module, "may_write", lambda path: False)
+    monkeypatch.setattr(local_namespace, "may_write", lambda path: False)
     reader = new_store(tmp_path)
     assert reader.read_only
     assert reader.read("a", 0, 100) == b"hello"
@@ -158,7 +158,7 @@ def test_read_only_open_of_an_older_namespace_asks_for_its_owner(tmp_path, monke
     with store.db.transaction() as conn:
         conn.execute("UPDATE schema_version SET version = 0 WHERE component = 'storage-local'")
     store.db.close()
-    monkeypatch.setattr(local_module, "may_write", lambda path: False)
+    monkeypatch.setattr(local_namespace, "may_write", lambda path: False)
     with pytest.raises(StorageError, match=f"{store.store_root}: .*version 0.*needs opening by "
                                            f"its owner \\(uid {os.geteuid()}\\) first"):
         new_store(tmp_path).list_osts()

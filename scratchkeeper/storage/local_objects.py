@@ -1,0 +1,310 @@
+"""The local store's objects: one directory per OST under ``store_root``, one file per object,
+filled exactly as Lustre's RAID-0 fills its objects (see :mod:`.layout`).
+
+Failing an OST renames its directory to ``ostNNNN.failed``: its objects really cannot be
+opened, as on a dead OSS, until ``restore_ost`` puts it back. Every object carries its file's
+owner and permission bits (without exec bits), so the kernel lets a user open the objects of
+the files it may read and no others, as Lustre's OSTs do.
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+import mmap
+import os
+import stat as statmod
+import threading
+from collections.abc import Iterable
+from pathlib import Path
+
+from ..errors import PermissionDenied, StorageError, TargetUnavailable
+from .base import pwrite_all
+from .layout import FileLayout, LayoutComponent, StripeObject
+from .sources import read_sized
+
+log = logging.getLogger(__name__)
+
+COPY_CHUNK = 4 << 20
+DIRECT_ALIGN = 4096  # O_DIRECT offsets, lengths and buffers: a multiple of any logical block
+DIRECT_BUFFER = 4 << 20  # the aligned staging buffer of each writing thread
+_direct_buffers = threading.local()
+
+
+class ObjectsMixin:
+    """The object side of :class:`~scratchkeeper.storage.local.LocalStripedStore`: OST
+    directories, creating, opening, writing and syncing objects."""
+
+    def _ost_dir(self, ost_index: int) -> Path:
+        return self.store_root / f"ost{ost_index:04d}"
+
+    def _failed_dir(self, ost_index: int) -> Path:
+        return self.store_root / f"ost{ost_index:04d}.failed"
+
+    def _object_path(self, obj: StripeObject) -> Path:
+        return self._ost_dir(obj.ost_index) / obj.object_id
+
+    def _create_objects(self, objects: Iterable[StripeObject], *, uid: int, gid: int,
+                        mode: int) -> None:
+        """Create empty objects for a file of owner ``uid:gid`` and permission bits ``mode``.
+
+        Each object gets the file's owner (when the store runs as root) and its read/write bits
+        (never exec; the owner's read and write always): the kernel then lets a user open the
+        objects of the files it may read, and no others, as a Lustre OST does.
+        """
+        object_mode = (mode & 0o666) | 0o600
+        as_root = os.geteuid() == 0
+        for obj in objects:
+            fd = os.open(self._object_path(obj), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            try:
+                if as_root:
+                    os.fchown(fd, uid, gid)
+                os.fchmod(fd, object_mode)  # exact, whatever the umask
+            finally:
+                os.close(fd)
+
+    def _copy_in(self, fd: int, size: int, component: LayoutComponent, label: str) -> None:
+        """Copy the ``size`` bytes of the regular file ``fd`` (named ``label``) into the
+        component's objects and sync them."""
+        self._fill_objects(component, read_sized(fd, size, label, COPY_CHUNK))
+
+    def _fill_objects(self, component: LayoutComponent, chunks: Iterable[tuple[int, bytes]],
+                      path: str | None = None) -> None:
+        """Write ``(offset, bytes)`` chunks of a file into the component's objects, then sync
+        them."""
+        handles = self._open_objects(component.objects, os.O_WRONLY, path)
+        try:
+            for offset, data in chunks:
+                self._write_pieces(component, handles, offset, data)
+            for handle in handles.values():
+                os.fsync(handle)
+        finally:
+            for handle in handles.values():
+                os.close(handle)
+
+    def _open_objects(self, objects: Iterable[StripeObject], flags: int,
+                      path: str | None = None) -> dict[int, int]:
+        handles: dict[int, int] = {}
+        try:
+            for position, obj in enumerate(objects):
+                handles[position] = self._open_object(obj, flags, path)
+        except BaseException:
+            for handle in handles.values():
+                os.close(handle)
+            raise
+        return handles
+
+    def _open_object(self, obj: StripeObject, flags: int, path: str | None = None) -> int:
+        """Open one object; a missing OST is :class:`TargetUnavailable`, an object the caller
+        may not open (another user's file) :class:`PermissionDenied`, never an OST failure."""
+        try:
+            return os.open(self._object_path(obj), flags)
+        except PermissionError:
+            what = "read" if flags & os.O_ACCMODE == os.O_RDONLY else "write"
+            raise PermissionDenied(f"{path or 'object ' + obj.object_id}: permission denied "
+                                   f"(uid {os.geteuid()} may not {what} it)") from None
+        except FileNotFoundError:
+            if not self._ost_dir(obj.ost_index).is_dir():
+                raise TargetUnavailable(f"{path or 'object ' + obj.object_id}: OST {obj.ost_index} "
+                                        "is unavailable", ost_index=obj.ost_index,
+                                        path=path) from None
+            raise StorageError(f"{path or ''}: object {obj.object_id} is missing from OST "
+                               f"{obj.ost_index}") from None
+
+    @staticmethod
+    def _write_pieces(component: LayoutComponent, handles: dict[int, int], offset: int,
+                      data: bytes, positions: set[int] | None = None) -> None:
+        view = memoryview(data)
+        for piece in component.pieces(offset, len(data)):
+            if positions is not None and piece.position not in positions:
+                continue
+            start = piece.file_offset - offset
+            pwrite_all(handles[piece.position], view[start:start + piece.length],
+                       piece.object_offset)
+
+    def _write_range(self, component: LayoutComponent, offset: int, data: bytes, path: str, *,
+                     positions: set[int] | None = None, sync: bool = False) -> None:
+        """Write ``data`` at file ``offset`` into the objects it falls on (or only ``positions``)."""
+        touched = {p.position for p in component.pieces(offset, len(data))}
+        if positions is not None:
+            touched &= positions
+        handles: dict[int, int] = {}
+        try:
+            for position in sorted(touched):
+                handles[position] = self._open_object(component.objects[position], os.O_WRONLY,
+                                                      path)
+            self._write_pieces(component, handles, offset, data, touched)
+            if sync:
+                for handle in handles.values():
+                    os.fsync(handle)
+        finally:
+            for handle in handles.values():
+                os.close(handle)
+
+    def _sync_objects(self, objects: list[StripeObject], path: str) -> None:
+        directories = set()
+        for obj in objects:
+            handle = self._open_object(obj, os.O_RDONLY, path)
+            try:
+                os.fdatasync(handle)  # the data and the size; mtime need not wait
+            finally:
+                os.close(handle)
+            directories.add(os.path.dirname(self._object_path(obj)))
+        for directory in sorted(directories):
+            fsync_dir(directory)  # and the objects' names
+
+    def _read_layout(self, layout: FileLayout, offset: int, length: int) -> bytes:
+        """Read through one given single-component layout only (verification of a new copy)."""
+        component = layout.first
+        out = bytearray()
+        handles = self._open_objects(component.objects, os.O_RDONLY, layout.path)
+        try:
+            for piece in component.pieces(offset, length):
+                data = os.pread(handles[piece.position], piece.length, piece.object_offset)
+                out += data + bytes(piece.length - len(data))
+        finally:
+            for handle in handles.values():
+                os.close(handle)
+        return bytes(out)
+
+
+def span(component: LayoutComponent, start: int, end: int) -> tuple[int, int]:
+    """The part of ``[start, end)`` inside the component's extent (empty when ``hi <= lo``)."""
+    lo = max(start, component.extent_start)
+    hi = end if component.extent_end is None else min(end, component.extent_end)
+    return lo, hi
+
+
+def directory_bytes(directory: Path) -> int:
+    total = 0
+    try:
+        with os.scandir(directory) as entries:
+            for entry in entries:
+                try:
+                    total += entry.stat(follow_symlinks=False).st_blocks * 512
+                except FileNotFoundError:
+                    pass
+    except FileNotFoundError:
+        return 0
+    return total
+
+
+class PatchWriter:
+    """Writes patched bytes into one substitute object, bypassing the page cache where it can.
+
+    A rebuild's bytes must be on disk before the layout switch anyway: written with
+    ``O_DIRECT`` they stream to the disk while the next ranges are fetched, the final sync
+    has only the device cache left to flush, and the rebuild takes no page cache from the
+    jobs (nor pays for fresh pages). Bytes not aligned to :data:`DIRECT_ALIGN` (a file's
+    last, short stripe) and file systems without ``O_DIRECT`` (tmpfs) go through the page
+    cache, their writeback started at once. Bytes in memory that starts on a page boundary
+    (``aligned``) are written as they are, others through a reused aligned buffer.
+
+    ``open_object(flags)`` opens the object (and raises the store's errors).
+    """
+
+    def __init__(self, open_object):
+        self.open_object = open_object
+        self.buffered: int | None = None
+        self.direct: int | None = None
+        self.direct_refused = not hasattr(os, "O_DIRECT")
+        self.span: tuple[int, int] | None = None  # object bytes written through the page cache
+
+    def write(self, data: memoryview, object_offset: int, *, aligned: bool = False) -> None:
+        if (not self.direct_refused and object_offset % DIRECT_ALIGN == 0
+                and len(data) % DIRECT_ALIGN == 0):
+            try:
+                self._write_direct(data, object_offset, aligned)
+                return
+            except OSError as err:
+                if err.errno != errno.EINVAL:
+                    raise
+                log.info("store: O_DIRECT refused (%s); patching through the page cache",
+                         err.strerror)
+                self.direct_refused = True
+        if self.buffered is None:
+            self.buffered = self.open_object(os.O_WRONLY)
+        pwrite_all(self.buffered, data, object_offset)
+        low, high = self.span or (object_offset, object_offset)
+        self.span = (min(low, object_offset), max(high, object_offset + len(data)))
+
+    def _write_direct(self, data: memoryview, object_offset: int, aligned: bool) -> None:
+        if self.direct is None:
+            self.direct = self.open_object(os.O_WRONLY | os.O_DIRECT)
+        if aligned:
+            pwrite_all(self.direct, data, object_offset)
+            return
+        buffer = getattr(_direct_buffers, "buffer", None)
+        if buffer is None:  # page-aligned, and reused: no fresh pages per write
+            buffer = _direct_buffers.buffer = mmap.mmap(-1, DIRECT_BUFFER)
+        staging = memoryview(buffer)
+        try:
+            done = 0
+            while done < len(data):
+                count = min(DIRECT_BUFFER, len(data) - done)
+                staging[:count] = data[done:done + count]
+                pwrite_all(self.direct, staging[:count], object_offset + done)
+                done += count
+        finally:
+            staging.release()
+
+    def start_writeback(self) -> None:
+        if self.buffered is not None and self.span is not None:
+            _start_writeback(self.buffered, self.span[0], self.span[1] - self.span[0])
+
+    def close(self) -> None:
+        for handle in (self.buffered, self.direct):
+            if handle is not None:
+                os.close(handle)
+        self.buffered = self.direct = None
+
+
+def _start_writeback(handle: int, offset: int, length: int) -> None:
+    """Start writing bytes just written back without waiting (the sync later waits less)."""
+    if length <= 0:
+        return
+    try:
+        # on Linux, POSIX_FADV_DONTNEED starts writeback of the range's dirty pages
+        # (WB_SYNC_NONE) and drops only the clean ones; a hint: without it the sync waits more
+        os.posix_fadvise(handle, offset, length, os.POSIX_FADV_DONTNEED)
+    except (AttributeError, OSError):
+        pass
+
+
+def make_dir(directory: Path, *, parents: bool = False) -> None:
+    """Create a store directory, 0755 whatever the umask: users traverse it to their objects."""
+    try:
+        directory.mkdir(parents=parents)
+    except FileExistsError:
+        return
+    os.chmod(directory, 0o755)
+
+
+def is_link(name: str, dir_fd: int) -> bool:
+    try:
+        return statmod.S_ISLNK(os.stat(name, dir_fd=dir_fd, follow_symlinks=False).st_mode)
+    except OSError:
+        return False
+
+
+def unlink_imported(parent_fd: int, name: str, info: os.stat_result, full: str) -> None:
+    """Unlink the imported POSIX file by its name in the directory it was opened in, unless the
+    name now holds another file (that one is left alone); then sync the directory."""
+    try:
+        now = os.stat(name, dir_fd=parent_fd, follow_symlinks=False)
+    except FileNotFoundError:
+        return
+    if (now.st_dev, now.st_ino) != (info.st_dev, info.st_ino):
+        log.warning("store: %s was replaced while it was imported; the new file is left "
+                    "in place", full)
+        return
+    os.unlink(name, dir_fd=parent_fd)
+    os.fsync(parent_fd)
+
+
+def fsync_dir(directory: str) -> None:
+    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

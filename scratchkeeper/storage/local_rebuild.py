@@ -1,0 +1,164 @@
+"""Rebuilding lost stripes in the local store: new objects on substitute OSTs, patched in
+place, and one namespace transaction that switches the layout (the surviving objects stay)."""
+
+from __future__ import annotations
+
+import json
+import logging
+import mmap
+import uuid
+from dataclasses import replace
+
+from ..errors import InputError, StorageError, TargetUnavailable
+from .base import Rebuild, substitute_layout
+from .layout import Extent, FileLayout, StripeObject, merge_extents
+from .local_namespace import DOOMED
+from .local_objects import DIRECT_ALIGN, PatchWriter, span
+
+log = logging.getLogger(__name__)
+
+
+class RebuildMixin:
+    """The rebuild side of :class:`~scratchkeeper.storage.local.LocalStripedStore`."""
+
+    def begin_rebuild(self, path: str, substitutes: dict[int, int]) -> Rebuild:
+        self._check_writable()
+        row = self._row(path)
+        layout = self._layout_of(row)
+        healthy = self._healthy()
+        for substitute in substitutes.values():
+            self._check_ost_index(substitute)
+            if substitute not in healthy:
+                raise TargetUnavailable(f"{layout.path}: substitute OST {substitute} is not "
+                                        "available", ost_index=substitute, path=layout.path)
+        lost = self._rebuild_plan(layout, row["size"], substitutes)
+        new_layout = substitute_layout(layout, substitutes, lambda c, p: uuid.uuid4().hex)
+        new_objects = added_objects(layout, new_layout)
+        rebuild = Rebuild(uuid.uuid4().hex, layout.path, dict(substitutes), row["size"],
+                          layout.layout_gen, new_layout, lost)
+        owner = f"rebuild:{rebuild.rebuild_id}"
+        with self.db.transaction() as conn:
+            conn.execute("INSERT INTO rebuilds(rebuild_id, path, record) VALUES (?, ?, ?)",
+                         (rebuild.rebuild_id, layout.path, json.dumps(rebuild.to_dict())))
+            conn.executemany("INSERT INTO object_intents(ost_index, object_id, owner) "
+                             "VALUES (?, ?, ?)",
+                             [(o.ost_index, o.object_id, owner) for o in new_objects])
+        self._create_objects(new_objects, uid=row["uid"], gid=row["gid"], mode=row["mode"])
+        log.info("store: rebuild %s of %s begun: %s", rebuild.rebuild_id, layout.path,
+                 ", ".join(f"OST {f} -> {s}" for f, s in substitutes.items()))
+        return rebuild
+
+    def _load_rebuild(self, conn, rebuild_id: str) -> Rebuild:
+        found = conn.execute("SELECT record FROM rebuilds WHERE rebuild_id = ?",
+                             (rebuild_id,)).fetchone()
+        if found is None:
+            raise StorageError(f"rebuild {rebuild_id}: no such rebuild (committed or aborted)")
+        return Rebuild.from_dict(json.loads(found["record"]))
+
+    def write_rebuild_batch(self, rebuild: Rebuild, pieces: list[tuple[int, bytes]], *,
+                            record: bool = True) -> None:
+        """Patch several lost ranges (with ``record``, one journal update for all of them).
+
+        The bytes go to the disk with ``O_DIRECT`` where they can (:class:`PatchWriter`);
+        the rest is not synced here, only its writeback started, and :meth:`commit_rebuild`
+        syncs before the layout switch. The journal's "patched" therefore says "written",
+        not "on disk": a rebuild resumed after a crash re-verifies what it patched before
+        (recovery does), so bytes a power loss took are fetched again.
+        """
+        self._check_writable()
+        extents = [self._check_patch(rebuild, offset, data) for offset, data in pieces]
+        writers: dict[StripeObject, PatchWriter] = {}
+        try:
+            for (offset, data), extent in zip(pieces, extents):
+                for comp in rebuild.new_layout.components:
+                    lo, hi = span(comp, offset, extent.end)
+                    if hi <= lo:
+                        continue
+                    view = memoryview(data)
+                    aligned = isinstance(data, mmap.mmap)  # starts on a page (a BufferPool's)
+                    for piece in comp.pieces(lo, hi - lo):
+                        obj = comp.objects[piece.position]
+                        # only the substitute objects: the surviving ones hold their bytes
+                        if obj.ost_index not in rebuild.substitutes.values():
+                            continue
+                        writer = writers.get(obj)
+                        if writer is None:
+                            writer = writers[obj] = PatchWriter(
+                                lambda flags, obj=obj: self._open_object(obj, flags,
+                                                                         rebuild.path))
+                        start = piece.file_offset - offset
+                        writer.write(view[start:start + piece.length], piece.object_offset,
+                                     aligned=aligned and start % DIRECT_ALIGN == 0)
+            for writer in writers.values():
+                writer.start_writeback()
+        finally:
+            for writer in writers.values():
+                writer.close()
+        if record:
+            self.record_patched(rebuild, extents)
+
+    def record_patched(self, rebuild: Rebuild, extents: list[Extent]) -> None:
+        self._check_writable()
+        extents = self._check_recorded(rebuild, extents)
+        if not extents:
+            return
+        with self.db.transaction() as conn:
+            current = self._load_rebuild(conn, rebuild.rebuild_id)
+            current.patched = merge_extents(current.patched + extents)
+            conn.execute("UPDATE rebuilds SET record = ? WHERE rebuild_id = ?",
+                         (json.dumps(current.to_dict()), rebuild.rebuild_id))
+        rebuild.patched = current.patched
+
+    def read_rebuild(self, rebuild: Rebuild, offset: int, length: int) -> bytes:
+        if offset < 0 or length < 0:
+            raise InputError(f"{rebuild.path}: negative offset or length")
+        layout = replace(rebuild.new_layout, path=rebuild.path)
+        return self._read_through(layout, rebuild.file_size, offset, length, self._healthy())
+
+    def commit_rebuild(self, rebuild: Rebuild, patched: list[Extent] = ()) -> FileLayout:
+        self._check_writable()
+        owner = f"rebuild:{rebuild.rebuild_id}"
+        patched = self._check_recorded(rebuild, patched)
+        current = self._load_rebuild(self.db.connection(), rebuild.rebuild_id)
+        current.patched = merge_extents(current.patched + patched)
+        self._check_complete(current)
+        # the new layout may only point at objects whose bytes are on disk
+        self._sync_objects(added_objects(self._layout_of(self._row(current.path)),
+                                          current.new_layout), current.path)
+        with self.db.transaction() as conn:
+            current = self._load_rebuild(conn, rebuild.rebuild_id)
+            current.patched = merge_extents(current.patched + patched)
+            self._check_complete(current)
+            row = conn.execute("SELECT layout_gen, size, layout FROM files WHERE path = ?",
+                               (current.path,)).fetchone()
+            if row is None or row["layout_gen"] != current.base_layout_gen \
+                    or row["size"] != current.file_size:
+                raise StorageError(f"{current.path}: changed since rebuild {current.rebuild_id} "
+                                   "began; abort it and start again")
+            old = FileLayout.from_dict(json.loads(row["layout"]))
+            replaced = added_objects(current.new_layout, old)
+            self._store_layout(conn, current.path, current.new_layout)
+            conn.execute("DELETE FROM rebuilds WHERE rebuild_id = ?", (current.rebuild_id,))
+            conn.execute("DELETE FROM object_intents WHERE owner = ?", (owner,))
+            conn.executemany("INSERT OR REPLACE INTO object_intents(ost_index, object_id, owner) "
+                             "VALUES (?, ?, ?)",
+                             [(o.ost_index, o.object_id, DOOMED) for o in replaced])
+        self._collect_garbage()
+        log.info("store: rebuild %s of %s committed", rebuild.rebuild_id, rebuild.path)
+        return replace(current.new_layout, path=current.path)
+
+    def abort_rebuild(self, rebuild: Rebuild) -> None:
+        self._check_writable()
+        with self.db.transaction() as conn:
+            self._abort_in(conn, rebuild.rebuild_id)
+        self._collect_garbage()
+
+    def open_rebuilds(self) -> list[Rebuild]:
+        return [Rebuild.from_dict(json.loads(row["record"]))
+                for row in self.db.query("SELECT record FROM rebuilds ORDER BY rebuild_id")]
+
+
+def added_objects(before: FileLayout, after: FileLayout) -> list[StripeObject]:
+    """Objects ``after`` has that ``before`` does not."""
+    known = {o for c in before.components for o in c.objects}
+    return [o for c in after.components for o in c.objects if o not in known]
