@@ -54,7 +54,9 @@ def recorded(action: Callable[[], T], what: str) -> T:
     for up to :data:`COMMIT_LOCK_WAIT` seconds."""
     def busy(err: BaseException) -> bool:
         if isinstance(err, DatabaseBusy):
-            log.warning("%s: databases busy, retrying: %s", what, err)
+            # not an error: SQLite's own words stay out of the log (they are the error's)
+            log.warning("%s: databases busy, retrying (%s held by another process)", what,
+                        str(err).split(":", 1)[0])
             return True
         return False
     return retry_busy(action, what, wait=COMMIT_LOCK_WAIT, busy=busy)
