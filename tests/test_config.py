@@ -282,3 +282,30 @@ def test_an_integer_too_long_to_convert_is_an_input_error():
     error = _rejected("[retry]\nattempts = 3\n\ndelay = 1" + "0" * 5000 + "\n")
     assert error == ("site.toml:4: not valid TOML: Exceeds the limit (4300 digits) for integer "
                      "string conversion")
+
+
+COMMAND_KEYS = ["storage.lfs", "storage.lctl", "transfer.globus_url_copy", "transfer.curl",
+                "transfer.scp", "transfer.cp"]
+
+
+@pytest.mark.parametrize("dotted", COMMAND_KEYS)
+@pytest.mark.parametrize("value", ["./cp", "bin/cp", "", "-rf", "cp -r"])
+def test_command_keys_take_a_name_or_an_absolute_path(dotted, value):
+    message = _rejected(_setting(dotted, f'"{value}"'))
+    assert message.startswith(f"site.toml:3: key '{dotted}': expected a command name (found on "
+                              "PATH) or an absolute path")
+
+
+@pytest.mark.parametrize("dotted", COMMAND_KEYS)
+def test_command_keys_accept_names_and_absolute_paths(dotted):
+    for value in ("tool", "/opt/bin/tool"):
+        config = parse_config(_setting(dotted, f'"{value}"'), "site.toml")
+        section, key = dotted.split(".")
+        assert getattr(getattr(config, section), key) == value
+
+
+def test_templates_command_starts_with_a_name_or_an_absolute_path():
+    assert _rejected('[templates]\ncommand = "./venv/bin/scratchkeeper"\n').startswith(
+        "site.toml:2: key 'templates.command': expected a command line starting with a command")
+    config = parse_config('[templates]\ncommand = "/usr/bin/env scratchkeeper"\n', "site.toml")
+    assert config.templates.command == "/usr/bin/env scratchkeeper"
