@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import configparser
 import dataclasses
+import json
 import logging
 import logging.handlers
 import os
@@ -258,3 +259,42 @@ def test_runtime_refuses_a_command_it_did_not_install(script, tmp_path):
         runtime._link()
     assert link.read_text() == "#!/bin/sh\n"
 
+
+
+# ---------------------------------------------------------------------------- down and stop
+
+@pytest.fixture
+def fake_services(script, tmp_path):
+    """A cluster status whose services are processes of the runtime's interpreter (sleeping)."""
+    processes = {name: subprocess.Popen([script.RUNTIME_PYTHON, "-c",
+                                         "import time; time.sleep(120)"])
+                 for name in script.MANAGED_SERVICES}
+    layout = script.Layout(tmp_path / "local")
+    layout.root.mkdir()
+    status = {"state": "up", "pids": {name: p.pid for name, p in processes.items()}}
+    yield script.Cluster(layout, status), processes
+    for process in processes.values():
+        process.kill()
+        process.wait()
+
+
+def test_down_stops_the_services_by_their_recorded_pid(script, fake_services):
+    cluster, processes = fake_services
+    cluster.down()
+    for name, process in processes.items():
+        assert process.wait(timeout=5) == -15, name  # SIGTERM, as systemd's KillSignal
+    assert cluster.status["pids"] == {} and cluster.status["state"] == "down"
+    assert json.loads(cluster.layout.status.read_text())["pids"] == {}
+
+
+def test_stop_stops_only_the_named_services_and_up_would_start_them(script, fake_services):
+    cluster, processes = fake_services
+    cluster.stop(["spank-chain", "recoveryd"])
+    assert processes["spank-chain"].wait(timeout=5) == -15
+    assert processes["recoveryd"].wait(timeout=5) == -15
+    assert processes["replicad"].poll() is None
+    assert set(cluster.status["pids"]) == {"replicad"}
+    rows = {name: state for name, _, state in cluster.report()[0]}
+    assert rows["replicad"] == "running" and rows["spank-chain"] == "DOWN (not started)"
+    with pytest.raises(script.ClusterError, match="not started by up: nginx"):
+        cluster.stop(["nginx"])
