@@ -309,3 +309,15 @@ def test_templates_command_starts_with_a_name_or_an_absolute_path():
         "site.toml:2: key 'templates.command': expected a command line starting with a command")
     config = parse_config('[templates]\ncommand = "/usr/bin/env scratchkeeper"\n', "site.toml")
     assert config.templates.command == "/usr/bin/env scratchkeeper"
+
+
+@pytest.mark.parametrize("command", [["status"], ["store", "df"], ["plan", "/etc/hostname"],
+                                     ["replay", "trace.swf"]])
+def test_every_command_stops_on_a_bad_config_alike(tmp_path, command):
+    path = tmp_path / "bad.toml"
+    path.write_text('[storage]\nscratch_root = "/scratch"\n[retry]\ndelay = inf\n')
+    done = subprocess.run([sys.executable, "-m", "scratchkeeper", "-c", str(path), *command],
+                          capture_output=True, text=True, timeout=120,
+                          cwd=Path(__file__).parent.parent)
+    assert done.returncode == 2 and done.stdout == ""
+    assert done.stderr == f"{path}:4: key 'retry.delay': expected a finite number, got inf\n"
