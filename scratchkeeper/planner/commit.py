@@ -30,6 +30,7 @@ from ..schedulers import get_scheduler
 from ..ownership import open_owned
 from ..state import DatabaseBusy, StateStore, retry_busy
 from ..storage import open_backend
+from ..storage.sources import open_regular
 from . import records
 
 log = logging.getLogger(__name__)
@@ -141,7 +142,12 @@ def _commit_file(store, config, backend, chain, staged, path, source, compute_id
     on_behalf = for_uid not in (None, 0)
     # One descriptor for everything read or set here, so a path swapped meanwhile cannot
     # redirect it; acting for a user, the file must be that user's (open_owned).
-    fd = open_owned(path, for_uid) if on_behalf else os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    # Either way a FIFO or a device put there is refused, not waited on or read without end.
+    try:
+        fd = open_owned(path, for_uid) if on_behalf else \
+            open_regular(path, follow_links=False)[0]
+    except InputError as err:
+        raise InputError(str(err), path=script, line=staged["line"]) from None
     try:
         info = os.fstat(fd)
         # one read: the whole-file SHA-256 and the per-block CRC-32 that patches are checked by

@@ -8,6 +8,7 @@ import dataclasses
 import hashlib
 import logging
 import os
+import stat
 import subprocess
 import sys
 import time
@@ -16,6 +17,7 @@ import pytest
 
 import scratchkeeper.state
 from scratchkeeper.config import SiteConfig
+from scratchkeeper.errors import InputError
 from scratchkeeper.planner import commit, records
 from scratchkeeper.state import DatabaseBusy, StateStore
 from scratchkeeper.storage import open_backend
@@ -110,5 +112,27 @@ def test_the_commit_retry_is_bounded(site, monkeypatch):
     finally:
         holder.wait(timeout=30)
     assert os.path.exists(path)  # nothing imported: the stage can be committed again
+    (row,) = records.staged_files(store, chain_id)
+    assert row["state"] == "planned"
+
+
+@pytest.mark.parametrize("kind,what", [("fifo", "a FIFO"), ("zero", "a character device")])
+def test_a_commit_refuses_a_fifo_or_device_at_the_staged_path(site, kind, what):
+    """A FIFO left at the destination blocked the commit's open forever (root's data job), a
+    device like /dev/zero was read without end."""
+    store = StateStore(site.state.database)
+    path = os.path.join(site.storage.scratch_root, "in.dat")
+    chain_id = _planned_chain(store, path, "file:///src/in.dat")
+    if kind == "fifo":
+        os.mkfifo(path)
+    else:
+        if os.geteuid() != 0:
+            pytest.skip("making a device node needs root")
+        os.mknod(path, 0o600 | stat.S_IFCHR, os.makedev(1, 5))  # what /dev/zero is
+    started = time.monotonic()
+    with pytest.raises(InputError, match=f"/home/u/job.sh:3: .*in.dat: is {what}, not a "
+                                         "regular file"):
+        commit.commit_stage(store, site, chain_id, "stage-in")
+    assert time.monotonic() - started < 10
     (row,) = records.staged_files(store, chain_id)
     assert row["state"] == "planned"
