@@ -1186,7 +1186,7 @@ static int _solve_slotsearch(const sk_problem *p, int32_t *assignment, int64_t *
         double next_threshold = threshold;
         int32_t *members = w.queue; /* free now; S >= dead disks is not guaranteed */
         int32_t *member_buffer = NULL;
-        if ((size_t)dead_count > s) {
+        if (dead_count > 0 && (size_t)dead_count > s) {
             member_buffer = malloc(sizeof(int32_t) * (size_t)dead_count);
             if (!member_buffer) {
                 status = SK_E_NOMEM;
