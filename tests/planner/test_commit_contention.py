@@ -8,6 +8,7 @@ import dataclasses
 import hashlib
 import logging
 import os
+import signal
 import stat
 import subprocess
 import sys
@@ -116,8 +117,20 @@ def test_the_commit_retry_is_bounded(site, monkeypatch):
     assert row["state"] == "planned"
 
 
+@pytest.fixture
+def alarm():
+    """Fail, instead of hanging, a commit that blocks on its file (a FIFO, an endless device)."""
+    def expired(*_):
+        raise TimeoutError("the commit blocked on the staged file")
+    previous = signal.signal(signal.SIGALRM, expired)
+    signal.alarm(20)
+    yield
+    signal.alarm(0)
+    signal.signal(signal.SIGALRM, previous)
+
+
 @pytest.mark.parametrize("kind,what", [("fifo", "a FIFO"), ("zero", "a character device")])
-def test_a_commit_refuses_a_fifo_or_device_at_the_staged_path(site, kind, what):
+def test_a_commit_refuses_a_fifo_or_device_at_the_staged_path(site, alarm, kind, what):
     """A FIFO left at the destination blocked the commit's open forever (root's data job), a
     device like /dev/zero was read without end."""
     store = StateStore(site.state.database)
