@@ -30,10 +30,12 @@ from .conftest import sk
 pytestmark = pytest.mark.cluster
 
 ENDINGS = {
-    # how the stage-in is ended -> (sacct state, words status must use)
-    "scancel": ("CANCELLED", "CANCELLED, exit code 0:15 (cancelled)"),
+    # how the stage-in is ended -> (sacct state, words status must use); the exit code is the
+    # batch step's (0:15, from slurmctld) or the allocation's (0:0, from sacct), whichever the
+    # sweep read first
+    "scancel": ("CANCELLED", "(cancelled)"),
     "walltime": ("TIMEOUT", "(its walltime ran out)"),
-    "killed-before-reporting": ("FAILED", "FAILED, exit code 0:9 (killed by signal 9)"),
+    "killed-before-reporting": ("FAILED", "exit code 0:9 (killed by signal 9)"),
 }
 
 
