@@ -82,13 +82,19 @@ class SwfHeader:
         except ValueError:
             return None
 
+    def get_count(self, key: str) -> int | None:
+        """A size of the machine (``MaxNodes``, ``MaxProcs``): None unless 1..2**31-1 (a
+        header saying 0, -5 or 10**30 is treated as absent)."""
+        value = self.get_int(key)
+        return value if value is not None and 1 <= value < 2 ** 31 else None
+
     @property
     def max_nodes(self) -> int | None:
-        return self.get_int("MaxNodes")
+        return self.get_count("MaxNodes")
 
     @property
     def max_procs(self) -> int | None:
-        return self.get_int("MaxProcs")
+        return self.get_count("MaxProcs")
 
     @property
     def unix_start_time(self) -> int | None:

@@ -353,3 +353,11 @@ def test_failure_stats_count_nodes_without_records():
     assert warning.startswith(f"f.csv: warning: {lost.silent_nodes} of the system's 512 nodes")
     whole = failure_stats([r for r in records if r.node < 4], system_nodes=4)
     assert whole.warnings("f.csv") == []
+
+
+@pytest.mark.parametrize("value", ["0", "-5", str(10 ** 30), "1e9", "many"])
+def test_swf_header_sizes_out_of_range_count_as_absent(tmp_path, value):
+    trace = read_swf(_write(tmp_path, "t.swf", f"; MaxNodes: {value}\n; MaxProcs: {value}\n"
+                            + GOOD))
+    assert trace.header.max_nodes is None and trace.header.max_procs is None
+    assert read_swf(_write(tmp_path, "u.swf", SWF_HEAD + GOOD)).header.max_procs == 16
