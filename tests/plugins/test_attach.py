@@ -284,3 +284,25 @@ def test_one_jobs_unexpected_failure_leaves_it_held_and_the_sweep_goes_on(config
     assert "internal error" in outcome.error and not fake.commands("scancel")
     (outcome,) = chain_pending(config, store)  # the next sweep
     assert outcome.error is None and ("scontrol", "release", JOB) in fake.recorded
+
+
+def test_chains_are_ended_even_when_chaining_held_jobs_fails(config, store, monkeypatch, capsys):
+    """One sweep of the service: a failure to chain held jobs must not keep the chains whose
+    stage-in ended from being ended (their jobs would wait for ever), and is still reported."""
+    from scratchkeeper.cli import spank
+    from scratchkeeper.planner.settle import ChainEnd
+
+    def no_queue(*args, **kwargs):
+        raise SchedulerError("squeue: Socket timed out on send/recv operation")
+    ended = []
+
+    def settle(config, store, job_ids=None):
+        ended.append(job_ids)
+        return [ChainEnd("sk1", "stage-in job 7 ended TIMEOUT, exit code 0:15", ["8"])]
+    monkeypatch.setattr(spank, "chain_pending", no_queue)
+    monkeypatch.setattr(spank, "settle_chains", settle)
+    with pytest.raises(SchedulerError, match="Socket timed out"):
+        spank._sweep(config, store, None)
+    assert ended == [None]
+    assert "chain sk1: stage-in job 7 ended TIMEOUT, exit code 0:15; cancelled 8" in \
+        capsys.readouterr().out
