@@ -24,19 +24,34 @@ def parse_size(text: str) -> float:
         number = float(value[: len(value) - len(unit)])
     except ValueError:
         raise argparse.ArgumentTypeError(f"not a size: {text!r} (e.g. 100M, 150T)") from None
-    if number < 0:
-        raise argparse.ArgumentTypeError(f"size must be >= 0: {text!r}")
+    if not 0 <= number * _UNITS[unit] < math.inf:  # false for nan
+        raise argparse.ArgumentTypeError(f"size must be finite and >= 0: {text!r}")
     return number * _UNITS[unit]
 
 
-def _positive_float(text: str) -> float:
+def _number(text: str, *, positive: bool, infinite: bool = False) -> float:
     try:
         value = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"must be > 0: {text!r}")
+    if math.isnan(value) or (math.isinf(value) and not infinite) or value < 0 \
+            or (positive and value == 0):
+        raise argparse.ArgumentTypeError(f"must be {'> 0' if positive else '>= 0'}"
+                                         f"{'' if infinite else ' and finite'}: {text!r}")
     return value
+
+
+def _positive_float(text: str) -> float:
+    """> 0, ``inf`` allowed (replication alpha: replicate every job)."""
+    return _number(text, positive=True, infinite=True)
+
+
+def _positive_finite(text: str) -> float:
+    return _number(text, positive=True)
+
+
+def _seconds(text: str) -> float:
+    return _number(text, positive=False)
 
 
 def register(subparsers) -> None:
@@ -70,7 +85,7 @@ def register(subparsers) -> None:
     replay.add_argument("--stripe-size", type=parse_size, default=None,
                         help="stripe size (e.g. 1M); config: storage.stripe_size")
     replay.add_argument("--ost-count", type=int, default=64, help="OSTs of the file system (64)")
-    replay.add_argument("--load-factor", type=_positive_float, default=1.0,
+    replay.add_argument("--load-factor", type=_positive_finite, default=1.0,
                         help="> 1 shortens the gaps between submissions (seed fig. 4.6)")
     replay.add_argument("--schedule", default="model", choices=("model", "recorded"),
                         help="model: replay FCFS/EASY; recorded: the dispatch times the trace "
@@ -84,7 +99,7 @@ def register(subparsers) -> None:
     replay.add_argument("--patch-bandwidth", type=parse_size, default=100e6,
                         help="bytes/s of patching a lost stripe from the source (default 1e8; "
                              "K/M/G/T suffixes are binary)")
-    replay.add_argument("--patch-latency", type=float, default=30.0,
+    replay.add_argument("--patch-latency", type=_seconds, default=30.0,
                         help="seconds to notice a failure and plan the patch (30)")
     replay.add_argument("--copy-bandwidth", type=parse_size, default=250e6,
                         help="bytes/s of one replica copy (default 2.5e8)")
@@ -160,7 +175,8 @@ def _replay(args) -> int:
     alphas = args.alpha or [config.replication.alpha]
     thresholds = args.threshold or [config.replication.threshold]
     stripe_count = args.stripe_count if args.stripe_count is not None else config.storage.stripe_count
-    stripe_size = int(args.stripe_size or config.storage.stripe_size)
+    stripe_size = int(args.stripe_size if args.stripe_size is not None
+                      else config.storage.stripe_size)
     show_progress = sys.stderr.isatty() if args.progress is None else args.progress
     base = dict(trace=args.trace, trace_format=args.trace_format, limit=args.limit,
                 strict=args.strict, failures=args.failures, failure_mode=args.failure_mode,

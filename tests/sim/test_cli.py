@@ -211,3 +211,23 @@ def test_failure_trace_that_lost_whole_nodes_says_so(tmp_path, capsys):
     assert len(warning) == 1 and warning[0].startswith(
         f"{failures}: warning: {silent} of the system's 512 nodes (")
     assert "have no failure record at all" in warning[0] and "too low" in warning[0]
+
+
+@pytest.mark.parametrize("option, value", [
+    ("--patch-latency", "nan"), ("--patch-latency", "inf"), ("--load-factor", "inf"),
+    ("--load-factor", "nan"), ("--scratch-size", "inf"), ("--scratch-size", "nan"),
+    ("--patch-bandwidth", "1e400"), ("--copy-bandwidth", "infM"), ("--stripe-size", "inf"),
+])
+def test_replay_options_refuse_what_is_not_finite(capsys, option, value):
+    with pytest.raises(SystemExit) as info:
+        main(["replay", RICC_EXCERPT, "--no-progress", option, value])
+    assert info.value.code == 2
+    err = capsys.readouterr().err
+    assert f"argument {option}: " in err and "finite" in err and "Traceback" not in err
+
+
+def test_replay_stripe_size_zero_is_refused_not_replaced_by_the_default(capsys):
+    assert main(["replay", RICC_EXCERPT, "--limit", "50", "--stripe-size", "0",
+                 "--no-progress"]) == 2
+    assert capsys.readouterr().err == ("scratchkeeper: stripe size must be a multiple of 64 KiB, "
+                                       "got 0\n")
