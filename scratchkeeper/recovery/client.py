@@ -19,6 +19,7 @@ only about files they own (and report only on their own chains); root may ask ab
 from __future__ import annotations
 
 import json
+import random
 import socket
 import struct
 import time
@@ -28,13 +29,19 @@ from ..errors import (InputError, PermissionDenied, RecoveryError, Scratchkeeper
 
 MAX_LINE = 1 << 20
 
-#: error classes a reply may name, so the client raises what the service raised
-ERROR_KINDS = {cls.__name__: cls for cls in (InputError, PermissionDenied, RecoveryError,
-                                             StorageError, ScratchkeeperError)}
-
 
 class ServiceUnavailable(RecoveryError):
     """The recovery service's socket does not answer."""
+
+
+class ServiceBusy(RecoveryError):
+    """The service refused a connection for now (this uid's connections, or all its request
+    threads, are taken); the client tries again with backoff."""
+
+
+#: error classes a reply may name, so the client raises what the service raised
+ERROR_KINDS = {cls.__name__: cls for cls in (InputError, PermissionDenied, ServiceBusy,
+                                             RecoveryError, StorageError, ScratchkeeperError)}
 
 
 def peer_credentials(conn: socket.socket) -> tuple[int, int, int]:
@@ -120,7 +127,25 @@ class RecoveryClient:
         self.connect_timeout = connect_timeout
 
     def call(self, message: dict, *, timeout: float | None = None) -> dict:
-        """Send one request, return the reply; an error reply is raised as its class."""
+        """Send one request, return the reply; an error reply is raised as its class.
+
+        A connection the service turns away as busy (many processes of one job waiting for
+        the same patch) is tried again with backoff and jitter for up to ``timeout`` (at
+        least ``connect_timeout``) seconds.
+        """
+        deadline = time.monotonic() + max(self.connect_timeout, timeout or 0.0)
+        delay = 0.05
+        while True:
+            try:
+                return self._call_once(message, timeout)
+            except ServiceBusy:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise
+                time.sleep(min(remaining, delay * random.uniform(0.5, 1.0)))
+                delay = min(delay * 2, 2.0)
+
+    def _call_once(self, message: dict, timeout: float | None) -> dict:
         conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
             conn.settimeout(self.connect_timeout)
@@ -130,7 +155,10 @@ class RecoveryClient:
                 raise ServiceUnavailable(f"recovery service not running ({self.socket_path}: "
                                          f"{err.strerror})") from None
             conn.settimeout(None if timeout is None else timeout + self.connect_timeout)
-            conn.sendall(encode(message))
+            try:
+                conn.sendall(encode(message))
+            except (BrokenPipeError, ConnectionResetError):
+                pass  # turned away before the request was read: its answer is waiting
             with conn.makefile("rb") as stream:
                 try:
                     reply = read_message(stream)

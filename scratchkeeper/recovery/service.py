@@ -390,7 +390,7 @@ class RecoveryService:
                 self._connections[uid] = mine + 1
         if reason is not None:
             self._refuse(uid, "-", "-", reason)
-            self._reply(conn, {"ok": False, "error": reason, "kind": "RecoveryError"}, 1.0)
+            self._reply(conn, {"ok": False, "error": reason, "kind": "ServiceBusy"}, 1.0)
             conn.close()
             return
         try:

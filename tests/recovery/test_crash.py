@@ -43,10 +43,17 @@ def _start_daemon(site) -> subprocess.Popen:
             return process
         except ServiceUnavailable:
             if process.poll() is not None:
-                raise AssertionError(f"recoveryd exited with {process.returncode}")
+                raise AssertionError(f"recoveryd exited with {process.returncode}: "
+                                     f"{_log_tail(site)}")
             time.sleep(0.05)
     process.kill()
-    raise AssertionError("recoveryd did not answer within 30 s")
+    raise AssertionError(f"recoveryd did not answer within 30 s: {_log_tail(site)}")
+
+
+def _log_tail(site, lines: int = 15) -> str:
+    """The end of the daemons' log, for a failure message (the site is removed afterwards)."""
+    return "\n".join((site.root / "recoveryd.log").read_text(errors="replace")
+                     .splitlines()[-lines:])
 
 
 def _objects_on_disk(store_root) -> set[tuple[int, str]]:

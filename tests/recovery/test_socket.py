@@ -123,6 +123,22 @@ def test_one_uid_gets_at_most_its_share_of_connections_and_others_are_still_serv
     assert service._connections == {}  # closed connections no longer count
 
 
+def test_a_client_turned_away_tries_again_until_a_connection_is_free(service):
+    """Many processes of one job waiting for one patch: those past the limit are not failed,
+    their client retries with backoff."""
+    service.connections_per_uid = 2
+    socket_path = service.config.recovery.socket
+    path = stage(service.backend, "nobodys.bin", b"y" * 70_000, "file:///nonexistent",
+                 owner=(NOBODY, NOBODY), stripe_count=1)
+    pid, release, answers = _hold_connections(NOBODY, socket_path, 2)
+    assert answers == [None, None]
+    threading.Timer(1.0, _release, (pid, release)).start()
+    started = time.monotonic()
+    answer = run_as(NOBODY, lambda: RecoveryClient(socket_path).status(path))
+    assert answer["ok"] and answer["value"]["whole"] is True, answer
+    assert time.monotonic() - started >= 0.9  # it waited for the held connections to go
+
+
 def test_threads_are_bounded_and_the_connection_beyond_them_is_refused(service):
     service.handler_threads = 4
     socket_path = service.config.recovery.socket
