@@ -167,7 +167,7 @@ def refresh_runtime() -> None:
 def own_services(local_cluster):
     """For a module whose tests play scratchkeeper's services themselves on private sites (their
     own chain sweeps, a recovery service on the plugin's socket): the cluster's chain service
-    and recoveryd are stopped for the module and started again by `local-cluster up`."""
+    and recoveryd are stopped for the module and started again afterwards."""
     from user_runtime import LOCAL_CLUSTER_SCRIPT
 
     def local_cluster_script(*args: str) -> None:
@@ -177,9 +177,10 @@ def own_services(local_cluster):
             pytest.fail(f"local-cluster {' '.join(args)}: {result.stderr.strip()}",
                         pytrace=False)
 
-    local_cluster_script("stop", "spank-chain", "recoveryd")
+    services = ("spank-chain", "recoveryd")
+    local_cluster_script("stop", *services)
     yield
-    local_cluster_script("up", "--nodes", str(len(local_cluster.nodes)))
+    local_cluster_script("start", *services)
 
 
 @pytest.fixture
