@@ -125,8 +125,7 @@ def settle_chains(config: SiteConfig, store: StateStore, *,
     ends = []
     for kind, chain_ids in by_kind.items():
         scheduler = get_scheduler(config, kind)
-        ids = [r["job_id"] for c in chain_ids for r in records.chain_jobs(store, c) if r["job_id"]]
-        live = scheduler.lookup(ids, missing_ok=True)
+        live = _look_up(store, scheduler, chain_ids)
         decided = []
         for chain_id in chain_ids:
             # read after the lookup: a `stage fail` that ran meanwhile has recorded its reason
@@ -155,6 +154,24 @@ def settle_chains(config: SiteConfig, store: StateStore, *,
                 end.settled = True
         ends += [end for end, _, _ in decided]
     return ends
+
+
+def _look_up(store: StateStore, scheduler, chain_ids: list[str]) -> dict[str, JobRecord]:
+    """The scheduler's records of the jobs the decisions need: the stage-in jobs, and the
+    dependents only of the chains that ended (most cycles: one lookup of the stage-ins)."""
+    chains = {c: (records.chain(store, c), records.chain_jobs(store, c)) for c in chain_ids}
+
+    def ids(wanted) -> list[str]:
+        return [r["job_id"] for c in wanted for r in chains[c][1]
+                if r["job_id"] and (r["role"] == "stage-in" or c in ended)]
+    ended = {c for c, (chain, _) in chains.items() if chain["state"] == records.STAGE_IN_FAILED}
+    live = scheduler.lookup(ids(chains), missing_ok=True)
+    newly = {c for c, (chain, rows) in chains.items() if c not in ended and any(
+        stage_in_failure(r, records_of_chain(live, chain).get(r["job_id"])) for r in rows)}
+    if newly:
+        ended |= newly
+        live.update(scheduler.lookup([j for j in ids(newly) if j not in live], missing_ok=True))
+    return live
 
 
 def records_of_chain(live: dict[str, JobRecord], chain) -> dict[str, JobRecord]:

@@ -68,7 +68,11 @@ def test_stage_ins_ended_without_staging_end_their_chains(store, use_runner):
 
     ends = {e.chain_id: e for e in settle.settle_chains(SiteConfig(), store)}
 
-    assert len(runner.ran("squeue")) == 1  # one queue look for every chain
+    # one queue look at the stage-ins of every chain, one more at the dependents of those ended
+    stage_ins, dependents = runner.ran("squeue")
+    assert sorted(stage_ins[2][len("--jobs="):].split(",")) == sorted(
+        IDS[f"stage-in {how}"] for how in ("cancelled", "timeout", "killed"))
+    assert "777777" in dependents[2]
     # the two compute jobs still pending are cancelled; the one Slurm cancelled is left alone
     # and the stage-out nobody knows is not cancelled blindly
     (scancel,) = runner.ran("scancel")
@@ -158,6 +162,8 @@ def test_chains_that_staged_or_still_stage_are_left_alone(store, use_runner):
     assert settle.settle_chains(SiteConfig(), store) == []
     assert not runner.ran("scancel")
     assert records.chain(store, "staging")["state"] == records.SUBMITTED
+    # while a chain stages, only its stage-in is looked at (not its compute nor stage-out job)
+    assert runner.ran("squeue") == [("squeue", "--json", f"--jobs={IDS['compute after cancelled']}")]
 
 
 def test_the_pbs_path_ends_a_chain_whose_stage_in_ended_without_recording(store, use_runner):
