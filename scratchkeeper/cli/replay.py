@@ -10,6 +10,7 @@ import os
 import sys
 import time
 
+from ..config import slurm_time_seconds
 from ..errors import InputError
 from . import site_config
 
@@ -52,6 +53,14 @@ def _positive_finite(text: str) -> float:
 
 def _seconds(text: str) -> float:
     return _number(text, positive=False)
+
+
+def _slurm_time(text: str) -> str:
+    """A Slurm time limit, or empty for none (the default)."""
+    if text and slurm_time_seconds(text) is None:
+        raise argparse.ArgumentTypeError(f"not a Slurm time limit (MM, MM:SS, HH:MM:SS, D-HH, "
+                                         f"D-HH:MM or D-HH:MM:SS): {text!r}")
+    return text
 
 
 def register(subparsers) -> None:
@@ -125,7 +134,8 @@ def register(subparsers) -> None:
     sweep.add_argument("--slurm", action="store_true",
                        help="submit a Slurm job array (one task per schedule) and a collect job")
     sweep.add_argument("--partition", default="", help="Slurm partition of the array")
-    sweep.add_argument("--time", dest="time_limit", default="", help="Slurm time limit per task")
+    sweep.add_argument("--time", dest="time_limit", default="", type=_slurm_time,
+                       help="Slurm time limit per task (MM, HH:MM:SS, D-HH:MM:SS...)")
     sweep.add_argument("--task", type=int, help="run only this task (what each array task does)")
     sweep.add_argument("--collect", action="store_true", help="only merge finished task results")
     sweep.set_defaults(func=_sweep)

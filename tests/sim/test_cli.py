@@ -231,3 +231,11 @@ def test_replay_stripe_size_zero_is_refused_not_replaced_by_the_default(capsys):
                  "--no-progress"]) == 2
     assert capsys.readouterr().err == ("scratchkeeper: stripe size must be a multiple of 64 KiB, "
                                        "got 0\n")
+
+
+@pytest.mark.parametrize("value", ["1 hour", "01:61:00", "1-25", "--uid=0", "1:2:3:4", "x\n"])
+def test_sweep_time_limit_must_be_a_slurm_time(tmp_path, capsys, value):
+    with pytest.raises(SystemExit) as info:
+        main(["sweep", str(_sweep_file(tmp_path)), "--slurm", f"--time={value}"])
+    assert info.value.code == 2
+    assert "argument --time: not a Slurm time limit" in capsys.readouterr().err
