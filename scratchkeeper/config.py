@@ -404,7 +404,9 @@ def parse_config(text: str, source: str = "<string>") -> SiteConfig:
 def _check_across_keys(config: SiteConfig, source: str, locator: "_KeyLocator") -> None:
     """Rules that tie one key to another (each key alone was checked by :func:`_convert`)."""
     ost_count = config.storage.ost_count
-    for name, members in config.storage.pools.items():
+    # ost_count is the local store's; a Lustre file system has the OSTs its servers have
+    pools = config.storage.pools if config.storage.backend == "local" else {}
+    for name, members in pools.items():
         beyond = [i for i in parse_ost_ranges(members) if i >= ost_count]
         if beyond:
             dotted = f"storage.pools.{name}"

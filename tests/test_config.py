@@ -218,6 +218,14 @@ def test_slurm_time_forms_are_accepted(walltime):
     assert config.scheduler.data_walltime == walltime
 
 
+def test_pools_of_a_lustre_site_are_not_held_to_the_local_ost_count():
+    config = parse_config('[storage]\nbackend = "lustre"\n[storage.pools]\nflash = "100-103"\n',
+                          "site.toml")
+    assert config.storage.pools == {"flash": "100-103"}
+    assert "beyond storage.ost_count" in _rejected(
+        '[storage]\nbackend = "local"\n[storage.pools]\nflash = "100-103"\n')
+
+
 def test_good_pools_and_an_empty_template_folder_pass():
     config = parse_config('[storage]\nost_count = 16\n[storage.pools]\nflash = "0-3, 8"\n'
                           'all = "0-15"\n[templates]\ndirectory = ""\n', "site.toml")
