@@ -1,0 +1,1 @@
+"""The parts of scripts/local-cluster, split along their seams (plain standard library)."""
