@@ -299,3 +299,31 @@ def test_stop_stops_only_the_named_services_and_up_would_start_them(script, fake
     cluster.stop(["recoveryd"])  # already stopped: nothing to do
     with pytest.raises(script.ClusterError, match="no daemon nonsense"):
         cluster.stop(["nonsense"])
+
+
+def test_a_new_runtime_or_site_config_restarts_the_services(script, tmp_path, monkeypatch):
+    """`up` restarts a daemon whose digest changed: the services' digest covers the runtime's
+    installed sources and the site config, so they never keep running an old install."""
+    runtime_root = tmp_path / "opt"
+    (runtime_root / "current").mkdir(parents=True)
+    (runtime_root / "current" / ".source-digest").write_text("first\n")
+    runtime_class = script.Runtime
+    monkeypatch.setattr(script, "Runtime", lambda: runtime_class(root=runtime_root))
+    nodes = ["node1"]
+    status = {"nodes": nodes, "pids": {},
+              "ports": {"slurmctld": 7001, "slurmdbd": 7002, "mariadb": 7003, "gridftp": 7004,
+                        "http": 7005, "slurmd": {"node1": 7100}}}
+    cluster = script.Cluster(script.Layout(tmp_path / "local"), status)
+    cluster.layout.root.mkdir()
+    cluster.layout.site_config.write_text("[logging]\n")
+
+    def digests():
+        return {d.name: d.digest() for d in cluster.daemons() if d.name in script.MANAGED_SERVICES}
+
+    before = digests()
+    assert set(before) == set(script.MANAGED_SERVICES)
+    (runtime_root / "current" / ".source-digest").write_text("second\n")
+    after_install = digests()
+    assert all(after_install[name] != before[name] for name in before)
+    cluster.layout.site_config.write_text("[logging]\nlevel = \"DEBUG\"\n")
+    assert all(digests()[name] != after_install[name] for name in before)
