@@ -111,14 +111,17 @@ class NamespaceMixin:
         self._owner_uid = os.stat(namespace).st_uid
         db = StateStore(namespace, journal=NAMESPACE_JOURNAL)
         db.ensure_schema(COMPONENT, MIGRATIONS)
-        with db.transaction() as conn:
-            known = conn.execute("SELECT COUNT(*) FROM osts").fetchone()[0]
-            if known > self.ost_count:
-                raise StorageError(f"{self.store_root}: the store has {known} OSTs, the "
-                                   f"configuration says storage.ost_count = {self.ost_count}; "
-                                   "OSTs cannot be removed")
-            for index in range(known, self.ost_count):
-                conn.execute("INSERT INTO osts(ost_index, state) VALUES (?, ?)", (index, OST_ACTIVE))
+        # a read first: every data job opens the store, and most opens have no OST to add
+        if db.query("SELECT COUNT(*) FROM osts")[0][0] != self.ost_count:
+            with db.transaction() as conn:
+                known = conn.execute("SELECT COUNT(*) FROM osts").fetchone()[0]
+                if known > self.ost_count:
+                    raise StorageError(f"{self.store_root}: the store has {known} OSTs, the "
+                                       f"configuration says storage.ost_count = "
+                                       f"{self.ost_count}; OSTs cannot be removed")
+                for index in range(known, self.ost_count):
+                    conn.execute("INSERT INTO osts(ost_index, state) VALUES (?, ?)",
+                                 (index, OST_ACTIVE))
         for row in db.query("SELECT ost_index, state FROM osts"):
             live, dead = self._ost_dir(row["ost_index"]), self._failed_dir(row["ost_index"])
             # finish a fail/restore that a crash interrupted between the database and the rename
