@@ -127,6 +127,10 @@ def recovery_claims(res: Results, load_of: Callable[[str], str]) -> list[Claim]:
             f"; ideal {fmt(ideal_mean)} / {fmt(ideal_sd)} s", where,
             _verdict(None if rises is None else rises and bool(rises_sd), rises or rises_sd))]
         dev_mean, dev_sd = _deviation(rec_mean, ideal_mean), _deviation(rec_sd, ideal_sd)
+        kills = (f"; kills of running jobs per run (a job can be killed twice): "
+                 f"{fmt(res.value(sweep, 'kills', policy='none'))} without, "
+                 f"{fmt(res.value(sweep, 'kills', policy=policy))} with recovery; affected jobs: "
+                 f"{fmt(res.value(sweep, 'affected_jobs', policy=policy))}")
         label = "pre-execution recovery" if policy == "pre-execution" else "on-the-fly recovery"
         ok = None if math.isnan(dev_mean) else dev_mean <= 5 and dev_sd <= 5
         out.append(Claim(
@@ -134,7 +138,7 @@ def recovery_claims(res: Results, load_of: Callable[[str], str]) -> list[Claim]:
                      "with the stripe count and equal the ideal (no failure)",
             "on the ideal curve at every stripe count",
             f"{_series(rec_mean, 'mean')}; at most {fmt(dev_mean, 1)} % (mean) and "
-            f"{fmt(dev_sd, 1)} % (SD) from the ideal", where,
+            f"{fmt(dev_sd, 1)} % (SD) from the ideal{kills}", where,
             _verdict(ok, None if ok is None else dev_mean <= 20),
             "" if ok else _why_not_ideal(policy)))
         return out
