@@ -67,10 +67,12 @@ STRIPE_SIZE_MAX = (1 << 32) - STRIPE_UNIT
 STRIPE_COUNT_MAX = 2000
 #: Longest socket path ``bind`` accepts (``sun_path`` holds 108 bytes with the final NUL).
 SOCKET_PATH_MAX = 107
-_SLURM_TIME = re.compile(r"(?:(?P<days>\d+)-(?P<dhours>\d{1,2})(?::(?P<dminutes>\d{1,2})"
+# ASCII digits only (\d also takes other scripts' digits), and leading fields of at most nine
+# digits, so that no digit string is too long to convert.
+_SLURM_TIME = re.compile(r"(?:(?P<days>\d{1,9})-(?P<dhours>\d{1,2})(?::(?P<dminutes>\d{1,2})"
                          r"(?::(?P<dseconds>\d{1,2}))?)?"
-                         r"|(?P<hours>\d+):(?P<hminutes>\d{1,2}):(?P<hseconds>\d{1,2})"
-                         r"|(?P<minutes>\d+)(?::(?P<mseconds>\d{1,2}))?)")
+                         r"|(?P<hours>\d{1,9}):(?P<hminutes>\d{1,2}):(?P<hseconds>\d{1,2})"
+                         r"|(?P<minutes>\d{1,9})(?::(?P<mseconds>\d{1,2}))?)", re.ASCII)
 _SLURM_TIME_MAX = 365 * 86400
 
 

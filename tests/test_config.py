@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from scratchkeeper.config import SiteConfig, describe_schema, load_config, parse_config
+from scratchkeeper.config import (SiteConfig, describe_schema, load_config, parse_config,
+                                 slurm_time_seconds)
 from scratchkeeper.errors import ConfigError
 
 
@@ -216,6 +217,14 @@ def test_bad_values_are_one_line_naming_file_line_and_key(text, message, line):
 def test_slurm_time_forms_are_accepted(walltime):
     config = parse_config(f'[scheduler]\ndata_walltime = "{walltime}"\n', "site.toml")
     assert config.scheduler.data_walltime == walltime
+
+
+@pytest.mark.parametrize("walltime", ["\u0663\u0660", "1-\u0661\u0662", "9" * 5000,
+                                      "9" * 5000 + ":00:00", "1-99:99:99"])
+def test_slurm_times_in_other_scripts_digits_or_too_long_to_convert_are_refused(walltime):
+    error = _rejected(f'[scheduler]\ndata_walltime = "{walltime}"\n')
+    assert error.startswith("site.toml:2: key 'scheduler.data_walltime': expected a Slurm time")
+    assert slurm_time_seconds(walltime) is None
 
 
 def test_pools_of_a_lustre_site_are_not_held_to_the_local_ost_count():

@@ -412,12 +412,10 @@ def _set_option(opts: StageOptions, name: str, value: str | None, directive: str
             bad(f"seconds from 0 to {MAX_RETRY_DELAY:.0f}")
         opts.retry_delay = float(value)
     elif name == "walltime":
-        # ASCII and short first: the parser's \d takes any script's digits, int() no 5000
-        seconds = slurm_time_seconds(value) if value.isascii() and len(value) <= 16 else None
-        if seconds is None:
-            bad("a time like 30, 01:30:00 or 1-00:00:00")
-        if not 0 < seconds <= MAX_WALLTIME_SECONDS:
-            bad(f"a time above zero and at most {MAX_WALLTIME_SECONDS // 86400} days")
+        seconds = slurm_time_seconds(value)
+        if seconds is None or not 0 < seconds <= MAX_WALLTIME_SECONDS:
+            bad(f"a time above zero and at most {MAX_WALLTIME_SECONDS // 86400} days, like 30, "
+                "01:30:00 or 1-00:00:00")
         opts.walltime = value
     elif name == "priority":
         low, high = PRIORITY_BOUNDS
