@@ -376,9 +376,9 @@ def test_carriage_returns_are_refused(text, line):
     ("-walltime 0-0", "a time above zero"),
     ("-walltime 99999999999", "a time above zero and at most 365 days"),
     ("-walltime 400-00:00:00", "at most 365 days"),
-    ("-walltime 1:99:00", "a time like 30"),
-    ("-walltime 1-24:00:00", "a time like 30"),
-    ("-walltime \u0661\u0662", "a time like 30"),
+    ("-walltime 1:99:00", "at most 365 days, like 30"),
+    ("-walltime 1-24:00:00", "at most 365 days, like 30"),
+    ("-walltime \u0661\u0662", "at most 365 days, like 30"),
     ("-name -x", "not starting with -"),
     ("-qos --x", "not starting with -"),
 ])
