@@ -10,7 +10,7 @@
 # The prologue runs on the mother superior: it reaches recoveryd through its socket only if
 # that path is shared (or recovers in-process when the socket is not there).
 set -u
-SCRATCHKEEPER=${SCRATCHKEEPER:-/usr/bin/scratchkeeper}
+SCRATCHKEEPER=${SCRATCHKEEPER:-/usr/local/bin/scratchkeeper}
 export SCRATCHKEEPER_CONFIG=${SCRATCHKEEPER_CONFIG:-/etc/scratchkeeper/site.toml}
 job_id=$1
 

@@ -10,7 +10,7 @@
 # Waiting: recovery.wait_timeout (site.toml) bounds the wait for patches; keep it below
 # PrologEpilogTimeout.
 set -u
-SCRATCHKEEPER=${SCRATCHKEEPER:-/usr/bin/scratchkeeper}
+SCRATCHKEEPER=${SCRATCHKEEPER:-/usr/local/bin/scratchkeeper}
 export SCRATCHKEEPER_CONFIG=${SCRATCHKEEPER_CONFIG:-/etc/scratchkeeper/site.toml}
 
 if ! reason=$("$SCRATCHKEEPER" recovery hook "$SLURM_JOB_ID" 2>&1); then
