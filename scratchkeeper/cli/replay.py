@@ -138,6 +138,10 @@ def register(subparsers) -> None:
                        help="Slurm time limit per task (MM, HH:MM:SS, D-HH:MM:SS...)")
     sweep.add_argument("--task", type=int, help="run only this task (what each array task does)")
     sweep.add_argument("--collect", action="store_true", help="only merge finished task results")
+    sweep.add_argument("--progress", dest="progress", action="store_true", default=True,
+                       help="show progress (the default): a line redrawn on a terminal, a line "
+                            "per finished task elsewhere, with the time left")
+    sweep.add_argument("--no-progress", dest="progress", action="store_false")
     sweep.set_defaults(func=_sweep)
 
     report = subparsers.add_parser(
@@ -304,15 +308,8 @@ def _sweep(args) -> int:
         return 0
     if args.workers < 1:
         raise InputError(f"--workers must be >= 1, got {args.workers}")
-    show = sys.stderr.isatty()
-
-    def progress(done, total):
-        if show:
-            sys.stderr.write(f"\rsweep: {done}/{total} tasks done")
-            if done == total:
-                sys.stderr.write("\n")
-            sys.stderr.flush()
-
+    progress = (sweep.TaskProgress(sys.stderr, terminal=sys.stderr.isatty())
+                if args.progress else None)
     errors = sweep.run_local(plan, output, min(args.workers, len(plan.tasks)), progress)
     for line in errors:
         print(f"scratchkeeper: {line}", file=sys.stderr)

@@ -22,6 +22,7 @@ import shlex
 import signal
 import sys
 import threading
+import time
 import tomllib
 from array import array
 from collections import defaultdict
@@ -207,6 +208,39 @@ def _worker_signals() -> None:
     # terminates the pool); a worker dies by the pool's SIGTERM with the default action.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
+def format_duration(seconds: float) -> str:
+    """``42 s``, ``3 min 05 s``, ``2 h 07 min``: a time left or taken, for people."""
+    seconds = int(round(max(seconds, 0.0)))
+    if seconds < 60:
+        return f"{seconds} s"
+    if seconds < 3600:
+        return f"{seconds // 60} min {seconds % 60:02d} s"
+    return f"{seconds // 3600} h {seconds % 3600 // 60:02d} min"
+
+
+class TaskProgress:
+    """Progress of a local sweep on ``stream``: on a terminal one line redrawn, elsewhere (a log,
+    a pipe, a batch job's output) a line per finished task; both with the count and the time
+    left, estimated from the tasks finished so far."""
+
+    def __init__(self, stream, *, terminal: bool, label: str = "sweep"):
+        self.stream = stream
+        self.terminal = terminal
+        self.label = label
+        self.started = time.monotonic()
+
+    def __call__(self, done: int, total: int) -> None:
+        elapsed = time.monotonic() - self.started
+        left = elapsed / done * (total - done) if done else 0.0
+        text = (f"{self.label}: {done}/{total} tasks done, {format_duration(elapsed)} so far, "
+                f"about {format_duration(left)} left")
+        if self.terminal:
+            self.stream.write("\r" + text + ("\n" if done >= total else ""))
+        else:
+            self.stream.write(text + "\n")
+        self.stream.flush()
 
 
 def slurm_script(plan: SweepPlan, output: str, *, partition: str = "", time_limit: str = "",
