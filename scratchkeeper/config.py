@@ -290,10 +290,12 @@ class RecoveryConfig:
     scope: str = _opt("all", "what the periodic check recovers: 'all' files with a source on a "
                       "failed OST (inputs of queued jobs first) or only 'queued-inputs'",
                       choices=("all", "queued-inputs"))
-    probe_reuse: float = _opt(10.0, "seconds an OST probe serves the recoveries that start "
-                              "after it (one probe for the many files an OST failure hits; a "
-                              "file found whole, a reported OST the probe saw healthy and every "
-                              "retry probe again; 0: a probe per recovery)", minimum=0,
+    probe_reuse: float = _opt(10.0, "seconds a probe of every OST serves the recoveries that "
+                              "start after it, for the OSTs outside their file only (the choice "
+                              "of substitutes): a file's own OSTs and any OST a request names are "
+                              "probed anew right before its rebuild, so a reused probe never "
+                              "decides what is rebuilt or that a file is whole; 0: every "
+                              "recovery probes every OST", minimum=0,
                               maximum=DAY)
     substitute_attempts: int = _opt(3, "substitute OSTs tried when one fails during patching",
                                     minimum=1, maximum=100)
