@@ -215,9 +215,10 @@ def plot_queue_length(rows: list[Row], output: str, alpha: float = 0.5) -> str |
                      f"\n{_avg(match, 'utilisation_pct'):.0f} % used)")
     ax.set_xticks(range(len(loads)), names, fontsize=8)
     ax.set_ylabel("jobs at risk (%)")
-    ax.set_ylim(0, 100)
+    ax.set_ylim(0, 112)         # room above 100 % for the legend
+    ax.set_yticks(range(0, 101, 20))
     ax.grid(alpha=0.3, axis="y")
-    ax.legend(fontsize=8)
+    ax.legend(fontsize=7, ncol=len(labels), loc="upper center")
     ax.set_title(f"Jobs at risk at alpha = {alpha:g} by average queue length\n"
                  f"{conditions(rows, load=False)}", fontsize=9)
     fig.tight_layout()
