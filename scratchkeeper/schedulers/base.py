@@ -167,8 +167,15 @@ class Scheduler:
         return self.backend.parse_history(self._run(argv, mutating=False))
 
     def snapshot(self) -> QueueSnapshot:
-        """One batched query of the whole queue, in priority order."""
-        return QueueSnapshot(tuple(self.backend.order_by_priority(self.query(None))))
+        """One batched query of the whole queue, in priority order.
+
+        The backend's ``build_snapshot``/``parse_snapshot`` may ask for fewer fields than
+        ``query`` (a daemon polls the whole queue every cycle): the records carry state, reason,
+        name, queue, user, nodes, priority, dependency and submit/start times.
+        """
+        stdout = self._run(self.backend.build_snapshot(), mutating=False)
+        return QueueSnapshot(tuple(self.backend.order_by_priority(
+            self.backend.parse_snapshot(stdout))))
 
     def lookup(self, job_ids: Sequence[str], *, missing_ok: bool = False) -> dict[str, JobRecord]:
         """The state of each job: queue first, then accounting for the ones gone from it.

@@ -67,6 +67,15 @@ def parse_query(stdout: str) -> list[JobRecord]:
     return [_record(block) for block in _blocks(stdout)]
 
 
+def build_snapshot() -> list[str]:
+    return build_query(None)
+
+
+def parse_snapshot(stdout: str) -> list[JobRecord]:
+    """The whole queue: ``qstat -f`` as :func:`parse_query` reads it."""
+    return parse_query(stdout)
+
+
 def _blocks(stdout: str) -> list[dict[str, str]]:
     blocks: list[dict[str, str]] = []
     current: dict[str, str] | None = None
