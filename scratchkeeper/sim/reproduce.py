@@ -18,7 +18,6 @@ import shutil
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from multiprocessing import get_context
 
 from ..errors import InputError, ScratchkeeperError
 from . import DATA_DIR, sweep
@@ -315,18 +314,9 @@ def run_sweeps(runs: list[SweepRun], pool, timings: dict,
         if error:
             errors.append(f"{name} task {index}: {error}")
         report(f"[{done}/{len(todo)}] {name} task {index} {'failed' if error else 'done'} "
-               f"in {seconds:.1f} s; about {_duration(left)} left"
+               f"in {seconds:.1f} s; about {sweep.format_duration(left)} left"
                + (f" ({workers} workers)" if done == 1 else ""))
     return errors
-
-
-def _duration(seconds: float) -> str:
-    seconds = int(round(seconds))
-    if seconds < 60:
-        return f"{seconds} s"
-    if seconds < 3600:
-        return f"{seconds // 60} min {seconds % 60:02d} s"
-    return f"{seconds // 3600} h {seconds % 3600 // 60:02d} min"
 
 
 @dataclass
@@ -355,9 +345,7 @@ def reproduce(setup: Setup, output: str, work: str = "", workers: int = 1,
     os.makedirs(work, exist_ok=True)
     timings_path = os.path.join(work, "timings.json")
     timings = _read_json(timings_path)
-    context = get_context("fork")
-    with sweep._stop_on_sigterm(), context.Pool(processes=max(1, workers),
-                                                initializer=sweep._worker_signals) as pool:
+    with sweep.worker_pool(workers) as pool:
         searches = calibrate(setup, pool, os.path.join(work, "calibration.json"), report)
         for name, search in searches.items():
             timings[f"calibration/{name}"] = search.seconds
@@ -390,7 +378,8 @@ def reproduce(setup: Setup, output: str, work: str = "", workers: int = 1,
     outcome.figures = make_report(list(results.values()), output)
     outcome.wall_seconds = time.monotonic() - started
     write_reproduction(outcome)
-    report(f"wrote {os.path.join(output, 'reproduction.rst')} in {_duration(outcome.wall_seconds)}")
+    report(f"wrote {os.path.join(output, 'reproduction.rst')} in "
+           f"{sweep.format_duration(outcome.wall_seconds)}")
     return outcome
 
 

@@ -10,6 +10,7 @@ cross-run filtered wait statistics.
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import dataclasses
 import hashlib
@@ -170,11 +171,20 @@ def run_local(plan: SweepPlan, output: str, workers: int,
 
     if workers <= 1:
         return collect(map(_run_task_in_child, todo))
-    with _stop_on_sigterm(), get_context("fork").Pool(processes=workers,
-                                                      initializer=_worker_signals) as pool:
-        # Leaving this block by an exception (Ctrl-C, SIGTERM, a crash) terminates the pool:
-        # no worker goes on after the sweep is stopped.
+    with worker_pool(workers) as pool:
         return collect(pool.imap_unordered(_run_task_in_child, todo))
+
+
+@contextlib.contextmanager
+def worker_pool(workers: int):
+    """A pool of ``workers`` forked processes that a stopped sweep takes down with it.
+
+    Leaving the block by an exception (Ctrl-C, SIGTERM turned into :class:`SweepStopped`, a
+    crash) terminates the pool: no worker goes on after the sweep is stopped.
+    """
+    with _stop_on_sigterm(), get_context("fork").Pool(processes=max(1, workers),
+                                                      initializer=_worker_signals) as pool:
+        yield pool
 
 
 class SweepStopped(ScratchkeeperError):
