@@ -32,7 +32,7 @@ from ..schedulers import Scheduler, get_scheduler
 from ..schedulers.base import JobState, QueueSnapshot
 from ..state import StateStore
 from ..storage import StorageBackend, open_backend
-from . import inputs as job_inputs_module
+from .inputs import KnownInputs
 from .closes import ChangelogReader, CloseTracker, InotifyWatcher
 from .decisions import CycleInput, Decisions, InputFile, JobInputs, decide
 from .replicas import DATA_JOB_PREFIX, ReplicaOperations
@@ -105,6 +105,7 @@ class ReplicationDaemon:
         self._in_flight: dict[str, None] = {}
         self._running_since: dict[str, float] = {}
         self._sizes: dict[str, int] = {}
+        self._known_inputs = KnownInputs(self.store, self.backend.scratch_root)
         self._tracker = CloseTracker(quiet=config.replication.close_quiet)
         self._watcher: InotifyWatcher | None = None
         self._changelog: ChangelogReader | None = None
@@ -308,8 +309,7 @@ class ReplicationDaemon:
         report.confirmed_ended = sorted(ended)
 
         job_ids = set(present) | {c.job_id for c in claims}
-        inputs, checksums = job_inputs_module.job_inputs(self.store, job_ids,
-                                                         self.backend.scratch_root)
+        inputs, checksums = self._known_inputs.get(job_ids)
         inputs = self._fill_sizes(inputs)
         closed = self._closed_pairs(snapshot, claims, events, rows)
         total = scratch_bytes(self.backend)

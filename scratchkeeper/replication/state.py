@@ -13,6 +13,7 @@ cycle's figures for ``scratchkeeper replicas``.
 from __future__ import annotations
 
 import json
+import threading
 import time
 import uuid
 from collections.abc import Iterable
@@ -76,6 +77,12 @@ MIGRATIONS = [
 
 JOB_ENDED, FILE_CLOSED = "job-ended", "file-closed"
 
+# every write of a row sets ``updated``; a delete lowers the count, an insert raises the rowid
+_CLAIMS_SIGNATURE = ("SELECT COUNT(*), MAX(updated), TOTAL(active), MAX(rowid), "
+                     "TOTAL(LENGTH(released_why)) FROM claims")
+_REPLICAS_SIGNATURE = ("SELECT COUNT(*), MAX(updated), TOTAL(LENGTH(state)), MAX(rowid) "
+                       "FROM replicas")
+
 
 @dataclass(frozen=True)
 class ReplicaRow:
@@ -127,6 +134,14 @@ class ReplicationState:
     def __init__(self, store: StateStore):
         self.store = store
         store.ensure_schema(COMPONENT, MIGRATIONS)
+        # what the last read gave, with the table's signature then: a read whose signature is
+        # unchanged returns it (the daemon reads 13,000 claims and replicas every cycle)
+        self._mirror_lock = threading.Lock()
+        self._claims: dict[tuple[str, str], Claim] | None = None
+        self._claims_seen: tuple | None = None
+        self._statuses: dict[str, ReplicaStatus] | None = None
+        self._statuses_seen: tuple | None = None
+        self._status_written: dict[str, object] = {}
 
     # -- replicas ------------------------------------------------------------------------------
     def replicas(self) -> dict[str, ReplicaRow]:
@@ -134,9 +149,19 @@ class ReplicationState:
                 for row in self.store.query("SELECT * FROM replicas ORDER BY path")}
 
     def statuses(self) -> dict[str, ReplicaStatus]:
-        """State and size of every replica: what a decision cycle needs, cheaply."""
-        return {row["path"]: ReplicaStatus(row["path"], row["state"], row["size"])
-                for row in self.store.query("SELECT path, state, size FROM replicas")}
+        """State and size of every replica: what a decision cycle needs, cheaply.
+
+        Read again only when the table's signature (rows, last update, states) changed since
+        the previous read, by any connection or process.
+        """
+        signature = tuple(self.store.query(_REPLICAS_SIGNATURE)[0])
+        with self._mirror_lock:
+            if self._statuses is None or signature != self._statuses_seen:
+                self._statuses = {row[0]: ReplicaStatus(row[0], row[1], row[2])
+                                  for row in self.store.query("SELECT path, state, size "
+                                                              "FROM replicas ORDER BY rowid")}
+                self._statuses_seen = signature
+            return dict(self._statuses)
 
     def replicas_in(self, *states: str) -> dict[str, ReplicaRow]:
         marks = ",".join("?" * len(states))
@@ -223,10 +248,22 @@ class ReplicationState:
 
     # -- claims --------------------------------------------------------------------------------
     def claims(self) -> list[Claim]:
-        return [Claim(row["job_id"], row["path"], bool(row["active"]), row["reason"],
-                      row["released_why"])
-                for row in self.store.query("SELECT job_id, path, active, reason, released_why "
-                                            "FROM claims")]
+        """Every claim, oldest first (row order).
+
+        Claims change only through :meth:`apply_claims`, which keeps the list it returns up to
+        date; the table is read again when its signature differs from the one this object saw
+        last (another writer).
+        """
+        signature = tuple(self.store.query(_CLAIMS_SIGNATURE)[0])
+        with self._mirror_lock:
+            if self._claims is None or signature != self._claims_seen:
+                self._claims = {(row[0], row[1]): Claim(row[0], row[1], bool(row[2]), row[3],
+                                                        row[4])
+                                for row in self.store.query(
+                                    "SELECT job_id, path, active, reason, released_why "
+                                    "FROM claims ORDER BY rowid")}
+                self._claims_seen = signature
+            return list(self._claims.values())
 
     def claimed_paths(self) -> set[str]:
         """Files at least one active claim wants replicated."""
@@ -239,6 +276,9 @@ class ReplicationState:
     def apply_claims(self, claim: Iterable[ClaimChange], release: Iterable[ClaimChange],
                      forget: Iterable[ClaimChange]) -> None:
         """New and renewed claims, releases and forgotten claims of one cycle: one transaction."""
+        claim, release, forget = list(claim), list(release), list(forget)
+        if not (claim or release or forget):
+            return
         now = time.time()
         with self.store.transaction() as conn:
             conn.executemany(
@@ -252,6 +292,26 @@ class ReplicationState:
                              [(c.why, now, c.job_id, c.path) for c in release])
             conn.executemany("DELETE FROM claims WHERE job_id = ? AND path = ?",
                              [(c.job_id, c.path) for c in forget])
+            signature = tuple(conn.execute(_CLAIMS_SIGNATURE).fetchone())
+            with self._mirror_lock:
+                known = self._claims if self._claims_seen is not None else None
+                mirror = dict(known) if known is not None else None
+        if mirror is None:
+            return
+        # the same changes in memory, in the same order (an upsert keeps its row's place)
+        for change in claim:
+            mirror[(change.job_id, change.path)] = Claim(change.job_id, change.path, True,
+                                                         change.reason, "")
+        for change in release:
+            key = (change.job_id, change.path)
+            if key in mirror:
+                mirror[key] = Claim(change.job_id, change.path, False, mirror[key].reason,
+                                    change.why)
+        for change in forget:
+            mirror.pop((change.job_id, change.path), None)
+        with self._mirror_lock:
+            if self._claims is known:
+                self._claims, self._claims_seen = mirror, signature
 
     def mark_missing(self, job_ids: Iterable[str], now: float) -> dict[str, float]:
         """Note when each job was first found unknown to queue and accounting; return the times."""
@@ -292,10 +352,16 @@ class ReplicationState:
 
     # -- daemon status -------------------------------------------------------------------------
     def set_status(self, values: dict) -> None:
+        """Write the keys whose value differs from what this object wrote last."""
+        changed = {k: v for k, v in values.items()
+                   if k not in self._status_written or self._status_written[k] != v}
+        if not changed:
+            return
         with self.store.transaction() as conn:
             conn.executemany("INSERT INTO daemon_status(key, value) VALUES (?, ?) ON CONFLICT(key)"
                              " DO UPDATE SET value = excluded.value",
-                             [(k, json.dumps(v)) for k, v in values.items()])
+                             [(k, json.dumps(v)) for k, v in changed.items()])
+        self._status_written.update(changed)
 
     def status(self) -> dict:
         return {row["key"]: json.loads(row["value"])
