@@ -155,27 +155,35 @@ def register(subparsers) -> None:
 
 
 class ProgressBar:
-    """A one-line progress bar on stderr, redrawn at most ten times a second."""
+    """Progress of a replay on stderr, phase by phase (reading the traces, scheduling, each
+    replication pass): one line redrawn at most ten times a second, ended at each phase's end."""
+
+    UNITS = {"reading trace": "bytes", "scheduling": "jobs"}
 
     def __init__(self, label: str, enabled: bool):
         self.label = label
         self.enabled = enabled
+        self.phase = None
         self.started = time.monotonic()
         self.last = 0.0
 
-    def __call__(self, done: int, total: int) -> None:
+    def __call__(self, phase: str, done: int, total: int) -> None:
         if not self.enabled:
             return
         now = time.monotonic()
-        if done < total and now - self.last < 0.1:
+        if phase != self.phase:
+            self.phase, self.started = phase, now
+        elif done < total and now - self.last < 0.1:
             return
         self.last = now
         width = 30
-        fraction = done / total if total else 1.0
+        fraction = min(done / total, 1.0) if total else 1.0
         bar = "#" * int(width * fraction)
+        unit = self.UNITS.get(phase.split(" ")[0] if phase.startswith("replication")
+                              else phase, "events")
         rate = done / (now - self.started) if now > self.started else 0.0
-        sys.stderr.write(f"\r{self.label} [{bar:<{width}}] {100 * fraction:5.1f}% "
-                         f"{done:,}/{total:,} jobs {rate:,.0f}/s")
+        sys.stderr.write(f"\r{self.label} {phase} [{bar:<{width}}] {100 * fraction:5.1f}% "
+                         f"{done:,}/{total:,} {unit} {rate:,.0f}/s\x1b[K")
         if done >= total:
             sys.stderr.write("\n")
         sys.stderr.flush()

@@ -14,6 +14,7 @@ time, no shortcut). ``alpha = inf`` replicates every job on submission.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from ..errors import InputError
@@ -76,8 +77,15 @@ class ReplicationResult:
         return 100.0 * max(self.space_samples, default=0.0)
 
 
-def replay_replication(schedule: Schedule, params: ReplicationParams) -> ReplicationResult:
-    """Run the replication daemon's decisions over ``schedule`` and measure risk and space."""
+#: queue events between two progress reports of the replication pass
+PROGRESS_EVENTS = 1 << 16
+
+
+def replay_replication(schedule: Schedule, params: ReplicationParams,
+                       progress: Callable[[int, int], None] | None = None) -> ReplicationResult:
+    """Run the replication daemon's decisions over ``schedule`` and measure risk and space.
+
+    ``progress(events done, events)`` as the schedule's queue events are replayed."""
     jobs = schedule.jobs
     times, kinds, job_of = schedule.log_time, schedule.log_kind, schedule.log_job
     # Queue stints: one per entry into the queue, closed by a dispatch or a move to the tail.
@@ -115,7 +123,11 @@ def replay_replication(schedule: Schedule, params: ReplicationParams) -> Replica
     current_rank: dict[int, int] = {}
     n_log = len(times)
     i = 0
+    next_report = PROGRESS_EVENTS
     while i < n_log:
+        if progress is not None and i >= next_report:
+            progress(i, n_log)
+            next_report = i + PROGRESS_EVENTS
         now = times[i]
         while i < n_log and times[i] == now:
             kind = kinds[i]
@@ -147,6 +159,8 @@ def replay_replication(schedule: Schedule, params: ReplicationParams) -> Replica
             job = stint_job[stint_of_rank[rank]]
             if requested_at[job] < 0:
                 requested_at[job] = now
+    if progress is not None:
+        progress(n_log, n_log)
     samples = _space_samples(schedule, requested_at, params)
     replicated = sum(1 for r in requested_at if r >= 0)
     return ReplicationResult(params, len(jobs), at_risk, replicated, samples)

@@ -14,7 +14,7 @@ import os
 from array import array
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from functools import lru_cache
+from functools import lru_cache, partial
 
 from ..errors import InputError
 from . import traces
@@ -186,12 +186,15 @@ def detect_format(path: str) -> str:
     return "lanl-jobs"
 
 
-def load_trace(config: ReplayConfig):
-    """The trace's jobs, the system size in scheduling nodes, the machine's nodes, what was skipped."""
+def load_trace(config: ReplayConfig, progress: Callable[[int, int], None] | None = None):
+    """The trace's jobs, the system size in scheduling nodes, the machine's nodes, what was skipped.
+
+    ``progress(bytes read, file size)`` as the file is read."""
     kind = detect_format(config.trace) if config.trace_format == "auto" else config.trace_format
     header_nodes = machine_nodes = None
     if kind == "swf":
-        trace = traces.read_swf(config.trace, strict=config.strict, limit=config.limit or None)
+        trace = traces.read_swf(config.trace, strict=config.strict, limit=config.limit or None,
+                                progress=progress)
         jobs = from_swf(trace.jobs)
         procs = trace.header.max_procs
         nodes = trace.header.max_nodes
@@ -202,10 +205,12 @@ def load_trace(config: ReplayConfig):
         machine_nodes = nodes
         report = trace.report
     elif kind == "lanl-jobs":
-        records, report = traces.read_lanl_jobs(config.trace, strict=config.strict)
+        records, report = traces.read_lanl_jobs(config.trace, strict=config.strict,
+                                                progress=progress)
         jobs = from_lanl(records[: config.limit or None])
     else:
-        records, report = traces.read_site_csv(config.trace, strict=config.strict)
+        records, report = traces.read_site_csv(config.trace, strict=config.strict,
+                                               progress=progress)
         jobs = from_site(records[: config.limit or None])
     return jobs, header_nodes, machine_nodes, list(traces.iter_records(report))
 
@@ -223,9 +228,16 @@ def _failure_records(path: str, system: int, strict: bool):
 
 
 def run_replay(config: ReplayConfig, replications: Sequence[ReplayConfig] = (),
-               progress: Callable[[int, int], None] | None = None) -> ReplayOutcome:
-    """Replay ``config`` once; each of ``replications`` (same schedule) adds a replication row."""
-    trace_jobs, header_nodes, machine_nodes, skipped = load_trace(config)
+               progress: Callable[[str, int, int], None] | None = None) -> ReplayOutcome:
+    """Replay ``config`` once; each of ``replications`` (same schedule) adds a replication row.
+
+    ``progress(phase, done, total)`` as each phase goes: ``reading trace`` (bytes of the file),
+    ``reading failures``, ``scheduling`` (jobs ended), ``replication ...`` (queue events)."""
+
+    def phase(name: str) -> Callable[[int, int], None] | None:
+        return None if progress is None else partial(progress, name)
+
+    trace_jobs, header_nodes, machine_nodes, skipped = load_trace(config, phase("reading trace"))
     # The machine's nodes (SWF MaxNodes), else the modelled system's: the aggregate memory.
     workload = build_workload(trace_jobs, config.workload_params(machine_nodes or 0),
                               header_nodes)
@@ -238,7 +250,11 @@ def run_replay(config: ReplayConfig, replications: Sequence[ReplayConfig] = (),
     outages = []
     node_mtbf_days = math.nan
     if config.failures and config.policy != "ideal":
+        if progress is not None:
+            progress("reading failures", 0, 1)
         failure_trace = _failure_trace(config.failures, config.failure_system, config.strict)
+        if progress is not None:
+            progress("reading failures", 1, 1)
         records = failure_trace.records
         stats = failure_stats(records)
         skipped += [*traces.iter_records(failure_trace.report), *stats.warnings(config.failures)]
@@ -252,7 +268,7 @@ def run_replay(config: ReplayConfig, replications: Sequence[ReplayConfig] = (),
     else:
         schedule = simulate(jobs, workload.system_nodes, backfill=config.backfill,
                             outages=outages, recovery=config.recovery_params(),
-                            progress=progress)
+                            progress=phase("scheduling"))
     waits = array("d", (j.start - j.submit for j in jobs))
     affected = bytearray(1 if j.affected else 0 for j in jobs)
     n = len(jobs)
@@ -287,7 +303,8 @@ def run_replay(config: ReplayConfig, replications: Sequence[ReplayConfig] = (),
             scratch = variant.scratch_bytes or machine_nodes * variant.node_memory_bytes / 0.078
             result = replay_replication(schedule, ReplicationParams(
                 variant.strategy, variant.alpha, variant.threshold, variant.copy_bandwidth,
-                scratch))
+                scratch), progress=phase(f"replication {variant.strategy} "
+                                         f"alpha={variant.alpha:g}"))
             values.update(model_scratch_bytes=scratch, at_risk_pct=result.at_risk_pct,
                           space_mean_pct=result.space_mean_pct,
                           space_max_pct=result.space_max_pct,

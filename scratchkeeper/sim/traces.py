@@ -20,12 +20,12 @@ import math
 import os
 import zlib
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 
 from ..errors import TraceError
-from ..inputfiles import require_regular
+from ..inputfiles import open_regular
 
 #: SWF field names in file order (Feitelson's definition, version 2.2).
 SWF_FIELDS = (
@@ -127,36 +127,76 @@ class SwfTrace:
     report: ReadReport
 
 
-def open_text(path: str | os.PathLike) -> io.TextIOBase:
+class TraceText(io.TextIOWrapper):
+    """A trace's text, uncompressed on the fly; :meth:`consumed` says how many bytes of the file
+    itself have been read so far (of ``os.fstat`` size ``size``), for progress."""
+
+    def __init__(self, binary, raw):
+        super().__init__(binary, encoding="utf-8", errors="replace", newline="")
+        self._raw = raw
+        self.size = os.fstat(raw.fileno()).st_size
+
+    def consumed(self) -> int:
+        return self._raw.tell()
+
+    def close(self) -> None:
+        try:
+            super().close()
+        finally:
+            self._raw.close()   # the decompressors do not close a file object they were given
+
+
+def open_text(path: str | os.PathLike) -> TraceText:
     """Open a trace, uncompressing ``.gz``, ``.xz`` and ``.bz2`` on the fly; a regular file only.
 
     Iterate over it with :func:`read_lines`, which turns a truncated or corrupt compressed file
     into one :class:`TraceError`."""
     name = os.fspath(path)
     try:
-        require_regular(name)
-        if name.endswith(".gz"):
-            return gzip.open(name, "rt", encoding="utf-8", errors="replace", newline="")
-        if name.endswith(".xz"):
-            return lzma.open(name, "rt", encoding="utf-8", errors="replace", newline="")
-        if name.endswith(".bz2"):
-            return bz2.open(name, "rt", encoding="utf-8", errors="replace", newline="")
-        return open(name, encoding="utf-8", errors="replace", newline="")
+        raw = open_regular(name, "rb", buffering=0)
     except OSError as err:
         raise TraceError(f"cannot open trace: {err.strerror or err}", path=name) from err
+    try:
+        if name.endswith(".gz"):
+            binary = gzip.GzipFile(fileobj=raw, mode="rb")
+        elif name.endswith(".xz"):
+            binary = lzma.LZMAFile(raw)
+        elif name.endswith(".bz2"):
+            binary = bz2.BZ2File(raw)
+        else:
+            binary = io.BufferedReader(raw)
+        return TraceText(binary, raw)
+    except BaseException:
+        raw.close()
+        raise
 
 
 _READ_ERRORS = (EOFError, OSError, lzma.LZMAError, zlib.error)
 
 
-def read_lines(stream: io.TextIOBase, name: str) -> Iterator[str]:
+#: lines between two progress reports while a trace is read
+PROGRESS_LINES = 1 << 16
+
+
+def read_lines(stream: TraceText, name: str,
+               progress: Callable[[int, int], None] | None = None) -> Iterator[str]:
     """The lines of an opened trace; a truncated or corrupt compressed file (or a failing read)
-    raises one TraceError naming the file and how far it was read."""
+    raises one TraceError naming the file and how far it was read. ``progress(bytes read, file
+    size)`` is called as the file is read, and once at its end."""
     count = 0
     try:
         for line in stream:
             count += 1
+            if progress is not None and count % PROGRESS_LINES == 0:
+                progress(stream.consumed(), stream.size)
             yield line
+        if progress is not None:
+            progress(stream.size, stream.size)
+    except GeneratorExit:
+        # The reader stopped early (a --limit): reading is over all the same.
+        if progress is not None:
+            progress(stream.size, stream.size)
+        raise
     except _READ_ERRORS as err:
         what = ("truncated: the compressed data ends early" if isinstance(err, EOFError)
                 else f"corrupt or unreadable ({err})")
@@ -206,10 +246,12 @@ def _swf_values_leniently(parts: list[str]) -> list | int:
     return values
 
 
-def read_swf(path: str | os.PathLike, *, strict: bool = True, limit: int | None = None) -> SwfTrace:
+def read_swf(path: str | os.PathLike, *, strict: bool = True, limit: int | None = None,
+             progress: Callable[[int, int], None] | None = None) -> SwfTrace:
     """Read a Standard Workload Format file: header comments and all 18 fields of each job.
 
-    ``limit`` stops after that many job records (the first part of a trace).
+    ``limit`` stops after that many job records (the first part of a trace); ``progress`` as
+    for :func:`read_lines`.
     """
     name = os.fspath(path)
     header = SwfHeader()
@@ -217,7 +259,7 @@ def read_swf(path: str | os.PathLike, *, strict: bool = True, limit: int | None 
     jobs: list[SwfJob] = []
     ints = [i not in _SWF_FLOAT_FIELDS for i in range(18)]
     with open_text(name) as stream:
-        for number, line in enumerate(read_lines(stream, name), 1):
+        for number, line in enumerate(read_lines(stream, name, progress), 1):
             text = line.strip()
             if not text:
                 continue
@@ -300,13 +342,14 @@ def _lanl_time(text: str) -> float:
 
 
 def read_lanl_failures(path: str | os.PathLike, *, strict: bool = True,
-                       system: int | None = None) -> FailureTrace:
+                       system: int | None = None,
+                       progress: Callable[[int, int], None] | None = None) -> FailureTrace:
     """Read the LANL failure CSV; ``system`` keeps only that system's records."""
     name = os.fspath(path)
     report = ReadReport(name)
     records: list[FailureRecord] = []
     with open_text(name) as stream:
-        reader = csv.reader(read_lines(stream, name))
+        reader = csv.reader(read_lines(stream, name, progress))
         try:
             head = next(reader)
         except StopIteration:
@@ -395,13 +438,14 @@ def _node_ranges(text: str) -> tuple[tuple[int, int], ...]:
     return tuple(ranges)
 
 
-def read_lanl_jobs(path: str | os.PathLike, *, strict: bool = True) -> tuple[list[LanlJob], ReadReport]:
+def read_lanl_jobs(path: str | os.PathLike, *, strict: bool = True,
+                   progress: Callable[[int, int], None] | None = None) -> tuple[list[LanlJob], ReadReport]:
     """Read a LANL job log: 12 fields, then the node ranges between slashes."""
     name = os.fspath(path)
     report = ReadReport(name)
     jobs: list[LanlJob] = []
     with open_text(name) as stream:
-        for number, line in enumerate(read_lines(stream, name), 1):
+        for number, line in enumerate(read_lines(stream, name, progress), 1):
             text = line.strip()
             if not text or text.startswith("#"):
                 continue
@@ -456,13 +500,14 @@ class SiteJob:
     input_bytes: float = -1
 
 
-def read_site_csv(path: str | os.PathLike, *, strict: bool = True) -> tuple[list[SiteJob], ReadReport]:
+def read_site_csv(path: str | os.PathLike, *, strict: bool = True,
+                  progress: Callable[[int, int], None] | None = None) -> tuple[list[SiteJob], ReadReport]:
     """Read a CSV with a header naming at least ``job_id,submit_time,run_time,procs``."""
     name = os.fspath(path)
     report = ReadReport(name)
     jobs: list[SiteJob] = []
     with open_text(name) as stream:
-        reader = csv.DictReader(read_lines(stream, name))
+        reader = csv.DictReader(read_lines(stream, name, progress))
         try:
             fieldnames = reader.fieldnames
         except csv.Error as err:

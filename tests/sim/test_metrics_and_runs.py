@@ -188,3 +188,38 @@ def test_a_period_of_the_trace_is_replayed_from_its_own_start(tmp_path):
                                 days=1))
     with pytest.raises(InputError, match="must be >= 0"):
         ReplayConfig(trace=trace, start_day=-1)
+
+
+def test_a_replay_reports_progress_for_every_phase_each_ending_at_its_total(monkeypatch):
+    from scratchkeeper.sim import replication, traces
+
+    monkeypatch.setattr(traces, "PROGRESS_LINES", 256)
+    monkeypatch.setattr(replication, "PROGRESS_EVENTS", 512)
+    seen: dict[str, list[tuple[int, int]]] = {}
+    base = _config(policy="on-the-fly")
+    variants = [dataclasses.replace(base, strategy=s, alpha=0.5)
+                for s in ("fcfs", "dispatch-aware")]
+    run_replay(base, variants, progress=lambda phase, done, total:
+               seen.setdefault(phase, []).append((done, total)))
+    assert list(seen) == ["reading trace", "reading failures", "scheduling",
+                          "replication fcfs alpha=0.5", "replication dispatch-aware alpha=0.5"]
+    for phase, calls in seen.items():
+        dones = [done for done, _ in calls]
+        assert dones == sorted(dones) and calls[-1][0] == calls[-1][1] > 0, (phase, calls)
+    assert seen["reading trace"][-1][1] == os.path.getsize(RICC_EXCERPT)
+    # Reports on the way, not only at the end (the trace stops at --limit 1500 here).
+    assert len(seen["reading trace"]) >= 3 and len(seen["replication fcfs alpha=0.5"]) >= 2
+
+
+def test_reading_a_compressed_trace_reports_file_bytes_and_closes_the_file(monkeypatch):
+    from scratchkeeper.sim import traces
+
+    monkeypatch.setattr(traces, "PROGRESS_LINES", 100)
+    fds_before = len(os.listdir("/proc/self/fd"))
+    calls = []
+    trace = traces.read_swf(RICC_EXCERPT, limit=2000, progress=lambda d, t: calls.append((d, t)))
+    assert len(trace.jobs) == 2000
+    assert len(os.listdir("/proc/self/fd")) == fds_before
+    size = os.path.getsize(RICC_EXCERPT)
+    assert calls and all(total == size for _, total in calls)
+    assert [d for d, _ in calls] == sorted(d for d, _ in calls) and 0 < calls[0][0] <= size
