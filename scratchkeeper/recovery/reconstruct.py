@@ -153,10 +153,11 @@ class Recoverer:
         self._lock = threading.Lock()  # guards the two below
         self._warming: dict[str, threading.Thread] = {}  # connections opened ahead, by URI
         self._recovering = 0  # recover() calls in flight
-        # the last OST probe (when it ended, what it found), shared by the recoveries that
-        # follow it within recovery.probe_reuse; one probe at a time (the others wait for it)
-        self._probe_lock = threading.Lock()
+        # the last probe of every OST (when it ended, what it found), shared by the recoveries
+        # that follow it within recovery.probe_reuse (and by recoveryd's periodic check); the
+        # probes asked for while one runs are made as one, once it ended (ProbeGroup)
         self._last_probe: tuple[float, list[OstStatus]] | None = None
+        self.probes = ProbeGroup(self._run_probe)
         self.stop = stop or threading.Event()
 
     # -- entry point ---------------------------------------------------------------------------
@@ -206,7 +207,7 @@ class Recoverer:
         while True:
             outcome.attempts += 1
             layout = self.backend.layout(full)
-            statuses = self._probe(layout.osts() | set(reported_osts), fresh)
+            statuses = self._probe(layout.osts() | set(reported_osts), fresh, started)
             fresh = True
             patch_started = time.monotonic()
             healthy = {o.ost_index for o in statuses if o.healthy}
@@ -302,26 +303,36 @@ class Recoverer:
             return outcome
 
     # -- steps ---------------------------------------------------------------------------------
-    def _probe(self, file_osts: set[int], fresh: bool) -> list[OstStatus]:
+    def probe_all(self) -> list[OstStatus]:
+        """Every OST's state, probed now (recoveryd's periodic check): the recoveries it queues
+        reuse it for the OSTs outside their files (:meth:`_probe`)."""
+        return self.probes.probe(None)
+
+    def _run_probe(self, osts: set[int] | None) -> list[OstStatus]:
+        statuses = self.backend.check_osts(self.config.recovery.probe_timeout, only=osts)
+        if osts is None:
+            self._last_probe = (time.monotonic(), statuses)
+        return statuses
+
+    def _probe(self, file_osts: set[int], fresh: bool, since: float) -> list[OstStatus]:
         """Every OST's state, those in ``file_osts`` (the file's and the reported ones) probed now.
 
         After an OST failure recoveryd patches every file that had bytes on it, one after
-        another and in several workers: a probe of every OST serves all that start within
-        ``recovery.probe_reuse`` seconds of its end, for the OSTs outside the file only (which
-        are healthy, to pick substitutes from). It never says what a file lost or that it is
-        whole: OSTs fail and come back meanwhile, so the file's own OSTs, whose states decide
-        which ones a rebuild replaces, are probed for each recovery. ``fresh``: probe every
-        OST (a retry after a substitute failed).
+        another and in several workers: a probe of every OST (recoveryd's check that found the
+        failure, or the first recovery's) serves all that start within ``recovery.probe_reuse``
+        seconds of its end, for the OSTs outside the file only (which are healthy, to pick
+        substitutes from). It never says what a file lost or that it is whole: OSTs fail and
+        come back meanwhile, so the file's own OSTs, whose states decide which ones a rebuild
+        replaces, are probed after its recovery began (``since``); the files that start
+        together share that probe (:class:`ProbeGroup`). ``fresh``: probe every OST (a retry
+        after a substitute failed), in a probe begun now.
         """
-        timeout, reuse = self.config.recovery.probe_timeout, self.config.recovery.probe_reuse
-        with self._probe_lock:
-            last = self._last_probe
-            if fresh or last is None or time.monotonic() - last[0] > reuse:
-                statuses = self.backend.check_osts(timeout)
-                self._last_probe = (time.monotonic(), statuses)
-                return statuses
+        last = self._last_probe
+        if fresh or last is None or time.monotonic() - last[0] > self.config.recovery.probe_reuse:
+            return self.probes.probe(None, None if fresh else since)
         by_index = {o.ost_index: o for o in last[1]}
-        by_index.update((o.ost_index, o) for o in self.backend.check_osts(timeout, only=file_osts))
+        by_index.update((o.ost_index, o) for o in self.probes.probe(file_osts, since)
+                        if o.ost_index in file_osts)
         return [by_index[index] for index in sorted(by_index)]
 
     def _resumable(self, full: str, rebuild_id: str | None) -> Rebuild | None:
@@ -722,6 +733,78 @@ class Recoverer:
             raise ChecksumMismatch(f"{rebuild.path}: the patched file's SHA-256 differs from the "
                                    "one recorded at stage-in (a corrupted range, or the source "
                                    "changed)")
+
+
+class ProbeGroup:
+    """OST probes asked for at about the same time, made as one.
+
+    A caller names the OSTs it needs (``None``: every OST) and ``since``, when its recovery
+    began: a probe that began after that and covers them answers it, whether it is still
+    running (it is waited for) or the last one made. Otherwise it joins the callers of the next
+    probe, which starts once the running one ended and covers all their OSTs. So the files an
+    OST failure hits, started together by recoveryd's file workers, pay one probe, and none is
+    told a state from before its recovery began.
+    """
+
+    def __init__(self, run: Callable[[set[int] | None], list[OstStatus]]):
+        self._run = run
+        self._cond = threading.Condition()
+        self._running: _ProbeRound | None = None
+        self._last: _ProbeRound | None = None  # the last probe that answered
+        self._next = _ProbeRound()  # the callers of the probe that follows the running one
+
+    def probe(self, osts: set[int] | None, since: float | None = None) -> list[OstStatus]:
+        with self._cond:
+            round_ = self._usable(osts, since)
+            if round_ is None:
+                round_ = self._next
+                round_.ask(osts)
+            while not round_.done and (round_ is not self._next or self._running is not None):
+                self._cond.wait()
+            lead = not round_.done  # this caller makes the probe of its round
+            if lead:
+                round_.began = time.monotonic()
+                self._running, self._next = round_, _ProbeRound()
+        if lead:
+            try:
+                round_.statuses = self._run(round_.osts)
+            except BaseException as err:
+                round_.error = err
+            with self._cond:
+                round_.done = True
+                self._running = None
+                if round_.error is None:
+                    self._last = round_
+                self._cond.notify_all()
+        if round_.error is not None:
+            raise round_.error
+        return round_.statuses
+
+    def _usable(self, osts: set[int] | None, since: float | None) -> _ProbeRound | None:
+        if since is None:
+            return None
+        for round_ in (self._running, self._last):
+            if round_ is not None and round_.began > since and round_.covers(osts):
+                return round_
+        return None
+
+
+@dataclass
+class _ProbeRound:
+    osts: set[int] | None = field(default_factory=set)  # None: every OST
+    began: float = 0.0
+    done: bool = False
+    statuses: list[OstStatus] = field(default_factory=list)
+    error: BaseException | None = None
+
+    def ask(self, osts: set[int] | None) -> None:
+        if osts is None or self.osts is None:
+            self.osts = None
+        else:
+            self.osts |= set(osts)
+
+    def covers(self, osts: set[int] | None) -> bool:
+        return self.osts is None or (osts is not None and set(osts) <= self.osts)
 
 
 class _BlockChecker:

@@ -289,8 +289,12 @@ class RecoveryService:
             self._notify()
 
     def check_cycle(self) -> list[str]:
-        """Probe every OST at once; queue the files with lost bytes. Returns the paths queued."""
-        statuses = self.backend.check_osts(self.config.recovery.probe_timeout)
+        """Probe every OST at once; queue the files with lost bytes. Returns the paths queued.
+
+        The probe is the Recoverer's shared one: the recoveries it queues reuse it for the OSTs
+        outside their files (and probe their own anew), rather than probing every OST again.
+        """
+        statuses = self.recoverer.probe_all()
         failed = sorted(o.ost_index for o in statuses if not o.healthy)
         if not failed:
             return []

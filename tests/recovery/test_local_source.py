@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import concurrent.futures
 import hashlib
 import os
+import threading
 import time
 from dataclasses import replace
 
@@ -12,7 +14,7 @@ import pytest
 from scratchkeeper.errors import StorageError
 from scratchkeeper.recovery import reconstruct
 from scratchkeeper.recovery.reconstruct import LOST, PATCHED, Recoverer
-from scratchkeeper.storage import Extent, LayoutRequest
+from scratchkeeper.storage import OST_ACTIVE, Extent, LayoutRequest, OstStatus
 
 from .conftest import read_all, stage, write_site
 
@@ -298,3 +300,113 @@ def test_a_reused_probe_never_marks_a_whole_file_lost(local_site, tmp_path):
     assert status["state"] == "whole" and status["whole"]
     assert backend.get_xattr(path, "user.scratchkeeper.lost") is None
     assert read_all(backend, path) == data
+
+
+# -- probes asked for together, made as one ---------------------------------------------------------
+def test_probes_asked_for_while_one_runs_are_made_as_one_after_it():
+    """Callers that ask while a probe runs never get its answer (it began before they asked):
+    they gather, and one probe of the union of their OSTs, begun after they asked, serves all."""
+    made, running, release = [], threading.Event(), threading.Event()
+
+    def run(osts):
+        made.append(None if osts is None else set(osts))
+        if len(made) == 1:
+            running.set()
+            assert release.wait(10)
+        return [OstStatus(i, "ost", OST_ACTIVE) for i in sorted(osts or {0, 1, 2, 3, 4, 5})]
+
+    group = reconstruct.ProbeGroup(run)
+    answers = {}
+
+    def ask(name, osts):
+        answers[name] = {o.ost_index for o in group.probe(osts)}
+
+    first = threading.Thread(target=ask, args=("first", {0, 1}))
+    first.start()
+    assert running.wait(10)
+    later = [threading.Thread(target=ask, args=(name, osts))
+             for name, osts in (("b", {2, 3}), ("c", {3, 4}))]
+    for thread in later:
+        thread.start()
+    deadline = time.monotonic() + 10
+    while group._next.osts != {2, 3, 4} and time.monotonic() < deadline:
+        time.sleep(0.01)
+    release.set()
+    for thread in [first, *later]:
+        thread.join(10)
+    assert made == [{0, 1}, {2, 3, 4}]
+    assert answers == {"first": {0, 1}, "b": {2, 3, 4}, "c": {2, 3, 4}}
+
+
+def test_a_probe_of_every_ost_asked_for_with_others_covers_them():
+    made = []
+    group = reconstruct.ProbeGroup(lambda osts: made.append(osts) or [])
+    group._next.ask({1})  # a caller waits for a probe of OST 1
+    group.probe(None)
+    assert made == [None]
+    group.probe({5})
+    assert made == [None, {5}]
+
+
+def test_a_probe_begun_after_a_recovery_began_answers_it_and_no_older_one():
+    made = []
+    group = reconstruct.ProbeGroup(lambda osts: made.append(osts) or [])
+    began = time.monotonic()
+    group.probe({1, 2})
+    group.probe({2}, since=began)  # begun after: it answers
+    group.probe({2, 3}, since=began)  # does not cover OST 3
+    group.probe({2}, since=time.monotonic())  # begun before: probed anew
+    group.probe({2})  # no start given: probed anew
+    assert made == [{1, 2}, {2, 3}, {2}, {2}]
+
+
+def test_a_failed_probe_fails_every_caller_of_its_round():
+    group = reconstruct.ProbeGroup(lambda osts: 1 / 0)
+    with pytest.raises(ZeroDivisionError):
+        group.probe({1})
+    with pytest.raises(ZeroDivisionError):  # the next round probes again, and fails again
+        group.probe({1})
+
+
+def test_recoveries_started_together_share_the_probe_of_their_own_osts(local_site, tmp_path,
+                                                                       monkeypatch):
+    """Two file workers start two files of one failure at once: their own OSTs are probed once
+    for both, after both began (and the probe of every OST before serves the substitutes)."""
+    backend = local_site.backend
+    files = _files_on(backend, tmp_path, (0, 1, 2, 3), 3)
+    backend.fail_ost(2)
+    recoverer = Recoverer(backend, local_site.config)
+    assert recoverer.recover(files[0][0]).state == PATCHED
+    probes = _counting_probes(backend, monkeypatch)
+    both = threading.Barrier(2)
+    real = recoverer._probe
+
+    def together(file_osts, fresh, since):
+        both.wait(10)  # both recoveries began before either probes
+        return real(file_osts, fresh, since)
+
+    monkeypatch.setattr(recoverer, "_probe", together)
+    with concurrent.futures.ThreadPoolExecutor(2) as pool:
+        outcomes = list(pool.map(recoverer.recover, [path for path, _ in files[1:]]))
+    assert [o.state for o in outcomes] == [PATCHED, PATCHED]
+    assert probes == [{0, 1, 2, 3}]
+    assert [read_all(backend, path) for path, _ in files] == [data for _, data in files]
+
+
+def test_the_periodic_check_probe_serves_the_recoveries_it_queues(local_site, tmp_path,
+                                                                  monkeypatch):
+    from scratchkeeper.recovery import records
+    from scratchkeeper.recovery.service import RecoveryService, process_request
+    from .conftest import NoQueue
+    backend = local_site.backend
+    files = _files_on(backend, tmp_path, (0, 1, 2, 3), 2)
+    backend.fail_ost(1)
+    service = RecoveryService(local_site.config, backend=backend, scheduler=NoQueue())
+    records.open_records(service.store)
+    probes = _counting_probes(backend, monkeypatch)
+    assert sorted(service.check_cycle()) == sorted(path for path, _ in files)
+    while (row := records.claim_next(service.store, "test")) is not None:
+        assert process_request(service.store, service.recoverer, row)["state"] == PATCHED
+    # the check's probe of every OST, then each file's own OSTs: no second probe of all
+    assert probes == [None, {0, 1, 2, 3}, {0, 1, 2, 3}]
+    assert [read_all(backend, path) for path, _ in files] == [data for _, data in files]
