@@ -7,8 +7,8 @@ _SOLVER_NATIVE = "scratchkeeper/solver/native"
 
 solver_native = Extension(
     "scratchkeeper.solver._native",
-    sources=[f"{_SOLVER_NATIVE}/replica_select.c", f"{_SOLVER_NATIVE}/_native.c"],
-    depends=[f"{_SOLVER_NATIVE}/replica_select.h"],
+    sources=[f"{_SOLVER_NATIVE}/{name}.c" for name in ("replica_select", "py_input", "_native")],
+    depends=[f"{_SOLVER_NATIVE}/replica_select.h", f"{_SOLVER_NATIVE}/py_input.h"],
     include_dirs=[_SOLVER_NATIVE],
     # -ffp-contract=off: no fused multiply-add, so (delay + load) + k * cost rounds the same
     # way in C and in Python and every algorithm compares identical candidate times.
