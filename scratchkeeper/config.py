@@ -13,7 +13,6 @@ import os
 import re
 import shlex
 import sys
-import tomllib
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -386,6 +385,8 @@ def load_config(path: str | os.PathLike | None = None) -> SiteConfig:
 
 def parse_config(text: str, source: str = "<string>") -> SiteConfig:
     """Validate TOML ``text``; errors name ``source``, the line and the key."""
+    import tomllib
+
     try:
         raw = tomllib.loads(text)
     except tomllib.TOMLDecodeError as err:

@@ -1,8 +1,13 @@
 """The ``scratchkeeper`` command: one entry point, one module per group of subcommands.
 
 Each module in this package defines ``register(subparsers)``, which adds its subcommands and
-sets ``func`` on them; ``func(args)`` returns the exit code. Modules are found by name, so a new
-subcommand is a new module and nothing else changes.
+sets ``func`` on them; ``func(args)`` returns the exit code. ``register`` is cheap: a module
+imports at its top only what its parsers need, and its handlers import the rest when they run.
+
+A run imports only the module of the subcommand it names, found in :data:`COMMANDS`; a name not
+in the table (a new module not yet listed, a typo, no subcommand, ``--help``) makes the parser
+load every module of the package, so a new subcommand is still just a new module (and a line
+here; ``tests/test_cli_imports.py`` checks the table against the modules).
 """
 
 from __future__ import annotations
@@ -10,20 +15,72 @@ from __future__ import annotations
 import argparse
 import importlib
 import logging
-import logging.handlers
 import os
-import pkgutil
 import sys
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from .. import __version__
-from ..config import SiteConfig, load_config
 from ..errors import ConfigError, ScratchkeeperError
+
+if TYPE_CHECKING:
+    from ..config import SiteConfig
 
 log = logging.getLogger("scratchkeeper")
 LOG_FORMAT = "%(asctime)s %(name)s %(levelname)s: %(message)s"
 
 
-def build_parser() -> argparse.ArgumentParser:
+#: Subcommand -> the module of this package that registers it.
+COMMANDS = {
+    "config": "config",
+    "plan": "planner", "submit": "planner", "status": "planner",
+    "recoveryd": "recovery", "read": "recovery", "recover": "recovery", "recovery": "recovery",
+    "replay": "replay", "sweep": "replay", "report": "replay",
+    "replicad": "replication", "replicas": "replication",
+    "reproduce": "reproduce",
+    "solve": "solve",
+    "spank": "spank",
+    "stage": "stage",
+    "store": "store",
+}
+
+
+def command_modules() -> list[str]:
+    """Every module of this package that registers subcommands, sorted by name."""
+    import pkgutil
+
+    return sorted(m.name for m in pkgutil.iter_modules(__path__) if not m.name.startswith("_"))
+
+
+def command_word(argv: Sequence[str]) -> str | None:
+    """The subcommand ``argv`` names: its first word after the global options (``-c FILE``,
+    ``-v``); ``None`` when it names none, asks for help, or the options are not plain."""
+    tokens = iter(argv)
+    for token in tokens:
+        if token == "--":
+            return next(tokens, None)
+        if not token.startswith("-") or token == "-":
+            return token
+        if token.startswith("--"):
+            name = token.split("=", 1)[0]
+            if len(name) > 2 and "--help".startswith(name):
+                return None
+            if "=" not in token and len(name) > 2 and "--config".startswith(name):
+                next(tokens, None)  # --config FILE (or an abbreviation of it)
+            continue
+        for index, flag in enumerate(token[1:]):
+            if flag == "c":  # -c FILE, -cFILE, -vc FILE
+                if index == len(token) - 2:
+                    next(tokens, None)
+                break
+            if flag != "v":  # -h: the help lists every subcommand
+                return None
+    return None
+
+
+def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
+    """The parser of the subcommand ``argv`` names (only its module imported), or of every
+    subcommand when ``argv`` is ``None`` or names none that :data:`COMMANDS` knows."""
     parser = argparse.ArgumentParser(
         prog="scratchkeeper",
         description="Stage, replicate, recover and offload the transient data of batch jobs.")
@@ -35,11 +92,9 @@ def build_parser() -> argparse.ArgumentParser:
                         help="more log output (-vv for every command run); config: logging.level")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
     subparsers.required = True
-    for module_info in sorted(pkgutil.iter_modules(__path__), key=lambda m: m.name):
-        if module_info.name.startswith("_"):
-            continue
-        module = importlib.import_module(f"{__name__}.{module_info.name}")
-        module.register(subparsers)
+    word = command_word(argv) if argv is not None else None
+    for name in [COMMANDS[word]] if word in COMMANDS else command_modules():
+        importlib.import_module(f"{__name__}.{name}").register(subparsers)
     return parser
 
 
@@ -47,6 +102,9 @@ def site_config(args: argparse.Namespace) -> SiteConfig:
     """The validated site configuration named by ``--config`` (loaded once per run)."""
     cached = getattr(args, "_site_config", None)
     if cached is None:
+        from ..config import load_config
+
+
         cached = load_config(args.config)
         args._site_config = cached
     return cached
@@ -76,6 +134,8 @@ def daemon_logging(args: argparse.Namespace) -> SiteConfig:
     """For long-running services: load the config, log at its ``logging.level`` and, when
     ``logging.file`` is set, to that file (``{daemon}`` replaced by :func:`daemon_name`)
     instead of standard error."""
+    import logging.handlers
+
     config = site_config(args)
     _set_log_level(args, config)
     if config.logging.file:
@@ -99,7 +159,9 @@ def daemon_logging(args: argparse.Namespace) -> SiteConfig:
 
 def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(format=LOG_FORMAT, level=logging.WARNING, stream=sys.stderr)
-    parser = build_parser()
+    if argv is None:
+        argv = sys.argv[1:]
+    parser = build_parser(argv)
     args = parser.parse_args(argv)
     _set_log_level(args, None)
     try:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import dataclasses
 import json
 
-from ..config import describe_schema
 from . import site_config
 
 
@@ -18,6 +17,8 @@ def register(subparsers) -> None:
 
 def _run(args) -> int:
     if args.schema:
+        from ..config import describe_schema
+
         for name, type_name, default, doc in describe_schema():
             print(f"{name:40} {type_name:8} {default!r:36} {doc}")
         return 0

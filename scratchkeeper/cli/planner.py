@@ -8,11 +8,6 @@ import shlex
 import time
 
 from ..errors import InputError
-from ..planner import records
-from ..planner.attach import hand_over
-from ..planner.status import chain_status, resolve_chain
-from ..planner.submit import dry_run_commands, prepare, submit_plan
-from ..state import StateStore
 from . import site_config
 
 
@@ -65,6 +60,8 @@ def _plan_json(plan, commands) -> dict:
 
 
 def _plan(args) -> int:
+    from ..planner.submit import dry_run_commands, prepare
+
     config = site_config(args)
     _, plan = prepare(args.script, config, scheduler=args.scheduler, extra_inputs=args.input)
     commands = dry_run_commands(plan, config)
@@ -91,6 +88,10 @@ def _submit(args) -> int:
     config = site_config(args)
     if config.scheduler.submit_via == "chain-service":
         return _hand_over(args, config)
+    from ..planner import records
+    from ..planner.submit import prepare, submit_plan
+    from ..state import StateStore
+
     _, plan = prepare(args.script, config, scheduler=args.scheduler, extra_inputs=args.input)
     store = records.open_records(StateStore(config.state.database))
     submission = submit_plan(plan, config, store)
@@ -107,6 +108,9 @@ def _submit(args) -> int:
 
 def _hand_over(args, config) -> int:
     """Checked here, chained by root's chain service (``scratchkeeper spank chain --watch``)."""
+    from ..planner.attach import hand_over
+    from ..planner.submit import prepare
+
     if (args.scheduler or config.scheduler.kind) != "slurm":
         raise InputError("scheduler.submit_via = \"chain-service\" works with Slurm only (its "
                          "job_submit.lua holds the job); submit PBS scripts directly")
@@ -124,6 +128,10 @@ def _hand_over(args, config) -> int:
 
 
 def _status(args) -> int:
+    from ..planner import records
+    from ..planner.status import chain_status, resolve_chain
+    from ..state import StateStore
+
     config = site_config(args)
     store = records.open_records(StateStore(config.state.database))
     uid = os.getuid()

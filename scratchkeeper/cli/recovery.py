@@ -7,17 +7,14 @@ import json
 import os
 import sys
 
+from typing import TYPE_CHECKING
+
 from ..errors import InputError, PermissionDenied, RecoveryError
-from ..recovery import records
-from ..recovery.client import RecoveryClient, ServiceUnavailable
-from ..recovery.reader import RecoveringReader
-from ..recovery.reconstruct import Recoverer
-from ..recovery.safety import check_inside_scratch
-from ..recovery.service import (RecoveryService, check_ost_indices, file_status,
-                                process_request, resume)
-from ..state import StateStore
-from ..storage import open_backend
 from . import daemon_logging, site_config
+
+if TYPE_CHECKING:
+    from ..recovery.client import RecoveryClient
+    from ..state import StateStore
 
 
 def register(subparsers) -> None:
@@ -80,14 +77,22 @@ def register(subparsers) -> None:
 
 
 def _client(config) -> RecoveryClient:
+    from ..recovery.client import RecoveryClient
+
     return RecoveryClient(config.recovery.socket)
 
 
 def _open_store(config) -> StateStore:
+    from ..recovery import records
+    from ..state import StateStore
+
     return records.open_records(StateStore(config.state.database))
 
 
 def _recoveryd(args: argparse.Namespace) -> int:
+    from ..recovery import records
+    from ..recovery.service import RecoveryService, process_request, resume
+
     config = daemon_logging(args)
     service = RecoveryService(config)
     if args.once:
@@ -111,6 +116,9 @@ def _recoveryd(args: argparse.Namespace) -> int:
 
 
 def _read(args: argparse.Namespace) -> int:
+    from ..recovery.reader import RecoveringReader
+    from ..storage import open_backend
+
     config = site_config(args)
     backend = open_backend(config)
     reader = RecoveringReader(backend, _client(config), args.path,
@@ -131,6 +139,12 @@ def _read(args: argparse.Namespace) -> int:
 
 def inline_recover(config, path: str, osts: list[int]) -> dict:
     """Recover in this process, through the same request records the daemon uses."""
+    from ..recovery import records
+    from ..recovery.reconstruct import Recoverer
+    from ..recovery.safety import check_inside_scratch
+    from ..recovery.service import check_ost_indices, process_request
+    from ..storage import open_backend
+
     backend = open_backend(config)
     full = backend.paths.resolve(path)
     check_inside_scratch(full, backend.scratch_root)
@@ -187,6 +201,10 @@ def _recover(args: argparse.Namespace) -> int:
 
 
 def _status(args: argparse.Namespace) -> int:
+    from ..recovery.client import ServiceUnavailable
+    from ..recovery.service import file_status
+    from ..storage import open_backend
+
     config = site_config(args)
     try:
         status = _client(config).status(args.path)
@@ -207,6 +225,9 @@ def _status(args: argparse.Namespace) -> int:
 
 
 def _list(args: argparse.Namespace) -> int:
+    from ..recovery import records
+    from ..recovery.client import ServiceUnavailable
+
     config = site_config(args)
     try:
         rows = _client(config).list()["requests"]
@@ -224,6 +245,8 @@ def _list(args: argparse.Namespace) -> int:
 
 
 def _hook(args: argparse.Namespace) -> int:
+    from ..recovery.client import ServiceUnavailable
+
     config = site_config(args)
     job_id = args.job_id or os.environ.get("SLURM_JOB_ID") or os.environ.get("PBS_JOBID")
     if not job_id:
@@ -244,6 +267,9 @@ def _hook_inline(config, job_id: str) -> dict:
     """The hook without recoveryd: check and recover each input in this process."""
     from ..planner import records as planner_records
     from ..recovery.hook import job_inputs
+    from ..recovery.service import file_status
+    from ..storage import open_backend
+
     store = _open_store(config)
     planner_records.open_records(store)
     backend = open_backend(config)

@@ -12,12 +12,13 @@ import os
 import sys
 import time
 
+from typing import TYPE_CHECKING
+
 from ..errors import RecoveryError
-from ..planner import records
-from ..planner.commit import commit_stage, fail_stage, recorded
-from ..recovery.client import RecoveryClient, ServiceUnavailable
-from ..state import StateStore, may_write
 from . import site_config
+
+if TYPE_CHECKING:
+    from ..state import StateStore
 
 
 def register(subparsers) -> None:
@@ -38,6 +39,8 @@ def register(subparsers) -> None:
 
 def _through_service(config, call):
     """``call(client)`` on the recovery service, retried (retry.*) while it does not answer."""
+    from ..recovery.client import RecoveryClient, ServiceUnavailable
+
     client = RecoveryClient(config.recovery.socket)
     delay = config.retry.delay
     for attempt in range(1, config.retry.attempts + 1):
@@ -59,11 +62,18 @@ def _through_service(config, call):
 def _open_records(config) -> StateStore:
     """The state database, opened as long as others' locks delay it (a data job's report is
     retried while the database is busy, never given up as a failed stage)."""
+    from ..planner import records
+    from ..planner.commit import recorded
+    from ..state import StateStore
+
     return recorded(lambda: records.open_records(StateStore(config.state.database)),
                     f"opening {config.state.database}")
 
 
 def _commit(args) -> int:
+    from ..planner.commit import commit_stage
+    from ..state import may_write
+
     config = site_config(args)
     started = time.monotonic()
     if may_write(config.state.database):
@@ -81,6 +91,9 @@ def _commit(args) -> int:
 
 
 def _fail(args) -> int:
+    from ..planner.commit import fail_stage
+    from ..state import may_write
+
     config = site_config(args)
     if may_write(config.state.database):
         store = _open_records(config)

@@ -7,10 +7,13 @@ import json
 import os
 import sys
 
+from typing import TYPE_CHECKING
+
 from ..errors import InputError
-from ..storage import LayoutRequest, open_backend, parse_ost_list, parse_size
-from ..storage.sources import open_regular
 from . import site_config
+
+if TYPE_CHECKING:
+    from ..storage import LayoutRequest
 
 COPY_CHUNK = 4 << 20
 
@@ -32,7 +35,7 @@ def register(subparsers) -> None:
                                              "managed file")
     imp.add_argument("path", metavar="PATH")
     imp.add_argument("--stripe-count", type=int, help="stripe count (config: storage.stripe_count)")
-    imp.add_argument("--stripe-size", type=_argument(parse_size), help="stripe size, e.g. 1M "
+    imp.add_argument("--stripe-size", type=_argument("parse_size"), help="stripe size, e.g. 1M "
                                                             "(config: storage.stripe_size)")
     imp.set_defaults(func=_import)
 
@@ -88,27 +91,32 @@ def register(subparsers) -> None:
         sub.set_defaults(func=_fail_ost if action == "fail-ost" else _restore_ost)
 
 
-def _argument(parse):
-    """Turn a parser raising InputError into an argparse type (exit 2 with argparse's message)."""
+def _argument(name: str):
+    """Turn ``storage``'s parser ``name`` (raising InputError) into an argparse type (exit 2
+    with argparse's message); the storage package is imported when an option uses it."""
     def convert(text: str):
+        from .. import storage
+
         try:
-            return parse(text)
+            return getattr(storage, name)(text)
         except InputError as err:
             raise argparse.ArgumentTypeError(str(err)) from None
-    convert.__name__ = parse.__name__
+    convert.__name__ = name
     return convert
 
 
 def _layout_options(parser) -> None:
     parser.add_argument("--stripe-count", "-c", type=int,
                         help="number of OSTs, -1 for all (config: storage.stripe_count)")
-    parser.add_argument("--stripe-size", "-S", type=_argument(parse_size),
+    parser.add_argument("--stripe-size", "-S", type=_argument("parse_size"),
                         help="bytes per stripe, e.g. 1M (config: storage.stripe_size)")
-    parser.add_argument("--ost-list", "-o", type=_argument(parse_ost_list), help="explicit OSTs, e.g. 1,3,5-7")
+    parser.add_argument("--ost-list", "-o", type=_argument("parse_ost_list"), help="explicit OSTs, e.g. 1,3,5-7")
     parser.add_argument("--pool", "-p", help="OST pool (config: storage.pools)")
 
 
 def _request(args) -> LayoutRequest:
+    from ..storage import LayoutRequest
+
     request = LayoutRequest(stripe_count=args.stripe_count, stripe_size=args.stripe_size,
                             ost_list=args.ost_list, pool=args.pool)
     request.check()
@@ -116,6 +124,8 @@ def _request(args) -> LayoutRequest:
 
 
 def _backend(args):
+    from ..storage import open_backend
+
     return open_backend(site_config(args))
 
 
@@ -123,6 +133,8 @@ def _put(args) -> int:
     backend = _backend(args)
     request = _request(args)
     # a regular file only, checked on the opened descriptor; read as the size it had then
+    from ..storage.sources import open_regular
+
     fd, info = open_regular(args.local)
     try:
         layout = backend.put_file(args.path, fd, info.st_size, request, label=args.local)

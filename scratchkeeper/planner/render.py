@@ -13,15 +13,16 @@ import re
 import shlex
 import sys
 from collections.abc import Sequence
-from importlib import resources
 from pathlib import Path
-
-import jinja2
+from typing import TYPE_CHECKING
 
 from ..config import SiteConfig
 from ..errors import ConfigError
 from ..transfer.classify import grep_pattern
 from .plan import COMPUTE, Plan, PlannedJob
+
+if TYPE_CHECKING:
+    import jinja2
 
 _HEADER_SAFE = re.compile(r"^[A-Za-z0-9._:+@/=-]+$")
 
@@ -73,6 +74,10 @@ def template_environment(config: SiteConfig) -> jinja2.Environment:
 def _environment(override: str) -> jinja2.Environment:
     """One environment per override folder, so compiled templates are reused (Jinja2 checks
     the files' mtimes, so an edited site template is still picked up)."""
+    from importlib import resources
+
+    import jinja2
+
     search = [str(resources.files("scratchkeeper.job_templates"))]
     if override:
         search.insert(0, override)

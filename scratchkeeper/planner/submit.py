@@ -4,19 +4,20 @@ from __future__ import annotations
 
 import logging
 import os
-import uuid
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ..config import SiteConfig
 from ..errors import DirectiveError, InputError, ScratchkeeperError, SchedulerError
 from ..runner import CommandRunner, get_runner, set_runner
 from ..schedulers import Scheduler, SubmitSpec, get_scheduler
-from ..state import StateStore
-from . import records
 from .directives import ParsedScript, confine, parse_script
 from .plan import COMPUTE, Plan, build_plan
 from .render import render_plan
+
+if TYPE_CHECKING:
+    from ..state import StateStore
 
 log = logging.getLogger(__name__)
 
@@ -34,6 +35,8 @@ class Submission:
 
 
 def new_chain_id() -> str:
+    import uuid
+
     return "sk" + uuid.uuid4().hex[:10]
 
 
@@ -101,6 +104,8 @@ def submit_plan(plan: Plan, config: SiteConfig, store: StateStore | None,
     spool = spool_dir(config, plan.chain_id)
     entries = list(_submit_specs(plan, spool))
     if not dry_run:
+        from . import records
+
         spool.mkdir(parents=True, exist_ok=True)
         for job, script, _ in entries:
             script.write_text(job.script)
@@ -139,6 +144,8 @@ def _submit_all(plan: Plan, config: SiteConfig, store, scheduler: Scheduler, ent
         if hold:
             held.append(job_id)
         if not dry_run:
+            from . import records
+
             records.set_job_submitted(store, plan.chain_id, job.key, job_id)
         log.info("chain %s: %s submitted as %s", plan.chain_id, job.key, job_id)
     scheduler.release(held)
@@ -157,6 +164,8 @@ def _roll_back(plan: Plan, store, scheduler: Scheduler, ids: dict[str, str], dry
                     f"failed too: {cancel_err})")
             log.error("chain %s: could not cancel %s: %s", plan.chain_id, submitted, cancel_err)
     if not dry_run:
+        from . import records
+
         records.set_jobs_state(store, plan.chain_id, ids.keys(), records.JOB_CANCELLED,
                                "submission of the chain failed")
         records.set_chain_state(store, plan.chain_id, records.SUBMIT_FAILED, str(err) + note)

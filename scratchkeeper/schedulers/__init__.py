@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
-from ..config import SiteConfig
+import importlib
+from typing import TYPE_CHECKING
+
 from ..errors import ConfigError
-from . import pbs, slurm
 from .base import JobRecord, JobState, QueueSnapshot, Scheduler, SubmitSpec
 
-BACKENDS = {slurm.NAME: slurm, pbs.NAME: pbs}
+if TYPE_CHECKING:
+    from ..config import SiteConfig
+
+#: Backend name (its module's ``NAME``) -> its module in this package, imported when asked for.
+BACKENDS = {"slurm": "slurm", "pbs": "pbs"}
 
 __all__ = ["JobRecord", "JobState", "QueueSnapshot", "Scheduler", "SubmitSpec", "get_scheduler"]
 
@@ -18,5 +23,6 @@ def get_scheduler(config: SiteConfig, kind: str | None = None) -> Scheduler:
     if name not in BACKENDS:
         raise ConfigError(f"key 'scheduler.kind': expected one of {', '.join(BACKENDS)}, "
                           f"got {name!r}", path=config.source)
-    return Scheduler(BACKENDS[name], timeout=config.scheduler.command_timeout,
+    backend = importlib.import_module(f"{__name__}.{BACKENDS[name]}")
+    return Scheduler(backend, timeout=config.scheduler.command_timeout,
                      retries=config.scheduler.submit_retries)
