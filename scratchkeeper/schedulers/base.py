@@ -9,6 +9,7 @@ missing from the queue really ended before saying so.
 from __future__ import annotations
 
 import enum
+import functools
 import logging
 import random
 import re
@@ -49,9 +50,11 @@ class JobState(str, enum.Enum):
 
     @property
     def is_queued(self) -> bool:
-        return self in (JobState.PENDING, JobState.HELD, JobState.REQUEUED)
+        return self in _QUEUED
 
 
+_QUEUED = frozenset((JobState.PENDING, JobState.HELD, JobState.REQUEUED))
+_ACTIVE = frozenset((JobState.RUNNING, JobState.COMPLETING, JobState.SUSPENDED))
 _FINAL = {JobState.COMPLETED, JobState.FAILED, JobState.CANCELLED, JobState.TIMEOUT,
           JobState.NODE_FAIL, JobState.OUT_OF_MEMORY, JobState.PREEMPTED, JobState.ENDED}
 
@@ -107,11 +110,19 @@ class QueueSnapshot:
     taken_at: float = field(default_factory=time.time)
 
     def pending(self) -> list[JobRecord]:
-        return [j for j in self.jobs if j.state.is_queued]
+        return list(self._pending)
 
     def running(self) -> list[JobRecord]:
-        return [j for j in self.jobs if j.state in (JobState.RUNNING, JobState.COMPLETING,
-                                                    JobState.SUSPENDED)]
+        return list(self._running)
+
+    # computed once: a daemon's cycle asks several times (a snapshot never changes)
+    @functools.cached_property
+    def _pending(self) -> tuple[JobRecord, ...]:
+        return tuple(j for j in self.jobs if j.state in _QUEUED)
+
+    @functools.cached_property
+    def _running(self) -> tuple[JobRecord, ...]:
+        return tuple(j for j in self.jobs if j.state in _ACTIVE)
 
 
 # words in a scheduler's message that mean "try again later", not "your request is wrong"
@@ -130,6 +141,9 @@ class Scheduler:
         self.timeout = timeout
         self.retries = retries
         self.retry_delay = retry_delay
+        # what the previous snapshot parsed, for the backend to reuse (a daemon polls)
+        self._snapshot_lines: dict = {}
+        self._snapshot_order: tuple[list, tuple] = ([], ())
 
     # -- running -------------------------------------------------------------------------
     def _run(self, argv: list[str], *, mutating: bool, retry: bool = True) -> str:
@@ -174,8 +188,14 @@ class Scheduler:
         name, queue, user, nodes, priority, dependency and submit/start times.
         """
         stdout = self._run(self.backend.build_snapshot(), mutating=False)
-        return QueueSnapshot(tuple(self.backend.order_by_priority(
-            self.backend.parse_snapshot(stdout))))
+        records = self.backend.parse_snapshot(stdout, self._snapshot_lines)
+        # the same records as last time (each reused whole): the same order
+        last_records, last_order = self._snapshot_order
+        if len(records) != len(last_records) or any(
+                a is not b for a, b in zip(records, last_records)):
+            last_order = tuple(self.backend.order_by_priority(records))
+            self._snapshot_order = (records, last_order)
+        return QueueSnapshot(last_order)
 
     def lookup(self, job_ids: Sequence[str], *, missing_ok: bool = False) -> dict[str, JobRecord]:
         """The state of each job: queue first, then accounting for the ones gone from it.

@@ -71,8 +71,8 @@ def build_snapshot() -> list[str]:
     return build_query(None)
 
 
-def parse_snapshot(stdout: str) -> list[JobRecord]:
-    """The whole queue: ``qstat -f`` as :func:`parse_query` reads it."""
+def parse_snapshot(stdout: str, reuse: dict | None = None) -> list[JobRecord]:
+    """The whole queue: ``qstat -f`` as :func:`parse_query` reads it (``reuse`` unused)."""
     return parse_query(stdout)
 
 

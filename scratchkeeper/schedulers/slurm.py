@@ -112,12 +112,14 @@ def build_snapshot() -> list[str]:
     return ["squeue", "-a", "-t", "all", "-o", SNAPSHOT_FORMAT]
 
 
-def parse_snapshot(stdout: str) -> list[JobRecord]:
+def parse_snapshot(stdout: str, reuse: dict[str, JobRecord] | None = None) -> list[JobRecord]:
     """Parse ``build_snapshot``'s output into records (no exit status nor end time: ``lookup``
     gives those).
 
     A job name may hold ``|`` (the fields around it are counted from both ends) or a newline
-    (a line with too few fields is joined to the next).
+    (a line with too few fields is joined to the next). ``reuse`` maps a job's line to its
+    record: a line seen in the previous snapshot is not parsed again (most of a queue does not
+    change between two cycles); it is left holding this output's lines.
     """
     lines = stdout.split("\n")
     if not lines or lines[0].rstrip("\r") != SNAPSHOT_HEADER:
@@ -129,6 +131,8 @@ def parse_snapshot(stdout: str) -> list[JobRecord]:
     states, held_reasons = STATES, _HELD_REASONS
     pending, held, unknown = JobState.PENDING, JobState.HELD, JobState.UNKNOWN
     number, count = 1, len(lines)
+    previous = reuse if reuse is not None else {}
+    seen: dict[str, JobRecord] = {}
     while number < count:
         line = lines[number]
         number += 1
@@ -141,6 +145,12 @@ def parse_snapshot(stdout: str) -> list[JobRecord]:
             parts = line.split("|")
         if not line:
             continue
+        if reuse is not None:
+            known = previous.get(line)
+            if known is not None:
+                records.append(known)
+                seen[line] = known
+                continue
         if len(parts) < _SNAPSHOT_FIELDS:
             raise SchedulerError(f"squeue line {number}: expected {_SNAPSHOT_FIELDS} fields, "
                                  f"got {len(parts)}: {line[:120]!r}")
@@ -155,24 +165,47 @@ def parse_snapshot(stdout: str) -> list[JobRecord]:
             state = held
         submit_time = times[submit] if submit in times else _squeue_time(submit, times)
         start_time = times[start] if start in times else _squeue_time(start, times)
-        records.append(JobRecord(
+        record = JobRecord(
             job_id=job_id, state=state, native_state=native,
             reason="" if reason == "None" else reason, name=name, queue=partition, user=user,
             nodes=int(nodes) if nodes.isdigit() else 0,
             priority=int(priority) if priority.isdigit() else None,
             dependency="" if dependency == "(null)" else dependency,
-            submit_time=submit_time, start_time=start_time))
+            submit_time=submit_time, start_time=start_time)
+        records.append(record)
+        seen[line] = record
+    if reuse is not None:
+        reuse.clear()
+        reuse.update(seen)
     return records
 
 
 def _squeue_time(text: str, seen: dict[str, float | None]) -> float | None:
-    """squeue's ``YYYY-MM-DDTHH:MM:SS`` (local time) as epoch seconds, memoised in ``seen``."""
+    """squeue's ``YYYY-MM-DDTHH:MM:SS`` (local time) as epoch seconds, memoised in ``seen``.
+
+    The hour is converted once and the minutes and seconds added, unless the local offset
+    changes within that hour (a DST change): then each time is converted whole.
+    """
     import datetime
 
-    try:
-        value = datetime.datetime.fromisoformat(text).timestamp()
-    except ValueError:
-        value = None
+    value: float | None = None
+    hour = text[:13]
+    if len(text) == 19 and text[13] == ":" and text[16] == ":" and text[14:16].isdigit() \
+            and text[17:19].isdigit() and text[14:16] < "60" and text[17:19] < "60":
+        base = seen.get(hour, False)
+        if base is False:
+            try:
+                base = datetime.datetime.fromisoformat(hour + ":00:00").timestamp()
+                end = datetime.datetime.fromisoformat(hour + ":59:59").timestamp()
+            except ValueError:
+                base = end = None
+            if base is not None and end - base != 3599:
+                base = True                              # the offset changes in this hour
+            seen[hour] = base
+        if base is True:
+            value = datetime.datetime.fromisoformat(text).timestamp()
+        elif base is not None:
+            value = base + int(text[14:16]) * 60 + int(text[17:19])
     seen[text] = value
     return value
 

@@ -92,3 +92,53 @@ def test_pbs_snapshot_is_its_query():
     assert pbs.build_snapshot() == pbs.build_query(None)
     text = (Path(__file__).parent / "data" / "qstat-f.txt").read_text()
     assert pbs.parse_snapshot(text) == pbs.parse_query(text)
+
+
+def test_lines_seen_before_are_not_parsed_again_and_the_answer_is_unchanged(capture_timezone):
+    reuse: dict = {}
+    first = slurm.parse_snapshot(TEXT, reuse)
+    assert len(reuse) == 96
+    lines = TEXT.splitlines()
+    changed = [line.replace("|PENDING|Dependency|", "|RUNNING|None|") if line.startswith("88|")
+               else line for line in lines if not line.startswith("90|")]
+    second = slurm.parse_snapshot("\n".join(changed) + "\n", reuse)
+    assert second == slurm.parse_snapshot("\n".join(changed) + "\n")
+    by_id = {r.job_id: r for r in first}
+    again = {r.job_id: r for r in second}
+    assert again["88"].state is JobState.RUNNING and "90" not in again
+    assert all(again[j] is by_id[j] for j in again if j != "88")     # reused, not re-made
+    assert len(reuse) == 95 and set(reuse.values()) == set(second)
+
+
+def test_scheduler_snapshot_keeps_the_order_of_an_unchanged_queue(use_runner):
+    raised = TEXT.replace("|4294901679\n", "|4294901999\n")               # job 90's priority
+    outputs = [TEXT, TEXT, raised]
+    runner = use_runner(ScriptedRunner([(("squeue",), lambda argv: CommandResult(
+        tuple(argv), 0, outputs.pop(0), "", 0.1))]))
+    scheduler = Scheduler(slurm)
+    one, two, three = (scheduler.snapshot() for _ in range(3))
+    assert len(runner.ran("squeue")) == 3
+    assert all(a is b for a, b in zip(one.jobs, two.jobs)) and len(one.jobs) == len(two.jobs)
+    assert [j.job_id for j in three.jobs] == [j.job_id for j in slurm.order_by_priority(
+        slurm.parse_snapshot(raised))]
+    assert [j.job_id for j in three.pending()][0] == "90"
+
+
+@pytest.mark.parametrize("zone", ["UTC", "Europe/Berlin", "America/New_York", "Australia/Lord_Howe"])
+def test_squeue_local_times_read_as_the_calendar_says(monkeypatch, zone):
+    import datetime
+
+    monkeypatch.setenv("TZ", zone)
+    time.tzset()
+    try:
+        seen: dict = {}
+        start = datetime.datetime(2026, 3, 1)
+        for step in range(0, 300 * 24 * 3600, 3 * 3600 + 7 * 60 + 13):   # across both DST changes
+            text = (start + datetime.timedelta(seconds=step)).isoformat()
+            expected = datetime.datetime.fromisoformat(text).timestamp()
+            assert slurm._squeue_time(text, seen) == expected, text
+        for bad in ("2026-13-01T00:00:00", "2026-01-01T00:61:00", "2026-01-01", "Unknown"):
+            assert slurm._squeue_time(bad, seen) is None, bad
+    finally:
+        monkeypatch.undo()
+        time.tzset()
