@@ -1,8 +1,11 @@
-"""Library max-flow peers used black-box inside the paper's capacity search (seed 000 §2.3.2).
+"""Library max-flow peers used black-box (seed 000 §2.3.2).
 
-Binary capacity scaling then capacity incrementation, a fresh max flow per probe (the
-LEDA black-box of [33]); the max flow is OR-Tools SimpleMaxFlow or SciPy's Dinic.  Times are
-the solver's whole units (DiskTable), capacities use the same exact slot formula.
+``ortools-bb``/``scipy-bb``: binary capacity scaling then capacity incrementation, a fresh max
+flow per probe (the LEDA black-box of [33]); the max flow is OR-Tools SimpleMaxFlow or SciPy's
+Dinic.  ``ortools-search``: what a user would write with OR-Tools, a binary search over the
+sorted candidate times D_d + X_d + k C_d with a fresh SimpleMaxFlow per probe, given the same
+Python lists as ``select_replicas``.  Times are the solver's whole units (DiskTable),
+capacities use the same exact slot formula.
 """
 
 from __future__ import annotations
@@ -45,11 +48,14 @@ class _Request:
         k = np.where((k > 0) & (self.base + k * self.cost > threshold), k - 1, k)
         return k.astype(np.int64)
 
+    def slot_times(self) -> np.ndarray:
+        """Every candidate time: base + k * cost for k = 1 .. degree of each used disk."""
+        return np.concatenate([self.base[d] + np.arange(1, n + 1) * self.cost[d]
+                               for d, n in enumerate(self.degree)])
+
     def proposition1_bound(self) -> float:
         """Smallest candidate time with enough slots for every bucket."""
-        slot_times = np.concatenate([self.base[d] + np.arange(1, n + 1) * self.cost[d]
-                                     for d, n in enumerate(self.degree)])
-        return float(np.partition(slot_times, self.bucket_count - 1)[self.bucket_count - 1])
+        return float(np.partition(self.slot_times(), self.bucket_count - 1)[self.bucket_count - 1])
 
 
 def _capacity_search(request: _Request, routed) -> tuple[float, np.ndarray]:
@@ -73,11 +79,10 @@ def _capacity_search(request: _Request, routed) -> tuple[float, np.ndarray]:
     return response / request.divisor, capacity
 
 
-def ortools_blackbox(table: DiskTable, csr: BucketsCSR) -> float:
-    """Response time via OR-Tools SimpleMaxFlow, a fresh solver per probe."""
+def _ortools_router(request: _Request):
+    """routed(capacities) -> bool: a fresh OR-Tools SimpleMaxFlow on the request's network."""
     from ortools.graph.python import max_flow
 
-    request = _Request(table, csr)
     S, N = request.bucket_count, request.disk_count
     tails = np.concatenate([np.zeros(S, np.int32), 1 + request.pair_bucket.astype(np.int32),
                             S + 1 + np.arange(N, dtype=np.int32)])
@@ -93,7 +98,32 @@ def ortools_blackbox(table: DiskTable, csr: BucketsCSR) -> float:
             raise RuntimeError("OR-Tools max flow failed")
         return solver.optimal_flow() == S
 
-    return _capacity_search(request, routed)[0]
+    return routed
+
+
+def ortools_blackbox(table: DiskTable, csr: BucketsCSR) -> float:
+    """Response time via OR-Tools SimpleMaxFlow, a fresh solver per probe."""
+    request = _Request(table, csr)
+    return _capacity_search(request, _ortools_router(request))[0]
+
+
+def ortools_candidate_search(buckets, cost, delay, load) -> float:
+    """Response time from the list input: binary search over the sorted candidate times, a
+    fresh OR-Tools SimpleMaxFlow per probe (the black-box way to use a max-flow library)."""
+    table = DiskTable.from_lists(cost, delay, load)
+    request = _Request(table, BucketsCSR.from_lists(buckets))
+    if request.bucket_count == 0:
+        return 0.0
+    routed = _ortools_router(request)
+    candidates = np.unique(request.slot_times())
+    low, high = 0, len(candidates) - 1
+    while low < high:
+        middle = (low + high) // 2
+        if routed(request.slots_within(float(candidates[middle]))):
+            high = middle
+        else:
+            low = middle + 1
+    return float(candidates[low]) / request.divisor
 
 
 def scipy_blackbox(table: DiskTable, csr: BucketsCSR) -> float:
@@ -122,4 +152,7 @@ def scipy_blackbox(table: DiskTable, csr: BucketsCSR) -> float:
     return _capacity_search(request, routed)[0]
 
 
+# peers of the prepared (CSR) path: (table, csr) -> response time
 PEERS = {"ortools-bb": ortools_blackbox, "scipy-bb": scipy_blackbox}
+# peers of the list path: (buckets, cost, delay, load) as Python lists -> response time
+LIST_PEERS = {"ortools-search": ortools_candidate_search}

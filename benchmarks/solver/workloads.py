@@ -91,12 +91,14 @@ SHAPES = {"Arbitrary-Load1": arbitrary_load1, "Connected-Load2": connected_load2
 
 @dataclass(frozen=True)
 class Workload:
-    """One benchmark cell: a disk setup and requests already in CSR form."""
+    """One benchmark cell: a disk setup and its requests, as Python lists (the documented
+    select_replicas input) and already in CSR form (the prepared path)."""
 
     shape: str
     disks: int
     setup: DiskSetup
     requests: list[BucketsCSR]
+    lists: list[list[list[int]]]
 
     @property
     def name(self) -> str:
@@ -111,6 +113,5 @@ def make_workload(shape: str, disks: int, conf: str, count: int, seed: int) -> W
     rng = random.Random(f"{shape}/{disks}/{conf}/{seed}")
     setup = disk_conf1(disks) if conf == "conf1" else disk_conf3(disks, rng)
     allocation = random_duplicate_allocation(disks, rng)
-    requests = [BucketsCSR.from_lists([allocation[cell] for cell in SHAPES[shape](disks, rng)])
-                for _ in range(count)]
-    return Workload(shape, disks, setup, requests)
+    lists = [[allocation[cell] for cell in SHAPES[shape](disks, rng)] for _ in range(count)]
+    return Workload(shape, disks, setup, [BucketsCSR.from_lists(r) for r in lists], lists)

@@ -530,16 +530,22 @@ int skpy_buckets_read(skpy_state *state, PyObject *source, skpy_buckets *out)
             }
             PyErr_Clear();
         }
-        PyObject *items = PySequence_Fast(replicas, "a bucket must be iterable");
+        /* a list or tuple is read in place (the common case); anything else is iterated */
+        PyObject *items = PyList_CheckExact(replicas) || PyTuple_CheckExact(replicas)
+                              ? Py_NewRef(replicas)
+                              : PySequence_Fast(replicas, "a bucket must be iterable");
         if (!items)
             goto fail;
         Py_ssize_t size = PySequence_Fast_GET_SIZE(items);
-        if (used + size > capacity && _buckets_reserve(out, &capacity, used + size)) {
-            Py_DECREF(items);
-            goto fail;
-        }
         PyObject **item = PySequence_Fast_ITEMS(items);
         int32_t *disk = out->owned_disks + used;
+        if (used + size > capacity) {
+            if (_buckets_reserve(out, &capacity, used + size)) {
+                Py_DECREF(items);
+                goto fail;
+            }
+            disk = out->owned_disks + used;
+        }
         for (Py_ssize_t i = 0; i < size; i++)
             if (_disk_id(item[i], &disk[i])) {
                 _bucket_id_error(state, b, replicas, items);
