@@ -231,6 +231,12 @@ class ReplicationDaemon:
             except StateError:
                 continue
 
+    def forget_kept(self) -> None:
+        """Drop what is kept between cycles: the next cycle reads the planner, the claims and
+        the replicas whole and writes every status key, as the first cycle after a start does."""
+        self._known_inputs.forget()
+        self.state.forget_kept()
+
     # -- restart -------------------------------------------------------------------------------
     def reconcile(self) -> dict[str, int]:
         """Finish or undo what the previous daemon left half-done (kill -9 at any line)."""

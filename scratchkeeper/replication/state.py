@@ -143,6 +143,12 @@ class ReplicationState:
         self._statuses_seen: tuple | None = None
         self._status_written: dict[str, object] = {}
 
+    def forget_kept(self) -> None:
+        """Read the tables whole at the next call and write every status key again."""
+        with self._mirror_lock:
+            self._claims = self._claims_seen = self._statuses = self._statuses_seen = None
+            self._status_written = {}
+
     # -- replicas ------------------------------------------------------------------------------
     def replicas(self) -> dict[str, ReplicaRow]:
         return {row["path"]: ReplicaRow.from_row(row)

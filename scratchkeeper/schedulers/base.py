@@ -8,6 +8,7 @@ missing from the queue really ended before saying so.
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import functools
 import logging
@@ -80,11 +81,23 @@ class JobRecord:
     start_time: float | None = None
     end_time: float | None = None
 
+    @classmethod
+    def from_fields(cls, *values) -> JobRecord:
+        """A record from every field's value in declaration order, made without the frozen
+        dataclass's one ``object.__setattr__`` per field (a queue snapshot makes 11,000)."""
+        record = _new_object(cls)
+        record.__dict__.update(zip(_JOB_FIELDS, values))
+        return record
+
     def outcome(self) -> str:
         """How the job ended, in the scheduler's words: ``TIMEOUT, exit code 0:15``."""
         if self.exit_code is None:
             return f"{self.native_state}, exit code unknown"
         return f"{self.native_state}, exit code {self.exit_code}:{self.exit_signal or 0}"
+
+
+_JOB_FIELDS = tuple(f.name for f in dataclasses.fields(JobRecord))
+_new_object = object.__new__
 
 
 @dataclass(frozen=True)

@@ -128,7 +128,7 @@ def parse_snapshot(stdout: str, reuse: dict[str, JobRecord] | None = None) -> li
                              f"got {first!r}")
     records = []
     times: dict[str, float | None] = {"N/A": None, "Unknown": None, "None": None, "": None}
-    states, held_reasons = STATES, _HELD_REASONS
+    states, held_reasons, make = STATES, _HELD_REASONS, JobRecord.from_fields
     pending, held, unknown = JobState.PENDING, JobState.HELD, JobState.UNKNOWN
     number, count = 1, len(lines)
     previous = reuse if reuse is not None else {}
@@ -165,13 +165,11 @@ def parse_snapshot(stdout: str, reuse: dict[str, JobRecord] | None = None) -> li
             state = held
         submit_time = times[submit] if submit in times else _squeue_time(submit, times)
         start_time = times[start] if start in times else _squeue_time(start, times)
-        record = JobRecord(
-            job_id=job_id, state=state, native_state=native,
-            reason="" if reason == "None" else reason, name=name, queue=partition, user=user,
-            nodes=int(nodes) if nodes.isdigit() else 0,
-            priority=int(priority) if priority.isdigit() else None,
-            dependency="" if dependency == "(null)" else dependency,
-            submit_time=submit_time, start_time=start_time)
+        record = make(  # JobRecord's fields in order: exit code, signal and end time unknown
+            job_id, state, native, "" if reason == "None" else reason, name, partition, user,
+            int(nodes) if nodes.isdigit() else 0, int(priority) if priority.isdigit() else None,
+            None, None, "" if dependency == "(null)" else dependency, submit_time, start_time,
+            None)
         records.append(record)
         seen[line] = record
     if reuse is not None:

@@ -142,3 +142,13 @@ def test_squeue_local_times_read_as_the_calendar_says(monkeypatch, zone):
     finally:
         monkeypatch.undo()
         time.tzset()
+
+
+def test_a_record_from_its_fields_is_the_dataclass_record():
+    from dataclasses import astuple
+
+    record = slurm.parse_query((DATA / "squeue.json").read_text())[0]
+    made = type(record).from_fields(*astuple(record))
+    assert made == record and hash(made) == hash(record) and made.outcome() == record.outcome()
+    with pytest.raises(AttributeError):
+        made.state = JobState.FAILED
