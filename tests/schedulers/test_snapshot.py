@@ -152,3 +152,21 @@ def test_a_record_from_its_fields_is_the_dataclass_record():
     assert made == record and hash(made) == hash(record) and made.outcome() == record.outcome()
     with pytest.raises(AttributeError):
         made.state = JobState.FAILED
+
+
+def test_real_odd_job_names_agree_with_json(capture_timezone):
+    """capture-snapshot: held jobs named with '|', newlines, spaces and commas, among the jobs
+    other tests had left in the queue; squeue prints the names raw."""
+    import json
+
+    ids = json.loads((DATA / "squeue-snapshot-names.ids.json").read_text())
+    text = {r.job_id: r for r in slurm.parse_snapshot(
+        (DATA / "squeue-snapshot-names.txt").read_text())}
+    document = {r.job_id: r for r in slurm.parse_query(
+        (DATA / "squeue-snapshot-names.json").read_text())}
+    assert set(text) == set(document) and len(text) > 50
+    for job_id, record in document.items():
+        for name in SNAPSHOT_FIELDS:
+            assert getattr(text[job_id], name) == getattr(record, name), (job_id, name)
+    for name, job_id in ids.items():
+        assert text[job_id].name == name and text[job_id].state is JobState.HELD
