@@ -106,6 +106,16 @@ def test_a_strided_or_wide_matrix_is_read_as_a_sequence():
         _same(select_replicas(buckets, cost, delay, load), expected)
 
 
+class _FailingIndex:
+    """A disk id whose __index__ fails: its error passes through unless a bool is named."""
+
+    def __index__(self):
+        raise ValueError("index failed")
+
+    def __repr__(self):
+        return "_FailingIndex()"
+
+
 _BAD_INPUTS = [
     ([[0], []], [1.0], [0.0], [0.0], "bucket 1: has no replica"),
     ([[0], [0, 3]], [1.0, 1.0], [0.0, 0.0], [0.0, 0.0],
@@ -128,6 +138,8 @@ _BAD_INPUTS = [
     ([[0], "01"], [1.0, 1.0], [0, 0], [0, 0], "bucket 1: expected a list of disk ids, got str"),
     ([[True]], [1.0, 1.0], [0, 0], [0, 0], "bucket 0: disk ids must be integers (got [True])"),
     ([[2 ** 40, True]], [1.0], [0], [0], "bucket 0: disk ids must be integers"),
+    ([[0], [_FailingIndex(), True]], [1.0], [0], [0],
+     "bucket 1: disk ids must be integers (got [_FailingIndex(), True])"),
     ([[0, 2 ** 31]], [1.0], [0], [0], "bucket 0: disk id out of range (got [0, 2147483648])"),
     ([[-2 ** 31 - 1]], [1.0], [0], [0], "bucket 0: disk id out of range"),
     ([[2 ** 40] * 100_000], [1.0], [0], [0], "bucket 0: disk id out of range (got "

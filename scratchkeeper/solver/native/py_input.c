@@ -409,19 +409,20 @@ static inline int _disk_id(PyObject *item, int32_t *out)
     return _disk_id_slow(item, out);
 }
 
-/* Replace a TypeError/OverflowError raised for bucket `index` by its one-line InputError:
- * a bool anywhere in the bucket or a non-integer id is "must be integers", an id beyond
- * int32 is "out of range"; other exceptions pass through. */
+/* Replace the exception raised for bucket `index` by its one-line InputError: a bool
+ * anywhere in the bucket (looked for first, whatever failed) or a non-integer id is "must be
+ * integers", an id beyond int32 is "out of range"; other exceptions of an id's own __index__
+ * pass through. */
 static void _bucket_id_error(skpy_state *state, Py_ssize_t index, PyObject *replicas,
                              PyObject *items)
 {
-    int overflow = PyErr_ExceptionMatches(PyExc_OverflowError);
-    if (!overflow && !PyErr_ExceptionMatches(PyExc_TypeError))
+    int has_bool = 0;
+    for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(items); i++)
+        has_bool |= PyBool_Check(PySequence_Fast_GET_ITEM(items, i));
+    int overflow = PyErr_ExceptionMatches(PyExc_OverflowError) && !has_bool;
+    if (!has_bool && !overflow && !PyErr_ExceptionMatches(PyExc_TypeError))
         return;
     PyErr_Clear();
-    for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(items); i++)
-        if (PyBool_Check(PySequence_Fast_GET_ITEM(items, i)))
-            overflow = 0;
     PyObject *as_list = PySequence_List(replicas);
     if (!as_list)
         return;
