@@ -158,6 +158,9 @@ class Recoverer:
         # probes asked for while one runs are made as one, once it ended (ProbeGroup)
         self._last_probe: tuple[float, list[OstStatus]] | None = None
         self.probes = ProbeGroup(self._run_probe)
+        # layout switches asked for while one runs are made together (one sync of the
+        # namespace for all the files of a failure that finish at about the same time)
+        self.commits = Gathered(lambda items: self.backend.commit_rebuilds(items))
         self.stop = stop or threading.Event()
 
     # -- entry point ---------------------------------------------------------------------------
@@ -270,7 +273,7 @@ class Recoverer:
                         self._verify_file(rebuild, hints)
                         outcome.verified = "file"
                 # the last bytes written are recorded by the switch itself (one journal update)
-                self.backend.commit_rebuild(rebuild, pending)
+                self.commits((rebuild, pending))
                 outcome.patch_seconds += time.monotonic() - patch_started
                 on_rebuild(None)
             except TargetUnavailable as err:
@@ -733,6 +736,45 @@ class Recoverer:
             raise ChecksumMismatch(f"{rebuild.path}: the patched file's SHA-256 differs from the "
                                    "one recorded at stage-in (a corrupted range, or the source "
                                    "changed)")
+
+
+class Gathered:
+    """Calls made while one runs are made together, as one call, once it ended.
+
+    ``run`` takes the items of the calls gathered and returns a result (or exception) for
+    each, in order: each caller gets its own, raised if it is an exception. The first caller
+    runs at once; nothing waits for company.
+    """
+
+    def __init__(self, run: Callable[[list], list]):
+        self._run = run
+        self._cond = threading.Condition()
+        self._busy = False
+        self._next: list[dict] = []  # the calls that wait for the running one to end
+
+    def __call__(self, item):
+        with self._cond:
+            batch = self._next
+            slot = {"item": item, "done": False, "result": None}
+            batch.append(slot)
+            while self._busy and not slot["done"]:
+                self._cond.wait()
+            lead = not slot["done"]
+            if lead:
+                self._busy, self._next = True, []
+        if lead:
+            try:
+                results = self._run([s["item"] for s in batch])
+            except BaseException as err:
+                results = [err] * len(batch)
+            with self._cond:
+                for each, result in zip(batch, results, strict=True):
+                    each["result"], each["done"] = result, True
+                self._busy = False
+                self._cond.notify_all()
+        if isinstance(slot["result"], BaseException):
+            raise slot["result"]
+        return slot["result"]
 
 
 class ProbeGroup:

@@ -28,7 +28,7 @@ import time
 from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass, field, replace
 
-from ..errors import InputError, StorageError, TargetUnavailable
+from ..errors import InputError, ScratchkeeperError, StorageError, TargetUnavailable
 from .layout import (Extent, FileLayout, LayoutRequest, StripeObject, merge_extents,
                      subtract_extents)
 from .sources import read_sized, space_errors
@@ -384,6 +384,19 @@ class StorageBackend(abc.ABC):
         ``patched``: extents written with ``record=False`` and not recorded yet; they count
         as patched from this commit on (recorded in the same step as the switch).
         """
+
+    def commit_rebuilds(self, items: list[tuple[Rebuild, list[Extent]]]
+                        ) -> list[FileLayout | ScratchkeeperError]:
+        """Commit several rebuilds (``(rebuild, patched)`` pairs); each one's new layout or
+        error, in order. A store that can switches them in one step (fewer syncs); this one
+        commits them one by one."""
+        results: list[FileLayout | ScratchkeeperError] = []
+        for rebuild, patched in items:
+            try:
+                results.append(self.commit_rebuild(rebuild, patched))
+            except ScratchkeeperError as err:
+                results.append(err)
+        return results
 
     @abc.abstractmethod
     def abort_rebuild(self, rebuild: Rebuild) -> None:

@@ -141,7 +141,10 @@ class ObjectsMixin:
             for handle in handles.values():
                 os.close(handle)
 
-    def _sync_objects(self, objects: list[StripeObject], path: str) -> None:
+    def _sync_objects(self, objects: list[StripeObject], path: str, *,
+                      sync_directories: bool = True) -> set[str]:
+        """Sync the objects' bytes and (unless told not to) their directories; the
+        directories, for a caller that syncs several objects' directories once."""
         directories = set()
         for obj in objects:
             handle = self._open_object(obj, os.O_RDONLY, path)
@@ -150,8 +153,10 @@ class ObjectsMixin:
             finally:
                 os.close(handle)
             directories.add(os.path.dirname(self._object_path(obj)))
-        for directory in sorted(directories):
-            fsync_dir(directory)  # and the objects' names
+        if sync_directories:
+            for directory in sorted(directories):
+                fsync_dir(directory)  # and the objects' names
+        return directories
 
     def _read_layout(self, layout: FileLayout, offset: int, length: int) -> bytes:
         """Read through one given single-component layout only (verification of a new copy)."""

@@ -9,11 +9,11 @@ import mmap
 import uuid
 from dataclasses import replace
 
-from ..errors import InputError, StorageError, TargetUnavailable
+from ..errors import InputError, ScratchkeeperError, StorageError, TargetUnavailable
 from .base import Rebuild, substitute_layout
 from .layout import Extent, FileLayout, StripeObject, merge_extents
 from .local_namespace import DOOMED
-from .local_objects import DIRECT_ALIGN, PatchWriter, span
+from .local_objects import DIRECT_ALIGN, PatchWriter, fsync_dir, span
 
 log = logging.getLogger(__name__)
 
@@ -116,35 +116,71 @@ class RebuildMixin:
         return self._read_through(layout, rebuild.file_size, offset, length, self._healthy())
 
     def commit_rebuild(self, rebuild: Rebuild, patched: list[Extent] = ()) -> FileLayout:
+        result, = self.commit_rebuilds([(rebuild, patched)])
+        if isinstance(result, BaseException):
+            raise result
+        return result
+
+    def commit_rebuilds(self, items: list[tuple[Rebuild, list[Extent]]]
+                        ) -> list[FileLayout | ScratchkeeperError]:
+        """Switch several rebuilds' files at once: their substitute objects synced (each
+        directory once), then one namespace transaction for every switch, one collection.
+
+        A rebuild that cannot be committed (bytes missing, a substitute failed, the file
+        changed) gets its error in its place and leaves the others to commit.
+        """
         self._check_writable()
+        results: list[FileLayout | ScratchkeeperError | None] = [None] * len(items)
+        ready, directories = [], set()
+        conn = self.db.connection()
+        for index, (rebuild, patched) in enumerate(items):
+            try:
+                patched = self._check_recorded(rebuild, patched)
+                current = self._load_rebuild(conn, rebuild.rebuild_id)
+                current.patched = merge_extents(current.patched + patched)
+                self._check_complete(current)
+                # the new layout may only point at objects whose bytes are on disk
+                directories |= self._sync_objects(
+                    added_objects(self._layout_of(self._row(current.path)),
+                                  current.new_layout), current.path, sync_directories=False)
+                ready.append((index, rebuild, patched))
+            except ScratchkeeperError as err:
+                results[index] = err
+        for directory in sorted(directories):
+            fsync_dir(directory)  # and the objects' names
+        if ready:
+            with self.db.transaction() as conn:
+                for index, rebuild, patched in ready:
+                    try:
+                        results[index] = self._switch(conn, rebuild, patched)
+                    except StorageError as err:  # raised before this switch wrote anything
+                        results[index] = err
+            self._collect_garbage()
+        for (rebuild, _), result in zip(items, results):
+            if not isinstance(result, BaseException):
+                log.info("store: rebuild %s of %s committed", rebuild.rebuild_id, rebuild.path)
+        return results
+
+    def _switch(self, conn, rebuild: Rebuild, patched: list[Extent]) -> FileLayout:
+        """One rebuild's layout switch, in the caller's transaction."""
         owner = f"rebuild:{rebuild.rebuild_id}"
-        patched = self._check_recorded(rebuild, patched)
-        current = self._load_rebuild(self.db.connection(), rebuild.rebuild_id)
+        current = self._load_rebuild(conn, rebuild.rebuild_id)
         current.patched = merge_extents(current.patched + patched)
         self._check_complete(current)
-        # the new layout may only point at objects whose bytes are on disk
-        self._sync_objects(added_objects(self._layout_of(self._row(current.path)),
-                                          current.new_layout), current.path)
-        with self.db.transaction() as conn:
-            current = self._load_rebuild(conn, rebuild.rebuild_id)
-            current.patched = merge_extents(current.patched + patched)
-            self._check_complete(current)
-            row = conn.execute("SELECT layout_gen, size, layout FROM files WHERE path = ?",
-                               (current.path,)).fetchone()
-            if row is None or row["layout_gen"] != current.base_layout_gen \
-                    or row["size"] != current.file_size:
-                raise StorageError(f"{current.path}: changed since rebuild {current.rebuild_id} "
-                                   "began; abort it and start again")
-            old = FileLayout.from_dict(json.loads(row["layout"]))
-            replaced = added_objects(current.new_layout, old)
-            self._store_layout(conn, current.path, current.new_layout)
-            conn.execute("DELETE FROM rebuilds WHERE rebuild_id = ?", (current.rebuild_id,))
-            conn.execute("DELETE FROM object_intents WHERE owner = ?", (owner,))
-            conn.executemany("INSERT OR REPLACE INTO object_intents(ost_index, object_id, owner) "
-                             "VALUES (?, ?, ?)",
-                             [(o.ost_index, o.object_id, DOOMED) for o in replaced])
-        self._collect_garbage()
-        log.info("store: rebuild %s of %s committed", rebuild.rebuild_id, rebuild.path)
+        row = conn.execute("SELECT layout_gen, size, layout FROM files WHERE path = ?",
+                           (current.path,)).fetchone()
+        if row is None or row["layout_gen"] != current.base_layout_gen \
+                or row["size"] != current.file_size:
+            raise StorageError(f"{current.path}: changed since rebuild {current.rebuild_id} "
+                               "began; abort it and start again")
+        old = FileLayout.from_dict(json.loads(row["layout"]))
+        replaced = added_objects(current.new_layout, old)
+        self._store_layout(conn, current.path, current.new_layout)
+        conn.execute("DELETE FROM rebuilds WHERE rebuild_id = ?", (current.rebuild_id,))
+        conn.execute("DELETE FROM object_intents WHERE owner = ?", (owner,))
+        conn.executemany("INSERT OR REPLACE INTO object_intents(ost_index, object_id, owner) "
+                         "VALUES (?, ?, ?)",
+                         [(o.ost_index, o.object_id, DOOMED) for o in replaced])
         return replace(current.new_layout, path=current.path)
 
     def abort_rebuild(self, rebuild: Rebuild) -> None:

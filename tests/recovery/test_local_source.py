@@ -125,13 +125,13 @@ def test_journal_updates_wait_for_the_interval_and_the_commit_records_the_rest(
         tmp_path, "j.bin", 2_000_003,
         f"[recovery]\nsync_bytes = 1\njournal_interval = {interval}", 0)
     records, commits = [], []
-    real_record, real_commit = backend.record_patched, backend.commit_rebuild
+    real_record, real_commit = backend.record_patched, backend.commit_rebuilds
     monkeypatch.setattr(backend, "record_patched",
                         lambda rebuild, extents: (records.append(list(extents)),
                                                   real_record(rebuild, extents)))
-    monkeypatch.setattr(backend, "commit_rebuild",
-                        lambda rebuild, patched=(): (commits.append(list(patched)),
-                                                     real_commit(rebuild, patched))[1])
+    monkeypatch.setattr(backend, "commit_rebuilds",
+                        lambda items: (commits.extend(list(patched) for _, patched in items),
+                                       real_commit(items))[1])
     outcome = Recoverer(backend, site.config).recover(path)
     assert outcome.state == PATCHED and read_all(backend, path) == data
     lost = sum(e.length for e in backend.layout(path).extents_on_ost(
@@ -410,3 +410,38 @@ def test_the_periodic_check_probe_serves_the_recoveries_it_queues(local_site, tm
     # the check's probe of every OST, then each file's own OSTs: no second probe of all
     assert probes == [None, {0, 1, 2, 3}, {0, 1, 2, 3}]
     assert [read_all(backend, path) for path, _ in files] == [data for _, data in files]
+
+
+def test_calls_made_while_one_runs_are_made_together_after_it():
+    made, running, release = [], threading.Event(), threading.Event()
+
+    def run(items):
+        made.append(list(items))
+        if len(made) == 1:
+            running.set()
+            assert release.wait(10)
+        return [ValueError(item) if item == "bad" else item.upper() for item in items]
+
+    gathered = reconstruct.Gathered(run)
+    answers = {}
+
+    def call(item):
+        try:
+            answers[item] = gathered(item)
+        except ValueError as err:
+            answers[item] = err
+
+    first = threading.Thread(target=call, args=("a",))
+    first.start()
+    assert running.wait(10)
+    later = [threading.Thread(target=call, args=(item,)) for item in ("b", "bad")]
+    for thread in later:
+        thread.start()
+    deadline = time.monotonic() + 10
+    while len(gathered._next) < 2 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    release.set()
+    for thread in [first, *later]:
+        thread.join(10)
+    assert made == [["a"], ["b", "bad"]]
+    assert answers["a"] == "A" and answers["b"] == "B" and isinstance(answers["bad"], ValueError)

@@ -238,3 +238,23 @@ def test_lost_extent_arithmetic_matches_rebuild(backend):
     assert rebuild.lost[0] == Extent(0, 65536)
     assert rebuild.lost[1] == Extent(3 * 65536, 65536)
     backend.abort_rebuild(rebuild)
+
+
+def test_rebuilds_committed_together_each_get_their_own_outcome(backend, take_down):
+    """One commit of several rebuilds: the complete one switches; one whose file changed and one
+    still missing bytes get their errors in their places and stay open."""
+    files = [put(backend, f"many/{name}", payload(300_000, seed=seed),
+                 LayoutRequest(stripe_count=2, stripe_size=65536, ost_list=(0, 1)))
+             for seed, name in enumerate(("done", "changed", "short"))]
+    take_down(backend, 1)
+    rebuilds = [backend.begin_rebuild(layout.path, {1: 5}) for layout in files]
+    for rebuild in rebuilds[:2]:
+        for extent in rebuild.lost:
+            backend.write_rebuild(rebuild, extent.offset, b"\1" * extent.length)
+    backend.write(files[1].path, 300_000, b"more")
+    done, changed, short = backend.commit_rebuilds([(rebuild, []) for rebuild in rebuilds])
+    assert done.ost_list == (0, 5) and backend.layout(files[0].path).ost_list == (0, 5)
+    assert isinstance(changed, StorageError) and "changed" in str(changed)
+    assert isinstance(short, StorageError) and "misses" in str(short)
+    assert {r.rebuild_id for r in backend.open_rebuilds()} == {r.rebuild_id for r in rebuilds[1:]}
+    assert [backend.layout(layout.path).ost_list for layout in files[1:]] == [(0, 1), (0, 1)]

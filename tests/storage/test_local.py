@@ -464,3 +464,31 @@ def test_import_refuses_a_fifo_without_waiting_for_a_writer(local_store):
         signal.alarm(0)
         signal.signal(signal.SIGALRM, previous)
     assert fifo.exists()
+
+
+def test_rebuilds_committed_together_switch_in_one_transaction(local_store, monkeypatch):
+    """The files of one OST failure that finish together cost one namespace transaction (its
+    journal syncs) and one sync of each substitute directory, not one of each per file."""
+    from scratchkeeper.storage import local_rebuild
+    datas = [os.urandom(3 * 64 * 1024) for _ in range(3)]
+    rebuilds = []
+    for number, data in enumerate(datas):
+        local_store.create(f"f{number}", LayoutRequest(stripe_count=3, stripe_size=64 * 1024,
+                                                        ost_list=(0, 1, 2)))
+        local_store.write(f"f{number}", 0, data)
+    local_store.fail_ost(1)
+    for number, data in enumerate(datas):
+        rebuild = local_store.begin_rebuild(f"f{number}", {1: 5})
+        local_store.write_rebuild_batch(rebuild, [(e.offset, data[e.offset:e.end])
+                                                  for e in rebuild.lost], record=False)
+        rebuilds.append(rebuild)
+    transactions, synced_dirs = [], []
+    real_transaction, real_fsync_dir = local_store.db.transaction, local_rebuild.fsync_dir
+    monkeypatch.setattr(local_store.db, "transaction",
+                        lambda *a, **k: transactions.append(1) or real_transaction(*a, **k))
+    monkeypatch.setattr(local_rebuild, "fsync_dir",
+                        lambda path: synced_dirs.append(path) or real_fsync_dir(path))
+    results = local_store.commit_rebuilds([(r, r.lost) for r in rebuilds])
+    assert [layout.ost_list for layout in results] == [(0, 5, 2)] * 3
+    assert len(transactions) == 1 and len(synced_dirs) == 1
+    assert [local_store.read(f"f{n}", 0, len(d)) for n, d in enumerate(datas)] == datas
