@@ -10,8 +10,6 @@ import contextlib
 import logging
 import os
 import shlex
-import signal
-import subprocess
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -87,6 +85,8 @@ class CommandRunner:
         if env is not None:
             full_env = dict(os.environ)
             full_env.update(env)
+        import subprocess  # not for a dry run (``plan --dry-run`` starts nothing)
+
         log.debug("run (timeout %.0fs): %s", limit, line)
         started = time.monotonic()
         try:
@@ -118,6 +118,8 @@ class CommandRunner:
 
 def _kill_group(proc: subprocess.Popen) -> None:
     """Kill the command and anything it started (it runs in a session of its own)."""
+    import signal
+
     try:
         os.killpg(proc.pid, signal.SIGKILL)
     except ProcessLookupError:
