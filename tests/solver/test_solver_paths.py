@@ -213,3 +213,51 @@ def test_bad_options_error_the_same_way_on_both_paths(algorithm, threads, messag
     for path in (select_replicas, _prepared):
         with pytest.raises(SolverInputError, match=f"^{message}"):
             path([[0]], [1.0], [0.0], [0.0], algorithm=algorithm, threads=threads)
+
+
+def test_buffers_changed_by_another_thread_during_the_solve_are_never_read_out_of_bounds():
+    # the GIL is released while the core reads a caller's int32 buffers in place: a thread
+    # that flips ids between valid and out of range meanwhile gets some answer or a one-line
+    # error, and the core never reads or writes past its arrays (the core checks every id
+    # again as it copies them; run this under AddressSanitizer to see a stray access)
+    import threading
+
+    rng = numpy.random.default_rng(16)
+    matrix = rng.integers(0, 100, size=(20_000, 3), dtype=numpy.int32)
+    offsets = numpy.arange(0, 3 * 20_000 + 1, 3, dtype=numpy.int32)
+    disks = matrix.reshape(-1).copy()
+    csr = BucketsCSR.from_arrays(offsets, disks)
+    cost, delay, load = [1.0 + d % 5 for d in range(100)], [0.0] * 100, [0.0] * 100
+    table = DiskTable.from_lists(cost, delay, load)
+    stop = threading.Event()
+
+    def flip():
+        # about half the time out of range, one past the last disk or negative: validation
+        # may see the good value and the copy the bad one
+        row, column = 15_000, 1
+        while not stop.is_set():
+            for bad in (100, -1, 100, 2 ** 31 - 1):
+                matrix[row, column] = bad
+                disks[3 * row + column] = bad
+                matrix[row, column] = 5
+                disks[3 * row + column] = 5
+            offsets[7] = 2 ** 31 - 1
+            offsets[7] = 21
+
+    writer = threading.Thread(target=flip)
+    writer.start()
+    outcomes = set()
+    try:
+        for _ in range(150):
+            for call in (lambda: select_replicas(matrix, cost, delay, load),
+                         lambda: table.select(csr)):
+                try:
+                    call()
+                    outcomes.add("answer")
+                except SolverInputError as err:
+                    assert "\n" not in str(err) and str(err).startswith("bucket ")
+                    outcomes.add("error")
+    finally:
+        stop.set()
+        writer.join()
+    assert outcomes == {"answer", "error"}

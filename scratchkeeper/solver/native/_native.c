@@ -181,20 +181,31 @@ static PyObject *native_solve(PyObject *self, PyObject *args)
                         "ids 4 bytes each, cost, delay and load one double per disk");
         goto done;
     }
-    const int32_t *offset_items = offsets.buf;
-    if (offset_items[bucket_count] < 0 || offset_items[bucket_count] > disk_items) {
-        PyErr_SetString(state->input_error, "offsets point past the end of disks");
+    /* the offsets are copied (bucket_count + 1 ints): checked here, they bound every read of
+     * the disk ids, which the core reads in place and checks again as it reads them */
+    int32_t *offset_items = PyMem_Malloc(sizeof(int32_t) * (size_t)(bucket_count + 1));
+    if (!offset_items) {
+        PyErr_NoMemory();
         goto done;
     }
-    for (Py_ssize_t b = 0; b < bucket_count; b++)
-        if (offset_items[b] < 0 || offset_items[b] > offset_items[bucket_count]) {
+    memcpy(offset_items, offsets.buf, sizeof(int32_t) * (size_t)(bucket_count + 1));
+    if (offset_items[bucket_count] < 0 || offset_items[bucket_count] > disk_items) {
+        PyErr_SetString(state->input_error, "offsets point past the end of disks");
+    } else {
+        Py_ssize_t b = 0;
+        while (b < bucket_count && offset_items[b] >= 0 &&
+               offset_items[b] <= offset_items[bucket_count])
+            b++;
+        if (b < bucket_count) {
             PyErr_Format(state->input_error, "bucket %zd: offset %d is outside the disk ids",
                          b, (int)offset_items[b]);
-            goto done;
+        } else {
+            sk_request request = {(int32_t)bucket_count, (int32_t)disk_count, offset_items,
+                                  disks.buf, cost.buf, delay.buf, load.buf};
+            result = _solve(state, &request, disk_items, algorithm, threads, divisor);
         }
-    sk_request request = {(int32_t)bucket_count, (int32_t)disk_count, offsets.buf, disks.buf,
-                          cost.buf, delay.buf, load.buf};
-    result = _solve(state, &request, disk_items, algorithm, threads, divisor);
+    }
+    PyMem_Free(offset_items);
 done:
     PyBuffer_Release(&offsets);
     PyBuffer_Release(&disks);

@@ -77,7 +77,10 @@ void skpy_status_error(skpy_state *state, int status, int32_t index, int32_t buc
                              (int)index, (int)disks[i], (int)disk_count, (int)disk_count - 1);
                 return;
             }
-        break;
+        /* the core saw a bad id that is gone now: another thread changed the buffer */
+        PyErr_Format(state->input_error, "bucket %d: disk ids changed while being solved",
+                     (int)index);
+        return;
     case SK_E_OFFSETS:
         PyErr_Format(state->input_error, "bucket %d: %s", (int)index, sk_status_text(status));
         return;

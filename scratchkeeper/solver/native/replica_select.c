@@ -206,7 +206,8 @@ int sk_validate(const sk_request *request, int32_t *error_index)
     return _validate(request, error_index ? error_index : &ignored);
 }
 
-/* Set up; on SK_E_RANGE *range_disk is the (global) disk whose largest time overflowed. */
+/* Set up; on SK_E_RANGE *range_disk is the (global) disk whose largest time overflowed, on
+ * SK_E_OFFSETS / SK_E_DISK_RANGE (the request changed after validation) the bucket. */
 static int _problem_build(const sk_request *r, sk_problem *p, int32_t *range_disk)
 {
     memset(p, 0, sizeof *p);
@@ -222,12 +223,24 @@ static int _problem_build(const sk_request *r, sk_problem *p, int32_t *range_dis
         local[d] = -1;
         seen[d] = -1;
     }
-    /* number used disks in order of first appearance and drop duplicates per bucket */
+    /* number used disks in order of first appearance and drop duplicates per bucket; the
+     * offsets and ids were validated, but the caller's buffers may be shared with a thread
+     * that changes them while the GIL is released, so every one is checked again as it is
+     * read: a request that changed is refused, never read or written out of bounds */
     int32_t used = 0, kept = 0;
     for (int32_t b = 0; b < S; b++) {
         p->bucket_first[b] = kept;
-        for (int32_t i = r->offsets[b]; i < r->offsets[b + 1]; i++) {
+        int32_t first = r->offsets[b], last = r->offsets[b + 1];
+        if (first < 0 || last < first || last > E) {
+            *range_disk = b;
+            goto changed_offsets;
+        }
+        for (int32_t i = first; i < last; i++) {
             int32_t d = r->disks[i];
+            if (d < 0 || d >= N || kept >= E) {
+                *range_disk = b;
+                goto changed_disks;
+            }
             if (seen[d] == b)
                 continue;
             seen[d] = b;
@@ -289,6 +302,16 @@ nomem:
     free(seen);
     _problem_free(p);
     return SK_E_NOMEM;
+changed_offsets:
+    free(local);
+    free(seen);
+    _problem_free(p);
+    return SK_E_OFFSETS;
+changed_disks:
+    free(local);
+    free(seen);
+    _problem_free(p);
+    return SK_E_DISK_RANGE;
 }
 
 /* Lower bound: enough slots overall for every bucket (Proposition 1) and, for each bucket,
