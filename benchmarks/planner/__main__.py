@@ -301,7 +301,9 @@ def report(render: dict, start: dict, submit: dict | None, quick: bool) -> str:
     lines = ["# Planner benchmark", "", f"Command: `.venv/bin/python -m benchmarks.planner"
              f"{' --quick' if quick else ''}` on this 2-core machine (shared with other work: "
              f"each method and its peer run interleaved, medians with min-max), "
-             f"{time.strftime('%Y-%m-%d %H:%M')}.", "",
+             f"{time.strftime('%Y-%m-%d %H:%M')}, load average at the end "
+             f"{os.getloadavg()[0]:.1f}. Compare figures within one run: under load every "
+             f"figure grows, the peers' as well.", "",
              "| measure | median | p95 / peer | goal |", "|---|---|---|---|",
              f"| parse + plan + render, {render['lines']}-line script, {render['transfers']} transfers "
              f"({render['repeats']} runs) | {render['median_ms']:.2f} ms | {render['p95_ms']:.2f} ms | < 5 ms |",
