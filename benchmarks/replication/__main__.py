@@ -6,7 +6,7 @@ steady state (the window's jobs and the running jobs already hold claims and rep
 
 Then the daemon's whole cycle except the scheduler call itself, goal <= 200 ms: the queue
 snapshot parsed from the text ``squeue -a -t all -o`` prints (each job a copy of a line captured
-from the real Slurm 22.05, tests/data/slurm/squeue.txt), the planner query, the claims and
+from the real Slurm 22.05, tests/data/slurm/squeue-snapshot.txt), the planner query, the claims and
 replicas read, the decision and the state writes, through the real ``Scheduler`` with a command
 runner that answers at once. Its peer, measured interleaved in the same process on a copy of
 the same state database, is the cycle as it was: ``squeue --json`` (26.7 MB) parsed and
@@ -40,7 +40,7 @@ ROOT = Path(__file__).resolve().parents[2]
 RESULTS = ROOT / "benchmarks" / "results" / "replication"
 REPORT = ROOT / "docs" / "benchmarks" / "replication" / "report.md"
 CAPTURED = ROOT / "tests" / "replication" / "data" / "squeue-window.json"
-CAPTURED_TEXT = ROOT / "tests" / "data" / "slurm" / "squeue.txt"
+CAPTURED_TEXT = ROOT / "tests" / "data" / "slurm" / "squeue-snapshot.txt"
 GOAL_MS = 200.0
 SYSTEM_NODES = 4096
 
@@ -130,20 +130,30 @@ def squeue_text(snapshot: QueueSnapshot) -> str:
 
     lines = CAPTURED_TEXT.read_text().splitlines()
     assert lines[0] == slurm.SNAPSHOT_HEADER
-    template = next(line.split("|") for line in lines[1:] if line.split("|")[5] == "RUNNING")
+    template = next(line.split("|", 9) for line in lines[1:] if "|RUNNING|" in line)
     out = [slurm.SNAPSHOT_HEADER]
     for job in snapshot.jobs:
         fields = list(template)
         running = job.state is JobState.RUNNING
         submit = datetime.datetime.fromtimestamp(job.submit_time).isoformat(timespec="seconds")
-        fields[0] = fields[1] = job.job_id
-        fields[2], fields[3], fields[4] = job.queue, f"job{job.job_id}", job.user
-        fields[5], fields[6] = ("RUNNING", "None") if running else ("PENDING", job.reason)
-        fields[7] = fields[8] = str(job.nodes)
-        fields[9] = f"node[1-{job.nodes}]" if running else ""
-        fields[11], fields[12] = submit, submit if running else "N/A"
-        fields[15] = str(job.priority)
+        fields[0], fields[1], fields[2] = job.job_id, job.queue, job.user
+        fields[3], fields[4] = ("RUNNING", "None") if running else ("PENDING", job.reason)
+        fields[5] = str(job.nodes)
+        fields[6], fields[7] = submit, submit if running else "N/A"
+        fields[8], fields[9] = str(job.priority), f"job{job.job_id}"
         out.append("|".join(fields))
+    return "\n".join(out) + "\n"
+
+
+def _priorities_raised(text: str) -> str:
+    """The same queue with every job's priority one higher: every line differs, same order."""
+    out = []
+    for number, line in enumerate(text.splitlines()):
+        if number:
+            fields = line.split("|", 9)
+            fields[8] = str(int(fields[8]) + 1)
+            line = "|".join(fields)
+        out.append(line)
     return "\n".join(out) + "\n"
 
 
@@ -251,8 +261,7 @@ close_events = "none"
                                  backend=open_backend(peer_config))
         # every line changed at every cycle: what a cycle right after slurmctld recomputed
         # the priorities sees (PriorityCalcPeriod, 5 min by default); the order stays the same
-        shifted = "\n".join(line if n == 0 else line.rsplit("|", 1)[0] + "|" + str(
-            int(line.rsplit("|", 1)[1]) + 1) for n, line in enumerate(text.splitlines())) + "\n"
+        shifted = _priorities_raised(text)
         answers = {daemon: _Answers(text), peer: _Answers(document)}
         changing = _Answers(shifted)
 
@@ -411,6 +420,7 @@ def main() -> None:
         "in every repeat (checked).",
     ]
     if squeue:
+        command = " ".join(slurm.build_snapshot()).replace("|", "\\|")   # inside a table
         lines += [
             "",
             "## The scheduler call itself (real `squeue` on the local cluster)",
@@ -419,7 +429,7 @@ def main() -> None:
             "",
             "| command | median ms | min-max ms | bytes |",
             "|---|---|---|---|",
-            f"| `{' '.join(slurm.build_snapshot())}` | {squeue['text']['median_ms']:.0f} | "
+            f"| `{command}` | {squeue['text']['median_ms']:.0f} | "
             f"{squeue['text']['min_ms']:.0f}-{squeue['text']['max_ms']:.0f} | "
             f"{squeue['text_bytes']} |",
             f"| `squeue --json` | {squeue['json']['median_ms']:.0f} | "

@@ -1,8 +1,10 @@
 """The queue snapshot's text form (``squeue -a -t all -o FORMAT``), on output captured from the
-real Slurm 22.05.8: tests/data/slurm/squeue.txt and squeue.json were taken seconds apart by
-tests/data/slurm/capture from the same queue, so the two parsers must agree job for job.
+real Slurm 22.05.8: tests/data/slurm/capture-snapshot took squeue-snapshot.txt and
+squeue-snapshot.json of the same queue a moment apart (running, pending, held, array, finished
+jobs, and held jobs with odd names), so the two parsers must agree job for job.
 """
 
+import json
 import time
 from pathlib import Path
 
@@ -15,9 +17,12 @@ from scratchkeeper.schedulers import JobState, Scheduler, pbs, slurm
 from scripted_runner import ScriptedRunner
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "slurm"
-TEXT = (DATA / "squeue.txt").read_text()
+TEXT = (DATA / "squeue-snapshot.txt").read_text()
+IDS = json.loads((DATA / "squeue-snapshot.ids.json").read_text())
+NAMES = {"name0": "pipe|in|name", "name1": "two\nlines", "name2": " lead space, comma",
+         "name3": "|", "name4": "x|\n|y"}
 SNAPSHOT_FIELDS = ("state", "native_state", "reason", "name", "queue", "user", "nodes",
-                   "priority", "dependency", "submit_time", "start_time")
+                   "priority", "submit_time", "start_time")
 
 
 @pytest.fixture
@@ -31,51 +36,45 @@ def capture_timezone(monkeypatch):
 
 
 def test_the_argv_is_the_captured_command():
-    captured = next(line.split("\t")[2] for line in (DATA / "commands.txt").read_text().splitlines()
-                    if line.startswith("squeue.txt\t"))
-    assert " ".join(slurm.build_snapshot()) == captured
+    assert slurm.build_snapshot() == ["squeue", "-a", "-t", "all", "-o", IDS["format"]]
     assert TEXT.splitlines()[0] == slurm.SNAPSHOT_HEADER
 
 
 def test_text_snapshot_agrees_with_json_on_every_field_it_carries(capture_timezone):
     text = {r.job_id: r for r in slurm.parse_snapshot(TEXT)}
-    document = {r.job_id: r for r in slurm.parse_query((DATA / "squeue.json").read_text())}
-    assert set(text) == set(document) and len(text) == 96
+    document = {r.job_id: r for r in slurm.parse_query((DATA / "squeue-snapshot.json").read_text())}
+    assert set(text) == set(document)
     for job_id, record in document.items():
         for name in SNAPSHOT_FIELDS:
             assert getattr(text[job_id], name) == getattr(record, name), (job_id, name)
-    # the array's pending meta-record is job 93 (%A), its running tasks 94 and 95
-    assert text["93"].state is JobState.PENDING and text["93"].reason == "JobArrayTaskLimit"
-    assert text["97"].state is JobState.HELD and text["97"].priority == 0
-    assert text["86"].nodes == 2 and text["88"].start_time is None
+    assert text[IDS["running"]].state is JobState.RUNNING and text[IDS["running"]].nodes == 2
+    assert text[IDS["running"]].start_time is not None
+    dependent = text[IDS["dependent"]]
+    assert dependent.state is JobState.PENDING and dependent.reason == "Dependency"
+    assert dependent.start_time is None and dependent.priority
+    assert text[IDS["held"]].state is JobState.HELD and text[IDS["held"]].priority == 0
+    assert text[IDS["failed"]].state is JobState.FAILED
+    assert text[IDS["cancelled"]].state is JobState.CANCELLED
+    assert text[IDS["completed"]].state is JobState.COMPLETED
+    for key, name in NAMES.items():
+        assert text[IDS[key]].name == name and text[IDS[key]].state is JobState.HELD
     assert [r.job_id for r in slurm.order_by_priority(list(text.values()))] == \
         [r.job_id for r in slurm.order_by_priority(list(document.values()))]
 
 
-def _with_name(job_id: str, name: str) -> str:
-    lines = TEXT.splitlines()
-    for index, line in enumerate(lines):
-        parts = line.split("|")
-        if parts[1] == job_id:
-            parts[3] = name
-            lines[index] = "|".join(parts)
-    return "\n".join(lines) + "\n"
+def test_a_name_continues_over_lines_and_keeps_its_separators():
+    line = next(line for line in TEXT.splitlines() if line.startswith(IDS["held"] + "|"))
+    head = line.rsplit("|", 1)[0]
+    for name in ("a|b|c|d|e|f|g|h|i|j|k", "\n", "two\n\nblank", "x\n1|p|u|s|r|1|t|t|0|n"):
+        records = slurm.parse_snapshot(slurm.SNAPSHOT_HEADER + "\n" + head + "|" + name + "\n")
+        assert [r.name for r in records] == [name]
+    with pytest.raises(SchedulerError, match="squeue line 2: expected a job's 10 fields"):
+        slurm.parse_snapshot(slurm.SNAPSHOT_HEADER + "\nbatch|root\n")
 
 
-@pytest.mark.parametrize("name", ["a|b", "|lead|", "two\nlines", "x|\n|y\n"])
-def test_a_job_name_with_the_separator_or_a_newline_is_read_whole(name):
-    records = {r.job_id: r for r in slurm.parse_snapshot(_with_name("88", name))}
-    assert len(records) == 96
-    assert records["88"].name == name
-    assert records["88"].dependency == "afterok:86(unfulfilled)" and records["88"].priority
-    assert records["89"].name == "afterany"
-
-
-def test_other_columns_or_a_cut_line_are_refused_with_the_line():
+def test_other_columns_are_refused_with_the_line():
     with pytest.raises(SchedulerError, match="squeue line 1: expected the header"):
         slurm.parse_snapshot(TEXT.replace("PRIORITY", "PRIO", 1))
-    with pytest.raises(SchedulerError, match="squeue line 98: expected 16 fields, got 3"):
-        slurm.parse_snapshot(TEXT + "99|99|batch")
     assert slurm.parse_snapshot(slurm.SNAPSHOT_HEADER + "\n") == []
 
 
@@ -84,8 +83,9 @@ def test_scheduler_snapshot_runs_the_text_query(use_runner):
                                                                       0.1))]))
     snapshot = Scheduler(slurm).snapshot()
     assert [tuple(argv) for argv in runner.ran("squeue")] == [tuple(slurm.build_snapshot())]
-    assert len(snapshot.pending()) == 7 and len(snapshot.running()) == 6
-    assert not any(j.state.is_queued for j in snapshot.jobs[:-7])   # queued jobs come last
+    pending = snapshot.pending()
+    assert pending and snapshot.running()
+    assert not any(j.state.is_queued for j in snapshot.jobs[:-len(pending)])   # queued last
 
 
 def test_pbs_snapshot_is_its_query():
@@ -94,24 +94,29 @@ def test_pbs_snapshot_is_its_query():
     assert pbs.parse_snapshot(text) == pbs.parse_query(text)
 
 
-def test_lines_seen_before_are_not_parsed_again_and_the_answer_is_unchanged(capture_timezone):
+def test_jobs_seen_before_are_not_parsed_again_and_the_answer_is_unchanged(capture_timezone):
     reuse: dict = {}
     first = slurm.parse_snapshot(TEXT, reuse)
-    assert len(reuse) == 96
+    assert len(reuse) == len(first)
+    dependent, held = IDS["dependent"], IDS["held"]
     lines = TEXT.splitlines()
-    changed = [line.replace("|PENDING|Dependency|", "|RUNNING|None|") if line.startswith("88|")
-               else line for line in lines if not line.startswith("90|")]
+    changed = [line.replace("|PENDING|Dependency|", "|RUNNING|None|")
+               if line.startswith(dependent + "|") else line
+               for line in lines if not line.startswith(held + "|")]
     second = slurm.parse_snapshot("\n".join(changed) + "\n", reuse)
     assert second == slurm.parse_snapshot("\n".join(changed) + "\n")
     by_id = {r.job_id: r for r in first}
     again = {r.job_id: r for r in second}
-    assert again["88"].state is JobState.RUNNING and "90" not in again
-    assert all(again[j] is by_id[j] for j in again if j != "88")     # reused, not re-made
-    assert len(reuse) == 95 and set(reuse.values()) == set(second)
+    assert again[dependent].state is JobState.RUNNING and held not in again
+    assert all(again[j] is by_id[j] for j in again if j != dependent)   # reused, not re-made
+    assert len(reuse) == len(first) - 1 and set(reuse.values()) == set(second)
 
 
 def test_scheduler_snapshot_keeps_the_order_of_an_unchanged_queue(use_runner):
-    raised = TEXT.replace("|4294901679\n", "|4294901999\n")               # job 90's priority
+    queued = [r for r in slurm.order_by_priority(slurm.parse_snapshot(TEXT)) if r.state.is_queued]
+    last = queued[-1].job_id                         # its priority raised above every other
+    raised = "\n".join(_with_priority(line, 4294967000) if line.startswith(last + "|")
+                       else line for line in TEXT.splitlines()) + "\n"
     outputs = [TEXT, TEXT, raised]
     runner = use_runner(ScriptedRunner([(("squeue",), lambda argv: CommandResult(
         tuple(argv), 0, outputs.pop(0), "", 0.1))]))
@@ -121,7 +126,13 @@ def test_scheduler_snapshot_keeps_the_order_of_an_unchanged_queue(use_runner):
     assert all(a is b for a, b in zip(one.jobs, two.jobs)) and len(one.jobs) == len(two.jobs)
     assert [j.job_id for j in three.jobs] == [j.job_id for j in slurm.order_by_priority(
         slurm.parse_snapshot(raised))]
-    assert [j.job_id for j in three.pending()][0] == "90"
+    assert three.pending()[0].job_id == last != one.pending()[0].job_id
+
+
+def _with_priority(line: str, priority: int) -> str:
+    parts = line.split("|", 9)
+    parts[8] = str(priority)
+    return "|".join(parts)
 
 
 @pytest.mark.parametrize("zone", ["UTC", "Europe/Berlin", "America/New_York", "Australia/Lord_Howe"])
@@ -152,21 +163,3 @@ def test_a_record_from_its_fields_is_the_dataclass_record():
     assert made == record and hash(made) == hash(record) and made.outcome() == record.outcome()
     with pytest.raises(AttributeError):
         made.state = JobState.FAILED
-
-
-def test_real_odd_job_names_agree_with_json(capture_timezone):
-    """capture-snapshot: held jobs named with '|', newlines, spaces and commas, among the jobs
-    other tests had left in the queue; squeue prints the names raw."""
-    import json
-
-    ids = json.loads((DATA / "squeue-snapshot-names.ids.json").read_text())
-    text = {r.job_id: r for r in slurm.parse_snapshot(
-        (DATA / "squeue-snapshot-names.txt").read_text())}
-    document = {r.job_id: r for r in slurm.parse_query(
-        (DATA / "squeue-snapshot-names.json").read_text())}
-    assert set(text) == set(document) and len(text) > 50
-    for job_id, record in document.items():
-        for name in SNAPSHOT_FIELDS:
-            assert getattr(text[job_id], name) == getattr(record, name), (job_id, name)
-    for name, job_id in ids.items():
-        assert text[job_id].name == name and text[job_id].state is JobState.HELD
