@@ -202,6 +202,7 @@ class NamespaceMixin:
     def _collect_garbage_now(self) -> None:
         rows = self.db.query("SELECT ost_index, object_id, owner FROM object_intents "
                              "WHERE owner = ? OR owner LIKE 'pid:%'", (DOOMED,))
+        deleted = []
         for row in rows:
             owner = row["owner"]
             if owner != DOOMED and _process_alive(owner):
@@ -213,9 +214,11 @@ class NamespaceMixin:
                 self._object_path(obj).unlink()
             except FileNotFoundError:
                 pass
+            deleted.append((obj.ost_index, obj.object_id, owner))
+        if deleted:  # the intents of every object deleted, in one transaction (its syncs once)
             with self.db.transaction() as conn:
-                conn.execute("DELETE FROM object_intents WHERE ost_index = ? AND object_id = ? "
-                             "AND owner = ?", (obj.ost_index, obj.object_id, owner))
+                conn.executemany("DELETE FROM object_intents WHERE ost_index = ? AND "
+                                 "object_id = ? AND owner = ?", deleted)
 
     def _ost_states(self) -> dict[int, str]:
         return {row["ost_index"]: row["state"]

@@ -492,3 +492,28 @@ def test_rebuilds_committed_together_switch_in_one_transaction(local_store, monk
     assert [layout.ost_list for layout in results] == [(0, 5, 2)] * 3
     assert len(transactions) == 1 and len(synced_dirs) == 1
     assert [local_store.read(f"f{n}", 0, len(d)) for n, d in enumerate(datas)] == datas
+
+
+def test_garbage_collection_forgets_every_deleted_object_in_one_transaction(local_store,
+                                                                            monkeypatch):
+    """Objects doomed while their OST was down are deleted once it is back: many objects,
+    one namespace transaction (a crash in between leaves intents of deleted objects, which
+    the next collection forgets)."""
+    for number in range(4):
+        local_store.create(f"g{number}", LayoutRequest(stripe_count=2, stripe_size=64 * 1024,
+                                                        ost_list=(0, 1)))
+        local_store.write(f"g{number}", 0, os.urandom(128 * 1024))
+    local_store.fail_ost(1)
+    for number in range(4):
+        local_store.remove(f"g{number}")  # OST 1's objects wait for it to come back
+    doomed = local_store.db.query("SELECT object_id FROM object_intents WHERE ost_index = 1")
+    assert len(doomed) == 4
+    transactions = []
+    real_transaction = local_store.db.transaction
+    monkeypatch.setattr(local_store.db, "transaction",
+                        lambda *a, **k: transactions.append(1) or real_transaction(*a, **k))
+    local_store.restore_ost(1)  # its own state change, then the collection
+    assert len(transactions) == 2
+    assert local_store.db.query("SELECT object_id FROM object_intents") == []
+    assert not [name for name in os.listdir(local_store._ost_dir(1)) if name in
+                {row["object_id"] for row in doomed}]
