@@ -66,6 +66,12 @@ def chain_status(store: StateStore, config: SiteConfig, chain_id: str, *,
             live = records_of_chain(scheduler.lookup(ids, missing_ok=True), chain)
         except ScratchkeeperError as err:
             scheduler_note = f"scheduler unreachable: {err}"
+    # The records are read (again) after the scheduler answered: a data job records its end
+    # (stage fail, stage commit) before it exits, so a job the scheduler shows ended has its
+    # record in this read. Read only before, a failure recorded during the lookup would be
+    # missed and the scheduler's bare "ended FAILED" shown in place of the recorded cause.
+    chain = records.chain(store, chain_id)
+    rows = records.chain_jobs(store, chain_id)
     # Only a scheduler that answered can say a stage-in is gone; an unreachable one says nothing.
     failures = [] if scheduler_note else [
         f for f in (stage_in_failure(r, live.get(r["job_id"])) for r in rows) if f]

@@ -236,3 +236,21 @@ def test_status_of_a_job_cancelled_while_waiting_shows_how_it_ended(store, use_r
     compute = chain_status(store, SiteConfig(), "plain").jobs[1]
     assert compute.state == "cancelled"
     assert "waiting" not in compute.reason and compute.reason == "ended CANCELLED, exit code 0:0"
+
+
+def test_status_shows_the_failure_recorded_while_the_scheduler_was_asked(store, use_runner):
+    # The data job's `stage fail` records the cause and the job exits while `status` waits for
+    # squeue: the scheduler then shows the stage-in ended, and the recorded cause must be shown.
+    add_chain(store, "racing", IDS["stage-in killed"], IDS["compute after killed"])
+
+    def squeue_while_stage_fail_records(argv):
+        with store.transaction() as conn:
+            conn.execute("UPDATE chains SET state = ?, reason = ? WHERE chain_id = 'racing'",
+                         (records.STAGE_IN_FAILED, "stage-in failed: job.sh:3: HTTP 404"))
+        return result(argv, SQUEUE)
+
+    use_runner(ScriptedRunner([(("squeue",), squeue_while_stage_fail_records),
+                               *slurm_answers()[1:]]))
+    status = chain_status(store, SiteConfig(), "racing")
+    assert status.state == records.STAGE_IN_FAILED
+    assert status.reason == "stage-in failed: job.sh:3: HTTP 404"
