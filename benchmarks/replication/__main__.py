@@ -39,6 +39,7 @@ from scratchkeeper.schedulers.base import JobRecord, JobState, QueueSnapshot
 ROOT = Path(__file__).resolve().parents[2]
 RESULTS = ROOT / "benchmarks" / "results" / "replication"
 REPORT = ROOT / "docs" / "benchmarks" / "replication" / "report.md"
+SQUEUE_RESULTS = RESULTS / "squeue.json"
 CAPTURED = ROOT / "tests" / "replication" / "data" / "squeue-window.json"
 CAPTURED_TEXT = ROOT / "tests" / "data" / "slurm" / "squeue-snapshot.txt"
 GOAL_MS = 200.0
@@ -319,8 +320,18 @@ def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.replication")
     parser.add_argument("--quick", action="store_true", help="fewer repetitions")
     parser.add_argument("--squeue", action="store_true",
-                        help="also time the real squeue of the local cluster (both forms)")
+                        help="only time the real squeue of the local cluster (both forms) and "
+                             "keep the figures for the next run's report (SK_SQUEUE_NOTE: what "
+                             "the queue held)")
     args = parser.parse_args()
+    if args.squeue:
+        # alone, so that the jobs held for it can be cancelled before the in-process timings
+        squeue = real_squeue(10)
+        squeue["measured"] = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+        RESULTS.mkdir(parents=True, exist_ok=True)
+        SQUEUE_RESULTS.write_text(json.dumps(squeue, indent=2) + "\n")
+        print(json.dumps(squeue, indent=2))
+        return
     repeats = 5 if args.quick else 30
     snapshot = build_queue(10_000, 1_000)
     rng = random.Random(7)
@@ -341,7 +352,7 @@ def main() -> None:
         parse_text.append(time_it(lambda: len(slurm.order_by_priority(
             slurm.parse_snapshot(text))), 1)["median_ms"])
     whole = daemon_cycle(steady, max(5, repeats // 2))
-    squeue = real_squeue(max(3, repeats // 6)) if args.squeue else None
+    squeue = json.loads(SQUEUE_RESULTS.read_text()) if SQUEUE_RESULTS.exists() else None
     decisions = first.pop("result")
     steady_decisions = again.pop("result")
     summary = {
@@ -375,8 +386,8 @@ def main() -> None:
     lines = [
         "# Replication decision cycle and the daemon's whole cycle",
         "",
-        f"`.venv/bin/python -m benchmarks.replication{' --quick' if args.quick else ''}"
-        f"{' --squeue' if args.squeue else ''}` ({summary['machine']}, 2 cores shared with "
+        f"`.venv/bin/python -m benchmarks.replication{' --quick' if args.quick else ''}` "
+        f"({summary['machine']}, 2 cores shared with "
         "other work: medians of interleaved repeats, min-max beside them).",
         "",
         f"Snapshot: {summary['jobs']['queued']} queued (3 % held, 10 % in a partition with its "
@@ -425,7 +436,9 @@ def main() -> None:
             "",
             "## The scheduler call itself (real `squeue` on the local cluster)",
             "",
-            f"{squeue['jobs']} jobs in the queue ({squeue['note']}).",
+            f"`python -m benchmarks.replication --squeue` at {squeue['measured']}, "
+            f"interleaved, {squeue['text']['repeats']} each: {squeue['jobs']} jobs in the queue "
+            f"({squeue['note']}).",
             "",
             "| command | median ms | min-max ms | bytes |",
             "|---|---|---|---|",

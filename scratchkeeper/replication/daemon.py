@@ -105,6 +105,7 @@ class ReplicationDaemon:
         self._in_flight: dict[str, None] = {}
         self._running_since: dict[str, float] = {}
         self._sizes: dict[str, int] = {}
+        self._sized: tuple[dict | None, dict] = (None, {})
         self._known_inputs = KnownInputs(self.store, self.backend.scratch_root)
         self._tracker = CloseTracker(quiet=config.replication.close_quiet)
         self._watcher: InotifyWatcher | None = None
@@ -235,6 +236,7 @@ class ReplicationDaemon:
         """Drop what is kept between cycles: the next cycle reads the planner, the claims and
         the replicas whole and writes every status key, as the first cycle after a start does."""
         self._known_inputs.forget()
+        self._sized = (None, {})
         self.state.forget_kept()
 
     # -- restart -------------------------------------------------------------------------------
@@ -353,6 +355,8 @@ class ReplicationDaemon:
 
     def _fill_sizes(self, inputs: dict) -> dict:
         """Declared inputs (``-input``) have no recorded size: ask the store once, then cache."""
+        if inputs is self._sized[0]:
+            return self._sized[1]           # the planner's answer did not change
         filled = {}
         for job_id, item in inputs.items():
             if all(f.size is not None for f in item.files):
@@ -369,6 +373,9 @@ class ReplicationDaemon:
                     f = InputFile(f.path, self._sizes[f.path])
                 files.append(f)
             filled[job_id] = JobInputs(job_id, item.owner_uid, tuple(files))
+        if all(f.path in self._sizes for item in inputs.values() for f in item.files
+               if f.size is None):
+            self._sized = (inputs, filled)   # every size known: the same answer next time
         return filled
 
     def _start_creation(self, path: str, job_id: str, reason: str, owner_uid: int | None,

@@ -77,6 +77,7 @@ class KnownInputs:
         self._looked: float | None = None          # wall time of the previous look
         self._full: float | None = None            # wall time of the last full read
         self._counts: tuple[int, int, int] | None = None
+        self._answer: tuple[dict[str, JobInputs], dict[str, str]] | None = None
         #: jobs asked of the planner by the last call (for tests and the benchmark)
         self.last_read = 0
 
@@ -84,7 +85,7 @@ class KnownInputs:
         """Drop everything read: the next call reads every job again."""
         self._inputs.clear()
         self._checksums.clear()
-        self._looked = self._full = self._counts = None
+        self._looked = self._full = self._counts = self._answer = None
 
     def get(self, job_ids: Iterable[str]) -> tuple[dict[str, JobInputs], dict[str, str]]:
         wanted = {str(j) for j in job_ids}
@@ -102,7 +103,8 @@ class KnownInputs:
             stale = {j for j in wanted if j not in self._inputs} | (changed & wanted)
         self._counts = counts
         self._looked = now
-        for job_id in [j for j in self._inputs if j not in wanted]:
+        leaving = [j for j in self._inputs if j not in wanted]
+        for job_id in leaving:
             del self._inputs[job_id]
             self._checksums.pop(job_id, None)
         if stale:
@@ -111,8 +113,11 @@ class KnownInputs:
                 self._inputs[job_id] = found.get(job_id)
                 self._checksums[job_id] = checksums.get(job_id, {})
         self.last_read = len(stale)
-        inputs = {j: item for j, item in self._inputs.items() if item is not None}
-        return inputs, _merged(self._checksums.values())
+        if stale or leaving or self._answer is None:
+            self._answer = ({j: item for j, item in self._inputs.items() if item is not None},
+                            _merged(self._checksums.values()))
+        # the same answer as last time when nothing changed (callers only read it)
+        return self._answer
 
 
 def job_inputs(store: StateStore, job_ids: Iterable[str], scratch_root: str

@@ -215,3 +215,36 @@ def test_a_removal_that_failed_half_way_is_finished_by_the_next_cycle(rig):
     run_cycle(daemon)
     assert replicas(daemon) == {}
     assert daemon.backend.layout(a).mirror_ids == [1]
+
+
+def test_a_declared_input_that_appears_later_is_replicated_without_a_planner_change(rig):
+    """The planner's answer is kept between cycles; a declared input not in the store yet is
+    looked for again each cycle, not remembered as absent."""
+    import os
+    import uuid
+
+    from scratchkeeper.planner import records
+
+    config, queue, daemon = rig
+    queue.jobs = [pending("1")]
+    path = f"{config.storage.scratch_root}/late.dat"
+    store = records.open_records(StateStore(config.state.database))
+    chain_id, now = uuid.uuid4().hex, time.time()
+    with store.transaction() as conn:
+        conn.execute("INSERT INTO chains VALUES (?,?,?,?,?,?,?,?,?,?)",
+                     (chain_id, "/dev/null", "/tmp", "slurm", 0, "submitted", "", now, now, "{}"))
+        conn.execute("INSERT INTO chain_jobs(chain_id, job_key, role, queue, position, job_id, "
+                     "state, updated) VALUES (?, 'compute', 'compute', 'batch', 1, '1', "
+                     "'submitted', ?)", (chain_id, now))
+        conn.execute("INSERT INTO job_inputs VALUES (?, ?)", (chain_id, path))
+    run_cycle(daemon)
+    # later than the planner's change by more than the clock margin: nothing is read again
+    daemon._known_inputs.clock = lambda: time.time() + 1000
+    run_cycle(daemon)
+    run_cycle(daemon)
+    assert replicas(daemon) == {} and daemon._known_inputs.last_read == 0
+    backend = open_backend(config)
+    backend.create(path, owner=(0, 0))
+    backend.write(path, 0, os.urandom(50_000))
+    run_cycle(daemon)
+    assert replicas(daemon) == {path: "ready"}

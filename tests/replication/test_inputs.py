@@ -125,3 +125,8 @@ def test_incremental_reads_answer_as_the_full_query_through_any_planner_change(t
     clock.now += 1
     assert known.get(wanted) == job_inputs(reader_store, wanted, scratch)
     assert known.last_read == 1
+    # jobs leaving the queue, nothing changed in the planner: the answer drops them
+    clock.now += CLOCK_MARGIN + 1
+    fewer = wanted[: len(wanted) // 2]
+    assert known.get(fewer) == job_inputs(reader_store, fewer, scratch)
+    assert known.last_read == 0
