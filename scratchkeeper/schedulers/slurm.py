@@ -131,8 +131,9 @@ def parse_snapshot(stdout: str, reuse: dict[str, JobRecord] | None = None) -> li
     last = _SNAPSHOT_FIELDS - 1
     for number in range(1, len(lines)):
         line = lines[number]
-        parts = line.split("|", last)
-        if len(parts) == _SNAPSHOT_FIELDS and parts[0].isdigit() and parts[3].isupper():
+        head = line.split("|", 4)                    # the job id and the state suffice
+        if len(head) == 5 and head[0].isdigit() and head[3].isupper() \
+                and line.count("|") >= last:
             texts.append(line)
         elif texts:
             texts[-1] += "\n" + line
@@ -320,10 +321,15 @@ def parse_nodes(stdout: str) -> int:
 
 def order_by_priority(records: list[JobRecord]) -> list[JobRecord]:
     """Running jobs first, then pending ones by descending priority, then by submit time."""
+    queued = _QUEUED_STATES
+
     def key(record: JobRecord):
-        return (record.state.is_queued, -(record.priority or 0), record.submit_time or 0,
+        return (record.state in queued, -(record.priority or 0), record.submit_time or 0,
                 int(record.job_id) if record.job_id.isdigit() else 0)
     return sorted(records, key=key)
+
+
+_QUEUED_STATES = frozenset(state for state in JobState if state.is_queued)
 
 
 def is_unknown_job_error(message: str) -> bool:
