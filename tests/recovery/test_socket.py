@@ -49,6 +49,8 @@ def _answer(conn: socket.socket, timeout: float) -> dict | None:
             received += chunk
     except socket.timeout:
         return None
+    except ConnectionResetError:  # closed with bytes of ours unread (a drip after the close)
+        return {"closed": True, "partial": received.decode(errors="replace"), "reset": True}
     return json.loads(received)
 
 
