@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -181,6 +182,19 @@ def own_services(local_cluster):
     local_cluster_script("stop", *services)
     yield
     local_cluster_script("start", *services)
+
+
+@pytest.fixture
+def alarm():
+    """Fail, instead of hanging, a test whose code blocks on a file it should have refused (a
+    FIFO, an endless device): a TimeoutError after 30 s."""
+    def expired(*_):
+        raise TimeoutError("blocked: the code under test waited on a FIFO or an endless stream")
+    previous = signal.signal(signal.SIGALRM, expired)
+    signal.alarm(30)
+    yield
+    signal.alarm(0)
+    signal.signal(signal.SIGALRM, previous)
 
 
 @pytest.fixture

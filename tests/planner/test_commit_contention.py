@@ -8,7 +8,6 @@ import dataclasses
 import hashlib
 import logging
 import os
-import signal
 import stat
 import subprocess
 import sys
@@ -115,18 +114,6 @@ def test_the_commit_retry_is_bounded(site, monkeypatch):
     assert os.path.exists(path)  # nothing imported: the stage can be committed again
     (row,) = records.staged_files(store, chain_id)
     assert row["state"] == "planned"
-
-
-@pytest.fixture
-def alarm():
-    """Fail, instead of hanging, a commit that blocks on its file (a FIFO, an endless device)."""
-    def expired(*_):
-        raise TimeoutError("the commit blocked on the staged file")
-    previous = signal.signal(signal.SIGALRM, expired)
-    signal.alarm(20)
-    yield
-    signal.alarm(0)
-    signal.signal(signal.SIGALRM, previous)
 
 
 @pytest.mark.parametrize("kind,what", [("fifo", "a FIFO"), ("zero", "a character device")])

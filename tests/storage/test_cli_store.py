@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import random
-import signal
 import socket
 import sqlite3
 import subprocess
@@ -131,18 +130,6 @@ def _stored_nothing(tmp_path) -> None:
         assert database.execute("SELECT COUNT(*) FROM object_intents").fetchone()[0] == 0
     finally:
         database.close()
-
-
-@pytest.fixture
-def alarm():
-    """Fail, instead of hanging, a test whose code blocks (on a FIFO, an endless stream)."""
-    def expired(*_):
-        raise TimeoutError("blocked: store put waited on its source")
-    previous = signal.signal(signal.SIGALRM, expired)
-    signal.alarm(30)
-    yield
-    signal.alarm(0)
-    signal.signal(signal.SIGALRM, previous)
 
 
 def _special_file(kind: str, tmp_path) -> str:
