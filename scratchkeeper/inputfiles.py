@@ -11,6 +11,10 @@ import errno
 import os
 import stat
 
+#: flags of a file opened to be read whole on someone's behalf: a FIFO or a device must not
+#: block the open, nor become the controlling terminal
+READ_FLAGS = os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
+
 
 def regular_opener(name, flags: int) -> int:
     """An ``opener`` for :func:`open`: opens without blocking on a FIFO, then refuses anything

@@ -27,9 +27,8 @@ import time
 from dataclasses import dataclass
 
 from .errors import InputError, PermissionDenied
+from .inputfiles import READ_FLAGS
 
-#: flags of a source opened for reading: a FIFO or a device must not block the open
-READ_FLAGS = os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
 
 
 @dataclass(frozen=True)

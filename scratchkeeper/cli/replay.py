@@ -179,8 +179,7 @@ class ProgressBar:
         width = 30
         fraction = min(done / total, 1.0) if total else 1.0
         bar = "#" * int(width * fraction)
-        unit = self.UNITS.get(phase.split(" ")[0] if phase.startswith("replication")
-                              else phase, "events")
+        unit = self.UNITS.get(phase, "events")
         rate = done / (now - self.started) if now > self.started else 0.0
         sys.stderr.write(f"\r{self.label} {phase} [{bar:<{width}}] {100 * fraction:5.1f}% "
                          f"{done:,}/{total:,} {unit} {rate:,.0f}/s\x1b[K")

@@ -20,8 +20,8 @@ import stat as statmod
 from collections.abc import Iterator
 
 from ..errors import InputError, PermissionDenied, StorageError
+from ..inputfiles import READ_FLAGS
 
-READ_FLAGS = os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
 SPACE_ERRNOS = (errno.ENOSPC, errno.EDQUOT)
 
 _KINDS = ((statmod.S_ISDIR, "a directory"), (statmod.S_ISCHR, "a character device"),

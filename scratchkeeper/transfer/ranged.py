@@ -37,7 +37,8 @@ from dataclasses import dataclass
 
 from ..config import TransferConfig
 from ..errors import CommandError, CommandTimeout, PermissionDenied, TransferError
-from ..ownership import READ_FLAGS, Owner, open_as
+from ..inputfiles import READ_FLAGS
+from ..ownership import Owner, open_as
 from ..runner import get_runner
 from ..storage.layout import Extent
 from .buffers import BufferPool
