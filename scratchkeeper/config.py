@@ -323,6 +323,23 @@ class RecoveryConfig:
 
 
 @dataclass(frozen=True)
+class MountConfig:
+    recovery_timeout: float = _opt(600.0, "seconds a read through the scratch mount waits for "
+                                   "recoveryd to patch a stripe no mirror holds before it fails "
+                                   "with EIO", minimum=0, exclusive_minimum=True, maximum=7 * DAY)
+    dispatch_min_bytes: int = _opt(1 << 20, "reads through the mount at least this large that "
+                                   "span stripes several mirrors hold are dispatched over the "
+                                   "mirrors by the replica-selection solver (0: never)",
+                                   minimum=0, maximum=1 << 30)
+    threads: int = _opt(16, "most request threads of the mount", minimum=1, maximum=1024)
+    attr_timeout: float = _opt(1.0, "seconds the kernel may cache a file's attributes and names "
+                               "(FUSE attr_timeout/entry_timeout; bindfs and libfuse use 1)",
+                               minimum=0, maximum=DAY)
+    max_request: int = _opt(1 << 20, "largest read or write request the kernel sends the mount "
+                            "(FUSE max_read/max_write)", minimum=4096, maximum=16 << 20)
+
+
+@dataclass(frozen=True)
 class LoggingConfig:
     level: str = _opt("INFO", "log level", choices=("DEBUG", "INFO", "WARNING", "ERROR"))
     file: str = _opt("", "file the daemons (recoveryd, replicad, spank chain --watch) log to, "
@@ -341,6 +358,7 @@ class SiteConfig:
     templates: TemplatesConfig = field(default_factory=TemplatesConfig)
     replication: ReplicationConfig = field(default_factory=ReplicationConfig)
     recovery: RecoveryConfig = field(default_factory=RecoveryConfig)
+    mount: MountConfig = field(default_factory=MountConfig)
     logging: LoggingConfig = field(default_factory=LoggingConfig)
     source: str = field(default="(defaults)", metadata={"internal": True})
 
