@@ -10,11 +10,12 @@ the component, so objects of later components are sparse; we do the same.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
-from ..errors import InputError
+from ..errors import InputError, StorageError
 
 EOF = None  # extent_end of a component that runs to the end of the file
 
@@ -255,6 +256,195 @@ class FileLayout:
     def from_dict(cls, raw: dict) -> FileLayout:
         return cls(components=tuple(LayoutComponent.from_dict(c) for c in raw["components"]),
                    layout_gen=int(raw.get("layout_gen", 0)), path=raw.get("path", ""))
+
+    # -- the layout attribute of an MDT inode (docs/mount.rst) ---------------------------------
+    def to_lov(self) -> bytes:
+        """The ``security.scratchkeeper.lov`` text of this layout (docs/mount.rst).
+
+        Refuses (``StorageError``) a layout the format cannot hold, so that nothing written
+        is refused by :meth:`from_lov` later.
+        """
+        lines = [f"lov {LOV_VERSION} gen={self.layout_gen}"]
+        for comp in self.components:
+            end = "eof" if comp.extent_end is None else str(comp.extent_end)
+            lines.append(f"comp id={comp.comp_id} mirror={comp.mirror_id} "
+                         f"start={comp.extent_start} end={end} stripe_size={comp.stripe_size} "
+                         f"pattern={comp.pattern} flags={comp.flags} pool={comp.pool or '-'}")
+            lines.extend(f"obj {o.ost_index} {o.object_id}" for o in comp.objects)
+        data = ("\n".join(lines) + "\n").encode("ascii", "replace")
+        # one parser decides what is valid: what it refuses is never written
+        FileLayout.from_lov(data, self.path)
+        return data
+
+    @classmethod
+    def from_lov(cls, data: bytes, path: str) -> FileLayout:
+        """Parse a ``security.scratchkeeper.lov`` value; anything but the exact format of
+        docs/mount.rst is a corrupt layout (``StorageError`` naming ``path``)."""
+        return _parse_lov(bytes(data), path)
+
+
+LOV_VERSION = 1
+LOV_XATTR = "security.scratchkeeper.lov"
+DIRLOV_XATTR = "security.scratchkeeper.dirlov"
+STRIPE_UNIT = 65536
+MAX_STRIPE_SIZE = (1 << 32) - STRIPE_UNIT  # Lustre's LOV_MAX_STRIPE_SIZE
+MAX_OST_INDEX = 65535
+MAX_U32 = (1 << 32) - 1
+MAX_U64 = (1 << 63) - 1  # offsets and generations: what a signed 64-bit off_t holds
+LOV_FLAGS = frozenset({"init", "stale", "prefer", "prefrd", "prefwr", "nosync"})
+_NUMBER = re.compile(r"0|[1-9][0-9]{0,18}")
+_OBJECT_ID = re.compile(r"[0-9a-f]{32}")
+_POOL = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.+-]{0,126}")
+_COMP_FIELDS = ("id", "mirror", "start", "end", "stripe_size", "pattern", "flags", "pool")
+
+
+class _Corrupt(Exception):
+    pass
+
+
+def _number(text: str, what: str, low: int, high: int) -> int:
+    if not _NUMBER.fullmatch(text):
+        raise _Corrupt(f"{what} {text!r} is not a decimal number")
+    value = int(text)
+    if not low <= value <= high:
+        raise _Corrupt(f"{what} {value} is out of range ({low}-{high})")
+    return value
+
+
+def _stripe_size(text: str, what: str = "stripe_size") -> int:
+    value = _number(text, what, STRIPE_UNIT, MAX_STRIPE_SIZE)
+    if value % STRIPE_UNIT:
+        raise _Corrupt(f"{what} {value} is not a multiple of 64 KiB")
+    return value
+
+
+def _pool(text: str) -> str:
+    if not _POOL.fullmatch(text):
+        raise _Corrupt(f"pool {text!r} is not a pool name")
+    return text
+
+
+def _fields(words: list[str], names: tuple[str, ...], line: str) -> dict[str, str]:
+    """``name=value`` words, exactly ``names`` in that order."""
+    if len(words) != len(names):
+        raise _Corrupt(f"expected {' '.join(n + '=' for n in names)} in {line!r}")
+    values = {}
+    for word, name in zip(words, names):
+        key, sep, value = word.partition("=")
+        if key != name or not sep or not value:
+            raise _Corrupt(f"expected {name}=... in {line!r}, found {word!r}")
+        values[name] = value
+    return values
+
+
+def _parse_lov(data: bytes, path: str) -> FileLayout:
+    try:
+        try:
+            text = data.decode("ascii")
+        except UnicodeDecodeError:
+            raise _Corrupt("not ASCII text") from None
+        if not text.endswith("\n"):
+            raise _Corrupt("does not end with a newline")
+        lines = text[:-1].split("\n")
+        header = lines[0].split(" ")
+        if len(header) != 3 or header[0] != "lov":
+            raise _Corrupt(f"expected 'lov {LOV_VERSION} gen=G' first, found {lines[0]!r}")
+        if header[1] != str(LOV_VERSION):
+            raise _Corrupt(f"unknown version {header[1]!r} (this scratchkeeper reads "
+                           f"version {LOV_VERSION})")
+        gen = _number(_fields(header[2:], ("gen",), lines[0])["gen"], "gen", 0, MAX_U64)
+        components: list[LayoutComponent] = []
+        raw: list[tuple[dict, list[StripeObject]]] = []
+        seen: set[StripeObject] = set()
+        for number, line in enumerate(lines[1:], 2):
+            words = line.split(" ")
+            if words[0] == "comp":
+                raw.append((_fields(words[1:], _COMP_FIELDS, line), []))
+            elif words[0] == "obj":
+                if not raw:
+                    raise _Corrupt(f"line {number}: an object before any component")
+                if len(words) != 3:
+                    raise _Corrupt(f"line {number}: expected 'obj OST OBJECT_ID', found "
+                                   f"{line!r}")
+                obj = StripeObject(_number(words[1], "OST index", 0, MAX_OST_INDEX), words[2])
+                if not _OBJECT_ID.fullmatch(obj.object_id):
+                    raise _Corrupt(f"line {number}: object id {obj.object_id!r} is not 32 "
+                                   "lower-case hex digits")
+                if obj in seen:
+                    raise _Corrupt(f"line {number}: object {obj.ost_index} {obj.object_id} "
+                                   "listed twice")
+                seen.add(obj)
+                raw[-1][1].append(obj)
+            else:
+                raise _Corrupt(f"line {number}: expected a comp or obj line, found {line!r}")
+        if not raw:
+            raise _Corrupt("no component")
+        for values, objects in raw:
+            if not objects:
+                raise _Corrupt(f"component {values['id']} has no object")
+            start = _number(values["start"], "start", 0, MAX_U64)
+            end = None if values["end"] == "eof" else \
+                _number(values["end"], "end", start + 1, MAX_U64)
+            if values["pattern"] != "raid0":
+                raise _Corrupt(f"pattern {values['pattern']!r} (only raid0 is known)")
+            flags = values["flags"].split(",")
+            if not set(flags) <= LOV_FLAGS or len(set(flags)) != len(flags):
+                raise _Corrupt(f"flags {values['flags']!r} (known: "
+                               f"{', '.join(sorted(LOV_FLAGS))}, each once)")
+            components.append(LayoutComponent(
+                stripe_size=_stripe_size(values["stripe_size"]), objects=tuple(objects),
+                extent_start=start, extent_end=end,
+                comp_id=_number(values["id"], "component id", 0, MAX_U32),
+                mirror_id=_number(values["mirror"], "mirror", 0, 65535),
+                pool=None if values["pool"] == "-" else _pool(values["pool"]),
+                pattern="raid0", flags=values["flags"]))
+    except _Corrupt as err:
+        raise StorageError(f"{path}: corrupt layout attribute ({LOV_XATTR}): {err}") from None
+    return FileLayout(tuple(components), gen, path)
+
+
+@dataclass(frozen=True)
+class DirDefault:
+    """A directory's default layout (``lfs setstripe DIR``), the ``security.scratchkeeper.dirlov``
+    attribute: ``stripe_count=N stripe_size=Z`` and ``pool=P`` when there is one."""
+
+    stripe_count: int
+    stripe_size: int
+    pool: str | None = None
+
+    def to_xattr(self) -> bytes:
+        text = f"stripe_count={self.stripe_count} stripe_size={self.stripe_size}"
+        if self.pool is not None:
+            text += f" pool={self.pool}"
+        data = text.encode("ascii", "replace")
+        DirDefault.from_xattr(data, "(new default layout)")
+        return data
+
+    @classmethod
+    def from_xattr(cls, data: bytes, path: str) -> DirDefault:
+        """Parse a dirlov value (one optional trailing newline); anything else is corrupt
+        (``StorageError`` naming ``path``)."""
+        try:
+            try:
+                text = bytes(data).decode("ascii")
+            except UnicodeDecodeError:
+                raise _Corrupt("not ASCII text") from None
+            text = text[:-1] if text.endswith("\n") else text
+            words = text.split(" ")
+            names = ("stripe_count", "stripe_size", "pool")[:3 if len(words) == 3 else 2]
+            values = _fields(words, names, text)
+            count = values["stripe_count"]
+            stripe_count = -1 if count == "-1" else \
+                _number(count, "stripe_count", 1, MAX_OST_INDEX + 1)
+            return cls(stripe_count, _stripe_size(values["stripe_size"]),
+                       _pool(values["pool"]) if "pool" in values else None)
+        except _Corrupt as err:
+            raise StorageError(f"{path}: corrupt default layout attribute ({DIRLOV_XATTR}): "
+                               f"{err}") from None
+
+    def request(self) -> LayoutRequest:
+        return LayoutRequest(stripe_count=self.stripe_count, stripe_size=self.stripe_size,
+                             pool=self.pool)
 
 
 def _intersect(left: list[Extent], right: list[Extent]) -> list[Extent]:

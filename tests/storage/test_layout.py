@@ -122,3 +122,107 @@ def test_parse_ost_list_and_errors():
         parse_size("12Q")
     with pytest.raises(InputError, match="does not match"):
         LayoutRequest(stripe_count=3, ost_list=(1, 2)).check()
+
+
+# -- the layout attribute (docs/mount.rst) ---------------------------------------------------------
+from scratchkeeper.errors import StorageError  # noqa: E402
+from scratchkeeper.storage.layout import DirDefault  # noqa: E402
+
+OID_A, OID_B, OID_C = "0" * 31 + "a", "f" * 32, "0123456789abcdef" * 2
+
+
+def test_lov_text_is_the_documented_format():
+    layout = FileLayout((
+        LayoutComponent(1 << 20, (StripeObject(3, OID_A), StripeObject(10000, OID_B)),
+                        comp_id=65537, mirror_id=1, pool="flash"),
+        LayoutComponent(4 * UNIT, (StripeObject(0, OID_C),), extent_start=0, extent_end=8 << 20,
+                        comp_id=131074, mirror_id=2, flags="init,stale"),
+    ), 7, "/scratch/f")
+    text = layout.to_lov()
+    assert text == (
+        b"lov 1 gen=7\n"
+        b"comp id=65537 mirror=1 start=0 end=eof stripe_size=1048576 pattern=raid0 "
+        b"flags=init pool=flash\n"
+        b"obj 3 " + OID_A.encode() + b"\n"
+        b"obj 10000 " + OID_B.encode() + b"\n"
+        b"comp id=131074 mirror=2 start=0 end=8388608 stripe_size=262144 pattern=raid0 "
+        b"flags=init,stale pool=-\n"
+        b"obj 0 " + OID_C.encode() + b"\n")
+    back = FileLayout.from_lov(text, "/scratch/f")
+    assert back == layout and back.path == "/scratch/f" and back.layout_gen == 7
+
+
+@settings(max_examples=60, deadline=None)
+@given(gen=st.integers(0, 1 << 40), comps=st.lists(st.tuples(
+    st.integers(1, 64), st.lists(st.integers(0, 65535), min_size=1, max_size=8, unique=True),
+    st.integers(0, 3), st.one_of(st.none(), st.sampled_from(["flash", "a.b-c_1"]))),
+    min_size=1, max_size=4))
+def test_lov_round_trips(gen, comps):
+    components = tuple(
+        LayoutComponent(units * UNIT, tuple(StripeObject(o, f"{n:04x}{o:028x}")
+                                            for o in osts),
+                        comp_id=n + 1, mirror_id=mirror, pool=pool)
+        for n, (units, osts, mirror, pool) in enumerate(comps))
+    layout = FileLayout(components, gen, "/s/x")
+    assert FileLayout.from_lov(layout.to_lov(), "/s/x") == layout
+
+
+GOOD = (b"lov 1 gen=2\ncomp id=1 mirror=0 start=0 end=eof stripe_size=65536 pattern=raid0 "
+        b"flags=init pool=-\nobj 0 " + OID_A.encode() + b"\n")
+
+
+@pytest.mark.parametrize("data, says", [
+    (GOOD.replace(b"lov 1", b"lov 2"), "unknown version"),
+    (GOOD[:-1], "newline"),
+    (GOOD.replace(b" gen=2", b""), "expected 'lov 1 gen=G'"),
+    (GOOD.replace(b"gen=2", b"gen=-2"), "not a decimal"),
+    (GOOD.replace(b"gen=2", b"gen=02"), "not a decimal"),
+    (GOOD.replace(b"stripe_size=65536", b"stripe_size=65537"), "not a multiple of 64 KiB"),
+    (GOOD.replace(b"stripe_size=65536", b"stripe_size=0"), "out of range"),
+    (GOOD.replace(b" pool=-", b""), "expected"),
+    (GOOD.replace(b"mirror=0 start", b"start"), "expected id= mirror="),
+    (GOOD.replace(b"mirror=0", b"mirrors=0"), "expected mirror="),
+    (GOOD.replace(b"end=eof", b"end=0"), "out of range"),
+    (GOOD.replace(b"pattern=raid0", b"pattern=mdt"), "pattern"),
+    (GOOD.replace(b"flags=init", b"flags=init,init"), "flags"),
+    (GOOD.replace(b"flags=init", b"flags=bogus"), "flags"),
+    (GOOD.replace(b"pool=-", b"pool=a/b"), "pool"),
+    (GOOD.replace(b"obj 0 ", b"obj 65536 "), "out of range"),
+    (GOOD.replace(OID_A.encode(), OID_A.upper().encode()), "32 lower-case hex"),
+    (GOOD.replace(OID_A.encode(), OID_A[:-1].encode()), "32 lower-case hex"),
+    (GOOD + b"obj 0 " + OID_A.encode() + b"\n", "listed twice"),
+    (GOOD + b"\n", "expected a comp or obj line"),
+    (GOOD.replace(b"  ", b" ").replace(b"obj 0", b"obj  0"), "expected 'obj OST"),
+    (b"lov 1 gen=2\n", "no component"),
+    (GOOD.split(b"obj")[0], "has no object"),
+    (b"lov 1 gen=2\nobj 0 " + OID_A.encode() + b"\n", "before any component"),
+    (GOOD.replace(b"lov", b"l\xc3\xb6v"), "not ASCII"),
+    (b"", "newline"),
+])
+def test_lov_parser_refuses_anything_else(data, says):
+    with pytest.raises(StorageError) as caught:
+        FileLayout.from_lov(data, "/scratch/bad")
+    message = str(caught.value)
+    assert message.startswith("/scratch/bad: corrupt layout attribute "
+                              "(security.scratchkeeper.lov): ")
+    assert says in message and "\n" not in message
+
+
+def test_to_lov_refuses_a_layout_the_format_cannot_hold():
+    bad = FileLayout((LayoutComponent(UNIT, (StripeObject(0, "o0"),)),), 0, "/s/y")
+    with pytest.raises(StorageError, match="/s/y: corrupt layout"):
+        bad.to_lov()
+
+
+def test_dir_default_round_trips_and_refuses_garbage():
+    for default in (DirDefault(4, 1 << 20), DirDefault(-1, UNIT, "flash")):
+        assert DirDefault.from_xattr(default.to_xattr(), "/d") == default
+    assert DirDefault(2, UNIT, "p").to_xattr() == b"stripe_count=2 stripe_size=65536 pool=p"
+    assert DirDefault.from_xattr(b"stripe_count=2 stripe_size=65536\n", "/d") == \
+        DirDefault(2, UNIT)
+    for bad in (b"stripe_count=0 stripe_size=65536", b"stripe_size=65536 stripe_count=2",
+                b"stripe_count=2 stripe_size=1000", b"stripe_count=2", b"",
+                b"stripe_count=2 stripe_size=65536 pool=", b"stripe_count=2 stripe_size=65536 x=1",
+                b"stripe_count=-2 stripe_size=65536"):
+        with pytest.raises(StorageError, match="^/d: corrupt default layout attribute"):
+            DirDefault.from_xattr(bad, "/d")
