@@ -1,29 +1,32 @@
-"""The embedded striped store: OSTs are directories under ``store_root``, a SQLite namespace maps
-scratch paths to layouts.
+"""The embedded striped store: OSTs are directories under ``store_root``, the namespace is an
+MDT directory tree beside them (docs/mount.rst).
 
 ``store_root/ost0000 ... ostNNNN`` each hold the objects of one OST, one file per object, filled
-exactly as Lustre's RAID-0 fills its objects (see :mod:`.layout`). ``store_root/namespace.db``
-holds the files (size, owner, mode, mtime, layout as JSON), the OSTs' states, extended
-attributes and in-flight rebuilds.
+exactly as Lustre's RAID-0 fills its objects (see :mod:`.layout`). ``store_root/mdt`` is the
+namespace: a store file is a sparse MDT inode with the file's size, owner, mode, times and
+extended attributes, and its layout in ``security.scratchkeeper.lov`` (:mod:`.local_mdt`).
+``store_root/namespace.db`` holds the OSTs' states, object intents and in-flight rebuilds.
 
-Crash safety without a lock server: every object is created under an *intent* row written
-before the object exists (owned by a live process, or by a rebuild) and only a committed layout
-makes it part of a file; objects a commit drops are marked *doomed* in the same transaction and
-deleted afterwards. Whoever opens the store next deletes doomed objects and the ones of intents
-whose process is gone, so a kill -9 at any line leaves no half file and no leaked object.
+Crash safety without a lock server: every object is created under an *intent* written before
+it exists; a new file's inode is prepared whole in ``mdt.staging`` and linked into the MDT only
+after its objects are synced and its intents marked committing; objects a commit drops are
+doomed after it. Whoever opens the store next collects what a dead process left
+(:mod:`.local_namespace`), so a kill -9 at any line leaves no half file and loses no committed
+one.
 
 Failing an OST renames its directory to ``ostNNNN.failed``: its objects really cannot be
 opened, as on a dead OSS, until ``restore_ost`` puts it back.
 
 Several users: every object carries its file's owner and permission bits (without exec bits), so
 the kernel lets a user open the objects of the files it may read and no others, as Lustre's OSTs
-do. The namespace uses a rollback journal, which a process may read without writing anything
-next to it; a process that cannot write the namespace (a user's job, the store being root's)
-opens it read-only: it reads, and every change is refused.
+do; the MDT's inodes carry them too. A process that cannot write the namespace database (a
+user's job, the store being root's) opens the store read-only: it reads, and every change is
+refused.
 """
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import hashlib
 import logging
@@ -39,26 +42,30 @@ from pathlib import Path
 from ..errors import InputError, PermissionDenied, StorageError, TargetUnavailable
 from ..state import StateStore
 from .base import OST_ACTIVE, OST_FAILED, OST_UNREACHABLE, FileStat, OstStatus, StorageBackend
-from .layout import FileLayout, LayoutComponent, LayoutRequest, StripeObject
-from .local_namespace import (COMPONENT, DOOMED, MIGRATIONS, NAMESPACE, NAMESPACE_JOURNAL,
-                              NamespaceMixin, process_owner)
-from .local_objects import (COPY_CHUNK, ObjectsMixin, directory_bytes, is_link, span,
+from .layout import DIRLOV_XATTR, LOV_XATTR, DirDefault, FileLayout, LayoutComponent, LayoutRequest, \
+    StripeObject
+from .local_mdt import Inode, MdtMixin, fsync_fd_dir
+from .local_namespace import (COMPONENT, MIGRATIONS, NAMESPACE, NAMESPACE_JOURNAL,
+                              GarbageReport, NamespaceMixin, process_owner)
+from .local_objects import (COPY_CHUNK, ObjectsMixin, directory_bytes, fsync_dir, is_link, span,
                             unlink_imported)
 from .local_rebuild import RebuildMixin
 from .sources import open_regular, space_errors
 
-__all__ = ["COMPONENT", "MIGRATIONS", "NAMESPACE", "NAMESPACE_JOURNAL", "LocalStripedStore"]
+__all__ = ["COMPONENT", "MIGRATIONS", "NAMESPACE", "NAMESPACE_JOURNAL", "GarbageReport",
+           "LocalStripedStore"]
 
 log = logging.getLogger(__name__)
 
 XATTR_MAX = 65536
 
 
-class LocalStripedStore(NamespaceMixin, ObjectsMixin, RebuildMixin, StorageBackend):
+class LocalStripedStore(NamespaceMixin, MdtMixin, ObjectsMixin, RebuildMixin, StorageBackend):
     """Striped object store in a local directory, behaving like a Lustre file system.
 
-    The namespace database is :mod:`.local_namespace`, the object files :mod:`.local_objects`,
-    the rebuild of lost stripes :mod:`.local_rebuild`; this class is the file system on top.
+    The MDT is :mod:`.local_mdt`, the database of intents and rebuilds and the garbage
+    collection :mod:`.local_namespace`, the object files :mod:`.local_objects`, the rebuild of
+    lost stripes :mod:`.local_rebuild`; this class is the file system on top.
     """
 
     def __init__(self, scratch_root: str, store_root: str, *, ost_count: int,
@@ -169,10 +176,17 @@ class LocalStripedStore(NamespaceMixin, ObjectsMixin, RebuildMixin, StorageBacke
             self.default_stripe_count
         # like Lustre, a count larger than the OSTs available is reduced, -1 means all
         count = len(candidates) if count == -1 else min(count, len(candidates))
-        load = {row["ost_index"]: row["n"] for row in self.db.query(
-            "SELECT ost_index, COUNT(*) AS n FROM file_osts GROUP BY ost_index")}
+        load = {i: self._object_count(i) for i in candidates}
         ordered = sorted(candidates, key=lambda i: (load.get(i, 0), i))
         return tuple(sorted(ordered[:count], key=lambda i: (load.get(i, 0), i)))
+
+    def _object_count(self, ost_index: int) -> int:
+        """Objects on an OST: the load the allocator balances (Lustre weighs free space)."""
+        try:
+            with os.scandir(self._ost_dir(ost_index)) as entries:
+                return sum(1 for e in entries if not e.name.startswith("."))
+        except OSError:
+            return 0
 
     def _new_component(self, request: LayoutRequest, *, mirror_id: int = 0,
                        exclude: set[int] = frozenset()) -> LayoutComponent:
@@ -188,8 +202,9 @@ class LocalStripedStore(NamespaceMixin, ObjectsMixin, RebuildMixin, StorageBacke
                owner: tuple[int, int] | None = None, mode: int = 0o644) -> FileLayout:
         full = self._new_path(path)
         uid, gid = owner if owner is not None else (os.getuid(), os.getgid())
-        component = self._new_component(request)
-        return self._store_new(full, component, uid=uid, gid=gid, mode=mode, mtime=time.time())
+        component = self._new_component(self._with_default(full, request))
+        return self._store_new(full, component, uid=uid, gid=gid, mode=mode,
+                               mtime_ns=time.time_ns())
 
     def put_file(self, path: str, source_fd: int, size: int,
                  request: LayoutRequest = LayoutRequest(), *, label: str | None = None,
@@ -202,46 +217,76 @@ class LocalStripedStore(NamespaceMixin, ObjectsMixin, RebuildMixin, StorageBacke
         """
         full = self._new_path(path)
         uid, gid = owner if owner is not None else (os.getuid(), os.getgid())
-        component = self._new_component(request)
-        return self._store_new(full, component, uid=uid, gid=gid, mode=mode, mtime=time.time(),
-                               source=(source_fd, size, label or full))
+        component = self._new_component(self._with_default(full, request))
+        return self._store_new(full, component, uid=uid, gid=gid, mode=mode,
+                               mtime_ns=time.time_ns(), source=(source_fd, size, label or full))
 
     def _new_path(self, path: str) -> str:
         self._check_writable()
         full = self.paths.resolve(path)
         if full == self.scratch_root:
             raise InputError(f"{full}: is the scratch root, not a file")
-        if self.exists(full):
+        if self._mdt_entry(full) is not None:
             raise InputError(f"{full}: already exists in the store")
         return full
 
+    def _with_default(self, full: str, request: LayoutRequest) -> LayoutRequest:
+        """``request`` with what it leaves open taken from the directory's default layout
+        (``lfs setstripe DIR``), else the site's."""
+        default = self._dir_default(full)
+        if default is None or request.ost_list is not None:
+            return request
+        return LayoutRequest(
+            stripe_count=default.stripe_count if request.stripe_count is None
+            else request.stripe_count,
+            stripe_size=default.stripe_size if request.stripe_size is None
+            else request.stripe_size,
+            pool=default.pool if request.pool is None else request.pool)
+
     def _store_new(self, full: str, component: LayoutComponent, *, uid: int, gid: int,
-                   mode: int, mtime: float, source: tuple[int, int, str] | None = None,
+                   mode: int, mtime_ns: int, source: tuple[int, int, str] | None = None,
                    replaces: bool = False) -> FileLayout:
-        """Create a file's objects under an intent, fill them from ``source`` (descriptor,
-        size, name for errors) and commit the file in one transaction (dooming the store file
-        it ``replaces``); on any failure the objects are dropped and nothing is committed."""
+        """Create a file: its objects under an intent, filled from ``source`` (descriptor,
+        size, name for errors) and synced; its inode prepared and synced in the staging
+        directory; the intents marked committing; the inode linked into the MDT (renamed
+        over the store file it ``replaces``, whose objects are then doomed); the intents
+        released. A failure before the link drops the objects: nothing is committed."""
         layout = FileLayout((component,), 0, full)
         size = source[1] if source else 0
         claim = process_owner()
         self._claim_objects(component.objects, claim)
+        staged, linked = None, False
         try:
             with space_errors(full):
                 self._create_objects(component.objects, uid=uid, gid=gid, mode=mode)
                 if source:
                     self._copy_in(source[0], size, component, source[2])
+                for directory in sorted({str(self._ost_dir(o.ost_index))
+                                         for o in component.objects}):
+                    fsync_dir(directory)  # the objects' names, before an inode names them
+                staged = self._stage_inode(layout, size=size, uid=uid, gid=gid, mode=mode,
+                                           mtime_ns=mtime_ns)
+            self._mark_committing(component.objects, claim)
+
             with self.db.transaction() as conn:
-                old = conn.execute("SELECT * FROM files WHERE path = ?", (full,)).fetchone()
+                with space_errors(full):
+                    old = self._link_staged(staged, full, (uid, gid),
+                                            replace_old=_any_file if replaces else None)
+                linked = True
                 if old is not None:
-                    if not replaces:
-                        raise InputError(f"{full}: already exists in the store")
-                    self._doom_file_in(conn, old)
-                self._insert_file(conn, full, layout, size=size, uid=uid, gid=gid, mode=mode,
-                                  mtime=mtime)
+                    self._doom_file_in(conn, full, old.layout if old.st.st_nlink == 1 else None)
                 self._release_claim(conn, component.objects, claim)
-        except BaseException:
-            self._drop_objects(component.objects, claim)
-            raise
+        except BaseException as err:
+            if not linked:
+                if staged is not None:
+                    self._unstage(staged)
+                self._drop_objects(component.objects, claim)
+                raise
+            if not isinstance(err, Exception):
+                raise
+            # committed: the intents stay committing, for the collector to release
+            log.warning("store: %s committed; its intents are left for the collector (%s)",
+                        full, err)
         return layout
 
     def import_file(self, path: str, *, stripe_count: int | None = None,
@@ -270,21 +315,22 @@ class LocalStripedStore(NamespaceMixin, ObjectsMixin, RebuildMixin, StorageBacke
                 if expect_uid is not None and info.st_uid != expect_uid:
                     raise PermissionDenied(f"{full}: owned by uid {info.st_uid}, not uid "
                                            f"{expect_uid}")
-                existing = self.db.query("SELECT size, mtime FROM files WHERE path = ?", (full,))
+                existing = self._lookup(full)
                 if existing:
-                    if existing[0]["size"] == info.st_size and \
-                            existing[0]["mtime"] == info.st_mtime:
+                    if existing.size == info.st_size and \
+                            existing.st.st_mtime == info.st_mtime:
                         # the earlier import committed, then died before this
                         unlink_imported(parent_fd, name, info, full)
                         return self.layout(full)
                     if not replace:
                         raise InputError(f"{full}: a different file already exists in the store")
                 request = LayoutRequest(stripe_count=stripe_count, stripe_size=stripe_size)
-                component = self._new_component(request)
+                component = self._new_component(self._with_default(full, request))
                 uid, gid = owner if owner is not None else (info.st_uid, info.st_gid)
                 layout = self._store_new(full, component, uid=uid, gid=gid,
                                          mode=statmod.S_IMODE(info.st_mode),
-                                         mtime=info.st_mtime, source=(fd, info.st_size, full),
+                                         mtime_ns=info.st_mtime_ns,
+                                         source=(fd, info.st_size, full),
                                          replaces=replace)
             finally:
                 os.close(fd)
@@ -345,48 +391,119 @@ class LocalStripedStore(NamespaceMixin, ObjectsMixin, RebuildMixin, StorageBacke
 
     # -- namespace -----------------------------------------------------------------------------
     def layout(self, path: str) -> FileLayout:
-        return self._layout_of(self._row(path))
+        return self._inode(path).layout
 
     def stat(self, path: str) -> FileStat:
-        row = self._row(path)
-        return FileStat(row["path"], row["size"], row["uid"], row["gid"], row["mode"], row["mtime"])
+        node = self._inode(path)
+        return FileStat(node.path, node.size, node.st.st_uid, node.st.st_gid,
+                        statmod.S_IMODE(node.st.st_mode), node.st.st_mtime)
 
     def exists(self, path: str) -> bool:
-        full = self.paths.resolve(path)
-        return bool(self.db.query("SELECT 1 FROM files WHERE path = ?", (full,)))
+        entry = self._mdt_entry(self.paths.resolve(path))
+        return entry is not None and statmod.S_ISREG(entry.st_mode)
 
     def remove(self, path: str) -> None:
+        """Unlink the file's MDT name; its objects are doomed when that was its last name."""
         self._check_writable()
-        row = self._row(path)
         with self.db.transaction() as conn:
-            self._doom_file_in(conn, row)
+            with self._opened(path) as node:
+                now = os.fstat(node.fd)
+                os.unlink(node.name, dir_fd=node.parent_fd)
+                self._doom_file_in(conn, node.path, node.layout if now.st_nlink == 1 else None)
+                fsync_fd_dir(node.parent_fd)
         self._collect_garbage()
 
     def list_dir(self, path: str = "") -> list[str]:
         full = self.paths.resolve(path or self.scratch_root)
-        if self.db.query("SELECT 1 FROM files WHERE path = ?", (full,)):
-            return [os.path.basename(full)]
-        prefix = full.rstrip("/") + "/"
-        names = set()
-        for row in self.db.query("SELECT path FROM files WHERE path >= ? AND path < ?",
-                                 (prefix, prefix[:-1] + "0")):  # '0' sorts right after '/'
-            rest = row["path"][len(prefix):]
-            head, sep, _ = rest.partition("/")
-            names.add(head + ("/" if sep else ""))
-        return sorted(names)
+        entry = self._mdt_entry(full)
+        if entry is None:
+            return []
+        if not statmod.S_ISDIR(entry.st_mode):
+            return [posixpath.basename(full)]
+        if full == self.scratch_root:
+            directory = os.open(self.mdt_root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        else:
+            parent_fd, name = self._walk_parent(full)
+            try:
+                directory = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW |
+                                    os.O_CLOEXEC, dir_fd=parent_fd)
+            except PermissionError:
+                raise PermissionDenied(f"{full}: permission denied (uid {os.geteuid()} may not "
+                                       "list it)") from None
+            finally:
+                os.close(parent_fd)
+        try:
+            with os.scandir(directory) as entries:
+                return sorted(e.name + ("/" if e.is_dir(follow_symlinks=False) else "")
+                              for e in entries)
+        finally:
+            os.close(directory)
 
     def files_on_ost(self, ost_index: int) -> list[str]:
+        """Every file whose layout has an object on the OST: the MDT walked, each layout read
+        (``lfs find --ost``). A file whose layout is corrupt is logged and passed over."""
         self._check_ost_index(ost_index)
-        return [row["path"] for row in self.db.query(
-            "SELECT path FROM file_osts WHERE ost_index = ? ORDER BY path", (ost_index,))]
+        self.db  # the store opened (and migrated) first
+        found = []
+        for full, mdt_path in self._walk_files():
+            try:
+                data = os.getxattr(mdt_path, LOV_XATTR, follow_symlinks=False)
+            except OSError:
+                continue  # no layout (not a store file), or gone meanwhile
+            try:
+                layout = FileLayout.from_lov(data, full)
+            except StorageError as err:
+                log.error("store %s: %s", self.store_root, err)
+                continue
+            if ost_index in layout.osts():
+                found.append(full)
+        return sorted(found)
+
+    def set_default_layout(self, path: str, default: DirDefault) -> None:
+        """A directory's default layout (``lfs setstripe DIR``), the directory made (owned by
+        this process's user, 0755) when missing; new files and directories in it take it."""
+        self._check_writable()
+        full = self.paths.resolve(path)
+        LayoutRequest(stripe_count=default.stripe_count, stripe_size=default.stripe_size).check()
+        if default.pool is not None and default.pool not in self.pools:
+            raise InputError(f"pool {default.pool!r}: no such pool (known: "
+                             f"{', '.join(sorted(self.pools)) or 'none'})")
+        value = default.to_xattr()
+        with self.db.transaction():
+            if full == self.scratch_root:
+                os.setxattr(self.mdt_root, DIRLOV_XATTR, value)
+                return
+            parent_fd, name = self._walk_parent(full, create=(os.getuid(), os.getgid()))
+            try:
+                entry = self._mdt_entry(full)
+                if entry is None:
+                    os.close(self._make_dir_in(parent_fd, name, (os.getuid(), os.getgid()),
+                                               full))
+                elif not statmod.S_ISDIR(entry.st_mode):
+                    raise InputError(f"{full}: is not a directory")
+                fd = os.open(name, os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC,
+                             dir_fd=parent_fd)
+                try:
+                    os.setxattr(f"/proc/self/fd/{fd}", DIRLOV_XATTR, value)
+                finally:
+                    os.close(fd)
+            finally:
+                os.close(parent_fd)
+
+    def default_layout(self, path: str) -> DirDefault | None:
+        """The default layout of a store directory (None: the site's applies)."""
+        full = self.paths.resolve(path)
+        entry = self._mdt_entry(full)
+        if entry is None or not statmod.S_ISDIR(entry.st_mode):
+            raise InputError(f"{full}: no such directory in the store")
+        return self._dir_default(posixpath.join(full, "x"))
 
     # -- data ----------------------------------------------------------------------------------
     def read(self, path: str, offset: int, length: int) -> bytes:
         if offset < 0 or length < 0:
             raise InputError(f"{path}: negative offset or length")
-        row = self._row(path)
-        return self._read_through(self._layout_of(row), row["size"], offset, length,
-                                  self._healthy())
+        node = self._inode(path)
+        return self._read_through(node.layout, node.size, offset, length, self._healthy())
 
     def _read_through(self, layout: FileLayout, size: int, offset: int, length: int,
                       healthy: set[int]) -> bytes:
@@ -436,65 +553,91 @@ class LocalStripedStore(NamespaceMixin, ObjectsMixin, RebuildMixin, StorageBacke
         self._check_writable()
         if offset < 0:
             raise InputError(f"{path}: negative offset")
-        row = self._row(path)
-        layout = self._layout_of(row)
-        healthy = self._healthy()
-        spans = [(comp, lo, hi) for comp in layout.components
-                 for lo, hi in [span(comp, offset, offset + len(data))] if hi > lo]
-        # check every OST first, so that a failed one leaves nothing half-written
-        for comp, lo, hi in spans:
-            for piece in comp.pieces(lo, hi - lo):
-                ost = comp.objects[piece.position].ost_index
-                if ost not in healthy:
-                    raise TargetUnavailable(f"{layout.path}: OST {ost} is unavailable",
-                                            ost_index=ost, path=layout.path)
-        with space_errors(layout.path):
+        with self._opened(path) as node:
+            layout = node.layout
+            healthy = self._healthy()
+            spans = [(comp, lo, hi) for comp in layout.components
+                     for lo, hi in [span(comp, offset, offset + len(data))] if hi > lo]
+            # check every OST first, so that a failed one leaves nothing half-written
             for comp, lo, hi in spans:
-                self._write_range(comp, lo, data[lo - offset:hi - offset], layout.path)
-        with self.db.transaction() as conn:
-            conn.execute("UPDATE files SET size = MAX(size, ?), mtime = ? WHERE path = ?",
-                         (offset + len(data), time.time(), row["path"]))
+                for piece in comp.pieces(lo, hi - lo):
+                    ost = comp.objects[piece.position].ost_index
+                    if ost not in healthy:
+                        raise TargetUnavailable(f"{layout.path}: OST {ost} is unavailable",
+                                                ost_index=ost, path=layout.path)
+            with space_errors(layout.path):
+                for comp, lo, hi in spans:
+                    self._write_range(comp, lo, data[lo - offset:hi - offset], layout.path)
+            with self.db.transaction():  # two writers growing a file: the larger size stays
+                now = os.fstat(node.fd)
+                if offset + len(data) > now.st_size:
+                    os.truncate(node.proc, offset + len(data))
+                os.utime(node.proc, ns=(now.st_atime_ns, time.time_ns()))
 
     # -- extended attributes -------------------------------------------------------------------
     def set_xattr(self, path: str, name: str, value: bytes) -> None:
         self.set_xattrs(path, {name: value})
 
     def set_xattrs(self, path: str, values: dict[str, bytes]) -> None:
-        """Set several attributes in one transaction (one lock of the namespace, not one each)."""
+        """Set several attributes of the MDT inode: all of them or, on an error, none (the
+        ones set already are put back)."""
         self._check_writable()
         for name, value in values.items():
             _check_xattr_name(name)
             if len(value) > XATTR_MAX:
                 raise InputError(f"{path}: xattr {name} value is {len(value)} bytes, over the "
                                  f"{XATTR_MAX}-byte limit")
-        row = self._row(path)
-        with self.db.transaction() as conn:
-            conn.executemany("INSERT INTO xattrs(path, name, value) VALUES (?, ?, ?) "
-                             "ON CONFLICT(path, name) DO UPDATE SET value = excluded.value",
-                             [(row["path"], name, bytes(value)) for name, value in values.items()])
+        with self._opened(path) as node:
+            done: list[tuple[str, bytes | None]] = []
+            try:
+                for name, value in values.items():
+                    done.append((name, _getxattr(node, name)))
+                    try:
+                        os.setxattr(node.proc, name, bytes(value))
+                    except OSError as err:
+                        raise StorageError(f"{node.path}: cannot set xattr {name} "
+                                           f"({len(value)} bytes): {err.strerror}") from None
+            except BaseException:
+                for name, previous in reversed(done):
+                    with contextlib.suppress(OSError):
+                        if previous is None:
+                            os.removexattr(node.proc, name)
+                        else:
+                            os.setxattr(node.proc, name, previous)
+                raise
 
     def get_xattr(self, path: str, name: str) -> bytes | None:
-        row = self._row(path)
-        rows = self.db.query("SELECT value FROM xattrs WHERE path = ? AND name = ?",
-                             (row["path"], name))
-        return bytes(rows[0]["value"]) if rows else None
+        _check_xattr_name(name)
+        with self._opened(path) as node:
+            return _getxattr(node, name)
 
     def list_xattrs(self, path: str) -> dict[str, bytes]:
-        row = self._row(path)
-        return {r["name"]: bytes(r["value"]) for r in self.db.query(
-            "SELECT name, value FROM xattrs WHERE path = ? ORDER BY name", (row["path"],))}
+        with self._opened(path) as node:
+            try:
+                names = os.listxattr(node.proc)
+            except PermissionError:
+                raise PermissionDenied(f"{node.path}: permission denied (uid {os.geteuid()} "
+                                       "may not read its attributes)") from None
+            values = {name: _getxattr(node, name) for name in sorted(names)
+                      if name.startswith(("user.", "trusted."))}
+            return {name: value for name, value in values.items() if value is not None}
 
     def remove_xattr(self, path: str, name: str) -> None:
         self._check_writable()
-        row = self._row(path)
-        with self.db.transaction() as conn:
-            conn.execute("DELETE FROM xattrs WHERE path = ? AND name = ?", (row["path"], name))
+        _check_xattr_name(name)
+        with self._opened(path) as node:
+            try:
+                os.removexattr(node.proc, name)
+            except OSError as err:
+                if err.errno != errno.ENODATA:
+                    raise StorageError(f"{node.path}: cannot remove xattr {name}: "
+                                       f"{err.strerror}") from None
 
     # -- mirrors -------------------------------------------------------------------------------
     def add_mirror(self, path: str, request: LayoutRequest = LayoutRequest()) -> FileLayout:
         self._check_writable()
-        row = self._row(path)
-        layout = self._layout_of(row)
+        node = self._inode(path)
+        layout = node.layout
         if layout.mirror_ids == [0]:
             # as in Lustre, the first mirror of a plain file becomes mirror 1
             layout = replace(layout, components=tuple(
@@ -507,48 +650,60 @@ class LocalStripedStore(NamespaceMixin, ObjectsMixin, RebuildMixin, StorageBacke
         component = self._new_component(request, mirror_id=mirror_id, exclude=layout.osts())
         claim = process_owner()
         self._claim_objects(component.objects, claim)
+        switched = False
         try:
-            self._create_objects(component.objects, uid=row["uid"], gid=row["gid"],
-                                 mode=row["mode"])
+            self._create_objects(component.objects, uid=node.st.st_uid, gid=node.st.st_gid,
+                                 mode=node.st.st_mode)
             source_digest, copy_digest = hashlib.sha256(), hashlib.sha256()
 
             def digested():
-                for offset, chunk in self._chunks(layout.path, row["size"]):
+                for offset, chunk in self._chunks(layout.path, node.size):
                     source_digest.update(chunk)
                     yield offset, chunk
             self._fill_objects(component, digested(), layout.path)
             check = FileLayout((component,), 0, layout.path)
-            for offset in range(0, row["size"], COPY_CHUNK):
+            for offset in range(0, node.size, COPY_CHUNK):
                 copy_digest.update(self._read_layout(check, offset,
-                                                     min(COPY_CHUNK, row["size"] - offset)))
+                                                     min(COPY_CHUNK, node.size - offset)))
             if copy_digest.digest() != source_digest.digest():
                 raise StorageError(f"{layout.path}: new mirror {mirror_id} does not read back "
                                    "what was written")
+            self._sync_objects(list(component.objects), layout.path)
             new_layout = FileLayout(layout.components + (component,), layout.layout_gen + 1,
                                     layout.path)
+            self._mark_committing(component.objects, claim)
             with self.db.transaction() as conn:
-                self._check_unchanged(conn, row)
-                self._store_layout(conn, layout.path, new_layout)
+                with self._opened(path) as now:
+                    _check_unchanged(node, now)
+                    self._set_layout(now, new_layout)
+                    switched = True
                 self._release_claim(conn, component.objects, claim)
-        except BaseException:
-            self._drop_objects(component.objects, claim)
-            raise
+        except BaseException as err:
+            if not switched:
+                self._drop_objects(component.objects, claim)
+                raise
+            if not isinstance(err, Exception):
+                raise
+            log.warning("store: %s: mirror %d added; its intents are left for the collector "
+                        "(%s)", layout.path, mirror_id, err)
         return new_layout
+
+    def _set_layout(self, node: Inode, layout: FileLayout) -> None:
+        """Switch the inode to ``layout``: one ``setxattr``, atomic for readers."""
+        try:
+            os.setxattr(node.proc, LOV_XATTR, layout.to_lov())
+        except OSError as err:
+            raise StorageError(f"{node.path}: cannot change its layout: {err.strerror}") \
+                from None
 
     def _chunks(self, path: str, size: int):
         for offset in range(0, size, COPY_CHUNK):
             yield offset, self.read(path, offset, min(COPY_CHUNK, size - offset))
 
-    def _check_unchanged(self, conn, row) -> None:
-        now = conn.execute("SELECT layout_gen, size FROM files WHERE path = ?",
-                           (row["path"],)).fetchone()
-        if now is None or now["layout_gen"] != row["layout_gen"] or now["size"] != row["size"]:
-            raise StorageError(f"{row['path']}: the file changed during the operation; retry")
-
     def remove_mirror(self, path: str, mirror_id: int) -> FileLayout:
         self._check_writable()
-        row = self._row(path)
-        layout = self._layout_of(row)
+        node = self._inode(path)
+        layout = node.layout
         if mirror_id not in layout.mirror_ids:
             raise InputError(f"{layout.path}: no mirror {mirror_id} (mirrors: "
                              f"{', '.join(map(str, layout.mirror_ids))})")
@@ -558,16 +713,40 @@ class LocalStripedStore(NamespaceMixin, ObjectsMixin, RebuildMixin, StorageBacke
         dropped = [o for c in layout.components if c.mirror_id == mirror_id for o in c.objects]
         new_layout = FileLayout(kept, layout.layout_gen + 1, layout.path)
         with self.db.transaction() as conn:
-            self._check_unchanged(conn, row)
-            self._store_layout(conn, layout.path, new_layout)
-            conn.executemany("INSERT OR REPLACE INTO object_intents(ost_index, object_id, owner) "
-                             "VALUES (?, ?, ?)",
-                             [(o.ost_index, o.object_id, DOOMED) for o in dropped])
+            with self._opened(path) as now:
+                _check_unchanged(node, now)
+                self._set_layout(now, new_layout)
+            self._doom(conn, dropped)  # after the switch: a crash leaks them, loses nothing
         self._collect_garbage()
         return new_layout
 
 
+
+def _any_file(old: Inode) -> None:
+    """Any store file may be replaced (``import_file(replace=True)``)."""
+
+
+def _check_unchanged(before: Inode, now: Inode) -> None:
+    if (now.st.st_dev, now.st.st_ino) != (before.st.st_dev, before.st.st_ino) \
+            or now.layout.layout_gen != before.layout.layout_gen or now.size != before.size:
+        raise StorageError(f"{before.path}: the file changed during the operation; retry")
+
+
+def _getxattr(node: Inode, name: str) -> bytes | None:
+    try:
+        return os.getxattr(node.proc, name)
+    except OSError as err:
+        if err.errno == errno.ENODATA:
+            return None
+        if err.errno in (errno.EACCES, errno.EPERM):
+            raise PermissionDenied(f"{node.path}: permission denied (uid {os.geteuid()} may not "
+                                   f"read its attribute {name})") from None
+        raise StorageError(f"{node.path}: cannot read xattr {name}: {err.strerror}") from None
+
+
 def _check_xattr_name(name: str) -> None:
+    """``user.*`` and ``trusted.*`` only: the layout attributes (``security.*``) are the
+    store's and the mount's, never set, read or listed as a file's attributes."""
     if not name.startswith(("user.", "trusted.")) or len(name.split(".", 1)[1]) == 0:
         raise InputError(f"xattr name {name!r}: expected a 'user.' or 'trusted.' name")
     if len(name) > 255:

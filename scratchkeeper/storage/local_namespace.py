@@ -1,15 +1,18 @@
-"""The local store's namespace: the SQLite database that maps scratch paths to layouts, and
-the intents that keep objects from leaking.
+"""The local store's namespace database and garbage collection.
 
-``store_root/namespace.db`` holds the files (size, owner, mode, mtime, layout as JSON), the
-OSTs' states, extended attributes and in-flight rebuilds, in a rollback journal (a process that
-may not write it reads it without creating anything next to it, and opens it read-only).
+The files themselves live in the MDT (:mod:`.local_mdt`); ``store_root/namespace.db`` keeps the
+OSTs' states, the object *intents* and the rebuilds, in a rollback journal (a process that may
+not write it reads it without creating anything next to it, and opens it read-only). Its
+``BEGIN IMMEDIATE`` transactions are also the store's mutex for changes of the MDT.
 
-Crash safety without a lock server: every object is created under an *intent* row written
-before the object exists (owned by a live process, or by a rebuild) and only a committed layout
-makes it part of a file; objects a commit drops are marked *doomed* in the same transaction and
-deleted afterwards. Whoever opens the store next deletes doomed objects and the ones of intents
-whose process is gone, so a kill -9 at any line leaves no half file and no leaked object.
+Crash safety without a lock server (docs/mount.rst, "Crash safety"): every object is created
+under an intent row written before the object exists (owned by a live process, or by a
+rebuild). A new file's intents are marked *committing* once its inode is prepared and synced,
+before it is linked into the MDT; they are released after. Objects a commit drops are marked
+*doomed* after it. Whoever opens the store next deletes doomed objects and the objects of
+non-committing intents whose process is gone, releases committing ones without deleting
+anything, and removes staging inodes of dead processes: a kill -9 at any line leaves no half
+file and loses no committed one (at worst a commit in flight leaks its objects).
 
 Locks: every access goes through :class:`~scratchkeeper.state.StateStore`, which waits for
 other processes' locks with a bounded busy timeout and retries (docs/storage.rst).
@@ -22,10 +25,10 @@ import json
 import logging
 import os
 from collections.abc import Iterable
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from ..errors import InputError, PermissionDenied, StateError, StorageError
+from ..errors import PermissionDenied, StateError, StorageError
 from ..state import DatabaseBusy, StateStore, may_write
 from .base import OST_ACTIVE, OST_FAILED
 from .layout import FileLayout, StripeObject
@@ -74,6 +77,14 @@ MIGRATIONS = [
         record TEXT NOT NULL
     );
     """,
+    # the files moved to the MDT (their rows first, by NamespaceMixin._move_files_to_mdt)
+    """
+    ALTER TABLE object_intents ADD COLUMN committing INTEGER NOT NULL DEFAULT 0;
+    ALTER TABLE rebuilds ADD COLUMN base_layout TEXT;
+    DROP TABLE xattrs;
+    DROP TABLE file_osts;
+    DROP TABLE files;
+    """,
 ]
 
 DOOMED = "doomed"
@@ -110,6 +121,16 @@ class NamespaceMixin:
             self._create_namespace(namespace)
         self._owner_uid = os.stat(namespace).st_uid
         db = StateStore(namespace, journal=NAMESPACE_JOURNAL)
+        make_dir(self.mdt_root)  # 0755: users reach their files' inodes
+        if not self.staging_root.is_dir():
+            with contextlib.suppress(FileExistsError):
+                self.staging_root.mkdir(mode=0o700)  # inodes being prepared: the store's own
+        if 0 < db.schema_version(COMPONENT) < len(MIGRATIONS):
+            self._migrating = True
+            try:
+                self._move_files_to_mdt(db)
+            finally:
+                self._migrating = False
         db.ensure_schema(COMPONENT, MIGRATIONS)
         # a read first: every data job opens the store, and most opens have no OST to add
         if db.query("SELECT COUNT(*) FROM osts")[0][0] != self.ost_count:
@@ -190,35 +211,106 @@ class NamespaceMixin:
                                    f"{self._owner_uid}; only its owner can change it (this "
                                    f"process runs as uid {os.geteuid()})")
 
-    def _collect_garbage(self) -> None:
-        """Delete doomed objects and those of intents whose process died; a namespace locked
-        too long leaves the rest to the next collection (an operation that called this has
-        committed already and must not fail for it)."""
+    def _move_files_to_mdt(self, db: StateStore) -> None:
+        """Migration to version 2: every file row of the namespace database becomes an MDT
+        inode (size, owner, mode, mtime, layout, xattrs), in the transaction that then drops
+        the tables. A crash in between leaves the rows; the next open redoes the move, passing
+        over the inodes made already."""
+        with db.transaction() as conn:
+            if "files" not in {row[0] for row in conn.execute(
+                    "SELECT name FROM sqlite_master WHERE type = 'table'")}:
+                return
+            rows = conn.execute("SELECT * FROM files ORDER BY path").fetchall()
+            xattrs: dict[str, dict[str, bytes]] = {}
+            for row in conn.execute("SELECT path, name, value FROM xattrs"):
+                xattrs.setdefault(row["path"], {})[row["name"]] = bytes(row["value"])
+            for row in rows:
+                full = row["path"]
+                layout = replace(FileLayout.from_dict(json.loads(row["layout"])),
+                                 layout_gen=row["layout_gen"], path=full)
+                existing = self._lookup(full)
+                if existing is not None:
+                    if existing.layout == layout and existing.size == row["size"]:
+                        continue  # moved by an earlier, interrupted migration
+                    raise StorageError(f"{full}: cannot move the file into the MDT: another "
+                                       "file is there")
+                staged = self._stage_inode(layout, size=row["size"], uid=row["uid"],
+                                           gid=row["gid"], mode=row["mode"],
+                                           mtime_ns=int(round(row["mtime"] * 1e9)),
+                                           xattrs=xattrs.get(full))
+                try:
+                    self._link_staged(staged, full, (row["uid"], row["gid"]))
+                except BaseException:
+                    self._unstage(staged)
+                    raise
+            db.ensure_schema(COMPONENT, MIGRATIONS)  # joins this transaction
+        log.info("store %s: %d file(s) moved from the namespace database into the MDT",
+                 self.store_root, len(rows))
+
+    def _collect_garbage(self) -> GarbageReport | None:
+        """Collect garbage; a namespace locked too long leaves it to the next collection (an
+        operation that called this has committed already and must not fail for it)."""
         try:
-            self._collect_garbage_now()
+            return self.collect_garbage()
         except DatabaseBusy as err:
             log.warning("store %s: garbage collection left for later: %s", self.store_root, err)
+            return None
 
-    def _collect_garbage_now(self) -> None:
-        rows = self.db.query("SELECT ost_index, object_id, owner FROM object_intents "
-                             "WHERE owner = ? OR owner LIKE 'pid:%'", (DOOMED,))
-        deleted = []
+    def collect_garbage(self) -> GarbageReport:
+        """Delete doomed objects and those of non-committing intents whose process is gone,
+        release committing intents of dead processes (their file may be in the namespace), and
+        remove the staging entries of dead processes. What was done."""
+        self._check_writable()
+        report = GarbageReport()
+        rows = self.db.query("SELECT ost_index, object_id, owner, committing FROM "
+                             "object_intents WHERE owner = ? OR owner LIKE 'pid:%'", (DOOMED,))
+        forget = []
         for row in rows:
             owner = row["owner"]
             if owner != DOOMED and _process_alive(owner):
                 continue
             obj = StripeObject(row["ost_index"], row["object_id"])
-            if not self._ost_dir(obj.ost_index).is_dir():
+            if owner != DOOMED and row["committing"]:
+                report.released.append(obj)  # the file may hold it: keep the object
+            elif not self._ost_dir(obj.ost_index).is_dir():
                 continue  # on a failed OST: deleted once it is restored
-            try:
-                self._object_path(obj).unlink()
-            except FileNotFoundError:
-                pass
-            deleted.append((obj.ost_index, obj.object_id, owner))
-        if deleted:  # the intents of every object deleted, in one transaction (its syncs once)
+            else:
+                try:
+                    self._object_path(obj).unlink()
+                except FileNotFoundError:
+                    pass
+                report.deleted.append(obj)
+            forget.append((obj.ost_index, obj.object_id, owner))
+        if forget:  # the intents of every object handled, in one transaction (its syncs once)
             with self.db.transaction() as conn:
                 conn.executemany("DELETE FROM object_intents WHERE ost_index = ? AND "
-                                 "object_id = ? AND owner = ?", deleted)
+                                 "object_id = ? AND owner = ?", forget)
+        try:
+            staged = sorted(os.listdir(self.staging_root))
+        except FileNotFoundError:
+            staged = []
+        for name in staged:
+            owner = name.rsplit(".", 1)[0]
+            fields = owner.split(":")
+            if len(fields) != 3 or fields[0] != "pid" or not fields[1].isdigit() or \
+                    _process_alive(owner):
+                continue
+            entry = self.staging_root / name
+            try:
+                if entry.is_dir() and not entry.is_symlink():
+                    entry.rmdir()
+                else:
+                    entry.unlink()
+            except FileNotFoundError:
+                continue
+            except OSError as err:
+                log.warning("store %s: cannot remove %s: %s", self.store_root, entry,
+                            err.strerror)
+                continue
+            report.staging.append(name)
+        if report:
+            log.info("store %s: garbage collected: %s", self.store_root, report.summary())
+        return report
 
     def _ost_states(self) -> dict[int, str]:
         return {row["ost_index"]: row["state"]
@@ -234,12 +326,21 @@ class NamespaceMixin:
                              "VALUES (?, ?, ?)",
                              [(o.ost_index, o.object_id, owner) for o in objects])
 
+    def _mark_committing(self, objects: Iterable[StripeObject], owner: str) -> None:
+        """Before the objects' file enters the namespace: from now on a dead owner's intents
+        are released, not their objects deleted."""
+        with self.db.transaction() as conn:
+            conn.executemany("UPDATE object_intents SET committing = 1 WHERE ost_index = ? AND "
+                             "object_id = ? AND owner = ?",
+                             [(o.ost_index, o.object_id, owner) for o in objects])
+
     def _drop_objects(self, objects: Iterable[StripeObject], owner: str) -> None:
         """Delete the objects an operation claimed but will not commit, then their intents.
 
         The objects go first (no layout names them; on a full disk that is the space back).
         When the namespace cannot be written now (full, or locked too long), the intents stay
-        for the collector of the next open, which deletes what a dead process claimed.
+        for the collector of the next open, which deletes what a dead process claimed (and,
+        for intents marked committing, leaves them: a leak, never a lost file).
         """
         deleted, kept = [], []
         for obj in objects:
@@ -252,8 +353,8 @@ class NamespaceMixin:
         try:
             with self.db.transaction() as conn:
                 self._release_claim(conn, deleted, owner)
-                conn.executemany("UPDATE object_intents SET owner = ? WHERE ost_index = ? AND "
-                                 "object_id = ? AND owner = ?",
+                conn.executemany("UPDATE object_intents SET owner = ?, committing = 0 WHERE "
+                                 "ost_index = ? AND object_id = ? AND owner = ?",
                                  [(DOOMED, o.ost_index, o.object_id, owner) for o in kept])
         except StateError as err:
             log.warning("store %s: intents of %d dropped object(s) left for the collector: %s",
@@ -263,49 +364,52 @@ class NamespaceMixin:
         conn.executemany("DELETE FROM object_intents WHERE ost_index = ? AND object_id = ? "
                          "AND owner = ?", [(o.ost_index, o.object_id, owner) for o in objects])
 
-    def _row(self, path: str):
-        full = self.paths.resolve(path)
-        rows = self.db.query("SELECT * FROM files WHERE path = ?", (full,))
-        if not rows:
-            raise InputError(f"{full}: no such file in the store")
-        return rows[0]
+    def _release_quietly(self, objects: Iterable[StripeObject], owner: str) -> None:
+        """Release the intents of objects a committed file now holds; when the namespace
+        cannot be written, they stay committing and the collector releases them later."""
+        try:
+            with self.db.transaction() as conn:
+                self._release_claim(conn, objects, owner)
+        except StateError as err:
+            log.warning("store %s: committing intents left for the collector: %s",
+                        self.store_root, err)
 
-    def _layout_of(self, row) -> FileLayout:
-        layout = FileLayout.from_dict(json.loads(row["layout"]))
-        return replace(layout, layout_gen=row["layout_gen"], path=row["path"])
-
-    def _insert_file(self, conn, full: str, layout: FileLayout, *, size: int, uid: int, gid: int,
-                     mode: int, mtime: float) -> None:
-        conn.execute("INSERT INTO files(path, size, uid, gid, mode, mtime, layout_gen, layout) "
-                     "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                     (full, size, uid, gid, mode, mtime, layout.layout_gen,
-                      json.dumps(layout.to_dict())))
-        conn.executemany("INSERT INTO file_osts(path, ost_index) VALUES (?, ?)",
-                         [(full, i) for i in sorted(layout.osts())])
-
-    def _store_layout(self, conn, full: str, layout: FileLayout) -> None:
-        conn.execute("UPDATE files SET layout = ?, layout_gen = ? WHERE path = ?",
-                     (json.dumps(layout.to_dict()), layout.layout_gen, full))
-        conn.execute("DELETE FROM file_osts WHERE path = ?", (full,))
-        conn.executemany("INSERT INTO file_osts(path, ost_index) VALUES (?, ?)",
-                         [(full, i) for i in sorted(layout.osts())])
-
-    def _doom_file_in(self, conn, row) -> None:
-        """Inside a transaction: forget the file and mark its objects for collection."""
-        layout = self._layout_of(row)
-        conn.execute("DELETE FROM files WHERE path = ?", (row["path"],))
+    @staticmethod
+    def _doom(conn, objects: Iterable[StripeObject]) -> None:
         conn.executemany("INSERT OR REPLACE INTO object_intents(ost_index, object_id, owner) "
                          "VALUES (?, ?, ?)",
-                         [(o.ost_index, o.object_id, DOOMED)
-                          for c in layout.components for o in c.objects])
+                         [(o.ost_index, o.object_id, DOOMED) for o in objects])
+
+    def _doom_file_in(self, conn, full: str, layout: FileLayout | None) -> None:
+        """Inside a transaction, once the file's last name is gone: mark its objects for
+        collection (``layout`` None: another name still holds them) and abort its rebuilds."""
+        if layout is not None:
+            self._doom(conn, [o for c in layout.components for o in c.objects])
         for rebuild in conn.execute("SELECT rebuild_id FROM rebuilds WHERE path = ?",
-                                    (row["path"],)).fetchall():
+                                    (full,)).fetchall():
             self._abort_in(conn, rebuild["rebuild_id"])
 
     def _abort_in(self, conn, rebuild_id: str) -> None:
         conn.execute("DELETE FROM rebuilds WHERE rebuild_id = ?", (rebuild_id,))
         conn.execute("UPDATE object_intents SET owner = ? WHERE owner = ?",
                      (DOOMED, f"rebuild:{rebuild_id}"))
+
+
+@dataclass
+class GarbageReport:
+    """What one garbage collection did."""
+
+    deleted: list[StripeObject] = field(default_factory=list)   # objects deleted
+    released: list[StripeObject] = field(default_factory=list)  # committing intents released
+    staging: list[str] = field(default_factory=list)            # staging entries removed
+
+    def __bool__(self) -> bool:
+        return bool(self.deleted or self.released or self.staging)
+
+    def summary(self) -> str:
+        return (f"{len(self.deleted)} object(s) deleted, {len(self.released)} committing "
+                f"intent(s) released, {len(self.staging)} staging entr"
+                f"{'y' if len(self.staging) == 1 else 'ies'} removed")
 
 
 def process_owner() -> str:

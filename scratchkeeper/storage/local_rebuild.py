@@ -1,5 +1,11 @@
 """Rebuilding lost stripes in the local store: new objects on substitute OSTs, patched in
-place, and one namespace transaction that switches the layout (the surviving objects stay)."""
+place, and one ``setxattr`` of the file's layout attribute that switches it (the surviving
+objects stay), under the namespace's lock after checking the file did not change.
+
+A crash between that ``setxattr`` and the database's commit leaves a rebuild recorded whose
+switch happened (the file's layout references its new objects): :meth:`open_rebuilds`,
+:meth:`commit_rebuild` and :meth:`abort_rebuild` notice and finish it, never deleting objects
+the file holds."""
 
 from __future__ import annotations
 
@@ -12,7 +18,6 @@ from dataclasses import replace
 from ..errors import InputError, ScratchkeeperError, StorageError, TargetUnavailable
 from .base import Rebuild, substitute_layout
 from .layout import Extent, FileLayout, StripeObject, merge_extents
-from .local_namespace import DOOMED
 from .local_objects import DIRECT_ALIGN, PatchWriter, fsync_dir, span
 
 log = logging.getLogger(__name__)
@@ -23,27 +28,30 @@ class RebuildMixin:
 
     def begin_rebuild(self, path: str, substitutes: dict[int, int]) -> Rebuild:
         self._check_writable()
-        row = self._row(path)
-        layout = self._layout_of(row)
+        node = self._inode(path)
+        layout = node.layout
         healthy = self._healthy()
         for substitute in substitutes.values():
             self._check_ost_index(substitute)
             if substitute not in healthy:
                 raise TargetUnavailable(f"{layout.path}: substitute OST {substitute} is not "
                                         "available", ost_index=substitute, path=layout.path)
-        lost = self._rebuild_plan(layout, row["size"], substitutes)
+        lost = self._rebuild_plan(layout, node.size, substitutes)
         new_layout = substitute_layout(layout, substitutes, lambda c, p: uuid.uuid4().hex)
         new_objects = added_objects(layout, new_layout)
-        rebuild = Rebuild(uuid.uuid4().hex, layout.path, dict(substitutes), row["size"],
+        rebuild = Rebuild(uuid.uuid4().hex, layout.path, dict(substitutes), node.size,
                           layout.layout_gen, new_layout, lost)
         owner = f"rebuild:{rebuild.rebuild_id}"
         with self.db.transaction() as conn:
-            conn.execute("INSERT INTO rebuilds(rebuild_id, path, record) VALUES (?, ?, ?)",
-                         (rebuild.rebuild_id, layout.path, json.dumps(rebuild.to_dict())))
+            conn.execute("INSERT INTO rebuilds(rebuild_id, path, record, base_layout) "
+                         "VALUES (?, ?, ?, ?)",
+                         (rebuild.rebuild_id, layout.path, json.dumps(rebuild.to_dict()),
+                          json.dumps(layout.to_dict())))
             conn.executemany("INSERT INTO object_intents(ost_index, object_id, owner) "
                              "VALUES (?, ?, ?)",
                              [(o.ost_index, o.object_id, owner) for o in new_objects])
-        self._create_objects(new_objects, uid=row["uid"], gid=row["gid"], mode=row["mode"])
+        self._create_objects(new_objects, uid=node.st.st_uid, gid=node.st.st_gid,
+                             mode=node.st.st_mode)
         log.info("store: rebuild %s of %s begun: %s", rebuild.rebuild_id, layout.path,
                  ", ".join(f"OST {f} -> {s}" for f, s in substitutes.items()))
         return rebuild
@@ -138,11 +146,12 @@ class RebuildMixin:
                 patched = self._check_recorded(rebuild, patched)
                 current = self._load_rebuild(conn, rebuild.rebuild_id)
                 current.patched = merge_extents(current.patched + patched)
-                self._check_complete(current)
-                # the new layout may only point at objects whose bytes are on disk
-                directories |= self._sync_objects(
-                    added_objects(self._layout_of(self._row(current.path)),
-                                  current.new_layout), current.path, sync_directories=False)
+                layout = self._inode(current.path).layout
+                if not _switched(current, layout):  # else: finished by _switch
+                    self._check_complete(current)
+                    # the new layout may only point at objects whose bytes are on disk
+                    directories |= self._sync_objects(added_objects(layout, current.new_layout),
+                                                      current.path, sync_directories=False)
                 ready.append((index, rebuild, patched))
             except ScratchkeeperError as err:
                 results[index] = err
@@ -162,36 +171,94 @@ class RebuildMixin:
         return results
 
     def _switch(self, conn, rebuild: Rebuild, patched: list[Extent]) -> FileLayout:
-        """One rebuild's layout switch, in the caller's transaction."""
-        owner = f"rebuild:{rebuild.rebuild_id}"
+        """One rebuild's layout switch, in the caller's transaction (the store's lock)."""
         current = self._load_rebuild(conn, rebuild.rebuild_id)
         current.patched = merge_extents(current.patched + patched)
-        self._check_complete(current)
-        row = conn.execute("SELECT layout_gen, size, layout FROM files WHERE path = ?",
-                           (current.path,)).fetchone()
-        if row is None or row["layout_gen"] != current.base_layout_gen \
-                or row["size"] != current.file_size:
-            raise StorageError(f"{current.path}: changed since rebuild {current.rebuild_id} "
-                               "began; abort it and start again")
-        old = FileLayout.from_dict(json.loads(row["layout"]))
-        replaced = added_objects(current.new_layout, old)
-        self._store_layout(conn, current.path, current.new_layout)
-        conn.execute("DELETE FROM rebuilds WHERE rebuild_id = ?", (current.rebuild_id,))
-        conn.execute("DELETE FROM object_intents WHERE owner = ?", (owner,))
-        conn.executemany("INSERT OR REPLACE INTO object_intents(ost_index, object_id, owner) "
-                         "VALUES (?, ?, ?)",
-                         [(o.ost_index, o.object_id, DOOMED) for o in replaced])
+        with self._opened(current.path) as node:
+            if _switched(current, node.layout):
+                self._finish(conn, current)  # an earlier commit switched it, then died
+                return replace(node.layout, path=current.path)
+            self._check_complete(current)
+            if node.layout.layout_gen != current.base_layout_gen \
+                    or node.size != current.file_size:
+                raise StorageError(f"{current.path}: changed since rebuild {current.rebuild_id} "
+                                   "began; abort it and start again")
+            self._set_layout(node, current.new_layout)
+        self._finish(conn, current, node.layout)
         return replace(current.new_layout, path=current.path)
 
+    def _finish(self, conn, rebuild: Rebuild, base: FileLayout | None = None) -> None:
+        """Forget a switched rebuild: its objects now the file's, the replaced ones doomed."""
+        if base is None:
+            found = conn.execute("SELECT base_layout FROM rebuilds WHERE rebuild_id = ?",
+                                 (rebuild.rebuild_id,)).fetchone()
+            if found is not None and found["base_layout"]:
+                base = FileLayout.from_dict(json.loads(found["base_layout"]))
+        conn.execute("DELETE FROM rebuilds WHERE rebuild_id = ?", (rebuild.rebuild_id,))
+        conn.execute("DELETE FROM object_intents WHERE owner = ?",
+                     (f"rebuild:{rebuild.rebuild_id}",))
+        if base is None:
+            log.warning("store: rebuild %s of %s: the layout it replaced is unknown; its "
+                        "objects are left", rebuild.rebuild_id, rebuild.path)
+            return
+        self._doom(conn, added_objects(rebuild.new_layout, base))
+
+    def _switched_already(self, conn, rebuild: Rebuild) -> bool:
+        """Whether the file's current layout holds the rebuild's new objects; then the
+        rebuild is finished here."""
+        try:
+            layout = self._inode(rebuild.path).layout
+        except (InputError, StorageError):
+            return False
+        if not _switched(rebuild, layout):
+            return False
+        self._finish(conn, rebuild)
+        log.info("store: rebuild %s of %s had switched the layout before a crash; finished",
+                 rebuild.rebuild_id, rebuild.path)
+        return True
+
     def abort_rebuild(self, rebuild: Rebuild) -> None:
+        """Drop the rebuild's objects, unless its switch happened already (a crash before the
+        journal's commit): then the file holds them, and the rebuild is finished instead."""
         self._check_writable()
         with self.db.transaction() as conn:
-            self._abort_in(conn, rebuild.rebuild_id)
+            found = conn.execute("SELECT record FROM rebuilds WHERE rebuild_id = ?",
+                                 (rebuild.rebuild_id,)).fetchone()
+            if found is not None and not self._switched_already(
+                    conn, Rebuild.from_dict(json.loads(found["record"]))):
+                self._abort_in(conn, rebuild.rebuild_id)
         self._collect_garbage()
 
     def open_rebuilds(self) -> list[Rebuild]:
-        return [Rebuild.from_dict(json.loads(row["record"]))
-                for row in self.db.query("SELECT record FROM rebuilds ORDER BY rebuild_id")]
+        """Rebuilds neither committed nor aborted; one whose switch happened before a crash
+        is finished on the way (a writer's open only) and not returned."""
+        rebuilds = [Rebuild.from_dict(json.loads(row["record"]))
+                    for row in self.db.query("SELECT record FROM rebuilds ORDER BY rebuild_id")]
+        if self.read_only:
+            return rebuilds
+        finished = set()
+        for rebuild in rebuilds:
+            if _switched(rebuild, self._current_layout(rebuild.path)):
+                with self.db.transaction() as conn:
+                    if self._switched_already(conn, rebuild):
+                        finished.add(rebuild.rebuild_id)
+        return [r for r in rebuilds if r.rebuild_id not in finished]
+
+    def _current_layout(self, path: str) -> FileLayout | None:
+        try:
+            return self._inode(path).layout
+        except (InputError, StorageError):
+            return None
+
+
+def _switched(rebuild: Rebuild, layout: FileLayout | None) -> bool:
+    """Whether ``layout`` references the objects the rebuild made (on its substitute OSTs)."""
+    if layout is None:
+        return False
+    substitutes = set(rebuild.substitutes.values())
+    new = {o for c in rebuild.new_layout.components for o in c.objects
+           if o.ost_index in substitutes}
+    return bool(new & {o for c in layout.components for o in c.objects})
 
 
 def added_objects(before: FileLayout, after: FileLayout) -> list[StripeObject]:

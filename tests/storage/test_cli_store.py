@@ -118,15 +118,16 @@ def test_bad_size_syntax_is_rejected_by_argparse(config, capsysbinary):
 # -- store put reads a regular file only, and a full disk leaves nothing ----------------------
 
 def _stored_nothing(tmp_path) -> None:
-    """No namespace entry, no object and no intent left in the store of ``config``."""
+    """No MDT inode (staged or linked), no object and no intent left in the store of ``config``."""
     store_root = tmp_path / "store"
     objects = [p for p in store_root.glob("ost*/*")]
     assert objects == []
     if not (store_root / "namespace.db").exists():
         return  # refused before the store was even opened
+    assert [p for p in (store_root / "mdt").rglob("*") if not p.is_dir()] == []
+    assert list((store_root / "mdt.staging").iterdir()) == []
     database = sqlite3.connect(store_root / "namespace.db")
     try:
-        assert database.execute("SELECT COUNT(*) FROM files").fetchone()[0] == 0
         assert database.execute("SELECT COUNT(*) FROM object_intents").fetchone()[0] == 0
     finally:
         database.close()
