@@ -1,5 +1,6 @@
 """Build glue that setup.cfg cannot express: the job-templates folder shipped as package data
-and the solver's native core (scratchkeeper/solver/native, plain C11 + a CPython binding)."""
+and the native parts: the solver's core (scratchkeeper/solver/native, plain C11 + a CPython
+binding) and the scratch mount's libfuse3 file system (scratchkeeper/mount/native)."""
 
 from setuptools import Extension, find_packages, setup
 
@@ -16,11 +17,32 @@ solver_native = Extension(
     extra_link_args=["-pthread"],
 )
 
+_MOUNT_NATIVE = "scratchkeeper/mount/native"
+
+
+def _pkg_config(*flags: str) -> list[str]:
+    """``pkg-config fuse3`` flags (the scratch mount's libfuse3)."""
+    import subprocess
+
+    return subprocess.run(["pkg-config", *flags, "fuse3"], check=True, capture_output=True,
+                          text=True).stdout.split()
+
+
+mount_native = Extension(
+    "scratchkeeper.mount._fuse",
+    sources=[f"{_MOUNT_NATIVE}/{name}.c" for name in ("lov", "skfs", "_fuse")],
+    depends=[f"{_MOUNT_NATIVE}/lov.h", f"{_MOUNT_NATIVE}/skfs.h"],
+    include_dirs=[_MOUNT_NATIVE],
+    extra_compile_args=_pkg_config("--cflags") + ["-std=gnu11", "-O2", "-pthread", "-Wall",
+                                                    "-Wextra"],
+    extra_link_args=_pkg_config("--libs") + ["-pthread"],
+)
+
 setup(
     # the templates folder is shipped as a package of data (one folder per scheduler backend)
     packages=find_packages(include=["scratchkeeper", "scratchkeeper.*"])
     + ["scratchkeeper.job_templates"]
     + [f"scratchkeeper.job_templates.{folder}" for folder in ("common", "pbs", "slurm")],
     package_dir={"scratchkeeper.job_templates": "job-templates"},
-    ext_modules=[solver_native],
+    ext_modules=[solver_native, mount_native],
 )

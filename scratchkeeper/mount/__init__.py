@@ -1,0 +1,138 @@
+"""The scratch mount (docs/mount.rst): ``storage.scratch_root`` served from the local store's MDT
+tree and OST objects by a libfuse3 low-level file system in C (:mod:`._fuse`).
+
+:func:`serve` checks the mount point, opens the store once (so the MDT and OST directories exist
+and garbage collection has run), and runs the C session loop with the GIL released until the
+file system is unmounted (``fusermount3 -u``) or the process gets SIGINT, SIGTERM or SIGHUP.
+Only the CLI imports this package.
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+import os
+import stat
+from pathlib import Path
+
+from ..config import SiteConfig
+from ..errors import ConfigError, InputError, StorageError
+
+log = logging.getLogger(__name__)
+
+MDT = "mdt"
+
+
+def check_mount_point(mountpoint: str) -> bool:
+    """Refuse a mount point that is not an empty directory; True when a stale FUSE mount of a
+    killed instance sits there (``ENOTCONN``) and must be detached first."""
+    try:
+        st = os.stat(mountpoint)
+    except OSError as err:
+        if err.errno == errno.ENOTCONN:
+            return True
+        raise InputError(f"mount point {mountpoint}: {err.strerror}") from None
+    if not stat.S_ISDIR(st.st_mode):
+        raise InputError(f"mount point {mountpoint}: not a directory")
+    if _mounted_at(mountpoint):
+        raise InputError(f"mount point {mountpoint}: something is mounted there already")
+    with os.scandir(mountpoint) as entries:
+        if next(entries, None) is not None:
+            raise InputError(f"mount point {mountpoint}: not an empty directory")
+    return False
+
+
+def _mounted_at(mountpoint: str) -> bool:
+    """Whether /proc/self/mountinfo lists a mount at ``mountpoint``."""
+    target = os.path.realpath(mountpoint)
+    with open("/proc/self/mountinfo", encoding="utf-8", errors="replace") as info:
+        for line in info:
+            fields = line.split(" ")
+            if len(fields) > 4 and _unescape(fields[4]) == target:
+                return True
+    return False
+
+
+def _unescape(field: str) -> str:
+    """A mountinfo path: spaces, tabs, newlines and backslashes are octal escapes."""
+    for code in ("\\040", "\\011", "\\012", "\\134"):
+        field = field.replace(code, chr(int(code[1:], 8)))
+    return field
+
+
+def detach_stale(mountpoint: str) -> None:
+    """Lazily unmount the dead FUSE mount of a killed instance (``fusermount3 -u -z``)."""
+    from ..runner import run
+
+    log.warning("mount point %s: a stale mount of a killed instance; detaching it", mountpoint)
+    run(["fusermount3", "-u", "-z", mountpoint], timeout=30)
+
+
+def prepare_store(config: SiteConfig) -> Path:
+    """Open the store once (OST directories, garbage collection) and return its MDT."""
+    if config.storage.backend != "local":
+        raise ConfigError(f"key 'storage.backend': the scratch mount serves the local store, "
+                          f"not {config.storage.backend!r}", path=config.source)
+    from ..storage import open_backend
+
+    backend = open_backend(config)
+    backend.db  # opening creates the OST directories and runs garbage collection
+    if backend.read_only:
+        raise StorageError(f"the store at {config.storage.store_root} cannot be written by this "
+                           f"process (uid {os.geteuid()}): the mount runs as the store's owner")
+    mdt = Path(config.storage.store_root) / MDT
+    try:
+        mdt.mkdir(mode=0o755)
+        os.chmod(mdt, 0o755)
+    except FileExistsError:
+        pass
+    return mdt
+
+
+def _recover_callback(config: SiteConfig):
+    """What a read calls when a stripe no mirror holds is needed: ``report`` once, then
+    ``wait`` on recoveryd (one request per connection); any failure is logged and the read
+    keeps waiting until ``mount.recovery_timeout``."""
+    from ..recovery.client import RecoveryClient
+
+    def recover(path: str, ost_index: int, timeout: float, report: bool) -> None:
+        client = RecoveryClient(config.recovery.socket, connect_timeout=min(timeout, 5.0))
+        try:
+            if report:
+                client.report(path, ost_index)
+                log.info("%s: reported OST %d to recoveryd", path, ost_index)
+            client.wait(path, timeout)
+        except Exception as err:  # noqa: BLE001 - a C request thread is waiting for us
+            log.warning("%s: recoveryd: %s", path, err)
+            import time
+
+            time.sleep(min(timeout, 0.5))
+
+    return recover
+
+
+def serve(config: SiteConfig, mountpoint: str, *, debug: bool = False) -> None:
+    """Mount the store at ``mountpoint`` and serve it in the foreground until unmounted."""
+    if os.geteuid() != 0:
+        raise InputError("scratchkeeper mount runs as root (it mounts with allow_other and "
+                         "gives new files their creators' owners)")
+    mountpoint = os.path.abspath(mountpoint)
+    if check_mount_point(mountpoint):
+        detach_stale(mountpoint)
+        check_mount_point(mountpoint)
+    mdt = prepare_store(config)
+    from . import _fuse
+
+    storage, mount = config.storage, config.mount
+    log.info("mounting %s at %s", mdt, mountpoint)
+    try:
+        _fuse.run(mountpoint=mountpoint, mdt=str(mdt), store_root=storage.store_root,
+                  scratch_root=storage.scratch_root.rstrip("/") or "/",
+                  ost_count=storage.ost_count,
+                  stripe_count=storage.stripe_count, stripe_size=storage.stripe_size,
+                  threads=mount.threads, attr_timeout=float(mount.attr_timeout),
+                  max_request=mount.max_request,
+                  recovery_timeout=float(mount.recovery_timeout), debug=debug,
+                  recover=_recover_callback(config))
+    except OSError as err:
+        raise StorageError(f"mount {mountpoint}: {err.strerror}") from None

@@ -1,0 +1,37 @@
+/* The scratch mount's FUSE file system (docs/mount.rst): the libfuse3 low-level operations
+ * over the MDT tree and the OST objects, run by skfs_run(). */
+#ifndef SKFS_H
+#define SKFS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* Called from a request thread that needs a stripe no mirror holds: report the loss of
+ * `ost` on `path` to recoveryd (when `report`) and wait at most `timeout` seconds for it to
+ * be patched. `path` is NULL when the file has no name left. */
+typedef void (*skfs_recover_fn)(void *ctx, const char *path, unsigned ost, double timeout,
+                                bool report);
+
+struct skfs_config {
+    const char *mountpoint;
+    const char *mdt;            /* store_root/mdt */
+    const char *store_root;
+    const char *scratch_root;
+    unsigned ost_count;
+    int stripe_count;           /* -1: every healthy OST */
+    uint64_t stripe_size;
+    unsigned threads;
+    double attr_timeout;
+    unsigned max_request;
+    double recovery_timeout;
+    bool debug;
+    skfs_recover_fn recover;
+    void *recover_ctx;
+};
+
+/* Mount, serve until unmounted or signalled (SIGINT, SIGTERM, SIGHUP), unmount.
+ * 0, or -errno with a message in err. */
+int skfs_run(const struct skfs_config *config, char *err, size_t errlen);
+
+#endif
