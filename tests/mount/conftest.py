@@ -1,0 +1,179 @@
+"""Fixtures of the scratch mount's tests: a store in a temporary directory, ``scratchkeeper mount``
+started on its scratch root as a subprocess, and unmounted at teardown whatever happened.
+
+Everything that touches the mount runs under a timeout: a FUSE server that stopped answering
+must fail a test, not hang the run.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+START_TIMEOUT = 20.0
+OP_TIMEOUT = 60  # seconds any command run against the mount may take
+
+
+def mounted(mountpoint: Path) -> bool:
+    """Whether /proc/self/mountinfo lists the scratch mount at ``mountpoint``."""
+    target = str(mountpoint)
+    with open("/proc/self/mountinfo", encoding="utf-8") as info:
+        for line in info:
+            fields = line.split(" ")
+            separator = fields.index("-")
+            if fields[4] == target and fields[separator + 1] == "fuse.scratchkeeper":
+                return True
+    return False
+
+
+def unmount(mountpoint: Path) -> None:
+    """``fusermount3 -u``, lazily (``-z``) if the mount is busy or its server is gone."""
+    if not mounted(mountpoint):
+        return
+    result = subprocess.run(["fusermount3", "-u", str(mountpoint)], capture_output=True,
+                            timeout=OP_TIMEOUT)
+    if result.returncode != 0 and mounted(mountpoint):
+        subprocess.run(["fusermount3", "-u", "-z", str(mountpoint)], capture_output=True,
+                       timeout=OP_TIMEOUT)
+
+
+@dataclass
+class Mount:
+    """A running ``scratchkeeper mount`` and its store."""
+
+    root: Path          # the mount point (storage.scratch_root)
+    store: Path         # storage.store_root
+    config: Path
+    log: Path
+    settings: dict
+    process: subprocess.Popen | None = None
+    history: list[str] = field(default_factory=list)
+
+    @property
+    def mdt(self) -> Path:
+        return self.store / "mdt"
+
+    def ost(self, index: int) -> Path:
+        return self.store / f"ost{index:04d}"
+
+    def start(self, *extra: str) -> None:
+        log = open(self.log, "ab")
+        try:
+            self.process = subprocess.Popen(
+                [sys.executable, "-m", "scratchkeeper", "mount", str(self.root), "-c",
+                 str(self.config), *extra], stdout=log, stderr=subprocess.STDOUT,
+                start_new_session=True)
+        finally:
+            log.close()
+        deadline = time.monotonic() + START_TIMEOUT
+        while not mounted(self.root):
+            if self.process.poll() is not None:
+                raise AssertionError(f"scratchkeeper mount exited {self.process.returncode}:\n"
+                                     f"{self.log.read_text()}")
+            if time.monotonic() > deadline:
+                raise AssertionError(f"not mounted after {START_TIMEOUT}s:\n{self.log.read_text()}")
+            time.sleep(0.05)
+
+    def stop(self) -> int | None:
+        """Unmount and wait for the server; its exit status."""
+        unmount(self.root)
+        if self.process is None:
+            return None
+        try:
+            return self.process.wait(timeout=OP_TIMEOUT)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.process.pid, signal.SIGKILL)
+            self.process.wait(timeout=OP_TIMEOUT)
+            raise AssertionError(f"the mount did not exit after its unmount:\n"
+                                 f"{self.log.read_text()}") from None
+        finally:
+            self.process = None
+
+    def kill(self) -> None:
+        """kill -9 the server (its mount stays behind, dead: ENOTCONN)."""
+        assert self.process is not None
+        self.process.send_signal(signal.SIGKILL)
+        self.process.wait(timeout=OP_TIMEOUT)
+        self.process = None
+
+    def run(self, argv: list[str], **kwargs) -> subprocess.CompletedProcess:
+        kwargs.setdefault("capture_output", True)
+        kwargs.setdefault("timeout", OP_TIMEOUT)
+        return subprocess.run(argv, **kwargs)
+
+
+def write_config(tmp_path: Path, **settings) -> tuple[Path, dict]:
+    values = {"ost_count": 4, "stripe_count": 2, "stripe_size": 65536, "recovery_timeout": 2.0,
+              "threads": 4, "attr_timeout": 1.0}
+    values.update(settings)
+    config = tmp_path / "site.toml"
+    config.write_text(f"""
+[storage]
+scratch_root = "{tmp_path / 'scratch'}"
+store_root = "{tmp_path / 'store'}"
+ost_count = {values['ost_count']}
+stripe_count = {values['stripe_count']}
+stripe_size = {values['stripe_size']}
+[state]
+database = "{tmp_path / 'state.db'}"
+[recovery]
+socket = "{tmp_path / 'recovery.sock'}"
+[mount]
+recovery_timeout = {values['recovery_timeout']}
+threads = {values['threads']}
+attr_timeout = {values['attr_timeout']}
+[logging]
+level = "INFO"
+""")
+    return config, values
+
+
+def _usable() -> str | None:
+    if os.geteuid() != 0:
+        return "the scratch mount runs as root"
+    if not os.path.exists("/dev/fuse"):
+        return "no /dev/fuse"
+    try:
+        import scratchkeeper.mount._fuse  # noqa: F401
+    except ImportError as err:
+        return f"the mount's extension is not built: {err}"
+    return None
+
+
+@pytest.fixture
+def make_mount(tmp_path):
+    """``make_mount(**settings)`` -> a started :class:`Mount` (unmounted at teardown)."""
+    reason = _usable()
+    if reason:
+        pytest.skip(reason)
+    mounts: list[Mount] = []
+
+    def make(**settings) -> Mount:
+        os.chmod(tmp_path, 0o755)  # other users reach the mount point
+        (tmp_path / "scratch").mkdir()
+        config, values = write_config(tmp_path, **settings)
+        mount = Mount(tmp_path / "scratch", tmp_path / "store", config, tmp_path / "mount.log",
+                      values)
+        mounts.append(mount)
+        mount.start()
+        return mount
+
+    yield make
+    for mount in mounts:
+        try:
+            mount.stop()
+        finally:
+            unmount(mount.root)
+
+
+@pytest.fixture
+def mnt(make_mount) -> Mount:
+    """The mount with the default test settings (4 OSTs, 2 stripes of 64 KiB)."""
+    return make_mount()
