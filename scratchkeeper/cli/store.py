@@ -48,7 +48,8 @@ def register(subparsers) -> None:
     cat.add_argument("path", metavar="PATH")
     cat.set_defaults(func=_cat)
 
-    layout = commands.add_parser("layout", help="show a file's layout (like lfs getstripe)")
+    layout = commands.add_parser("layout", help="show a file's layout, or a directory's default "
+                                                "(like lfs getstripe)")
     layout.add_argument("path", metavar="PATH")
     layout.add_argument("--json", action="store_true")
     layout.set_defaults(func=_layout)
@@ -83,6 +84,20 @@ def register(subparsers) -> None:
     xattr.add_argument("--set", nargs=2, metavar=("NAME", "VALUE"))
     xattr.add_argument("--remove", metavar="NAME")
     xattr.set_defaults(func=_xattr)
+
+    setstripe = commands.add_parser("setstripe", help="local store only: set a directory's "
+                                                      "default layout (like lfs setstripe DIR)")
+    setstripe.add_argument("path", metavar="DIR")
+    setstripe.add_argument("--stripe-count", "-c", type=int,
+                           help="number of OSTs, -1 for all (config: storage.stripe_count)")
+    setstripe.add_argument("--stripe-size", "-S", type=_argument("parse_size"),
+                           help="bytes per stripe, e.g. 1M (config: storage.stripe_size)")
+    setstripe.add_argument("--pool", "-p", help="OST pool (config: storage.pools)")
+    setstripe.set_defaults(func=_setstripe)
+
+    gc = commands.add_parser("gc", help="local store only: collect garbage (objects of dead "
+                                        "processes, doomed objects, staging inodes)")
+    gc.set_defaults(func=_gc)
 
     for action, helptext in (("fail-ost", "take an OST down: its objects become unreadable"),
                              ("restore-ost", "bring a failed OST back")):
@@ -186,6 +201,8 @@ def _cat(args) -> int:
 
 def _layout(args) -> int:
     backend = _backend(args)
+    if hasattr(backend, "default_layout") and backend.is_dir(args.path):
+        return _dir_layout(args, backend)
     layout = backend.layout(args.path)
     info = backend.stat(layout.path)
     if args.json:
@@ -203,6 +220,57 @@ def _layout(args) -> int:
         print("    obdidx  object")
         for obj in comp.objects:
             print(f"    {obj.ost_index:6d}  {obj.object_id}")
+    return 0
+
+
+def _dir_layout(args, backend) -> int:
+    """A directory's default layout, as ``lfs getstripe DIR`` shows it."""
+    full = backend.paths.resolve(args.path)
+    default = backend.default_layout(full)
+    if args.json:
+        print(json.dumps({"path": full, "directory": True, "default": None if default is None
+                          else {"stripe_count": default.stripe_count,
+                                "stripe_size": default.stripe_size, "pool": default.pool}},
+                         indent=2))
+        return 0
+    print(full)
+    if default is None:
+        print(f"  no default layout (new files take the site's: stripe_count: "
+              f"{backend.default_stripe_count}  stripe_size: {backend.default_stripe_size})")
+    else:
+        print(f"  stripe_count: {default.stripe_count}  stripe_size: {default.stripe_size}  "
+              f"pool: {default.pool or '-'}")
+    return 0
+
+
+def _setstripe(args) -> int:
+    from ..storage.layout import DirDefault
+
+    backend = _local_store(args)
+    request = _request(argparse.Namespace(stripe_count=args.stripe_count,
+                                          stripe_size=args.stripe_size, ost_list=None,
+                                          pool=args.pool))
+    default = DirDefault(
+        backend.default_stripe_count if request.stripe_count is None else request.stripe_count,
+        backend.default_stripe_size if request.stripe_size is None else request.stripe_size,
+        request.pool)
+    backend.set_default_layout(args.path, default)
+    print(f"{backend.paths.resolve(args.path)}: {default.to_xattr().decode()}")
+    return 0
+
+
+def _gc(args) -> int:
+    backend = _local_store(args)
+    # opening the store collects first: that counts too
+    report = backend.garbage_collected_at_open().merged(backend.collect_garbage())
+    for obj in report.deleted:
+        print(f"deleted object {obj.object_id} on OST {obj.ost_index}")
+    for obj in report.released:
+        print(f"released the intent of object {obj.object_id} on OST {obj.ost_index} "
+              "(committed)")
+    for name in report.staging:
+        print(f"removed staging entry {name}")
+    print(report.summary())
     return 0
 
 
@@ -260,7 +328,7 @@ def _xattr(args) -> int:
 def _local_store(args):
     backend = _backend(args)
     if not hasattr(backend, "fail_ost"):
-        raise InputError(f"{args.store_command}: only the local store can fail or restore an OST "
+        raise InputError(f"{args.store_command}: only the local store has this command "
                          f"(storage.backend is {backend.name!r})")
     return backend
 

@@ -463,7 +463,7 @@ class LocalStripedStore(NamespaceMixin, MdtMixin, ObjectsMixin, RebuildMixin, St
         """A directory's default layout (``lfs setstripe DIR``), the directory made (owned by
         this process's user, 0755) when missing; new files and directories in it take it."""
         self._check_writable()
-        full = self.paths.resolve(path)
+        full = self.paths.resolve(path or self.scratch_root)
         LayoutRequest(stripe_count=default.stripe_count, stripe_size=default.stripe_size).check()
         if default.pool is not None and default.pool not in self.pools:
             raise InputError(f"pool {default.pool!r}: no such pool (known: "
@@ -490,9 +490,14 @@ class LocalStripedStore(NamespaceMixin, MdtMixin, ObjectsMixin, RebuildMixin, St
             finally:
                 os.close(parent_fd)
 
+    def is_dir(self, path: str) -> bool:
+        """Whether ``path`` is a directory of the store's namespace."""
+        entry = self._mdt_entry(self.paths.resolve(path or self.scratch_root))
+        return entry is not None and statmod.S_ISDIR(entry.st_mode)
+
     def default_layout(self, path: str) -> DirDefault | None:
         """The default layout of a store directory (None: the site's applies)."""
-        full = self.paths.resolve(path)
+        full = self.paths.resolve(path or self.scratch_root)
         entry = self._mdt_entry(full)
         if entry is None or not statmod.S_ISDIR(entry.st_mode):
             raise InputError(f"{full}: no such directory in the store")

@@ -153,8 +153,13 @@ class NamespaceMixin:
             elif not live.exists() and not dead.exists():
                 make_dir(dead if row["state"] == OST_FAILED else live)
         self._db = db
-        self._collect_garbage()
+        self._opening_garbage = self._collect_garbage()
         return db
+
+    def garbage_collected_at_open(self) -> GarbageReport:
+        """What the collection this process ran when it opened the store did."""
+        self.db
+        return getattr(self, "_opening_garbage", None) or GarbageReport()
 
     def _create_namespace(self, namespace: Path) -> None:
         """Create the store directory and an empty namespace file, readable by every user (the
@@ -405,6 +410,10 @@ class GarbageReport:
 
     def __bool__(self) -> bool:
         return bool(self.deleted or self.released or self.staging)
+
+    def merged(self, other: GarbageReport) -> GarbageReport:
+        return GarbageReport(self.deleted + other.deleted, self.released + other.released,
+                             self.staging + other.staging)
 
     def summary(self) -> str:
         return (f"{len(self.deleted)} object(s) deleted, {len(self.released)} committing "

@@ -225,3 +225,75 @@ def test_import_on_a_full_disk_keeps_the_posix_file_and_stores_nothing(config, t
     assert err.count(b"\n") == 1 and b"the store's file system is full" in err, err
     assert posix.read_bytes() == data
     _stored_nothing(tmp_path)
+
+
+# -- directory defaults (lfs setstripe DIR / getstripe DIR) and garbage collection -------------
+def test_setstripe_sets_a_directory_default_and_layout_shows_it(config, tmp_path,
+                                                                capsysbinary):
+    assert store(config, "setstripe", "proj/in", "--stripe-count", "3",
+                 "--stripe-size", "128K") == 0
+    assert capsysbinary.readouterr().out == \
+        f"{tmp_path}/scratch/proj/in: stripe_count=3 stripe_size=131072\n".encode()
+    local = tmp_path / "in.bin"
+    local.write_bytes(bytes(200_000))
+    assert store(config, "put", str(local), "proj/in/a.bin") == 0
+    capsysbinary.readouterr()
+    assert store(config, "layout", "proj/in/a.bin", "--json") == 0
+    component = json.loads(capsysbinary.readouterr().out)["components"][0]
+    assert (component["stripe_count"], component["stripe_size"]) == (3, 131072)
+    assert store(config, "layout", "proj/in") == 0
+    assert capsysbinary.readouterr().out == (f"{tmp_path}/scratch/proj/in\n"
+                                             "  stripe_count: 3  stripe_size: 131072  "
+                                             "pool: -\n").encode()
+    assert store(config, "layout", "proj", "--json") == 0
+    assert json.loads(capsysbinary.readouterr().out) == {
+        "path": f"{tmp_path}/scratch/proj", "directory": True, "default": None}
+    assert store(config, "ls", "proj") == 0
+    assert capsysbinary.readouterr().out == b"in/\n"
+
+
+@pytest.mark.parametrize("args,message", [
+    (["setstripe", "d", "--stripe-size", "1000"], b"multiple of 64 KiB"),
+    (["setstripe", "d", "--stripe-count", "0"], b"stripe count 0"),
+    (["setstripe", "d", "--pool", "nope"], b"no such pool"),
+    (["setstripe", "../d"], b"'..' is not allowed"),
+])
+def test_setstripe_bad_input_is_one_line_exit_2_and_makes_nothing(config, capsysbinary, args,
+                                                                  message):
+    assert store(config, *args) == 2
+    err = capsysbinary.readouterr().err
+    assert message in err and err.count(b"\n") == 1
+    assert store(config, "ls") == 0
+    assert capsysbinary.readouterr().out == b""
+
+
+def test_setstripe_on_a_file_is_refused(config, tmp_path, capsysbinary):
+    local = tmp_path / "in.bin"
+    local.write_bytes(b"x")
+    assert store(config, "put", str(local), "f") == 0
+    capsysbinary.readouterr()
+    assert store(config, "setstripe", "f", "-c", "1") == 2
+    assert capsysbinary.readouterr().err == \
+        f"scratchkeeper: {tmp_path}/scratch/f: is not a directory\n".encode()
+
+
+def test_gc_prints_what_it_removed(config, tmp_path, capsysbinary):
+    assert store(config, "gc") == 0  # creates the store; nothing to collect
+    assert capsysbinary.readouterr().out == \
+        b"0 object(s) deleted, 0 committing intent(s) released, 0 staging entries removed\n"
+    orphan = tmp_path / "store" / "ost0003" / ("ab" * 16)
+    orphan.write_bytes(b"x")
+    database = sqlite3.connect(tmp_path / "store" / "namespace.db")
+    database.execute("INSERT INTO object_intents(ost_index, object_id, owner) "
+                     "VALUES (3, ?, 'pid:999999999:1')", ("ab" * 16,))
+    database.commit()
+    database.close()
+    staged = tmp_path / "store" / "mdt.staging" / "pid:999999999:1.0123"
+    staged.write_bytes(b"")
+    assert store(config, "gc") == 0
+    assert capsysbinary.readouterr().out == (
+        f"deleted object {'ab' * 16} on OST 3\n"
+        "removed staging entry pid:999999999:1.0123\n"
+        "1 object(s) deleted, 0 committing intent(s) released, 1 staging entry removed\n"
+    ).encode()
+    assert not orphan.exists() and not staged.exists()
