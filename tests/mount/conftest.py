@@ -8,9 +8,11 @@ must fail a test, not hang the run.
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -148,12 +150,17 @@ def _usable() -> str | None:
 
 
 @pytest.fixture
-def make_mount(tmp_path):
-    """``make_mount(**settings)`` -> a started :class:`Mount` (unmounted at teardown)."""
+def make_mount():
+    """``make_mount(**settings)`` -> a started :class:`Mount` (unmounted at teardown).
+
+    The store and mount point are in a directory of their own under /tmp, 0755, so that other
+    users reach the mount (pytest's tmp_path is under a directory only root may enter).
+    """
     reason = _usable()
     if reason:
         pytest.skip(reason)
     mounts: list[Mount] = []
+    tmp_path = Path(tempfile.mkdtemp(prefix="skmount-"))
 
     def make(**settings) -> Mount:
         os.chmod(tmp_path, 0o755)  # other users reach the mount point
@@ -165,12 +172,16 @@ def make_mount(tmp_path):
         mount.start()
         return mount
 
-    yield make
-    for mount in mounts:
-        try:
-            mount.stop()
-        finally:
-            unmount(mount.root)
+    try:
+        yield make
+    finally:
+        for mount in mounts:
+            try:
+                mount.stop()
+            finally:
+                unmount(mount.root)
+        if not any(mounted(m.root) for m in mounts):  # never delete through a mount
+            shutil.rmtree(tmp_path, ignore_errors=True)
 
 
 @pytest.fixture

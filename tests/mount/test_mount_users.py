@@ -1,0 +1,105 @@
+"""Several users on the scratch mount: owners from the caller, umask, set-group-id directories,
+and the kernel's permission checks against the MDT's modes (default_permissions)."""
+
+from __future__ import annotations
+
+import os
+import stat
+
+NOBODY = 65534
+OTHER = 4242  # a uid with no name: nothing but its number matters to the kernel
+
+
+def as_user(uid: int, gid: int, action, *, umask: int = 0o022) -> tuple[int, str]:
+    """Run ``action()`` in a child process with ``uid``/``gid``; (exit status, error name)."""
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: never returns to pytest
+        status, message = 0, b""
+        try:
+            os.close(read_end)
+            os.setgroups([])
+            os.setgid(gid)
+            os.setuid(uid)
+            os.umask(umask)
+            action()
+        except OSError as err:
+            status, message = 1, type(err).__name__.encode()
+        except BaseException as err:  # noqa: BLE001 - reported to the parent
+            status, message = 2, repr(err).encode()
+        finally:
+            os.write(write_end, message)
+            os._exit(status)
+    os.close(write_end)
+    with os.fdopen(read_end, "rb") as pipe:
+        message = pipe.read().decode()
+    _, status = os.waitpid(pid, 0)
+    return os.waitstatus_to_exitcode(status), message
+
+
+def test_new_files_belong_to_their_creator_and_honour_the_umask(mnt):
+    shared = mnt.root / "shared"
+    shared.mkdir()
+    os.chmod(shared, 0o1777)
+
+    def create():
+        with open(shared / "mine", "wb") as f:
+            f.write(b"secret")
+        os.mkdir(shared / "mydir", 0o777)
+        os.symlink("mine", shared / "mylink")
+
+    assert as_user(NOBODY, NOBODY, create, umask=0o077) == (0, "")
+    st = (shared / "mine").stat()
+    assert (st.st_uid, st.st_gid, stat.S_IMODE(st.st_mode)) == (NOBODY, NOBODY, 0o600)
+    mdt = (mnt.mdt / "shared" / "mine").stat()
+    assert (mdt.st_uid, mdt.st_gid) == (NOBODY, NOBODY)
+    dst = (shared / "mydir").stat()
+    assert (dst.st_uid, stat.S_IMODE(dst.st_mode)) == (NOBODY, 0o700)
+    assert os.lstat(shared / "mylink").st_uid == NOBODY
+    # the objects carry the owner too, rw for the owner only
+    from scratchkeeper.storage.layout import FileLayout
+    layout = FileLayout.from_lov(os.getxattr(shared / "mine", "security.scratchkeeper.lov"), "")
+    for obj in layout.components[0].objects:
+        ost = (mnt.ost(obj.ost_index) / obj.object_id).stat()
+        assert (ost.st_uid, stat.S_IMODE(ost.st_mode)) == (NOBODY, 0o600)
+
+
+def test_another_user_cannot_read_a_private_file(mnt):
+    shared = mnt.root / "shared"
+    shared.mkdir()
+    os.chmod(shared, 0o1777)
+    private = shared / "private"
+
+    def create():
+        fd = os.open(private, os.O_WRONLY | os.O_CREAT, 0o600)
+        os.write(fd, b"only mine")
+        os.close(fd)
+
+    def read():
+        with open(private, "rb") as f:
+            f.read()
+
+    def remove():
+        os.unlink(private)
+
+    assert as_user(NOBODY, NOBODY, create) == (0, "")
+    assert as_user(OTHER, OTHER, read) == (1, "PermissionError")
+    assert as_user(OTHER, OTHER, remove) == (1, "PermissionError")  # sticky directory
+    assert as_user(NOBODY, NOBODY, read) == (0, "")
+    assert private.read_bytes() == b"only mine"  # root may
+
+
+def test_a_set_group_id_directory_gives_its_group(mnt):
+    team = mnt.root / "team"
+    team.mkdir()
+    os.chown(team, 0, 777)
+    os.chmod(team, 0o2777)
+
+    def create():
+        (team / "f").write_bytes(b"f")
+        os.mkdir(team / "d")
+
+    assert as_user(NOBODY, NOBODY, create) == (0, "")
+    assert (team / "f").stat().st_gid == 777 and (team / "f").stat().st_uid == NOBODY
+    d = (team / "d").stat()
+    assert d.st_gid == 777 and d.st_mode & stat.S_ISGID
