@@ -86,6 +86,13 @@ def test_objects_carry_the_owner_and_mode_of_their_file(tmp_path):
         assert (info.st_uid, stat.S_IMODE(info.st_mode)) == (0, 0o755)
     assert stat.S_IMODE(store.store_root.stat().st_mode) == 0o755
     assert stat.S_IMODE((store.store_root / "namespace.db").stat().st_mode) == 0o644
+    mdt = (store.store_root / "mdt").stat()
+    assert (mdt.st_uid, stat.S_IMODE(mdt.st_mode)) == (0, 0o755)
+    assert stat.S_IMODE((store.store_root / "mdt.staging").stat().st_mode) == 0o700
+    # the MDT inodes carry them too, and the directories made for a file are its owner's
+    for path, expected in (("u/created", (uid, gid, 0o640)), ("root/private", (0, 0, 0o600)),
+                           ("u", (uid, gid, 0o755)), ("root", (0, 0, 0o755))):
+        assert owner_and_mode([store.store_root / "mdt" / path]) == {expected}
 
     # a mirror and the substitute objects of a rebuild are the file's too
     store.add_mirror("u/imported")
@@ -206,6 +213,10 @@ attempt("striped_on_failed_ost", lambda: store.read("me/striped.dat", 0, 1 << 30
 attempt("stat", lambda: (lambda s: [s.size, s.uid, s.gid, s.mode])(store.stat("me/mine.dat")))
 attempt("xattr", lambda: store.get_xattr("me/mine.dat", "user.scratchkeeper.source").decode())
 attempt("list_dir", lambda: store.list_dir("me"))
+attempt("secret_layout", lambda: store.layout("other/secret.dat").ost_list)
+attempt("secret_stat", lambda: store.stat("other/secret.dat").size)
+attempt("secret_xattrs", lambda: store.list_xattrs("other/secret.dat"))
+attempt("files_on_ost", lambda: store.files_on_ost(2))
 attempt("osts", lambda: [o.state for o in store.list_osts()])
 attempt("probe", lambda: [o.state for o in store.check_osts(10)])
 attempt("write", lambda: store.write("me/mine.dat", 0, b"x"))
@@ -235,6 +246,7 @@ def test_a_plain_user_reads_its_own_files_and_not_others(shared_dir):
     store.write(store.create("pub/shared.dat", on_live_osts, mode=0o644).path, 0, shared)
     store.write(store.create("other/secret.dat", on_live_osts, owner=(4242, 4242),
                              mode=0o600).path, 0, data(100_000, 3))
+    store.set_xattr("other/secret.dat", "user.scratchkeeper.source", b"file:///secret")
     store.write(store.create("root/private.dat", on_live_osts, mode=0o600).path, 0,
                 data(100_000, 4))
     striped = store.create("me/striped.dat", LayoutRequest(ost_list=(6, 7)), owner=(uid, gid),
@@ -260,6 +272,16 @@ def test_a_plain_user_reads_its_own_files_and_not_others(shared_dir):
     assert results["stat"] == {"ok": [len(mine), uid, gid, 0o600]}
     assert results["xattr"] == {"ok": "gsiftp://h/mine"}
     assert results["list_dir"] == {"ok": ["mine.dat", "striped.dat"]}
+    # layouts (security.scratchkeeper.lov) and names are readable by all, as lfs getstripe;
+    # the kernel keeps another user's user.* attributes of a 0600 file to itself
+    assert results["secret_layout"] == {"ok": [2, 3]}
+    assert results["secret_stat"] == {"ok": 100_000}
+    assert results["secret_xattrs"] == {"error": "PermissionDenied", "message": (
+        f"{store.scratch_root}/other/secret.dat: permission denied (uid {uid} may not read "
+        "its attribute user.scratchkeeper.source)")}
+    assert results["files_on_ost"] == {"ok": sorted(
+        f"{store.scratch_root}/{p}" for p in ("me/mine.dat", "other/secret.dat",
+                                              "pub/shared.dat", "root/private.dat"))}
     expected_osts = ["failed" if i == 7 else "active" for i in range(8)]
     assert results["osts"] == {"ok": expected_osts}
     assert results["probe"] == {"ok": expected_osts}
