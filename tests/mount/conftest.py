@@ -23,16 +23,22 @@ START_TIMEOUT = 20.0
 OP_TIMEOUT = 60  # seconds any command run against the mount may take
 
 
-def mounted(mountpoint: Path) -> bool:
-    """Whether /proc/self/mountinfo lists the scratch mount at ``mountpoint``."""
+def mount_ids(mountpoint: Path) -> set[str]:
+    """The ids of the scratch mounts /proc/self/mountinfo lists at ``mountpoint``."""
     target = str(mountpoint)
+    ids = set()
     with open("/proc/self/mountinfo", encoding="utf-8") as info:
         for line in info:
             fields = line.split(" ")
             separator = fields.index("-")
             if fields[4] == target and fields[separator + 1] == "fuse.scratchkeeper":
-                return True
-    return False
+                ids.add(fields[0])
+    return ids
+
+
+def mounted(mountpoint: Path) -> bool:
+    """Whether /proc/self/mountinfo lists the scratch mount at ``mountpoint``."""
+    return bool(mount_ids(mountpoint))
 
 
 def unmount(mountpoint: Path) -> None:
@@ -66,6 +72,8 @@ class Mount:
         return self.store / f"ost{index:04d}"
 
     def start(self, *extra: str) -> None:
+        """Start the server and wait until its mount answers (a dead mount of a killed
+        server is listed too until the new server detaches it, and answers ENOTCONN)."""
         log = open(self.log, "ab")
         try:
             self.process = subprocess.Popen(
@@ -75,13 +83,23 @@ class Mount:
         finally:
             log.close()
         deadline = time.monotonic() + START_TIMEOUT
-        while not mounted(self.root):
+        while not self.answers():
             if self.process.poll() is not None:
                 raise AssertionError(f"scratchkeeper mount exited {self.process.returncode}:\n"
                                      f"{self.log.read_text()}")
             if time.monotonic() > deadline:
                 raise AssertionError(f"not mounted after {START_TIMEOUT}s:\n{self.log.read_text()}")
             time.sleep(0.05)
+
+    def answers(self) -> bool:
+        """Whether a live scratch mount is at the mount point."""
+        if not mounted(self.root):
+            return False
+        try:
+            os.stat(self.root)
+        except OSError:
+            return False
+        return True
 
     def stop(self) -> int | None:
         """Unmount and wait for the server; its exit status."""

@@ -1,0 +1,162 @@
+"""Failures under the scratch mount: a failed OST (``ostNNNN.failed``) with and without a mirror,
+and a mount process killed with -9 and started again."""
+
+from __future__ import annotations
+
+import errno
+import os
+import time
+from dataclasses import replace
+
+import pytest
+
+from scratchkeeper.storage.layout import FileLayout, LayoutComponent, StripeObject
+
+LOV = "security.scratchkeeper.lov"
+
+
+def drop_cache(path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    finally:
+        os.close(fd)
+
+
+def add_mirror(mnt, name: str, data: bytes) -> FileLayout:
+    """Give the file a second mirror on the OSTs its first one does not use, written as the
+    store writes one: objects filled first, then the layout attribute (generation + 1)."""
+    mdt = mnt.mdt / name
+    layout = FileLayout.from_lov(os.getxattr(mdt, LOV), name)
+    first = layout.first
+    spare = [i for i in range(mnt.settings["ost_count"]) if i not in first.ost_list]
+    objects = tuple(StripeObject(ost, os.urandom(16).hex()) for ost in spare[:first.stripe_count])
+    mirror = replace(first, objects=objects, comp_id=first.comp_id + 1, mirror_id=1)
+    for position, obj in enumerate(objects):
+        held = bytearray(mirror.object_size(position, len(data)))
+        for extent in mirror.extents_at_position(position, len(data)):
+            at = mirror.object_offset(extent.offset)
+            held[at:at + extent.length] = data[extent.offset:extent.end]
+        (mnt.ost(obj.ost_index) / obj.object_id).write_bytes(bytes(held))
+    mirrored = FileLayout(layout.components + (mirror,), layout.layout_gen + 1, name)
+    os.setxattr(mdt, LOV, mirrored.to_lov())
+    return mirrored
+
+
+def fail_ost(mnt, index: int) -> None:
+    os.rename(mnt.ost(index), mnt.store / f"ost{index:04d}.failed")
+
+
+def restore_ost(mnt, index: int) -> None:
+    os.rename(mnt.store / f"ost{index:04d}.failed", mnt.ost(index))
+
+
+def test_a_failed_ost_is_read_from_the_mirror_without_a_stall(mnt):
+    data = os.urandom(600_000)
+    (mnt.root / "m").write_bytes(data)
+    layout = add_mirror(mnt, "m", data)
+    assert len(layout.mirror_ids) == 2
+    drop_cache(mnt.root / "m")
+    fail_ost(mnt, layout.first.ost_list[0])
+    try:
+        time.sleep(0.2)  # inotify
+        started = time.monotonic()
+        assert (mnt.root / "m").read_bytes() == data
+        assert time.monotonic() - started < 1.0  # no wait for recovery
+        # the other mirror's OSTs down instead: the first mirror serves
+        restore_ost(mnt, layout.first.ost_list[0])
+        fail_ost(mnt, layout.components[1].ost_list[1])
+        time.sleep(0.2)
+        drop_cache(mnt.root / "m")
+        assert (mnt.root / "m").read_bytes() == data
+    finally:
+        for index in range(4):
+            if (mnt.store / f"ost{index:04d}.failed").exists():
+                restore_ost(mnt, index)
+
+
+def test_a_write_with_a_failed_mirror_marks_it_stale(mnt):
+    data = os.urandom(300_000)
+    (mnt.root / "w").write_bytes(data)
+    layout = add_mirror(mnt, "w", data)
+    fail_ost(mnt, layout.components[1].ost_list[0])
+    try:
+        time.sleep(0.2)
+        with open(mnt.root / "w", "r+b") as f:
+            f.write(b"N" * 1000)
+        after = FileLayout.from_lov(os.getxattr(mnt.mdt / "w", LOV), "w")
+        assert after.layout_gen == layout.layout_gen + 1
+        assert "stale" in after.components[1].flags.split(",")
+        assert "stale" not in after.components[0].flags.split(",")
+    finally:
+        restore_ost(mnt, layout.components[1].ost_list[0])
+    time.sleep(0.2)
+    drop_cache(mnt.root / "w")
+    # the stale mirror (back with old bytes) is never read
+    assert (mnt.root / "w").read_bytes() == b"N" * 1000 + data[1000:]
+
+
+def test_without_a_mirror_or_recoveryd_a_read_fails_with_eio_after_the_timeout(make_mount):
+    mnt = make_mount(recovery_timeout=1.5)
+    data = os.urandom(300_000)
+    (mnt.root / "lost").write_bytes(data)
+    layout = FileLayout.from_lov(os.getxattr(mnt.mdt / "lost", LOV), "lost")
+    drop_cache(mnt.root / "lost")
+    fail_ost(mnt, layout.ost_list[1])
+    try:
+        time.sleep(0.2)
+        fd = os.open(mnt.root / "lost", os.O_RDONLY)
+        try:
+            assert os.pread(fd, 65536, 0) == data[:65536]  # stripe 0 is on a healthy OST
+            started = time.monotonic()
+            with pytest.raises(OSError) as err:
+                os.pread(fd, 65536, 65536)
+            waited = time.monotonic() - started
+        finally:
+            os.close(fd)
+        assert err.value.errno == errno.EIO
+        assert 1.4 <= waited < 10, waited
+        log = mnt.log.read_text()
+        assert "no mirror holds it" in log and "recovery service not running" in log
+    finally:
+        restore_ost(mnt, layout.ost_list[1])
+    time.sleep(0.2)
+    drop_cache(mnt.root / "lost")
+    assert (mnt.root / "lost").read_bytes() == data  # the OST back: whole again
+
+
+def test_a_read_waiting_for_the_ost_goes_on_when_it_comes_back(make_mount):
+    mnt = make_mount(recovery_timeout=20)
+    data = os.urandom(200_000)
+    (mnt.root / "back").write_bytes(data)
+    layout = FileLayout.from_lov(os.getxattr(mnt.mdt / "back", LOV), "back")
+    drop_cache(mnt.root / "back")
+    fail_ost(mnt, layout.ost_list[0])
+    import threading
+    timer = threading.Timer(1.0, restore_ost, (mnt, layout.ost_list[0]))
+    timer.start()
+    try:
+        started = time.monotonic()
+        assert (mnt.root / "back").read_bytes() == data
+        assert 0.9 <= time.monotonic() - started < 10
+    finally:
+        timer.join()
+
+
+def test_kill_9_then_remount(mnt):
+    closed = os.urandom(1 << 20)
+    (mnt.root / "closed").write_bytes(closed)
+    synced = os.urandom(300_000)
+    fd = os.open(mnt.root / "synced", os.O_WRONLY | os.O_CREAT, 0o644)
+    os.write(fd, synced)
+    os.fsync(fd)
+    mnt.kill()
+    with pytest.raises(OSError):
+        os.close(fd)  # its mount is dead: the close cannot reach a server (ENOTCONN)
+    with pytest.raises(OSError) as err:
+        os.stat(mnt.root)
+    assert err.value.errno == errno.ENOTCONN
+    mnt.start()  # detaches the stale mount first
+    assert (mnt.root / "closed").read_bytes() == closed
+    assert (mnt.root / "synced").read_bytes() == synced
+    assert "stale mount" in mnt.log.read_text()
