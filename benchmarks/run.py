@@ -29,6 +29,7 @@ BENCHMARKS = (
     ("replay", True, False),
     ("recovery", True, True),
     ("load", False, True),
+    ("mount", True, False),
 )
 
 

@@ -1,0 +1,212 @@
+"""The file systems the mount is measured against, each mounted and always unmounted.
+
+* ``plain``: a directory of the local disk, no FUSE (the ceiling).
+* ``bindfs``: ``bindfs`` over a plain directory on the same disk, run as root (the peer: a
+  passthrough FUSE file system on the high-level libfuse3 API).
+* ``mount``: ``scratchkeeper mount`` over a local store on the same disk.
+
+Every target yields a ``Target`` whose ``path`` is where the workload runs. A FUSE target is
+waited for in /proc/self/mountinfo (bounded) and unmounted on the way out, on errors too
+(``fusermount3 -u``, then ``-u -z`` if the first did not return or failed).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import os
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+SCRATCHKEEPER = Path(sys.executable).parent / "scratchkeeper"
+MOUNT_WAIT = 30.0  # seconds a FUSE file system may take to appear in mountinfo
+
+#: bindfs's options in the benchmark. Run as root, bindfs adds allow_other and
+#: default_permissions itself (the kernel checks permissions, as it does for the scratch mount,
+#: which mounts with both). Debian's bindfs 1.14.7 is built on libfuse 2.9, where the kernel
+#: sends writes of one page (4 KiB) unless big_writes is given: with it, 128 KiB, libfuse 2's
+#: largest (max_write=1048576 is capped there). --multithreaded because the scratch mount serves
+#: requests on many threads (mount.threads): single-threaded bindfs would serialise the 4-job
+#: runs. The conformance run uses bindfs's defaults (no options): its --multithreaded mode may
+#: briefly show a new file with the wrong owner (bindfs(1), BUGS).
+BINDFS_OPTIONS = ("--multithreaded", "-o", "big_writes")
+
+
+@dataclass
+class Target:
+    name: str
+    path: Path                # where workloads run (inside the mount point for FUSE targets)
+    description: str          # how it was mounted, for the reports
+    mount_options: str = ""   # the options the kernel shows in mountinfo
+    log: Path | None = None   # the FUSE daemon's standard error
+    extra: dict = field(default_factory=dict)
+
+
+def mount_available() -> bool:
+    """Whether scratchkeeper has its mount (the package scratchkeeper.mount) yet."""
+    return importlib.util.find_spec("scratchkeeper.mount") is not None
+
+
+def _unescape(field_: str) -> str:
+    # mountinfo escapes space, tab, newline and backslash as \ooo
+    return field_.encode().decode("unicode_escape")
+
+
+def mountinfo(mount_point: Path) -> dict | None:
+    """The mountinfo entry of mount_point (fs type, source, options), or None."""
+    wanted = os.path.realpath(mount_point)
+    found = None
+    with open("/proc/self/mountinfo") as lines:
+        for line in lines:
+            left, _, right = line.rstrip("\n").partition(" - ")
+            fields = left.split()
+            if _unescape(fields[4]) == wanted:
+                fstype, source, super_options = (right.split(" ", 2) + ["", ""])[:3]
+                found = {"fstype": fstype, "source": _unescape(source),
+                         "options": fields[5] + "," + super_options}
+    return found  # the last one listed is the one on top
+
+
+def wait_mounted(mount_point: Path, process: subprocess.Popen | None, log: Path | None,
+                 timeout: float = MOUNT_WAIT) -> dict:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        entry = mountinfo(mount_point)
+        if entry and entry["fstype"].startswith("fuse"):
+            return entry
+        if process is not None and process.poll() is not None:
+            tail = log.read_text(errors="replace")[-3000:] if log and log.exists() else ""
+            raise RuntimeError(f"{mount_point}: the file system exited with {process.returncode} "
+                               f"before it was mounted:\n{tail}")
+        time.sleep(0.05)
+    raise RuntimeError(f"{mount_point}: not mounted after {timeout:.0f} s")
+
+
+def unmount(mount_point: Path, process: subprocess.Popen | None = None) -> None:
+    """fusermount3 -u (bounded), lazily if that fails; then wait for the daemon to exit."""
+    if mountinfo(mount_point):
+        done = subprocess.run(["timeout", "-k", "5", "30", "fusermount3", "-u", str(mount_point)],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, check=False)
+        if done.returncode != 0 and mountinfo(mount_point):
+            subprocess.run(["timeout", "-k", "5", "30", "fusermount3", "-u", "-z",
+                            str(mount_point)], check=False)
+    if process is not None:
+        try:
+            process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(timeout=10)
+
+
+def remove_tree(path: Path, timeout: float = 600) -> None:
+    """rm -rf under timeout (the tree may be inside a FUSE mount)."""
+    if path.exists() or path.is_symlink():
+        subprocess.run(["timeout", "-k", "10", str(int(timeout)), "rm", "-rf", str(path)],
+                       check=False)
+
+
+@contextlib.contextmanager
+def plain(base: Path):
+    directory = base
+    directory.mkdir(parents=True, exist_ok=True)
+    try:
+        yield Target("plain", directory, f"the directory {directory} (no FUSE)")
+    finally:
+        remove_tree(directory)
+
+
+@contextlib.contextmanager
+def bindfs(base: Path, options: tuple[str, ...] = BINDFS_OPTIONS):
+    source, mount_point = base / "bindfs.src", base / "bindfs.mnt"
+    source.mkdir(parents=True, exist_ok=True)
+    mount_point.mkdir(parents=True, exist_ok=True)
+    log = base / "bindfs.log"
+    argv = ["bindfs", *options, str(source), str(mount_point)]
+    try:
+        # bindfs daemonizes once mounted: its exit status says whether the mount worked
+        with open(log, "w") as err:
+            done = subprocess.run(["timeout", "-k", "5", "60", *argv], stdout=err, stderr=err,
+                                  check=False)
+        if done.returncode != 0:
+            raise RuntimeError(f"{' '.join(argv)} failed with exit {done.returncode}: "
+                               + log.read_text(errors="replace")[-2000:])
+        entry = wait_mounted(mount_point, None, log)
+        yield Target("bindfs", mount_point, "bindfs " + (" ".join(options) or "(its defaults)")
+                     + " over "
+                     f"{source} (bindfs {_bindfs_version()})", entry["options"], log)
+    finally:
+        unmount(mount_point)
+        remove_tree(source)
+
+
+def _bindfs_version() -> str:
+    done = subprocess.run(["bindfs", "--version"], capture_output=True, text=True, timeout=10,
+                          check=False)
+    return (done.stdout or done.stderr).split()[-1] if (done.stdout or done.stderr) else "?"
+
+
+def site_config(base: Path, *, ost_count: int = 8, stripe_count: int = 4,
+                stripe_size: int = 1 << 20) -> Path:
+    """A site configuration whose scratch root is base/scratch, the store base/store."""
+    path = base / "site.toml"
+    path.write_text(
+        "# written by benchmarks/mount/targets.py\n"
+        "[storage]\n"
+        'backend = "local"\n'
+        f'scratch_root = "{base / "scratch"}"\n'
+        f'store_root = "{base / "store"}"\n'
+        f"ost_count = {ost_count}\n"
+        f"stripe_count = {stripe_count}\n"
+        f"stripe_size = {stripe_size}\n"
+        "[state]\n"
+        f'database = "{base / "state.db"}"\n'
+        "[recovery]\n"  # never the local cluster's recoveryd
+        f'socket = "{base / "recovery.sock"}"\n')
+    return path
+
+
+@contextlib.contextmanager
+def scratch_mount(base: Path, **layout):
+    """scratchkeeper mount base/scratch -c base/site.toml, in the foreground as a child."""
+    if not mount_available():
+        raise RuntimeError("scratchkeeper has no mount yet (no package scratchkeeper.mount)")
+    mount_point = base / "scratch"
+    mount_point.mkdir(parents=True, exist_ok=True)
+    config = site_config(base, **layout)
+    log = base / "mount.log"
+    argv = [str(SCRATCHKEEPER), "mount", str(mount_point), "-c", str(config)]
+    process = None
+    try:
+        with open(log, "w") as err:
+            # its own session: a ^C to the benchmark must not kill it before its unmount
+            process = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=err, stderr=err,
+                                       cwd=REPO, start_new_session=True)
+        entry = wait_mounted(mount_point, process, log)
+        shown = ", ".join(f"{k} = {v}" for k, v in _layout(layout).items())
+        yield Target("mount", mount_point, f"scratchkeeper mount {mount_point} -c {config} "
+                     f"({shown})", entry["options"], log, {"config": str(config)})
+    finally:
+        if process is not None:
+            unmount(mount_point, process)
+        remove_tree(base / "store")
+
+
+def _layout(layout: dict) -> dict:
+    return {"ost_count": layout.get("ost_count", 8), "stripe_count": layout.get("stripe_count", 4),
+            "stripe_size": layout.get("stripe_size", 1 << 20)}
+
+
+def clean_base(base: Path) -> None:
+    """Remove what a run left in base (nothing mounted there any more)."""
+    for sub in ("bindfs.mnt", "scratch"):
+        if mountinfo(base / sub):
+            unmount(base / sub)
+    shutil.rmtree(base, ignore_errors=True)
+
+
+NO_MOUNT = "scratchkeeper has no mount yet (no package scratchkeeper.mount)"
