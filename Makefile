@@ -3,7 +3,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 PYTEST_ARGS ?=
 
-.PHONY: deps plugins cluster cluster-down demo test test-unit bench reproduce clean
+.PHONY: deps plugins cluster cluster-down demo test test-unit bench conformance reproduce clean
 
 deps:
 	scripts/bootstrap
@@ -34,6 +34,11 @@ test-unit: deps
 bench: deps
 	SCRATCHKEEPER_EXTRAS=test,bench scripts/bootstrap
 	$(PY) -m benchmarks.run
+
+## pjdfstest's whole suite on bindfs and on the scratch mount, same run (as root, about 10 minutes):
+## docs/benchmarks/mount/conformance.md; the fast subset runs in make test (tests/mount).
+conformance: deps
+	$(PY) -m benchmarks.mount.conformance
 
 ## Every replay sweep behind docs/benchmarks/replay/ on the full RICC trace (../shared/traces),
 ## its figures and reproduction.rst; task results in build/reproduce are reused by a rerun.

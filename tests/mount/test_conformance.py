@@ -1,0 +1,163 @@
+"""POSIX conformance of the scratch mount: pjdfstest's fast subset against bindfs, same run.
+
+Both file systems run the subset of ``scripts/pjdfstest`` (``scripts/pjdfstest list --subset``)
+here: the mount may fail no more of it than bindfs over a plain directory does, and every
+failure of the mount must be in the accepted list (docs/benchmarks/mount/pjdfstest-accepted.toml,
+each with its reason). The whole suite is ``make conformance``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import tomllib
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+if str(REPO) not in sys.path:  # benchmarks/ is not installed: the repository is its home
+    sys.path.insert(0, str(REPO))
+
+from benchmarks.mount import targets  # noqa: E402
+
+PJDFSTEST = REPO / "scripts" / "pjdfstest"
+ACCEPTED = REPO / "docs" / "benchmarks" / "mount" / "pjdfstest-accepted.toml"
+SUBSET_TIMEOUT = 900  # seconds the subset may take on one target (about 1-3 minutes)
+
+pytestmark = [
+    pytest.mark.skipif(os.geteuid() != 0, reason="pjdfstest changes owners: needs root"),
+    pytest.mark.skipif(not os.path.exists("/dev/fuse") or shutil.which("fusermount3") is None,
+                       reason="no FUSE here (/dev/fuse, fusermount3)"),
+    pytest.mark.skipif(shutil.which("prove") is None or shutil.which("bindfs") is None,
+                       reason="prove (perl) and bindfs are needed: make deps"),
+]
+
+NO_MOUNT = ("scratchkeeper has no mount yet (no package scratchkeeper.mount): only bindfs's "
+            "subset run is made")
+
+
+def accepted_failures() -> dict[str, str]:
+    """'file.t:N' -> why the mount may fail it."""
+    table = tomllib.loads(ACCEPTED.read_text())
+    return {test: entry["reason"] for entry in table.get("accepted", []) for test in entry["tests"]}
+
+
+def known_bugs() -> dict[str, str]:
+    """'file.t:N' -> the mount's bug that fails it (to be fixed: not accepted)."""
+    table = tomllib.loads(ACCEPTED.read_text())
+    return {test: entry["bug"] for entry in table.get("known_bug", []) for test in entry["tests"]}
+
+
+@pytest.fixture(scope="module")
+def subset_run():
+    """Runs the subset once per target in this module; the results by target name."""
+    results: dict[str, dict] = {}
+    bases: list[Path] = []
+    built = subprocess.run([str(PJDFSTEST), "build"], capture_output=True, text=True,
+                           timeout=900)
+    assert built.returncode == 0, built.stderr
+
+    def run(name: str) -> dict:
+        if name in results:
+            return results[name]
+        # a folder every user can reach (pytest's tmp_path is under a root-only one): pjdfstest
+        # switches to other users, who then look paths up from the mount point
+        base = Path(tempfile.mkdtemp(prefix=f"sk-conformance-{name}.", dir="/var/tmp"))
+        os.chmod(base, 0o755)
+        bases.append(base)
+        mounter = {"bindfs": lambda: targets.bindfs(base, options=()),
+                   "mount": lambda: targets.scratch_mount(base)}[name]
+        out = base / "result.json"
+        with mounter() as target:
+            done = subprocess.run([str(PJDFSTEST), "run", str(target.path), "--subset",
+                                   "--json", str(out), "--timeout", str(SUBSET_TIMEOUT)],
+                                  capture_output=True, text=True, timeout=SUBSET_TIMEOUT + 60)
+            assert target.path.is_dir()
+        assert done.returncode == 0, f"pjdfstest on {name} did not complete:\n{done.stdout}\n" \
+                                     f"{done.stderr}"
+        result = json.loads(out.read_text())
+        result["report"] = done.stdout
+        results[name] = result
+        return result
+
+    yield run
+    for base in bases:
+        targets.clean_base(base)
+
+
+def _show(title: str, ids) -> str:
+    ids = sorted(ids)
+    return f"{title} ({len(ids)}):\n" + ("".join(f"  {i}\n" for i in ids) or "  none\n")
+
+
+@pytest.mark.parametrize("name", ["bindfs", "mount"])
+def test_subset_completes_with_only_accepted_failures(subset_run, name):
+    if name == "mount" and not targets.mount_available():
+        pytest.skip(NO_MOUNT)
+    result = subset_run(name)
+    subset = subprocess.run([str(PJDFSTEST), "list", "--subset"], capture_output=True,
+                            text=True, timeout=60, check=True).stdout.split()
+    assert sorted(result["test_files"]) == sorted(subset)
+    # every file of the subset ran and reported: a file that died or stopped early says so
+    assert result["totals"].get("files") == len(subset), result["report"]
+    assert result["totals"].get("tests", 0) > 0
+    if name == "bindfs":
+        return  # the peer: its failures are what the mount is compared with below
+    accepted, bugs = accepted_failures(), known_bugs()
+    unaccepted = [f for f in result["failures"] if f not in accepted]
+    unexplained = [f for f in unaccepted if f not in bugs]
+    details = "".join(f"  {f}: {_reason(result, f)}\n" for f in unexplained)
+    assert not unexplained, (f"the mount failed pjdfstest tests not in {ACCEPTED.name}:\n"
+                             f"{details}\n{result['report']}")
+    # a known bug of a subset file that no longer fails is fixed: its entry must go
+    ran = set(result["test_files"])
+    fixed = [t for t in bugs if t.rpartition(":")[0] in ran and t not in result["failures"]]
+    assert not fixed, (f"known bugs in {ACCEPTED.name} that pass now (remove them): "
+                       + ", ".join(fixed))
+    if unaccepted:
+        by_bug: dict[str, list[str]] = {}
+        for failure in unaccepted:
+            by_bug.setdefault(bugs[failure], []).append(failure)
+        pytest.xfail("known bugs of the mount, to be fixed (" + ACCEPTED.name + "): "
+                     + "; ".join(f"{', '.join(ids)}: {bug}" for bug, ids in by_bug.items()))
+
+
+def _reason(result: dict, failure: str) -> str:
+    name, _, number = failure.rpartition(":")
+    record = result["files"].get(name, {})
+    if number == "plan":
+        return "; ".join(record.get("errors", []))
+    return record.get("not_ok", {}).get(number, "(no line)")
+
+
+def test_mount_fails_no_more_than_bindfs(subset_run):
+    if not targets.mount_available():
+        pytest.skip(NO_MOUNT)
+    peer, mount = subset_run("bindfs"), subset_run("mount")
+    only_mount = set(mount["failures"]) - set(peer["failures"])
+    only_peer = set(peer["failures"]) - set(mount["failures"])
+    assert len(mount["failures"]) <= len(peer["failures"]), (
+        f"the mount failed {len(mount['failures'])} tests of the subset, bindfs "
+        f"{len(peer['failures'])}\n" + _show("failed by the mount only", only_mount)
+        + "".join(f"    {f}: {_reason(mount, f)}\n" for f in sorted(only_mount))
+        + _show("failed by bindfs only", only_peer))
+
+
+def test_accepted_list_gives_a_reason_for_each_entry():
+    subprocess.run([str(PJDFSTEST), "build"], capture_output=True, timeout=900, check=True)
+    table = tomllib.loads(ACCEPTED.read_text())
+    assert set(table) <= {"accepted", "known_bug"}, f"{ACCEPTED.name}: unknown tables"
+    for kind, why in (("accepted", "reason"), ("known_bug", "bug")):
+        for entry in table.get(kind, []):
+            assert entry.get(why, "").strip(), f"{kind} without a {why}: {entry}"
+            assert entry.get("tests"), entry
+            for test in entry["tests"]:
+                name, _, number = test.rpartition(":")
+                assert (REPO / "build" / "pjdfstest" / "tests" / name).is_file(), \
+                    f"{test}: no such pjdfstest file"
+                assert number == "plan" or number.isdigit(), test
