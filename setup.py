@@ -30,11 +30,14 @@ def _pkg_config(*flags: str) -> list[str]:
 
 mount_native = Extension(
     "scratchkeeper.mount._fuse",
-    sources=[f"{_MOUNT_NATIVE}/{name}.c" for name in ("lov", "skfs", "_fuse")],
-    depends=[f"{_MOUNT_NATIVE}/lov.h", f"{_MOUNT_NATIVE}/skfs.h"],
+    sources=[f"{_MOUNT_NATIVE}/{name}.c"
+             for name in ("lov", "skfs", "namespace", "layout", "data", "wait", "_fuse")],
+    depends=[f"{_MOUNT_NATIVE}/{name}.h" for name in ("lov", "skfs", "skfs_int")],
     include_dirs=[_MOUNT_NATIVE],
+    # -fvisibility=hidden: the parts' shared functions stay inside the extension (PyInit__fuse
+    # is exported by PyMODINIT_FUNC)
     extra_compile_args=_pkg_config("--cflags") + ["-std=gnu11", "-O2", "-pthread", "-Wall",
-                                                    "-Wextra"],
+                                                    "-Wextra", "-fvisibility=hidden"],
     extra_link_args=_pkg_config("--libs") + ["-pthread"],
 )
 

@@ -1,0 +1,385 @@
+/* The scratch mount's data path (docs/mount.rst): reads, writes, truncates and syncs of regular
+ * files through their layouts' objects, and object owners following the file's. A stripe no
+ * mirror can serve makes a read wait (wait.c). */
+#define _GNU_SOURCE
+#define FUSE_USE_VERSION 314
+
+#include "skfs_int.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+/* Truncate the file (MDT inode open as `fd`) to `size`: objects shrink, the MDT inode takes
+ * the size. Caller holds the inode lock. */
+int truncate_locked(struct sk_inode *in, int fd, off_t size)
+{
+    struct stat st;
+    if (fstat(fd, &st) < 0)
+        return -errno;
+    if (size < st.st_size) {
+        char *raw;
+        size_t len;
+        int rc = read_lov_fd(fd, &raw, &len);
+        if (rc < 0)
+            return rc;
+        if (raw) {
+            struct sk_lov lov;
+            if ((rc = parse_lov(raw, len, &lov, in)) < 0) {
+                free(raw);
+                return rc;
+            }
+            bool *ok = calloc(lov.ncomp, sizeof *ok);
+            bool *stale = calloc(lov.ncomp, sizeof *stale);
+            bool any_stale = false;
+            if (!ok || !stale) {
+                free(ok);
+                free(stale);
+                sk_lov_free(&lov);
+                free(raw);
+                return -ENOMEM;
+            }
+            for (uint32_t i = 0; i < lov.ncomp; i++) {
+                const struct sk_comp *c = &lov.comps[i];
+                ok[i] = c->init && !c->stale;
+                if (!c->init)
+                    continue;
+                for (uint32_t j = 0; j < c->count; j++) {
+                    uint64_t keep = sk_comp_object_size(c, j, (uint64_t)size);
+                    int ofd = open_object(&c->objs[j], O_WRONLY);
+                    struct stat ost;
+                    if (ofd >= 0 && fstat(ofd, &ost) == 0 &&
+                        ((uint64_t)ost.st_size <= keep || ftruncate(ofd, (off_t)keep) == 0)) {
+                        close(ofd);
+                        continue;
+                    }
+                    if (ofd >= 0)
+                        close(ofd);
+                    ok[i] = false;
+                    if (!c->stale)
+                        stale[i] = any_stale = true;
+                }
+            }
+            rc = 0;
+            if (any_stale) {
+                if (!some_mirror_covers(&lov, ok, (uint64_t)size, (uint64_t)st.st_size)) {
+                    logmsg("MDT inode %ju: truncate: no mirror could be shrunk",
+                           (uintmax_t)in->ino);
+                    rc = -EIO;
+                } else {
+                    struct sk_view v = {.raw = raw, .rawlen = len};
+                    mark_stale(fd, &v, stale, in);
+                }
+            }
+            free(ok);
+            free(stale);
+            sk_lov_free(&lov);
+            free(raw);
+            if (rc < 0)
+                return rc;
+        }
+    }
+    if (ftruncate(fd, size) < 0)
+        return -errno;
+    return 0;
+}
+
+int chown_objects(struct sk_inode *in, uid_t uid, gid_t gid, mode_t mode, bool set_mode)
+{
+    char path[64], *raw;
+    size_t len;
+    struct sk_lov lov;
+    procpath(in->fd, path);
+    int rc = read_lov_path(path, &raw, &len);
+    if (rc < 0 || !raw)
+        return rc;
+    if ((rc = parse_lov(raw, len, &lov, in)) < 0) {
+        free(raw);
+        return rc;
+    }
+    for (uint32_t i = 0; i < lov.ncomp; i++)
+        for (uint32_t j = 0; j < lov.comps[i].count; j++) {
+            int ofd = open_object(&lov.comps[i].objs[j], O_RDONLY);
+            if (ofd < 0)
+                continue;  /* a failed OST: the store's restore gives it the owner back */
+            if ((uid != (uid_t)-1 || gid != (gid_t)-1) && fchown(ofd, uid, gid) < 0)
+                logmsg("object %s: chown: %s", lov.comps[i].objs[j].id, strerror(errno));
+            if (set_mode && fchmod(ofd, (mode & 0666) | 0600) < 0)
+                logmsg("object %s: chmod: %s", lov.comps[i].objs[j].id, strerror(errno));
+            close(ofd);
+        }
+    sk_lov_free(&lov);
+    free(raw);
+    return 0;
+}
+
+void sk_fsync(fuse_req_t req, fuse_ino_t ino, int datasync, struct fuse_file_info *fi)
+{
+    (void)ino;
+    struct sk_file *fh = (struct sk_file *)(uintptr_t)fi->fh;
+    struct sk_view *v;
+    int rc = view_get(fh, &v);
+    if (rc < 0) {
+        fuse_reply_err(req, -rc);
+        return;
+    }
+    for (uint32_t i = 0; i < v->lov.ncomp && !rc; i++)
+        for (uint32_t j = 0; j < v->lov.comps[i].count && !rc; j++) {
+            int ofd = v->fds[i][j];
+            if (ofd >= 0 && (datasync ? fdatasync(ofd) : fsync(ofd)) < 0)
+                rc = -errno;
+        }
+    view_put(v);
+    /* the size and the layout are the MDT inode's: sync it whole */
+    if (!rc && fsync(fh->fd) < 0)
+        rc = -errno;
+    fuse_reply_err(req, -rc);
+}
+
+/* Fill buf (file bytes [base, end)) from *cur on; NEED_RECOVERY with *ost when a stripe no
+ * mirror can serve is reached. */
+int read_pieces(struct sk_view *v, char *buf, uint64_t base, uint64_t *cur, uint64_t end,
+                uint32_t *ost_out, const struct sk_inode *in)
+{
+    const struct sk_lov *lov = &v->lov;
+    bool excluded[64] = {false};
+    while (*cur < end) {
+        uint64_t at = *cur;
+        bool covered = false, served = false;
+        uint32_t want = UINT32_MAX;
+        for (uint32_t k = 0; k < lov->ncomp && !served; k++) {
+            const struct sk_comp *c = &lov->comps[k];
+            if (!c->init || !sk_comp_covers(c, at))
+                continue;
+            covered = true;
+            uint32_t pos = sk_comp_position(c, at);
+            uint32_t ost = c->objs[pos].ost;
+            if (c->stale || (k < 64 && excluded[k]))
+                continue;
+            int fd = v->fds[k][pos];
+            if (fd < 0 || ost_failed(ost)) {
+                if (want == UINT32_MAX)
+                    want = ost;
+                continue;
+            }
+            uint64_t piece_end = (at / c->stripe_size + 1) * c->stripe_size;
+            if (piece_end > end)
+                piece_end = end;
+            if (c->end < piece_end)
+                piece_end = c->end;
+            uint64_t n = piece_end - at, got = 0;
+            off_t oo = (off_t)sk_comp_object_offset(c, at);
+            char *dst = buf + (at - base);
+            bool failed = false;
+            while (got < n) {
+                ssize_t r = pread(fd, dst + got, n - got, oo + (off_t)got);
+                if (r > 0) {
+                    got += (uint64_t)r;
+                } else if (r == 0) {
+                    memset(dst + got, 0, n - got);  /* a hole at the object's end */
+                    got = n;
+                } else if (errno != EINTR) {
+                    logmsg("MDT inode %ju: OST %u object %s: read: %s", (uintmax_t)in->ino, ost,
+                           c->objs[pos].id, strerror(errno));
+                    failed = true;
+                    break;
+                }
+            }
+            if (failed) {
+                if (k < 64)
+                    excluded[k] = true;
+                if (want == UINT32_MAX)
+                    want = ost;
+                continue;
+            }
+            *cur = piece_end;
+            served = true;
+        }
+        if (served)
+            continue;
+        if (covered) {
+            *ost_out = want;
+            return NEED_RECOVERY;
+        }
+        /* no instantiated component: nothing was ever written there */
+        uint64_t next = end;
+        for (uint32_t k = 0; k < lov->ncomp; k++)
+            if (lov->comps[k].init && lov->comps[k].start > at && lov->comps[k].start < next)
+                next = lov->comps[k].start;
+        memset(buf + (at - base), 0, next - at);
+        *cur = next;
+    }
+    return 0;
+}
+
+void sk_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
+             struct fuse_file_info *fi)
+{
+    (void)ino;
+    struct sk_file *fh = (struct sk_file *)(uintptr_t)fi->fh;
+    struct stat st;
+    if (fstat(fh->fd, &st) < 0) {
+        fuse_reply_err(req, errno);
+        return;
+    }
+    if (off >= st.st_size || size == 0) {
+        fuse_reply_buf(req, NULL, 0);
+        return;
+    }
+    uint64_t end = (uint64_t)off + size;
+    if (end > (uint64_t)st.st_size)
+        end = (uint64_t)st.st_size;
+    char *buf = malloc(end - (uint64_t)off);
+    if (!buf) {
+        fuse_reply_err(req, ENOMEM);
+        return;
+    }
+    uint64_t cur = (uint64_t)off;
+    struct sk_wait wait = {0};
+    int rc;
+    for (;;) {
+        struct sk_view *v;
+        uint32_t ost = UINT32_MAX;
+        if ((rc = view_get(fh, &v)) < 0)
+            break;
+        if (!v->raw) {
+            /* no layout: an empty file, or bytes beyond what any object holds */
+            memset(buf + (cur - (uint64_t)off), 0, end - cur);
+            view_put(v);
+            rc = 0;
+            break;
+        }
+        rc = read_pieces(v, buf, (uint64_t)off, &cur, end, &ost, fh->inode);
+        view_put(v);
+        if (rc != NEED_RECOVERY)
+            break;
+        /* a stripe no mirror holds: wait for recoveryd (or the OST's return), as Lustre waits
+         * for its target, then read the layout again */
+        if ((rc = wait_for_stripe(req, fh, &wait, cur, ost)) < 0)
+            break;
+    }
+    if (rc < 0)
+        fuse_reply_err(req, -rc);
+    else
+        fuse_reply_buf(req, buf, end - (uint64_t)off);
+    free(buf);
+}
+
+void sk_write(fuse_req_t req, fuse_ino_t ino, const char *data, size_t size, off_t off,
+              struct fuse_file_info *fi)
+{
+    (void)ino;
+    struct sk_file *fh = (struct sk_file *)(uintptr_t)fi->fh;
+    struct sk_inode *in = fh->inode;
+    struct sk_view *v = NULL;
+    bool *ok = NULL, *stale = NULL;
+    bool any_stale = false;
+    int rc;
+    pthread_mutex_lock(&in->lock);
+    if (fh->append) {
+        struct stat st;
+        if (fstat(fh->fd, &st) < 0) {
+            rc = -errno;
+            goto out;
+        }
+        off = st.st_size;
+    } else {
+        pthread_mutex_unlock(&in->lock);
+    }
+    if ((rc = view_get(fh, &v)) < 0)
+        goto out;
+    if (!v->raw) {
+        logmsg("MDT inode %ju: write to a file without a layout", (uintmax_t)in->ino);
+        rc = -EIO;
+        goto out;
+    }
+    const struct sk_lov *lov = &v->lov;
+    uint64_t lo = (uint64_t)off, hi = (uint64_t)off + size;
+    ok = calloc(lov->ncomp, sizeof *ok);
+    stale = calloc(lov->ncomp, sizeof *stale);
+    if (!ok || !stale) {
+        rc = -ENOMEM;
+        goto out;
+    }
+    for (uint32_t k = 0; k < lov->ncomp; k++) {
+        const struct sk_comp *c = &lov->comps[k];
+        uint64_t a = c->start > lo ? c->start : lo;
+        uint64_t b = c->end < hi ? c->end : hi;
+        if (!c->init || c->stale || b <= a)
+            continue;
+        ok[k] = true;
+        for (uint64_t at = a; at < b && ok[k];) {
+            uint32_t pos = sk_comp_position(c, at);
+            uint64_t piece_end = (at / c->stripe_size + 1) * c->stripe_size;
+            if (piece_end > b)
+                piece_end = b;
+            int fd = v->fds[k][pos];
+            if (fd < 0 || ost_failed(c->objs[pos].ost)) {
+                ok[k] = false;
+                break;
+            }
+            off_t oo = (off_t)sk_comp_object_offset(c, at);
+            const char *src = data + (at - lo);
+            uint64_t n = piece_end - at, put = 0;
+            while (put < n) {
+                ssize_t w = pwrite(fd, src + put, n - put, oo + (off_t)put);
+                if (w > 0) {
+                    put += (uint64_t)w;
+                } else if (w < 0 && errno != EINTR) {
+                    logmsg("MDT inode %ju: OST %u object %s: write: %s", (uintmax_t)in->ino,
+                           c->objs[pos].ost, c->objs[pos].id, strerror(errno));
+                    if (errno == ENOSPC || errno == EDQUOT || errno == EFBIG) {
+                        rc = -errno;
+                        goto out;
+                    }
+                    ok[k] = false;
+                    break;
+                }
+            }
+            at = piece_end;
+        }
+        if (!ok[k])
+            stale[k] = any_stale = true;
+    }
+    if (!some_mirror_covers(lov, ok, lo, hi)) {
+        logmsg("MDT inode %ju: write at %jd: no mirror could take it", (uintmax_t)in->ino,
+               (intmax_t)off);
+        rc = -EIO;
+        goto out;
+    }
+    if (!fh->append)
+        pthread_mutex_lock(&in->lock);
+    if (any_stale)
+        mark_stale(fh->fd, v, stale, in);
+    struct stat st;
+    if (fstat(fh->fd, &st) < 0)
+        rc = -errno;
+    else if ((uint64_t)st.st_size < hi)
+        rc = ftruncate(fh->fd, (off_t)hi) < 0 ? -errno : 0;
+    else {
+        struct timespec tv[2] = {{0, UTIME_OMIT}, {0, UTIME_NOW}};
+        rc = futimens(fh->fd, tv) < 0 ? -errno : 0;
+    }
+    pthread_mutex_unlock(&in->lock);
+    free(ok);
+    free(stale);
+    view_put(v);
+    if (rc < 0)
+        fuse_reply_err(req, -rc);
+    else
+        fuse_reply_write(req, size);
+    return;
+out:
+    if (fh->append)
+        pthread_mutex_unlock(&in->lock);
+    free(ok);
+    free(stale);
+    view_put(v);
+    fuse_reply_err(req, -rc);
+}

@@ -1,0 +1,439 @@
+/* The scratch mount's layouts and objects (docs/mount.rst): which OSTs are failed (rescanned on
+ * every inotify event on store_root), objects and their names, the layout attribute read and
+ * parsed, the views open files read and write through, new files' layouts, stale marks. */
+#define _GNU_SOURCE
+#define FUSE_USE_VERSION 314
+
+#include "skfs_int.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/inotify.h>
+#include <sys/random.h>
+#include <sys/stat.h>
+#include <sys/xattr.h>
+#include <unistd.h>
+
+bool ost_failed(uint32_t ost)
+{
+    return atomic_load_explicit(&fs.failed[ost], memory_order_relaxed) != 0;
+}
+
+void scan_osts(void)
+{
+    for (unsigned i = 0; i < fs.cfg.ost_count && i <= SK_MAX_OST; i++) {
+        char name[32];
+        struct stat st;
+        snprintf(name, sizeof name, "ost%04u", i);
+        bool down = fstatat(fs.store_fd, name, &st, AT_SYMLINK_NOFOLLOW) < 0 ||
+                    !S_ISDIR(st.st_mode);
+        if (atomic_exchange(&fs.failed[i], down) != down)
+            logmsg("OST %u is %s", i, down ? "failed: not read any more" : "back");
+    }
+}
+
+void *watch_osts(void *arg)
+{
+    (void)arg;
+    char events[4096] __attribute__((aligned(__alignof__(struct inotify_event))));
+    struct pollfd pfd[2] = {{fs.inotify_fd, POLLIN, 0}, {fs.stop_pipe[0], POLLIN, 0}};
+    for (;;) {
+        if (poll(pfd, 2, -1) < 0) {
+            if (errno == EINTR)
+                continue;
+            logmsg("watching the OSTs: poll: %s", strerror(errno));
+            return NULL;
+        }
+        if (pfd[1].revents)
+            return NULL;
+        while (read(fs.inotify_fd, events, sizeof events) > 0)
+            ;
+        scan_osts();
+    }
+}
+
+int object_name(char *buf, size_t len, const struct sk_obj *obj)
+{
+    return snprintf(buf, len, "ost%04u/%s", obj->ost, obj->id);
+}
+
+int open_object(const struct sk_obj *obj, int flags)
+{
+    char name[64];
+    if (obj->ost > SK_MAX_OST || ost_failed(obj->ost))
+        return -1;
+    object_name(name, sizeof name, obj);
+    return openat(fs.store_fd, name, flags | O_CLOEXEC | O_NOFOLLOW);
+}
+
+/* The layout attribute of an open MDT inode: 0 with *raw malloc'd (NULL if it has none). */
+int read_lov_fd(int fd, char **raw, size_t *len)
+{
+    char stackbuf[4096];
+    *raw = NULL;
+    *len = 0;
+    ssize_t n = fgetxattr(fd, SK_LOV_XATTR, stackbuf, sizeof stackbuf);
+    if (n < 0 && errno == ENODATA)
+        return 0;
+    if (n >= 0) {
+        if (!(*raw = malloc((size_t)n + 1)))
+            return -ENOMEM;
+        memcpy(*raw, stackbuf, (size_t)n);
+    } else {
+        if (errno != ERANGE)
+            return -errno;
+        for (;;) {
+            ssize_t want = fgetxattr(fd, SK_LOV_XATTR, NULL, 0);
+            if (want < 0)
+                return errno == ENODATA ? 0 : -errno;
+            char *buf = malloc((size_t)want + 1);
+            if (!buf)
+                return -ENOMEM;
+            n = fgetxattr(fd, SK_LOV_XATTR, buf, (size_t)want);
+            if (n >= 0) {
+                *raw = buf;
+                break;
+            }
+            free(buf);
+            if (errno != ERANGE)
+                return errno == ENODATA ? 0 : -errno;
+        }
+    }
+    (*raw)[n] = '\0';
+    *len = (size_t)n;
+    return 0;
+}
+
+/* The same through a path (an O_PATH descriptor's /proc link). */
+int read_lov_path(const char *path, char **raw, size_t *len)
+{
+    *raw = NULL;
+    *len = 0;
+    for (;;) {
+        ssize_t want = getxattr(path, SK_LOV_XATTR, NULL, 0);
+        if (want < 0)
+            return errno == ENODATA ? 0 : -errno;
+        char *buf = malloc((size_t)want + 1);
+        if (!buf)
+            return -ENOMEM;
+        ssize_t n = getxattr(path, SK_LOV_XATTR, buf, (size_t)want);
+        if (n >= 0) {
+            buf[n] = '\0';
+            *raw = buf;
+            *len = (size_t)n;
+            return 0;
+        }
+        free(buf);
+        if (errno != ERANGE)
+            return errno == ENODATA ? 0 : -errno;
+    }
+}
+
+int parse_lov(const char *raw, size_t len, struct sk_lov *lov, const struct sk_inode *in)
+{
+    char err[200];
+    int rc = sk_lov_parse(raw, len, lov, err, sizeof err);
+    if (rc == -EIO)
+        logmsg("MDT inode %ju: corrupt layout attribute (%s): %s", (uintmax_t)in->ino,
+               SK_LOV_XATTR, err);
+    return rc;
+}
+
+/* Delete the objects of a layout (the file's last name and handle are gone). */
+void delete_objects(const char *raw, size_t len, ino_t ino)
+{
+    struct sk_lov lov;
+    char err[200];
+    if (!raw)
+        return;
+    if (sk_lov_parse(raw, len, &lov, err, sizeof err) < 0) {
+        logmsg("deleted MDT inode %ju: corrupt layout, its objects are left: %s",
+               (uintmax_t)ino, err);
+        return;
+    }
+    for (uint32_t i = 0; i < lov.ncomp; i++)
+        for (uint32_t j = 0; j < lov.comps[i].count; j++) {
+            char name[64];
+            object_name(name, sizeof name, &lov.comps[i].objs[j]);
+            if (unlinkat(fs.store_fd, name, 0) < 0 && errno != ENOENT)
+                logmsg("deleted MDT inode %ju: object %s left: %s", (uintmax_t)ino, name,
+                       strerror(errno));
+        }
+    sk_lov_free(&lov);
+}
+
+void view_put(struct sk_view *v)
+{
+    if (!v || atomic_fetch_sub(&v->refs, 1) != 1)
+        return;
+    if (v->fds) {
+        for (uint32_t i = 0; i < v->lov.ncomp; i++) {
+            if (!v->fds[i])
+                continue;
+            for (uint32_t j = 0; j < v->lov.comps[i].count; j++)
+                if (v->fds[i][j] >= 0)
+                    close(v->fds[i][j]);
+            free(v->fds[i]);
+        }
+        free(v->fds);
+    }
+    sk_lov_free(&v->lov);
+    free(v->raw);
+    free(v);
+}
+
+/* A view of `raw` (taken over) with its objects opened. */
+static int view_make(struct sk_file *fh, char *raw, size_t len, struct sk_view **out)
+{
+    struct sk_view *v = calloc(1, sizeof *v);
+    if (!v) {
+        free(raw);
+        return -ENOMEM;
+    }
+    atomic_init(&v->refs, 1);
+    v->raw = raw;
+    v->rawlen = len;
+    if (raw) {
+        int rc = parse_lov(raw, len, &v->lov, fh->inode);
+        if (rc < 0) {
+            view_put(v);
+            return rc;
+        }
+        if (!(v->fds = calloc(v->lov.ncomp, sizeof *v->fds))) {
+            view_put(v);
+            return -ENOMEM;
+        }
+        for (uint32_t i = 0; i < v->lov.ncomp; i++) {
+            const struct sk_comp *c = &v->lov.comps[i];
+            if (!(v->fds[i] = malloc(c->count * sizeof **v->fds))) {
+                view_put(v);
+                return -ENOMEM;
+            }
+            for (uint32_t j = 0; j < c->count; j++)
+                v->fds[i][j] = -1;
+            if (!c->init)
+                continue;
+            for (uint32_t j = 0; j < c->count; j++)
+                v->fds[i][j] = open_object(&c->objs[j], fh->writable ? O_RDWR : O_RDONLY);
+        }
+    }
+    *out = v;
+    return 0;
+}
+
+/* The file's current layout: the attribute is read again on every call, so a layout changed
+ * by the store or recoveryd (a mirror, a rebuild) is used by the next request. */
+int view_get(struct sk_file *fh, struct sk_view **out)
+{
+    char *raw;
+    size_t len;
+    int rc = read_lov_fd(fh->fd, &raw, &len);
+    if (rc < 0)
+        return rc;
+    pthread_mutex_lock(&fh->lock);
+    struct sk_view *cur = fh->view;
+    if (cur && ((!raw && !cur->raw) ||
+                (raw && cur->raw && len == cur->rawlen && memcmp(raw, cur->raw, len) == 0))) {
+        atomic_fetch_add(&cur->refs, 1);
+        pthread_mutex_unlock(&fh->lock);
+        free(raw);
+        *out = cur;
+        return 0;
+    }
+    struct sk_view *v;
+    if ((rc = view_make(fh, raw, len, &v)) < 0) {
+        pthread_mutex_unlock(&fh->lock);
+        return rc;
+    }
+    fh->view = v;
+    atomic_fetch_add(&v->refs, 1);
+    pthread_mutex_unlock(&fh->lock);
+    view_put(cur);
+    *out = v;
+    return 0;
+}
+
+/* Forget the cached view, so that objects are opened again (an OST came back). */
+void view_reset(struct sk_file *fh)
+{
+    pthread_mutex_lock(&fh->lock);
+    struct sk_view *old = fh->view;
+    fh->view = NULL;
+    pthread_mutex_unlock(&fh->lock);
+    view_put(old);
+}
+
+static void random_id(char *out)
+{
+    unsigned char bytes[16];
+    size_t got = 0;
+    while (got < sizeof bytes) {
+        ssize_t n = getrandom(bytes + got, sizeof bytes - got, 0);
+        if (n > 0)
+            got += (size_t)n;
+    }
+    for (int i = 0; i < 16; i++)
+        snprintf(out + 2 * i, 3, "%02x", bytes[i]);
+}
+
+/* A new file's layout in parent directory `pfd` (its dirlov, else the site's defaults):
+ * OSTs round-robin among the healthy ones. */
+static int new_layout(int pfd, struct sk_lov *lov)
+{
+    int stripe_count = fs.cfg.stripe_count;
+    uint64_t stripe_size = fs.cfg.stripe_size;
+    char path[64], buf[512];
+    procpath(pfd, path);
+    ssize_t n = getxattr(path, SK_DIRLOV_XATTR, buf, sizeof buf);
+    if (n >= 0 && sk_dirlov_parse(buf, (size_t)n, &stripe_count, &stripe_size) < 0) {
+        logmsg("directory %s: corrupt %s, the site's default layout is used", path,
+               SK_DIRLOV_XATTR);
+        stripe_count = fs.cfg.stripe_count;
+        stripe_size = fs.cfg.stripe_size;
+    }
+    unsigned healthy[SK_MAX_OST + 1];
+    unsigned nhealthy = 0;
+    for (unsigned i = 0; i < fs.cfg.ost_count && i <= SK_MAX_OST; i++)
+        if (!ost_failed(i))
+            healthy[nhealthy++] = i;
+    if (nhealthy == 0) {
+        logmsg("no healthy OST for a new file");
+        return -ENOSPC;
+    }
+    unsigned count = stripe_count < 0 || (unsigned)stripe_count > nhealthy ?
+                     nhealthy : (unsigned)stripe_count;
+    unsigned start = atomic_fetch_add(&fs.rr, 1) % nhealthy;
+    memset(lov, 0, sizeof *lov);
+    if (!(lov->comps = calloc(1, sizeof *lov->comps)))
+        return -ENOMEM;
+    lov->ncomp = 1;
+    struct sk_comp *c = &lov->comps[0];
+    c->end = SK_EOF;
+    c->stripe_size = stripe_size;
+    strcpy(c->flags, "init");
+    strcpy(c->pool, "-");
+    c->init = true;
+    if (!(c->objs = calloc(count, sizeof *c->objs))) {
+        sk_lov_free(lov);
+        return -ENOMEM;
+    }
+    c->count = count;
+    for (unsigned i = 0; i < count; i++) {
+        c->objs[i].ost = healthy[(start + i) % nhealthy];
+        random_id(c->objs[i].id);
+    }
+    return 0;
+}
+
+/* Give the MDT inode `fd` (a new regular file of uid:gid, permission bits `mode`) a layout:
+ * the attribute first, then its objects (created O_EXCL, owned by the file's owner, mode
+ * (mode & 0666) | 0600). On failure the objects made are deleted and the attribute removed. */
+int assign_layout(int pfd, int fd, uid_t uid, gid_t gid, mode_t mode)
+{
+    struct sk_lov lov;
+    int rc = new_layout(pfd, &lov);
+    if (rc < 0)
+        return rc;
+    size_t len;
+    char *raw = sk_lov_format(&lov, &len);
+    if (!raw) {
+        sk_lov_free(&lov);
+        return -ENOMEM;
+    }
+    if (fsetxattr(fd, SK_LOV_XATTR, raw, len, XATTR_CREATE) < 0) {
+        rc = -errno;
+        goto out;
+    }
+    const struct sk_comp *c = &lov.comps[0];
+    uint32_t made;
+    for (made = 0; made < c->count; made++) {
+        char name[64];
+        object_name(name, sizeof name, &c->objs[made]);
+        int ofd = openat(fs.store_fd, name, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW,
+                         0600);
+        if (ofd < 0 || fchown(ofd, uid, gid) < 0 || fchmod(ofd, (mode & 0666) | 0600) < 0) {
+            rc = -errno;
+            if (ofd >= 0) {
+                close(ofd);
+                made++;  /* created: delete it below */
+            }
+            break;
+        }
+        close(ofd);
+    }
+    if (rc < 0) {
+        for (uint32_t i = 0; i < made; i++) {
+            char name[64];
+            object_name(name, sizeof name, &c->objs[i]);
+            unlinkat(fs.store_fd, name, 0);
+        }
+        fremovexattr(fd, SK_LOV_XATTR);
+    }
+out:
+    free(raw);
+    sk_lov_free(&lov);
+    return rc;
+}
+
+/* Mark components stale in the layout (their mirror missed a write or a truncate), if the
+ * layout is still `raw`. Caller holds the inode lock. */
+void mark_stale(int fd, const struct sk_view *v, const bool *stale, const struct sk_inode *in)
+{
+    char *now;
+    size_t len;
+    if (read_lov_fd(fd, &now, &len) < 0 || !now)
+        return;
+    if (len != v->rawlen || memcmp(now, v->raw, len) != 0) {
+        free(now);
+        return;  /* changed meanwhile: whoever changed it decided */
+    }
+    free(now);
+    struct sk_lov lov;
+    if (parse_lov(v->raw, v->rawlen, &lov, in) < 0)
+        return;
+    for (uint32_t i = 0; i < lov.ncomp; i++)
+        if (stale[i] && !lov.comps[i].stale && strlen(lov.comps[i].flags) + 7 < sizeof lov.comps[i].flags) {
+            strcat(lov.comps[i].flags, ",stale");
+            lov.comps[i].stale = true;
+            logmsg("MDT inode %ju: component %u (mirror %u) is stale: one of its OSTs failed",
+                   (uintmax_t)in->ino, lov.comps[i].id, lov.comps[i].mirror);
+        }
+    lov.gen++;
+    char *text = sk_lov_format(&lov, &len);
+    if (text && fsetxattr(fd, SK_LOV_XATTR, text, len, XATTR_REPLACE) < 0)
+        logmsg("MDT inode %ju: cannot mark stale components: %s", (uintmax_t)in->ino,
+               strerror(errno));
+    free(text);
+    sk_lov_free(&lov);
+}
+
+/* Whether the components written whole (`ok`) cover [lo, hi) in some mirror. */
+bool some_mirror_covers(const struct sk_lov *lov, const bool *ok, uint64_t lo, uint64_t hi)
+{
+    for (uint32_t m = 0; m < lov->ncomp; m++) {
+        uint32_t mirror = lov->comps[m].mirror;
+        bool first = true;
+        for (uint32_t k = 0; k < m; k++)
+            if (lov->comps[k].mirror == mirror)
+                first = false;
+        if (!first)
+            continue;
+        uint64_t covered = 0;
+        for (uint32_t k = 0; k < lov->ncomp; k++) {
+            const struct sk_comp *c = &lov->comps[k];
+            if (c->mirror != mirror || !ok[k])
+                continue;
+            uint64_t a = c->start > lo ? c->start : lo;
+            uint64_t b = c->end < hi ? c->end : hi;
+            if (b > a)
+                covered += b - a;
+        }
+        if (covered >= hi - lo)
+            return true;
+    }
+    return false;
+}

@@ -1,0 +1,421 @@
+/* The scratch mount's namespace (docs/mount.rst): new inodes (mknod, mkdir, symlink, link) with
+ * their callers' owners, names removed or renamed (a file's objects deleted with its last name
+ * and handle), directories read, statfs, and extended attributes (security.scratchkeeper.*
+ * reserved to the store and the mount). Everything passes through to the MDT tree. */
+#define _GNU_SOURCE
+#define FUSE_USE_VERSION 314
+
+#include "skfs_int.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <sys/xattr.h>
+#include <unistd.h>
+
+/* -- the namespace ----------------------------------------------------------------------------- */
+
+static void reply_new_entry(fuse_req_t req, fuse_ino_t parent, const char *name)
+{
+    struct fuse_entry_param e;
+    int err = do_lookup(parent, name, &e);
+    if (err)
+        fuse_reply_err(req, err);
+    else
+        fuse_reply_entry(req, &e);
+}
+
+void sk_mknod(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode,
+              dev_t rdev)
+{
+    int pfd = get_inode(parent)->fd;
+    if (S_ISREG(mode)) {
+        int fd;
+        int rc = make_regular(req, parent, name, mode, true, &fd);
+        if (rc < 0) {
+            fuse_reply_err(req, -rc);
+            return;
+        }
+        close(fd);
+        reply_new_entry(req, parent, name);
+        return;
+    }
+    uid_t uid;
+    gid_t gid;
+    bool sgid;
+    new_owner(req, pfd, &uid, &gid, &sgid);
+    if (mknodat(pfd, name, (mode & S_IFMT) | masked(req, mode & 07777), rdev) < 0) {
+        fuse_reply_err(req, errno);
+        return;
+    }
+    if (fchownat(pfd, name, uid, gid, AT_SYMLINK_NOFOLLOW) < 0 ||
+        fchmodat(pfd, name, masked(req, mode & 07777), 0) < 0) {
+        int err = errno;
+        unlinkat(pfd, name, 0);
+        fuse_reply_err(req, err);
+        return;
+    }
+    reply_new_entry(req, parent, name);
+}
+
+void sk_mkdir(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode)
+{
+    int pfd = get_inode(parent)->fd;
+    uid_t uid;
+    gid_t gid;
+    bool sgid;
+    new_owner(req, pfd, &uid, &gid, &sgid);
+    if (mkdirat(pfd, name, masked(req, mode) & 07777) < 0) {
+        fuse_reply_err(req, errno);
+        return;
+    }
+    int dfd = openat(pfd, name, O_PATH | O_NOFOLLOW | O_DIRECTORY | O_CLOEXEC);
+    if (dfd < 0 || fchownat(dfd, "", uid, gid, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW) < 0) {
+        int err = errno;
+        if (dfd >= 0)
+            close(dfd);
+        unlinkat(pfd, name, AT_REMOVEDIR);
+        fuse_reply_err(req, err);
+        return;
+    }
+    /* a new directory inherits its parent's default layout */
+    char ppath[64], dpath[64], buf[512];
+    procpath(pfd, ppath);
+    procpath(dfd, dpath);
+    ssize_t n = getxattr(ppath, SK_DIRLOV_XATTR, buf, sizeof buf);
+    if (n >= 0 && setxattr(dpath, SK_DIRLOV_XATTR, buf, (size_t)n, 0) < 0)
+        logmsg("mkdir %s: default layout not inherited: %s", name, strerror(errno));
+    close(dfd);
+    reply_new_entry(req, parent, name);
+}
+
+void sk_symlink(fuse_req_t req, const char *link, fuse_ino_t parent, const char *name)
+{
+    int pfd = get_inode(parent)->fd;
+    uid_t uid;
+    gid_t gid;
+    bool sgid;
+    new_owner(req, pfd, &uid, &gid, &sgid);
+    if (symlinkat(link, pfd, name) < 0) {
+        fuse_reply_err(req, errno);
+        return;
+    }
+    if (fchownat(pfd, name, uid, gid, AT_SYMLINK_NOFOLLOW) < 0) {
+        int err = errno;
+        unlinkat(pfd, name, 0);
+        fuse_reply_err(req, err);
+        return;
+    }
+    reply_new_entry(req, parent, name);
+}
+
+void sk_link(fuse_req_t req, fuse_ino_t ino, fuse_ino_t parent, const char *name)
+{
+    char path[64];
+    procpath(get_inode(ino)->fd, path);
+    if (linkat(AT_FDCWD, path, get_inode(parent)->fd, name, AT_SYMLINK_FOLLOW) < 0) {
+        fuse_reply_err(req, errno);
+        return;
+    }
+    reply_new_entry(req, parent, name);
+}
+
+/* `vfd` (O_PATH) lost a name: delete its objects if that was its last one, now or (an open
+ * file) at its last release. */
+static void lost_a_name(int vfd)
+{
+    struct stat st;
+    if (fstatat(vfd, "", &st, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW) < 0 || !S_ISREG(st.st_mode) ||
+        st.st_nlink > 0)
+        return;
+    char path[64], *raw;
+    size_t len;
+    procpath(vfd, path);
+    if (read_lov_path(path, &raw, &len) < 0 || !raw)
+        return;
+    pthread_mutex_lock(&fs.table_lock);
+    struct sk_inode *in = table_find(st.st_dev, st.st_ino);
+    if (in && in->nopen > 0) {
+        free(in->doomed);
+        in->doomed = raw;
+        in->doomed_len = len;
+        pthread_mutex_unlock(&fs.table_lock);
+        return;
+    }
+    pthread_mutex_unlock(&fs.table_lock);
+    delete_objects(raw, len, st.st_ino);
+    free(raw);
+}
+
+void sk_unlink(fuse_req_t req, fuse_ino_t parent, const char *name)
+{
+    int pfd = get_inode(parent)->fd;
+    int vfd = openat(pfd, name, O_PATH | O_NOFOLLOW | O_CLOEXEC);
+    if (unlinkat(pfd, name, 0) < 0) {
+        int err = errno;
+        if (vfd >= 0)
+            close(vfd);
+        fuse_reply_err(req, err);
+        return;
+    }
+    if (vfd >= 0) {
+        lost_a_name(vfd);
+        close(vfd);
+    }
+    fuse_reply_err(req, 0);
+}
+
+void sk_rmdir(fuse_req_t req, fuse_ino_t parent, const char *name)
+{
+    fuse_reply_err(req, unlinkat(get_inode(parent)->fd, name, AT_REMOVEDIR) < 0 ? errno : 0);
+}
+
+void sk_rename(fuse_req_t req, fuse_ino_t parent, const char *name, fuse_ino_t newparent,
+               const char *newname, unsigned int flags)
+{
+    int npfd = get_inode(newparent)->fd;
+    int vfd = -1;
+    if (!(flags & RENAME_EXCHANGE))
+        vfd = openat(npfd, newname, O_PATH | O_NOFOLLOW | O_CLOEXEC);
+    if (renameat2(get_inode(parent)->fd, name, npfd, newname, flags) < 0) {
+        int err = errno;
+        if (vfd >= 0)
+            close(vfd);
+        fuse_reply_err(req, err);
+        return;
+    }
+    if (vfd >= 0) {
+        lost_a_name(vfd);
+        close(vfd);
+    }
+    fuse_reply_err(req, 0);
+}
+
+void sk_readlink(fuse_req_t req, fuse_ino_t ino)
+{
+    char buf[PATH_MAX + 1];
+    ssize_t n = readlinkat(get_inode(ino)->fd, "", buf, sizeof buf);
+    if (n < 0) {
+        fuse_reply_err(req, errno);
+        return;
+    }
+    if (n >= (ssize_t)sizeof buf) {
+        fuse_reply_err(req, ENAMETOOLONG);
+        return;
+    }
+    buf[n] = '\0';
+    fuse_reply_readlink(req, buf);
+}
+
+void sk_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+    struct sk_dir *d = calloc(1, sizeof *d);
+    if (!d) {
+        fuse_reply_err(req, ENOMEM);
+        return;
+    }
+    int fd = openat(get_inode(ino)->fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0 || !(d->dp = fdopendir(fd))) {
+        int err = errno;
+        if (fd >= 0)
+            close(fd);
+        free(d);
+        fuse_reply_err(req, err);
+        return;
+    }
+    fi->fh = (uint64_t)(uintptr_t)d;
+    if (fuse_reply_open(req, fi) == -ENOENT) {
+        closedir(d->dp);
+        free(d);
+    }
+}
+
+static void do_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t offset,
+                       struct fuse_file_info *fi, bool plus)
+{
+    struct sk_dir *d = (struct sk_dir *)(uintptr_t)fi->fh;
+    char *buf = malloc(size);
+    if (!buf) {
+        fuse_reply_err(req, ENOMEM);
+        return;
+    }
+    if (offset != d->offset) {
+        seekdir(d->dp, offset);
+        d->entry = NULL;
+        d->offset = offset;
+    }
+    size_t used = 0;
+    int err = 0;
+    for (;;) {
+        if (!d->entry) {
+            errno = 0;
+            d->entry = readdir(d->dp);
+            if (!d->entry) {
+                err = errno;
+                break;
+            }
+        }
+        off_t next = d->entry->d_off;
+        const char *name = d->entry->d_name;
+        size_t entsize;
+        if (plus) {
+            struct fuse_entry_param e;
+            bool dots = strcmp(name, ".") == 0 || strcmp(name, "..") == 0;
+            if (dots) {
+                memset(&e, 0, sizeof e);
+                e.attr.st_ino = d->entry->d_ino;
+                e.attr.st_mode = (mode_t)d->entry->d_type << 12;
+            } else if ((err = do_lookup(ino, name, &e)) != 0) {
+                if (err == ENOENT) {  /* removed meanwhile */
+                    err = 0;
+                    d->entry = NULL;
+                    d->offset = next;
+                    continue;
+                }
+                break;
+            }
+            entsize = fuse_add_direntry_plus(req, buf + used, size - used, name, &e, next);
+            if (entsize > size - used) {
+                if (!dots)
+                    forget_one(e.ino, 1);
+                break;
+            }
+        } else {
+            struct stat st = {.st_ino = d->entry->d_ino,
+                              .st_mode = (mode_t)d->entry->d_type << 12};
+            entsize = fuse_add_direntry(req, buf + used, size - used, name, &st, next);
+            if (entsize > size - used)
+                break;
+        }
+        used += entsize;
+        d->entry = NULL;
+        d->offset = next;
+    }
+    if (err && used == 0)
+        fuse_reply_err(req, err);
+    else
+        fuse_reply_buf(req, buf, used);
+    free(buf);
+}
+
+void sk_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t offset,
+                struct fuse_file_info *fi)
+{
+    do_readdir(req, ino, size, offset, fi, false);
+}
+
+void sk_readdirplus(fuse_req_t req, fuse_ino_t ino, size_t size, off_t offset,
+                    struct fuse_file_info *fi)
+{
+    do_readdir(req, ino, size, offset, fi, true);
+}
+
+void sk_releasedir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+    (void)ino;
+    struct sk_dir *d = (struct sk_dir *)(uintptr_t)fi->fh;
+    closedir(d->dp);
+    free(d);
+    fuse_reply_err(req, 0);
+}
+
+void sk_fsyncdir(fuse_req_t req, fuse_ino_t ino, int datasync, struct fuse_file_info *fi)
+{
+    (void)ino;
+    int fd = dirfd(((struct sk_dir *)(uintptr_t)fi->fh)->dp);
+    fuse_reply_err(req, (datasync ? fdatasync(fd) : fsync(fd)) < 0 ? errno : 0);
+}
+
+void sk_statfs(fuse_req_t req, fuse_ino_t ino)
+{
+    (void)ino;
+    struct statvfs sv;
+    if (fstatvfs(fs.root.fd, &sv) < 0)
+        fuse_reply_err(req, errno);
+    else
+        fuse_reply_statfs(req, &sv);
+}
+
+static bool reserved_xattr(const char *name)
+{
+    return strncmp(name, SK_XATTR_PREFIX, strlen(SK_XATTR_PREFIX)) == 0;
+}
+
+void sk_setxattr(fuse_req_t req, fuse_ino_t ino, const char *name, const char *value,
+                 size_t size, int flags)
+{
+    if (reserved_xattr(name)) {
+        fuse_reply_err(req, EPERM);  /* layouts are the store's and the mount's only */
+        return;
+    }
+    char path[64];
+    procpath(get_inode(ino)->fd, path);
+    fuse_reply_err(req, setxattr(path, name, value, size, flags) < 0 ? errno : 0);
+}
+
+void sk_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name, size_t size)
+{
+    char path[64];
+    procpath(get_inode(ino)->fd, path);
+    if (size == 0) {
+        ssize_t n = getxattr(path, name, NULL, 0);
+        if (n < 0)
+            fuse_reply_err(req, errno);
+        else
+            fuse_reply_xattr(req, (size_t)n);
+        return;
+    }
+    char *buf = malloc(size);
+    if (!buf) {
+        fuse_reply_err(req, ENOMEM);
+        return;
+    }
+    ssize_t n = getxattr(path, name, buf, size);
+    if (n < 0)
+        fuse_reply_err(req, errno);
+    else
+        fuse_reply_buf(req, buf, (size_t)n);
+    free(buf);
+}
+
+void sk_listxattr(fuse_req_t req, fuse_ino_t ino, size_t size)
+{
+    char path[64];
+    procpath(get_inode(ino)->fd, path);
+    if (size == 0) {
+        ssize_t n = listxattr(path, NULL, 0);
+        if (n < 0)
+            fuse_reply_err(req, errno);
+        else
+            fuse_reply_xattr(req, (size_t)n);
+        return;
+    }
+    char *buf = malloc(size);
+    if (!buf) {
+        fuse_reply_err(req, ENOMEM);
+        return;
+    }
+    ssize_t n = listxattr(path, buf, size);
+    if (n < 0)
+        fuse_reply_err(req, errno);
+    else
+        fuse_reply_buf(req, buf, (size_t)n);
+    free(buf);
+}
+
+void sk_removexattr(fuse_req_t req, fuse_ino_t ino, const char *name)
+{
+    if (reserved_xattr(name)) {
+        fuse_reply_err(req, EPERM);
+        return;
+    }
+    char path[64];
+    procpath(get_inode(ino)->fd, path);
+    fuse_reply_err(req, removexattr(path, name) < 0 ? errno : 0);
+}

@@ -1,0 +1,165 @@
+/* The scratch mount's private declarations, shared by its parts (docs/mount.rst):
+ *
+ *   skfs.c       the session, init, the inode table, open/create/setattr, the operation table
+ *   namespace.c  names, directories, statfs, extended attributes
+ *   layout.c     OST states, objects, layout attributes, views, new layouts, stale marks
+ *   data.c       read, write, truncate, fsync of regular files
+ *   wait.c       the read's wait for recoveryd (or the OST's return) on a stripe no mirror holds
+ *
+ * Every symbol here is hidden in the extension (-fvisibility=hidden).
+ */
+#ifndef SKFS_INT_H
+#define SKFS_INT_H
+
+#include "skfs.h"
+#include "lov.h"
+
+#include <dirent.h>
+#include <fuse_lowlevel.h>
+#include <limits.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#define NBUCKETS (1u << 16)
+#define NEED_RECOVERY 1
+#define RECOVERY_SLICE 2.0 /* seconds of one wait on recoveryd between checks */
+
+/* -- the inode table ------------------------------------------------------------------------- */
+
+struct sk_inode {
+    int fd;                 /* O_PATH of the MDT inode */
+    dev_t dev;
+    ino_t ino;
+    mode_t type;            /* S_IFMT bits */
+    uint64_t nlookup;       /* table_lock */
+    uint64_t nopen;         /* table_lock: open handles */
+    char *doomed;           /* table_lock: layout of objects to delete at the last release */
+    size_t doomed_len;
+    pthread_mutex_t lock;   /* size and layout changes of a regular file */
+    struct sk_inode *next;  /* hash chain */
+};
+
+/* A layout as one open file uses it: the parsed attribute and its objects' descriptors. */
+struct sk_view {
+    atomic_int refs;
+    char *raw;              /* NULL: the inode has no layout attribute */
+    size_t rawlen;
+    struct sk_lov lov;
+    int **fds;              /* [component][position], -1 when the object could not be opened */
+};
+
+struct sk_file {
+    struct sk_inode *inode;
+    int fd;                 /* the MDT inode opened O_RDWR: size, times, layout */
+    bool writable;
+    bool append;
+    pthread_mutex_t lock;   /* view */
+    struct sk_view *view;
+};
+
+struct sk_dir {
+    DIR *dp;
+    off_t offset;
+    struct dirent *entry;
+};
+
+struct skfs_state {
+    struct skfs_config cfg;
+    struct sk_inode root;
+    pthread_mutex_t table_lock;
+    struct sk_inode **buckets;
+    int store_fd;           /* O_PATH of store_root */
+    char mdt_real[PATH_MAX];
+    size_t mdt_real_len;
+    unsigned max_request;
+    atomic_uchar failed[SK_MAX_OST + 1];
+    atomic_uint rr;
+    int inotify_fd;
+    int stop_pipe[2];
+    struct fuse_session *se;
+};
+
+extern struct skfs_state fs;  /* the one mount of the process (skfs.c) */
+
+/* skfs.c: the inode table and the requests that open files */
+void logmsg(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+struct sk_inode *get_inode(fuse_ino_t ino);
+struct sk_inode *table_find(dev_t dev, ino_t ino);
+void procpath(int fd, char *buf);
+int do_lookup(fuse_ino_t parent, const char *name, struct fuse_entry_param *e);
+void forget_one(fuse_ino_t ino, uint64_t n);
+bool caller_in_group(fuse_req_t req, gid_t gid);
+void new_owner(fuse_req_t req, int pfd, uid_t *uid, gid_t *gid, bool *sgid_parent);
+mode_t masked(fuse_req_t req, mode_t mode);
+int make_regular(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode,
+                 bool exclusive, int *fdp);
+
+/* namespace.c */
+void sk_mknod(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode, dev_t rdev);
+void sk_mkdir(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode);
+void sk_symlink(fuse_req_t req, const char *link, fuse_ino_t parent, const char *name);
+void sk_link(fuse_req_t req, fuse_ino_t ino, fuse_ino_t parent, const char *name);
+void sk_unlink(fuse_req_t req, fuse_ino_t parent, const char *name);
+void sk_rmdir(fuse_req_t req, fuse_ino_t parent, const char *name);
+void sk_rename(fuse_req_t req, fuse_ino_t parent, const char *name, fuse_ino_t newparent,
+               const char *newname, unsigned int flags);
+void sk_readlink(fuse_req_t req, fuse_ino_t ino);
+void sk_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi);
+void sk_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t offset,
+                struct fuse_file_info *fi);
+void sk_readdirplus(fuse_req_t req, fuse_ino_t ino, size_t size, off_t offset,
+                    struct fuse_file_info *fi);
+void sk_releasedir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi);
+void sk_fsyncdir(fuse_req_t req, fuse_ino_t ino, int datasync, struct fuse_file_info *fi);
+void sk_statfs(fuse_req_t req, fuse_ino_t ino);
+void sk_setxattr(fuse_req_t req, fuse_ino_t ino, const char *name, const char *value,
+                 size_t size, int flags);
+void sk_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name, size_t size);
+void sk_listxattr(fuse_req_t req, fuse_ino_t ino, size_t size);
+void sk_removexattr(fuse_req_t req, fuse_ino_t ino, const char *name);
+
+/* layout.c */
+bool ost_failed(uint32_t ost);
+void scan_osts(void);
+void *watch_osts(void *arg);
+int object_name(char *buf, size_t len, const struct sk_obj *obj);
+int open_object(const struct sk_obj *obj, int flags);
+int read_lov_fd(int fd, char **raw, size_t *len);
+int read_lov_path(const char *path, char **raw, size_t *len);
+int parse_lov(const char *raw, size_t len, struct sk_lov *lov, const struct sk_inode *in);
+void delete_objects(const char *raw, size_t len, ino_t ino);
+void view_put(struct sk_view *v);
+int view_get(struct sk_file *fh, struct sk_view **out);
+void view_reset(struct sk_file *fh);
+int assign_layout(int pfd, int fd, uid_t uid, gid_t gid, mode_t mode);
+void mark_stale(int fd, const struct sk_view *v, const bool *stale, const struct sk_inode *in);
+bool some_mirror_covers(const struct sk_lov *lov, const bool *ok, uint64_t lo, uint64_t hi);
+
+/* data.c */
+int truncate_locked(struct sk_inode *in, int fd, off_t size);
+int chown_objects(struct sk_inode *in, uid_t uid, gid_t gid, mode_t mode, bool set_mode);
+int read_pieces(struct sk_view *v, char *buf, uint64_t base, uint64_t *cur, uint64_t end,
+                uint32_t *ost_out, const struct sk_inode *in);
+void sk_fsync(fuse_req_t req, fuse_ino_t ino, int datasync, struct fuse_file_info *fi);
+void sk_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, struct fuse_file_info *fi);
+void sk_write(fuse_req_t req, fuse_ino_t ino, const char *data, size_t size, off_t off,
+              struct fuse_file_info *fi);
+
+/* wait.c: a read's wait on a stripe no mirror holds */
+struct sk_wait {
+    double deadline;        /* 0 until the first wait */
+    bool reported;          /* recoveryd was told */
+};
+double monotonic(void);
+bool scratch_path(struct sk_inode *in, char *out, size_t outlen);
+/* The read of `fh` at file offset `cur` needs OST `ost`, failed, and no mirror holds the
+ * stripe: wait one slice (recoveryd, or the OST's return), then forget the file's view so its
+ * objects are opened again. 0: read again; -EIO: past mount.recovery_timeout, the caller
+ * interrupted or the session ending. */
+int wait_for_stripe(fuse_req_t req, struct sk_file *fh, struct sk_wait *w, uint64_t cur,
+                    uint32_t ost);
+
+#endif
