@@ -174,6 +174,9 @@ class RebuildMixin:
         """One rebuild's layout switch, in the caller's transaction (the store's lock)."""
         current = self._load_rebuild(conn, rebuild.rebuild_id)
         current.patched = merge_extents(current.patched + patched)
+        if not self.exists(current.path):
+            raise StorageError(f"{current.path}: changed since rebuild {current.rebuild_id} "
+                               "began (it is gone); abort it")
         with self._opened(current.path) as node:
             if _switched(current, node.layout):
                 self._finish(conn, current)  # an earlier commit switched it, then died
