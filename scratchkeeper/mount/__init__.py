@@ -91,22 +91,40 @@ def prepare_store(config: SiteConfig) -> Path:
 
 def _recover_callback(config: SiteConfig):
     """What a read calls when a stripe no mirror holds is needed: ``report`` once, then
-    ``wait`` on recoveryd (one request per connection); any failure is logged and the read
-    keeps waiting until ``mount.recovery_timeout``."""
+    ``wait`` on recoveryd (one request per connection) for at most ``timeout`` seconds (one
+    slice of the read's wait; docs/mount.rst, "Transparent recovery").
+
+    It returns as soon as recoveryd says the file is whole, and at once when recoveryd says it
+    is lost (the C side then sees the file's ``user.scratchkeeper.lost`` mark and fails the
+    read). Otherwise it never returns early: a wait recoveryd answered before its timeout
+    without the file being whole sleeps the rest of the slice, and any failure (recoveryd not
+    running, an error) is logged and sleeps ``min(timeout, 0.5)`` seconds, so that the read
+    polls the OSTs and recoveryd at that pace, never in a busy loop, until
+    ``mount.recovery_timeout``.
+    """
+    import time
+
+    from ..recovery import records
     from ..recovery.client import RecoveryClient
 
     def recover(path: str, ost_index: int, timeout: float, report: bool) -> None:
+        started = time.monotonic()
         client = RecoveryClient(config.recovery.socket, connect_timeout=min(timeout, 5.0))
         try:
             if report:
                 client.report(path, ost_index)
                 log.info("%s: reported OST %d to recoveryd", path, ost_index)
-            client.wait(path, timeout)
+            status = client.wait(path, timeout)
         except Exception as err:  # noqa: BLE001 - a C request thread is waiting for us
             log.warning("%s: recoveryd: %s", path, err)
-            import time
-
-            time.sleep(min(timeout, 0.5))
+            time.sleep(max(0.0, min(timeout, 0.5) - (time.monotonic() - started)))
+            return
+        if status.get("whole"):
+            return
+        if status.get("state") == records.LOST:
+            log.warning("%s: recoveryd reports it lost: %s", path, status.get("reason", ""))
+            return
+        time.sleep(max(0.0, timeout - (time.monotonic() - started)))
 
     return recover
 

@@ -376,3 +376,40 @@ def test_the_owner_reads_through_a_patch_and_another_user_triggers_nothing(make_
     for obj in layout_of(mnt, "owned.bin").first.objects:
         st = os.stat(mnt.ost(obj.ost_index) / obj.object_id)
         assert st.st_uid == OWNER and st.st_mode & 0o077 == 0, (obj, oct(st.st_mode))
+
+
+# -- a file recoveryd cannot patch: EIO, without hammering recoveryd --------------------------
+
+def test_a_file_recoveryd_reports_lost_fails_with_eio_without_a_busy_wait(make_mount):
+    timeout = 20.0
+    mnt = make_mount(**{**SETTINGS, "recovery_timeout": timeout})
+    data = pattern(SMALL, 6)
+    uri = file_source(mnt, "gone.bin", data)
+    layout = stage(mnt, "gone.bin", data, uri, **STRIPES)
+    os.unlink(uri[len("file://"):])  # the source is gone: recoveryd can only report it lost
+    failed = layout.ost_list[3]
+    path = mnt.root / "gone.bin"
+    drop_cache(path)
+    with failed_osts(mnt), recoveryd(mnt) as service:
+        waits = []
+        real_wait = service.wait_for
+
+        def counted(*args, **kwargs):
+            waits.append(time.monotonic())
+            return real_wait(*args, **kwargs)
+
+        service.wait_for = counted
+        fail_ost(mnt, failed)
+        inotify_settle()
+        started = time.monotonic()
+        result = mnt.run(["sha256sum", str(path)])
+        waited = time.monotonic() - started
+        request = records.last_request(service.store, str(path))
+    assert result.returncode != 0 and result.stdout == b""
+    assert "Input/output error" in result.stderr.decode()
+    assert request is not None and request["state"] == "failed"
+    # at once, not at mount.recovery_timeout: recoveryd said it is lost
+    assert waited < timeout / 2, waited
+    assert "recoveryd reports it lost" in mnt.log.read_text()
+    # a few waits (one per FUSE request that reached the stripe), not a busy loop
+    assert len(waits) <= 4 * (waited / 2 + 2), len(waits)

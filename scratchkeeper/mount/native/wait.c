@@ -1,7 +1,8 @@
 /* The failed-OST wait of a read (docs/mount.rst, "Failed OSTs"): a stripe that no mirror can
  * serve is reported to recoveryd once and waited for in slices of RECOVERY_SLICE seconds (each
  * through the Python callback, skfs_config.recover), the file's objects opened again after
- * every slice, until mount.recovery_timeout, an interrupted caller or the session's end. */
+ * every slice, until mount.recovery_timeout, an interrupted caller, the session's end, or
+ * recoveryd's word that the file is lost (docs/mount.rst, "Transparent recovery"). */
 #define _GNU_SOURCE
 #define FUSE_USE_VERSION 314
 
@@ -12,6 +13,7 @@
 #include <limits.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/xattr.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -31,6 +33,21 @@ bool scratch_path(struct sk_inode *in, char *out, size_t outlen)
         return false;
     snprintf(out, outlen, "%s%s", fs.cfg.scratch_root, target + fs.mdt_real_len);
     return true;
+}
+
+/* recoveryd's mark on a file it could not patch (recovery/service.py, _mark_lost) */
+#define LOST_XATTR "user.scratchkeeper.lost"
+
+/* A slice the callback answered in less than this share of it was not a wait: recoveryd said
+ * at once that the file is lost (the callback sleeps at least min(slice, 0.5 s) on anything
+ * else that leaves the stripe unreadable: a timeout, recoveryd not running, an error). */
+#define EARLY_ANSWER 0.125
+
+static bool marked_lost(struct sk_inode *in)
+{
+    char self[64];
+    procpath(in->fd, self);
+    return getxattr(self, LOST_XATTR, NULL, 0) >= 0;
 }
 
 double monotonic(void)
@@ -60,6 +77,13 @@ int wait_for_stripe(fuse_req_t req, struct sk_file *fh, struct sk_wait *w, uint6
     if (fs.cfg.recover && scratch_path(fh->inode, path, sizeof path)) {
         fs.cfg.recover(fs.cfg.recover_ctx, path, ost, slice, !w->reported);
         w->reported = true;
+        /* lost: recoveryd answered at once and marked the file. The stripe gets one more
+         * try (an OST back, a patch committed meanwhile); if it still needs recovery, the
+         * deadline has passed and the read fails with EIO now, not at the timeout. */
+        if (monotonic() - now < slice * EARLY_ANSWER && marked_lost(fh->inode)) {
+            logmsg("MDT inode %ju: recoveryd reports it lost: no wait", (uintmax_t)fh->inode->ino);
+            w->deadline = monotonic();
+        }
     } else {
         struct timespec ts = {0, 200 * 1000 * 1000};
         nanosleep(&ts, NULL);
