@@ -328,7 +328,9 @@ def _xattr(args) -> int:
 def _local_store(args):
     backend = _backend(args)
     if not hasattr(backend, "fail_ost"):
-        raise InputError(f"{args.store_command}: only the local store has this command "
+        what = ("can fail or restore an OST" if args.store_command in ("fail-ost", "restore-ost")
+                else "has this command")
+        raise InputError(f"{args.store_command}: only the local store {what} "
                          f"(storage.backend is {backend.name!r})")
     return backend
 
