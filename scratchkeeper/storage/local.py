@@ -39,7 +39,7 @@ import uuid
 from dataclasses import replace
 from pathlib import Path
 
-from ..errors import InputError, PermissionDenied, StorageError, TargetUnavailable
+from ..errors import InputError, PermissionDenied, StateError, StorageError, TargetUnavailable
 from ..state import StateStore
 from .base import OST_ACTIVE, OST_FAILED, OST_UNREACHABLE, FileStat, OstStatus, StorageBackend
 from .layout import DIRLOV_XATTR, LOV_XATTR, DirDefault, FileLayout, LayoutComponent, LayoutRequest, \
@@ -255,7 +255,7 @@ class LocalStripedStore(NamespaceMixin, MdtMixin, ObjectsMixin, RebuildMixin, St
         size = source[1] if source else 0
         claim = process_owner()
         self._claim_objects(component.objects, claim)
-        staged, linked = None, False
+        staged, linked = None, []
         try:
             with space_errors(full):
                 self._create_objects(component.objects, uid=uid, gid=gid, mode=mode)
@@ -271,8 +271,8 @@ class LocalStripedStore(NamespaceMixin, MdtMixin, ObjectsMixin, RebuildMixin, St
             with self.db.transaction() as conn:
                 with space_errors(full):
                     old = self._link_staged(staged, full, (uid, gid),
-                                            replace_old=_any_file if replaces else None)
-                linked = True
+                                            replace_old=_any_file if replaces else None,
+                                            on_linked=lambda: linked.append(True))
                 if old is not None:
                     self._doom_file_in(conn, full, old.layout if old.st.st_nlink == 1 else None)
                 self._release_claim(conn, component.objects, claim)
@@ -282,8 +282,8 @@ class LocalStripedStore(NamespaceMixin, MdtMixin, ObjectsMixin, RebuildMixin, St
                     self._unstage(staged)
                 self._drop_objects(component.objects, claim)
                 raise
-            if not isinstance(err, Exception):
-                raise
+            if not isinstance(err, StateError):
+                raise  # linked, but not known to be durable: an error, the objects kept
             # committed: the intents stay committing, for the collector to release
             log.warning("store: %s committed; its intents are left for the collector (%s)",
                         full, err)

@@ -309,11 +309,12 @@ class MdtMixin:
             os.unlink(self.staging_root / name)
 
     def _link_staged(self, staged: str, full: str, owner: tuple[int, int], *,
-                     replace_old=None) -> Inode | None:
+                     replace_old=None, on_linked=None) -> Inode | None:
         """Put the staged inode at ``full`` (missing directories made for ``owner``): ``link``
         where nothing is, ``rename`` over a store file when ``replace_old(old_inode)`` allows
         it (it raises otherwise). Returns the replaced file, if any. Call under the store's
-        lock; the caller has marked the objects' intents committing."""
+        lock; the caller has marked the objects' intents committing. ``on_linked()`` is called
+        the moment the inode is in the namespace (what fails after it must not undo it)."""
         parent_fd, name = self._walk_parent(full, create=owner)
         staging_fd = os.open(self.staging_root, _WALK)
         replaced = None
@@ -331,7 +332,11 @@ class MdtMixin:
                                      "file") from None
                 replace_old(replaced)
                 os.rename(staged, name, src_dir_fd=staging_fd, dst_dir_fd=parent_fd)
+                if on_linked is not None:
+                    on_linked()
             else:
+                if on_linked is not None:
+                    on_linked()
                 os.unlink(staged, dir_fd=staging_fd)
             fsync_fd_dir(parent_fd)
         finally:

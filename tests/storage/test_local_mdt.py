@@ -355,3 +355,31 @@ def test_collect_garbage_says_what_it_did(local_store):
     assert os.listdir(Path(local_store.store_root) / "mdt.staging") == [mine]
     assert report.summary() == ("1 object(s) deleted, 1 committing intent(s) released, "
                                 "1 staging entry removed")
+
+
+def test_what_fails_after_the_link_never_undoes_it(local_store, monkeypatch):
+    """A commit whose inode is linked keeps its objects whatever fails next: a directory sync
+    is an error (the name may not be durable), a locked namespace leaves the intents to the
+    collector."""
+    from scratchkeeper.state import DatabaseBusy
+    from scratchkeeper.storage import local_mdt
+
+    def broken_sync(dir_fd):
+        raise OSError(5, "Input/output error")
+    monkeypatch.setattr(local_mdt, "fsync_fd_dir", broken_sync)
+    with pytest.raises(OSError, match="Input/output error"):
+        local_store.create("synced")
+    monkeypatch.undo()
+    assert local_store.exists("synced")
+    assert objects_in_layouts(local_store) == objects_on_disk(local_store) != set()
+
+    def busy(*args):
+        raise DatabaseBusy("namespace.db: locked")
+    monkeypatch.setattr(local_store, "_release_claim", busy)
+    layout = local_store.create("released-later")
+    monkeypatch.undo()
+    assert local_store.read(layout.path, 0, 1) == b""
+    # both commits' intents stay committing: the collector releases them once this process
+    # is gone, without deleting anything
+    committing = local_store.db.query("SELECT committing FROM object_intents")
+    assert [row["committing"] for row in committing] == [1] * (2 * layout.stripe_count)
