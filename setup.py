@@ -31,9 +31,12 @@ def _pkg_config(*flags: str) -> list[str]:
 mount_native = Extension(
     "scratchkeeper.mount._fuse",
     sources=[f"{_MOUNT_NATIVE}/{name}.c"
-             for name in ("lov", "skfs", "namespace", "layout", "data", "wait", "_fuse")],
-    depends=[f"{_MOUNT_NATIVE}/{name}.h" for name in ("lov", "skfs", "skfs_int")],
-    include_dirs=[_MOUNT_NATIVE],
+             for name in ("lov", "skfs", "namespace", "layout", "data", "dispatch", "wait", "_fuse")]
+    # read dispatch calls the replica-selection solver's C core directly (docs/mount.rst)
+    + [f"{_SOLVER_NATIVE}/replica_select.c"],
+    depends=[f"{_MOUNT_NATIVE}/{name}.h" for name in ("lov", "skfs", "skfs_int")]
+    + [f"{_SOLVER_NATIVE}/replica_select.h"],
+    include_dirs=[_MOUNT_NATIVE, _SOLVER_NATIVE],
     # -fvisibility=hidden: the parts' shared functions stay inside the extension (PyInit__fuse
     # is exported by PyMODINIT_FUNC)
     extra_compile_args=_pkg_config("--cflags") + ["-std=gnu11", "-O2", "-pthread", "-Wall",

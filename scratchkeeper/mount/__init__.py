@@ -151,6 +151,7 @@ def serve(config: SiteConfig, mountpoint: str, *, debug: bool = False) -> None:
                   threads=mount.threads, attr_timeout=float(mount.attr_timeout),
                   max_request=mount.max_request,
                   recovery_timeout=float(mount.recovery_timeout), debug=debug,
+                  dispatch_min_bytes=mount.dispatch_min_bytes,
                   recover=_recover_callback(config))
     except OSError as err:
         raise StorageError(f"mount {mountpoint}: {err.strerror}") from None

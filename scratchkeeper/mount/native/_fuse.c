@@ -27,16 +27,18 @@ static PyObject *fuse_run(PyObject *self, PyObject *args, PyObject *kwargs)
     (void)self;
     static char *keywords[] = {"mountpoint", "mdt", "store_root", "scratch_root", "ost_count",
                                "stripe_count", "stripe_size", "threads", "attr_timeout",
-                               "max_request", "recovery_timeout", "debug", "recover", NULL};
+                               "max_request", "recovery_timeout", "debug", "recover",
+                               "dispatch_min_bytes", NULL};
     struct skfs_config cfg = {0};
-    unsigned long long stripe_size;
+    unsigned long long stripe_size, dispatch_min_bytes = 0;
     int debug = 0;
     PyObject *recover = Py_None;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "ssssIiKIdIdp|O:run", keywords,
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "ssssIiKIdIdp|OK:run", keywords,
                                      &cfg.mountpoint, &cfg.mdt, &cfg.store_root,
                                      &cfg.scratch_root, &cfg.ost_count, &cfg.stripe_count,
                                      &stripe_size, &cfg.threads, &cfg.attr_timeout,
-                                     &cfg.max_request, &cfg.recovery_timeout, &debug, &recover))
+                                     &cfg.max_request, &cfg.recovery_timeout, &debug, &recover,
+                                     &dispatch_min_bytes))
         return NULL;
     if (recover != Py_None && !PyCallable_Check(recover)) {
         PyErr_SetString(PyExc_TypeError, "recover must be callable or None");
@@ -48,6 +50,7 @@ static PyObject *fuse_run(PyObject *self, PyObject *args, PyObject *kwargs)
         return NULL;
     }
     cfg.stripe_size = stripe_size;
+    cfg.dispatch_min_bytes = dispatch_min_bytes;
     cfg.debug = debug != 0;
     if (recover != Py_None) {
         cfg.recover = call_recover;
@@ -74,7 +77,8 @@ static PyObject *fuse_run(PyObject *self, PyObject *args, PyObject *kwargs)
 static PyMethodDef methods[] = {
     {"run", (PyCFunction)(void (*)(void))fuse_run, METH_VARARGS | METH_KEYWORDS,
      "run(mountpoint, mdt, store_root, scratch_root, ost_count, stripe_count, stripe_size, "
-     "threads, attr_timeout, max_request, recovery_timeout, debug, recover=None): mount and "
+     "threads, attr_timeout, max_request, recovery_timeout, debug, recover=None, "
+     "dispatch_min_bytes=0): mount and "
      "serve until unmounted or signalled."},
     {NULL, NULL, 0, NULL},
 };

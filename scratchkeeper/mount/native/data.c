@@ -173,23 +173,14 @@ int read_pieces(struct sk_view *v, char *buf, uint64_t base, uint64_t *cur, uint
                 piece_end = end;
             if (c->end < piece_end)
                 piece_end = c->end;
-            uint64_t n = piece_end - at, got = 0;
+            uint64_t n = piece_end - at;
             off_t oo = (off_t)sk_comp_object_offset(c, at);
-            char *dst = buf + (at - base);
             bool failed = false;
-            while (got < n) {
-                ssize_t r = pread(fd, dst + got, n - got, oo + (off_t)got);
-                if (r > 0) {
-                    got += (uint64_t)r;
-                } else if (r == 0) {
-                    memset(dst + got, 0, n - got);  /* a hole at the object's end */
-                    got = n;
-                } else if (errno != EINTR) {
-                    logmsg("MDT inode %ju: OST %u object %s: read: %s", (uintmax_t)in->ino, ost,
-                           c->objs[pos].id, strerror(errno));
-                    failed = true;
-                    break;
-                }
+            int err = ost_read(fd, buf + (at - base), n, oo, ost, false);
+            if (err < 0) {
+                logmsg("MDT inode %ju: OST %u object %s: read: %s", (uintmax_t)in->ino, ost,
+                       c->objs[pos].id, strerror(-err));
+                failed = true;
             }
             if (failed) {
                 if (k < 64)
@@ -251,6 +242,12 @@ void sk_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
         if (!v->raw) {
             /* no layout: an empty file, or bytes beyond what any object holds */
             memset(buf + (cur - (uint64_t)off), 0, end - cur);
+            view_put(v);
+            rc = 0;
+            break;
+        }
+        if (cur == (uint64_t)off && wait.deadline == 0 &&
+            dispatch_read(v, buf, (uint64_t)off, end, fh->inode) == 0) {
             view_put(v);
             rc = 0;
             break;

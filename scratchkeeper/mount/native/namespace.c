@@ -347,10 +347,16 @@ static bool reserved_xattr(const char *name)
     return strncmp(name, SK_XATTR_PREFIX, strlen(SK_XATTR_PREFIX)) == 0;
 }
 
+/* The read dispatch counters (dispatch.c), answered by the mount on its root. */
+static bool dispatch_xattr(fuse_ino_t ino, const char *name)
+{
+    return ino == FUSE_ROOT_ID && strcmp(name, SK_DISPATCH_XATTR) == 0;
+}
+
 void sk_setxattr(fuse_req_t req, fuse_ino_t ino, const char *name, const char *value,
                  size_t size, int flags)
 {
-    if (reserved_xattr(name)) {
+    if (reserved_xattr(name) || dispatch_xattr(ino, name)) {
         fuse_reply_err(req, EPERM);  /* layouts are the store's and the mount's only */
         return;
     }
@@ -359,8 +365,29 @@ void sk_setxattr(fuse_req_t req, fuse_ino_t ino, const char *name, const char *v
     fuse_reply_err(req, setxattr(path, name, value, size, flags) < 0 ? errno : 0);
 }
 
+static void reply_dispatch_stats(fuse_req_t req, size_t size)
+{
+    char *text;
+    size_t len;
+    int rc = dispatch_stats(&text, &len);
+    if (rc < 0)
+        fuse_reply_err(req, -rc);
+    else if (size == 0)
+        fuse_reply_xattr(req, len);
+    else if (size < len)
+        fuse_reply_err(req, ERANGE);
+    else
+        fuse_reply_buf(req, text, len);
+    if (rc == 0)
+        free(text);
+}
+
 void sk_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name, size_t size)
 {
+    if (dispatch_xattr(ino, name)) {
+        reply_dispatch_stats(req, size);
+        return;
+    }
     char path[64];
     procpath(get_inode(ino)->fd, path);
     if (size == 0) {
@@ -411,7 +438,7 @@ void sk_listxattr(fuse_req_t req, fuse_ino_t ino, size_t size)
 
 void sk_removexattr(fuse_req_t req, fuse_ino_t ino, const char *name)
 {
-    if (reserved_xattr(name)) {
+    if (reserved_xattr(name) || dispatch_xattr(ino, name)) {
         fuse_reply_err(req, EPERM);
         return;
     }

@@ -26,6 +26,7 @@
 #include <sys/inotify.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
+#include <sys/sysmacros.h>
 #include <sys/xattr.h>
 #include <time.h>
 #include <unistd.h>
@@ -551,6 +552,34 @@ static const struct fuse_lowlevel_ops ops = {
 
 /* -- the session ------------------------------------------------------------------------------ */
 
+/* The kernel's readahead of a FUSE mount is its bdi's read_ahead_kb (128 KiB by default),
+ * whatever max_readahead says: raised to mount.max_request, so that large reads reach the mount
+ * as requests of max_request bytes (read dispatch needs them). Run by a thread of its own once
+ * mounted: the stat of the mount point is served by the session loop. */
+static void *raise_readahead(void *arg)
+{
+    (void)arg;
+    struct stat st;
+    if (stat(fs.cfg.mountpoint, &st) < 0)
+        return NULL;  /* unmounted meanwhile */
+    char path[96], now[32];
+    snprintf(path, sizeof path, "/sys/class/bdi/%u:%u/read_ahead_kb", major(st.st_dev),
+             minor(st.st_dev));
+    unsigned want = fs.max_request / 1024;
+    FILE *f = fopen(path, "r+");
+    if (!f) {
+        logmsg("%s: %s: readahead left as it is", path, strerror(errno));
+        return NULL;
+    }
+    if (fgets(now, sizeof now, f) && (unsigned)strtoul(now, NULL, 10) < want) {
+        rewind(f);
+        if (fprintf(f, "%u\n", want) < 0 || fflush(f) != 0)
+            logmsg("%s: %s: readahead left as it is", path, strerror(errno));
+    }
+    fclose(f);
+    return NULL;
+}
+
 static void free_table(void)
 {
     for (size_t b = 0; b < NBUCKETS; b++) {
@@ -633,6 +662,9 @@ int skfs_run(const struct skfs_config *config, char *err, size_t errlen)
         goto out;
     }
 
+    if ((rc = dispatch_start(config, err, errlen)) < 0)
+        goto stop_watcher;
+
     char opts[512];
     snprintf(opts, sizeof opts,
              "allow_other,default_permissions,fsname=scratchkeeper,subtype=scratchkeeper,"
@@ -642,7 +674,7 @@ int skfs_run(const struct skfs_config *config, char *err, size_t errlen)
     fs.se = fuse_session_new(&args, &ops, sizeof ops, NULL);
     if (!fs.se) {
         rc = fail(err, errlen, -EINVAL, "cannot start the FUSE session (options %s)", opts);
-        goto stop_watcher;
+        goto stop_pool;
     }
     /* the default disposition first: fuse_set_signal_handlers leaves a handler it finds */
     struct sigaction dfl = {.sa_handler = SIG_DFL}, saved[3];
@@ -663,6 +695,13 @@ int skfs_run(const struct skfs_config *config, char *err, size_t errlen)
     }
     logmsg("%s: serving %s (%u OSTs, %u threads)", config->mountpoint, config->mdt,
            config->ost_count, config->threads);
+    pthread_t readahead;
+    bool readahead_started = false;
+    if (config->dispatch_min_bytes > 0) {
+        pthread_sigmask(SIG_BLOCK, &all, &old);
+        readahead_started = pthread_create(&readahead, NULL, raise_readahead, NULL) == 0;
+        pthread_sigmask(SIG_SETMASK, &old, NULL);
+    }
     struct fuse_loop_config *loop = fuse_loop_cfg_create();
     fuse_loop_cfg_set_max_threads(loop, config->threads);
     fuse_loop_cfg_set_idle_threads(loop, config->threads / 2 ? config->threads / 2 : 1);
@@ -672,6 +711,8 @@ int skfs_run(const struct skfs_config *config, char *err, size_t errlen)
     if (lrc < 0)
         rc = fail(err, errlen, lrc, "the session ended: %s", strerror(-lrc));
     fuse_session_unmount(fs.se);
+    if (readahead_started)
+        pthread_join(readahead, NULL);
     fuse_remove_signal_handlers(fs.se);
     logmsg("%s: unmounted", config->mountpoint);
 restore:
@@ -680,6 +721,8 @@ restore:
     sigaction(SIGPIPE, &saved_pipe, NULL);
     fuse_session_destroy(fs.se);
     fs.se = NULL;
+stop_pool:
+    dispatch_stop();
 stop_watcher:
     if (write(fs.stop_pipe[1], "x", 1) != 1)
         logmsg("stopping the OST watcher: %s", strerror(errno));

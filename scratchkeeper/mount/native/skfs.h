@@ -25,6 +25,7 @@ struct skfs_config {
     double attr_timeout;
     unsigned max_request;
     double recovery_timeout;
+    uint64_t dispatch_min_bytes; /* reads this large over several mirrors: the solver (0: never) */
     bool debug;
     skfs_recover_fn recover;
     void *recover_ctx;

@@ -4,6 +4,7 @@
  *   namespace.c  names, directories, statfs, extended attributes
  *   layout.c     OST states, objects, layout attributes, views, new layouts, stale marks
  *   data.c       read, write, truncate, fsync of regular files
+ *   dispatch.c   reads dispatched over the mirrors by the replica-selection solver, a read pool
  *   wait.c       the read's wait for recoveryd (or the OST's return) on a stripe no mirror holds
  *
  * Every symbol here is hidden in the extension (-fvisibility=hidden).
@@ -147,6 +148,21 @@ void sk_fsync(fuse_req_t req, fuse_ino_t ino, int datasync, struct fuse_file_inf
 void sk_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, struct fuse_file_info *fi);
 void sk_write(fuse_req_t req, fuse_ino_t ino, const char *data, size_t size, off_t off,
               struct fuse_file_info *fi);
+
+/* dispatch.c */
+#define SK_DISPATCH_XATTR "user.scratchkeeper.dispatch"  /* read-only, on the mount's root */
+/* Start (the policy from SK_MOUNT_DISPATCH, the pool) and stop read dispatch. */
+int dispatch_start(const struct skfs_config *cfg, char *err, size_t errlen);
+void dispatch_stop(void);
+/* pread n bytes of an object of OST `ost` at oo into dst whole (zeros past its end), timed
+ * into the OST's figures; `queued`: the bytes were counted in flight already. 0 or -errno. */
+int ost_read(int fd, char *dst, uint64_t n, off_t oo, uint32_t ost, bool queued);
+/* Fill buf (file bytes [off, end)) by dispatch: 0 done, 1 when the request is not for
+ * dispatch or a piece failed (the per-piece path reads it all again). */
+int dispatch_read(struct sk_view *v, char *buf, uint64_t off, uint64_t end,
+                  const struct sk_inode *in);
+/* The counters as JSON text (malloc'd). */
+int dispatch_stats(char **out, size_t *len);
 
 /* wait.c: a read's wait on a stripe no mirror holds */
 struct sk_wait {
