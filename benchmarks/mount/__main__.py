@@ -90,8 +90,8 @@ def drop_caches() -> None:
 
 
 def _run(argv: list[str], timeout: float, env: dict | None = None) -> str:
-    done = subprocess.run(["timeout", "-k", "10", str(int(timeout)), *argv], capture_output=True,
-                          text=True, env=env)
+    done = targets.run_group(["timeout", "-k", "10", str(int(timeout)), *argv], timeout + 30,
+                             env=env)
     if done.returncode != 0:
         raise RunFailed(f"{' '.join(argv[:3])}... exit {done.returncode}: "
                         f"{(done.stderr or done.stdout)[-600:]}")
@@ -311,7 +311,8 @@ def main(argv: list[str] | None = None) -> int:
         if subprocess.run(["which", tool], capture_output=True).returncode != 0:
             sys.exit(f"benchmarks.mount: {tool} not found: make deps")
     settings = QUICK if args.quick else FULL
-    result = run(settings, args.workdir)
+    with targets.exit_on_sigterm():
+        result = run(settings, args.workdir)
     table = summarize(result)
     result["summary"] = table
     REPORT_DIR.mkdir(parents=True, exist_ok=True)

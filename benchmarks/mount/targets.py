@@ -16,6 +16,7 @@ import contextlib
 import importlib.util
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -108,6 +109,41 @@ def remove_tree(path: Path, timeout: float = 600) -> None:
     if path.exists() or path.is_symlink():
         subprocess.run(["timeout", "-k", "10", str(int(timeout)), "rm", "-rf", str(path)],
                        check=False)
+
+
+def run_group(argv: list[str], timeout: float, **kwargs) -> subprocess.CompletedProcess:
+    """subprocess.run in a session of its own, text output captured; on a timeout or any
+    exception (SIGTERM included, see exit_on_sigterm) the whole group is killed first, so that
+    nothing is left working inside a mount that is about to be unmounted."""
+    process = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               errors="replace", start_new_session=True, **kwargs)
+    try:
+        stdout, stderr = process.communicate(timeout=timeout)
+    except BaseException:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGTERM)
+        try:
+            process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+        raise
+    return subprocess.CompletedProcess(argv, process.returncode, stdout, stderr)
+
+
+@contextlib.contextmanager
+def exit_on_sigterm():
+    """SIGTERM (timeout, kill) raises SystemExit, so that finally blocks unmount what was
+    mounted and remove what was written (the default action would end the process at once)."""
+    def _exit(signum, _frame):
+        raise SystemExit(128 + signum)
+
+    previous = signal.signal(signal.SIGTERM, _exit)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 @contextlib.contextmanager

@@ -15,6 +15,8 @@ import subprocess
 import sys
 import tempfile
 import tomllib
+import types
+from importlib.machinery import SourceFileLoader
 from pathlib import Path
 
 import pytest
@@ -24,12 +26,12 @@ if str(REPO) not in sys.path:  # benchmarks/ is not installed: the repository is
     sys.path.insert(0, str(REPO))
 
 from benchmarks.mount import targets  # noqa: E402
+from benchmarks.mount.conformance import ACCEPTED, accepted_failures, known_bugs  # noqa: E402
 
 PJDFSTEST = REPO / "scripts" / "pjdfstest"
-ACCEPTED = REPO / "docs" / "benchmarks" / "mount" / "pjdfstest-accepted.toml"
 SUBSET_TIMEOUT = 900  # seconds the subset may take on one target (about 1-3 minutes)
 
-pytestmark = [
+needs_fuse = [
     pytest.mark.skipif(os.geteuid() != 0, reason="pjdfstest changes owners: needs root"),
     pytest.mark.skipif(not os.path.exists("/dev/fuse") or shutil.which("fusermount3") is None,
                        reason="no FUSE here (/dev/fuse, fusermount3)"),
@@ -37,20 +39,16 @@ pytestmark = [
                        reason="prove (perl) and bindfs are needed: make deps"),
 ]
 
+
+
+def _fuse(test):
+    for mark in needs_fuse:
+        test = mark(test)
+    return test
+
+
 NO_MOUNT = ("scratchkeeper has no mount yet (no package scratchkeeper.mount): only bindfs's "
             "subset run is made")
-
-
-def accepted_failures() -> dict[str, str]:
-    """'file.t:N' -> why the mount may fail it."""
-    table = tomllib.loads(ACCEPTED.read_text())
-    return {test: entry["reason"] for entry in table.get("accepted", []) for test in entry["tests"]}
-
-
-def known_bugs() -> dict[str, str]:
-    """'file.t:N' -> the mount's bug that fails it (to be fixed: not accepted)."""
-    table = tomllib.loads(ACCEPTED.read_text())
-    return {test: entry["bug"] for entry in table.get("known_bug", []) for test in entry["tests"]}
 
 
 @pytest.fixture(scope="module")
@@ -74,10 +72,9 @@ def subset_run():
                    "mount": lambda: targets.scratch_mount(base)}[name]
         out = base / "result.json"
         with mounter() as target:
-            done = subprocess.run([str(PJDFSTEST), "run", str(target.path), "--subset",
-                                   "--json", str(out), "--timeout", str(SUBSET_TIMEOUT)],
-                                  capture_output=True, text=True, timeout=SUBSET_TIMEOUT + 60)
-            assert target.path.is_dir()
+            done = targets.run_group([str(PJDFSTEST), "run", str(target.path), "--subset",
+                                      "--json", str(out), "--timeout", str(SUBSET_TIMEOUT)],
+                                     SUBSET_TIMEOUT + 60)
         assert done.returncode == 0, f"pjdfstest on {name} did not complete:\n{done.stdout}\n" \
                                      f"{done.stderr}"
         result = json.loads(out.read_text())
@@ -85,9 +82,12 @@ def subset_run():
         results[name] = result
         return result
 
-    yield run
-    for base in bases:
-        targets.clean_base(base)
+    try:
+        with targets.exit_on_sigterm():  # a killed pytest still unmounts
+            yield run
+    finally:
+        for base in bases:
+            targets.clean_base(base)
 
 
 def _show(title: str, ids) -> str:
@@ -96,6 +96,7 @@ def _show(title: str, ids) -> str:
 
 
 @pytest.mark.parametrize("name", ["bindfs", "mount"])
+@_fuse
 def test_subset_completes_with_only_accepted_failures(subset_run, name):
     if name == "mount" and not targets.mount_available():
         pytest.skip(NO_MOUNT)
@@ -135,6 +136,7 @@ def _reason(result: dict, failure: str) -> str:
     return record.get("not_ok", {}).get(number, "(no line)")
 
 
+@_fuse
 def test_mount_fails_no_more_than_bindfs(subset_run):
     if not targets.mount_available():
         pytest.skip(NO_MOUNT)
@@ -161,3 +163,64 @@ def test_accepted_list_gives_a_reason_for_each_entry():
                 assert (REPO / "build" / "pjdfstest" / "tests" / name).is_file(), \
                     f"{test}: no such pjdfstest file"
                 assert number == "plan" or number.isdigit(), test
+
+
+#: prove -r -v's output of bindfs's whole-suite run on this machine (2026-11-24), cut to one
+#: verbose file and a few summary entries: a wrapped "Failed tests" list, "TODO passed" (not
+#: failures), the totals.
+PROVE_OUTPUT = """\
+/work/main/build/pjdfstest/tests/utimensat/02.t ........ 
+1..10
+ok 1
+ok 2
+ok 3
+not ok 4 - tried 'lstat pjdfstest_9dd61dec12a3fa2cc2b12beeb98fb8f8 atime', expected 1900000000, got 1795526445
+ok 5
+ok 6
+not ok 7 - tried 'lstat pjdfstest_9dd61dec12a3fa2cc2b12beeb98fb8f8 atime', expected 1900000000, got 1795526445
+not ok 8 - tried 'lstat pjdfstest_9dd61dec12a3fa2cc2b12beeb98fb8f8 mtime', expected 1950000000, got 1795526445
+ok 9
+ok 10
+Failed 3/10 subtests 
+/work/main/build/pjdfstest/tests/utimensat/03.t ........ 
+Test Summary Report
+-------------------
+/work/main/build/pjdfstest/tests/chown/00.t          (Wstat: 0 Tests: 1280 Failed: 0)
+  TODO passed:   1054, 1058, 1064, 1069, 1073, 1079, 1084
+                1088, 1094, 1099, 1103, 1109, 1114, 1118
+                1124, 1129, 1133, 1139, 1144
+/work/main/build/pjdfstest/tests/link/00.t           (Wstat: 0 Tests: 202 Failed: 45)
+  Failed tests:  5, 8-9, 13, 15, 18-19, 22, 31, 34-35, 39
+                41, 44-45, 48, 57, 60-61, 65, 67, 70-71
+                74, 83, 86-87, 91, 93, 96-97, 100, 109
+                112-113, 117, 119, 122-123, 126, 134, 141
+                148, 155, 162
+/work/main/build/pjdfstest/tests/utimensat/02.t      (Wstat: 0 Tests: 10 Failed: 3)
+  Failed tests:  4, 7-8
+Files=238, Tests=8798, 177 wallclock secs ( 0.88 usr  0.26 sys + 34.51 cusr  9.44 csys = 45.09 CPU)
+Result: FAIL
+"""
+
+
+def _pjdfstest_module():
+    loader = SourceFileLoader("pjdfstest_script", str(PJDFSTEST))
+    module = types.ModuleType(loader.name)
+    module.__file__ = str(PJDFSTEST)
+    loader.exec_module(module)
+    return module
+
+
+def test_prove_output_parsed_per_file():
+    pjdfstest = _pjdfstest_module()
+    result = pjdfstest.parse_prove(PROVE_OUTPUT)
+    assert result["totals"] == {"files": 238, "tests": 8798, "result": "FAIL"}
+    utimensat = result["files"]["utimensat/02.t"]
+    assert utimensat["planned"] == 10 and utimensat["ran"] == 10
+    assert utimensat["failed"] == [4, 7, 8]
+    assert utimensat["not_ok"]["8"].endswith("expected 1950000000, got 1795526445")
+    link = result["files"]["link/00.t"]
+    assert len(link["failed"]) == 45 and link["failed"][:4] == [5, 8, 9, 13]
+    assert link["failed"][-3:] == [148, 155, 162]  # the list's continuation lines
+    assert result["files"]["chown/00.t"]["failed"] == []  # TODO passed is no failure
+    failures = pjdfstest.failure_ids(result)
+    assert len(failures) == 48 and "utimensat/02.t:7" in failures
