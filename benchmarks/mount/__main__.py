@@ -15,7 +15,9 @@ store, all on the same disk under --workdir. Every measured run starts from cold
 turn, the targets' order rotated each repeat) and repeated, so that load from other processes
 falls on all of them; the report gives medians, ranges and the ratios mount/bindfs against the
 goals, and the load average seen during the run. It reports; it never fails on a speed goal.
-Everything mounted is unmounted, the big files removed, on errors too.
+Everything mounted is unmounted, the big files removed, on errors too. Writes
+docs/benchmarks/mount/report.md, results.json and results.png (--quick: report-quick.md,
+results-quick.json, results-quick.png, so that a quick check keeps the full run's figures).
 """
 
 from __future__ import annotations
@@ -206,6 +208,10 @@ def _figure(stats: dict) -> str:
     return f"{stats['median']:,.0f} ({stats['min']:,.0f}-{stats['max']:,.0f})"
 
 
+def _name(stem: str, settings: dict, ext: str) -> str:
+    return f"{stem}{'-quick' if settings['quick'] else ''}.{ext}"
+
+
 def write_report(result: dict, table: dict) -> None:
     REPORT_DIR.mkdir(parents=True, exist_ok=True)
     settings = result["settings"]
@@ -259,10 +265,10 @@ def write_report(result: dict, table: dict) -> None:
         lines.append(f"* **mount**: not measured: {targets.NO_MOUNT}.")
     if result["errors"]:
         lines += ["", "Runs that failed:", ""] + [f"* {e}" for e in result["errors"]]
-    lines += ["", "![bars per workload](results.png)", "",
+    lines += ["", f"![bars per workload]({_name('results', settings, 'png')})", "",
               "How to run, what each workload measures and why the peers' options are fair: "
               "[README.rst](README.rst).", ""]
-    (REPORT_DIR / "report.md").write_text("\n".join(lines))
+    (REPORT_DIR / _name("report", settings, "md")).write_text("\n".join(lines))
 
 
 def plot(result: dict, table: dict) -> None:
@@ -292,7 +298,7 @@ def plot(result: dict, table: dict) -> None:
     fig.suptitle("Cold cache, medians and ranges of "
                  f"{result['settings']['repeats']} repeats (higher is better)", fontsize=9)
     fig.tight_layout()
-    fig.savefig(REPORT_DIR / "results.png", dpi=110)
+    fig.savefig(REPORT_DIR / _name("results", result["settings"], "png"), dpi=110)
     plt.close(fig)
 
 
@@ -316,11 +322,13 @@ def main(argv: list[str] | None = None) -> int:
     table = summarize(result)
     result["summary"] = table
     REPORT_DIR.mkdir(parents=True, exist_ok=True)
-    (REPORT_DIR / "results.json").write_text(json.dumps(result, indent=1) + "\n")
+    (REPORT_DIR / _name("results", result["settings"], "json")).write_text(
+        json.dumps(result, indent=1) + "\n")
     write_report(result, table)
     plot(result, table)
-    print(f"bench mount: wrote {REPORT_DIR.relative_to(ROOT)}/report.md, results.json, "
-          "results.png")
+    print(f"bench mount: wrote {REPORT_DIR.relative_to(ROOT)}/"
+          + ", ".join(_name(stem, result["settings"], ext) for stem, ext in
+                      (("report", "md"), ("results", "json"), ("results", "png"))))
     return 1 if result["errors"] else 0
 
 
