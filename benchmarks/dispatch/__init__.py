@@ -1,0 +1,1 @@
+"""Read dispatch benchmark: python -m benchmarks.dispatch [--quick]."""
