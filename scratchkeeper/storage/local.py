@@ -316,6 +316,12 @@ class LocalStripedStore(NamespaceMixin, MdtMixin, ObjectsMixin, RebuildMixin, St
                     raise PermissionDenied(f"{full}: owned by uid {info.st_uid}, not uid "
                                            f"{expect_uid}")
                 existing = self._lookup(full)
+                if existing and _served_by_mount(fd, info, existing.st):
+                    # the transfer wrote through the scratch mount (docs/mount.rst): the file
+                    # already is this store file, with the layout its directory gave it
+                    log.info("store: %s was written through the scratch mount; already in the "
+                             "store", full)
+                    return existing.layout
                 if existing:
                     if existing.size == info.st_size and \
                             existing.st.st_mtime == info.st_mtime:
@@ -747,6 +753,20 @@ def _getxattr(node: Inode, name: str) -> bytes | None:
             raise PermissionDenied(f"{node.path}: permission denied (uid {os.geteuid()} may not "
                                    f"read its attribute {name})") from None
         raise StorageError(f"{node.path}: cannot read xattr {name}: {err.strerror}") from None
+
+
+def _served_by_mount(fd: int, opened: os.stat_result, mdt: os.stat_result) -> bool:
+    """Whether the file opened under the scratch root is the MDT inode ``mdt`` served by the
+    scratch mount: the mount answers with the MDT's inode number, on a device of its own, and
+    shows the layout attribute only root can set."""
+    if (opened.st_ino, opened.st_size) != (mdt.st_ino, mdt.st_size) or \
+            opened.st_dev == mdt.st_dev:
+        return False
+    try:
+        os.getxattr(fd, LOV_XATTR)
+    except OSError:
+        return False
+    return True
 
 
 def _check_xattr_name(name: str) -> None:
