@@ -1,4 +1,4 @@
-"""``scratchkeeper mount MOUNTPOINT``: serve the local store as a POSIX file system (FUSE) in the
+"""``scratchkeeper mount [MOUNTPOINT]``: serve the local store as a POSIX file system (FUSE) in the
 foreground until ``fusermount3 -u MOUNTPOINT`` or SIGINT/SIGTERM (docs/mount.rst)."""
 
 from __future__ import annotations
@@ -14,8 +14,9 @@ def register(subparsers) -> None:
         description="Mount the local striped store (its MDT tree and OST objects) at MOUNTPOINT "
                     "and serve it until unmounted (fusermount3 -u MOUNTPOINT) or interrupted. "
                     "Runs as root.")
-    mount.add_argument("mountpoint", metavar="MOUNTPOINT",
-                       help="an empty directory (normally storage.scratch_root)")
+    mount.add_argument("mountpoint", metavar="MOUNTPOINT", nargs="?", default=None,
+                       help="an empty directory (default: storage.scratch_root, where jobs "
+                            "read and write)")
     # -c also after the subcommand: `scratchkeeper mount MNT -c CONFIG`
     mount.add_argument("-c", "--config", metavar="FILE", default=argparse.SUPPRESS,
                        help="site configuration (as the global -c)")
@@ -28,5 +29,5 @@ def _mount(args: argparse.Namespace) -> int:
     config = daemon_logging(args)
     from ..mount import serve
 
-    serve(config, args.mountpoint, debug=args.debug)
+    serve(config, args.mountpoint or config.storage.scratch_root, debug=args.debug)
     return 0
