@@ -293,7 +293,8 @@ def test_stop_stops_only_the_named_services_and_up_would_start_them(script, fake
     assert processes["spank-chain"].wait(timeout=5) == -15
     assert processes["recoveryd"].wait(timeout=5) == -15
     assert processes["replicad"].poll() is None
-    assert set(cluster.status["pids"]) == {"replicad"}
+    assert set(cluster.status["pids"]) == set(script.MANAGED_SERVICES) - {"spank-chain",
+                                                                          "recoveryd"}
     rows = {name: state for name, _, state in cluster.report()[0]}
     assert rows["replicad"] == "running" and rows["spank-chain"] == "DOWN (not started)"
     cluster.stop(["recoveryd"])  # already stopped: nothing to do
