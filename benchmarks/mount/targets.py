@@ -134,10 +134,11 @@ def run_group(argv: list[str], timeout: float, **kwargs) -> subprocess.Completed
 
 @contextlib.contextmanager
 def exit_on_sigterm():
-    """SIGTERM (timeout, kill) raises SystemExit, so that finally blocks unmount what was
-    mounted and remove what was written (the default action would end the process at once)."""
+    """SIGTERM (timeout, kill) raises KeyboardInterrupt, as ^C does, so that finally blocks
+    unmount what was mounted and remove what was written (the default action would end the
+    process at once); pytest stops its session on it and still runs the fixtures' teardown."""
     def _exit(signum, _frame):
-        raise SystemExit(128 + signum)
+        raise KeyboardInterrupt(f"signal {signum}")
 
     previous = signal.signal(signal.SIGTERM, _exit)
     try:
