@@ -123,6 +123,14 @@ class Mount:
         self.process.wait(timeout=OP_TIMEOUT)
         self.process = None
 
+    def add_mirror(self, name: str):
+        """Give the file ``name`` (relative to the mount) a second mirror on OSTs its first one
+        does not use, with the store's own ``add_mirror`` (as replicad makes one)."""
+        from scratchkeeper.config import load_config
+        from scratchkeeper.storage import open_backend
+
+        return open_backend(load_config(self.config)).add_mirror(str(self.root / name))
+
     def run(self, argv: list[str], **kwargs) -> subprocess.CompletedProcess:
         kwargs.setdefault("capture_output", True)
         kwargs.setdefault("timeout", OP_TIMEOUT)

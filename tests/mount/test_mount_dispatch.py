@@ -12,12 +12,11 @@ import shutil
 import subprocess
 import threading
 import time
-from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
-from scratchkeeper.storage.layout import FileLayout, StripeObject
+from scratchkeeper.storage.layout import FileLayout
 
 LOV = "security.scratchkeeper.lov"
 STATS = "user.scratchkeeper.dispatch"
@@ -42,24 +41,6 @@ def pieces(mnt) -> dict[int, int]:
     return {o["ost"]: o["pieces"] for o in stats(mnt)["osts"]}
 
 
-def add_mirror(mnt, name: str, data: bytes) -> FileLayout:
-    """A second mirror on the OSTs the first does not use, written as the store writes one:
-    objects first, then the layout attribute (generation + 1)."""
-    mdt = mnt.mdt / name
-    layout = FileLayout.from_lov(os.getxattr(mdt, LOV), name)
-    first = layout.first
-    spare = [i for i in range(mnt.settings["ost_count"]) if i not in first.ost_list]
-    objects = tuple(StripeObject(ost, os.urandom(16).hex()) for ost in spare[:first.stripe_count])
-    mirror = replace(first, objects=objects, comp_id=first.comp_id + 1, mirror_id=1)
-    for position, obj in enumerate(objects):
-        held = bytearray(mirror.object_size(position, len(data)))
-        for extent in mirror.extents_at_position(position, len(data)):
-            at = mirror.object_offset(extent.offset)
-            held[at:at + extent.length] = data[extent.offset:extent.end]
-        (mnt.ost(obj.ost_index) / obj.object_id).write_bytes(bytes(held))
-    mirrored = FileLayout(layout.components + (mirror,), layout.layout_gen + 1, name)
-    os.setxattr(mdt, LOV, mirrored.to_lov())
-    return mirrored
 
 
 def read_whole(path: Path, block: int = MIB) -> bytes:
@@ -78,7 +59,7 @@ def read_whole(path: Path, block: int = MIB) -> bytes:
 def mirrored_file(mnt, name: str, size: int) -> tuple[bytes, FileLayout]:
     data = os.urandom(size)
     (mnt.root / name).write_bytes(data)
-    layout = add_mirror(mnt, name, data)
+    layout = mnt.add_mirror(name)
     assert len(layout.mirror_ids) == 2
     assert not set(layout.components[0].ost_list) & set(layout.components[1].ost_list)
     return data, layout

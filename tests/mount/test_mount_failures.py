@@ -6,11 +6,9 @@ from __future__ import annotations
 import errno
 import os
 import time
-from dataclasses import replace
-
 import pytest
 
-from scratchkeeper.storage.layout import FileLayout, LayoutComponent, StripeObject
+from scratchkeeper.storage.layout import FileLayout
 
 LOV = "security.scratchkeeper.lov"
 
@@ -23,24 +21,6 @@ def drop_cache(path) -> None:
         os.close(fd)
 
 
-def add_mirror(mnt, name: str, data: bytes) -> FileLayout:
-    """Give the file a second mirror on the OSTs its first one does not use, written as the
-    store writes one: objects filled first, then the layout attribute (generation + 1)."""
-    mdt = mnt.mdt / name
-    layout = FileLayout.from_lov(os.getxattr(mdt, LOV), name)
-    first = layout.first
-    spare = [i for i in range(mnt.settings["ost_count"]) if i not in first.ost_list]
-    objects = tuple(StripeObject(ost, os.urandom(16).hex()) for ost in spare[:first.stripe_count])
-    mirror = replace(first, objects=objects, comp_id=first.comp_id + 1, mirror_id=1)
-    for position, obj in enumerate(objects):
-        held = bytearray(mirror.object_size(position, len(data)))
-        for extent in mirror.extents_at_position(position, len(data)):
-            at = mirror.object_offset(extent.offset)
-            held[at:at + extent.length] = data[extent.offset:extent.end]
-        (mnt.ost(obj.ost_index) / obj.object_id).write_bytes(bytes(held))
-    mirrored = FileLayout(layout.components + (mirror,), layout.layout_gen + 1, name)
-    os.setxattr(mdt, LOV, mirrored.to_lov())
-    return mirrored
 
 
 def fail_ost(mnt, index: int) -> None:
@@ -54,7 +34,7 @@ def restore_ost(mnt, index: int) -> None:
 def test_a_failed_ost_is_read_from_the_mirror_without_a_stall(mnt):
     data = os.urandom(600_000)
     (mnt.root / "m").write_bytes(data)
-    layout = add_mirror(mnt, "m", data)
+    layout = mnt.add_mirror("m")
     assert len(layout.mirror_ids) == 2
     drop_cache(mnt.root / "m")
     fail_ost(mnt, layout.first.ost_list[0])
@@ -78,7 +58,7 @@ def test_a_failed_ost_is_read_from_the_mirror_without_a_stall(mnt):
 def test_a_write_with_a_failed_mirror_marks_it_stale(mnt):
     data = os.urandom(300_000)
     (mnt.root / "w").write_bytes(data)
-    layout = add_mirror(mnt, "w", data)
+    layout = mnt.add_mirror("w")
     fail_ost(mnt, layout.components[1].ost_list[0])
     try:
         time.sleep(0.2)

@@ -29,7 +29,6 @@ import subprocess
 import time
 import uuid
 from contextlib import contextmanager
-from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -40,7 +39,7 @@ from scratchkeeper.recovery import records
 from scratchkeeper.recovery.service import RecoveryService
 from scratchkeeper.storage import LayoutRequest, open_backend
 from scratchkeeper.storage.base import XATTR_PREFIX
-from scratchkeeper.storage.layout import FileLayout, StripeObject
+from scratchkeeper.storage.layout import FileLayout
 
 MiB = 1 << 20
 LOV = "security.scratchkeeper.lov"
@@ -195,32 +194,13 @@ def lost_offset(layout: FileLayout, ost: int, size: int) -> int:
 
 # -- (a) a mirror: no stall -------------------------------------------------------------------
 
-def add_mirror(mnt, name: str, data: bytes) -> FileLayout:
-    """A second mirror on OSTs the first does not use, made as the store makes one: its objects
-    filled first, then the layout attribute (generation + 1)."""
-    layout = layout_of(mnt, name)
-    first = layout.first
-    spare = [i for i in range(mnt.settings["ost_count"]) if i not in first.ost_list]
-    objects = tuple(StripeObject(ost, os.urandom(16).hex()) for ost in spare[:first.stripe_count])
-    mirror = replace(first, objects=objects, comp_id=first.comp_id + 1, mirror_id=1)
-    for position, obj in enumerate(objects):
-        held = bytearray(mirror.object_size(position, len(data)))
-        for extent in mirror.extents_at_position(position, len(data)):
-            at = mirror.object_offset(extent.offset)
-            held[at:at + extent.length] = data[extent.offset:extent.end]
-        target = mnt.ost(obj.ost_index) / obj.object_id
-        target.write_bytes(bytes(held))
-        os.chown(target, *(lambda st: (st.st_uid, st.st_gid))(os.stat(mnt.mdt / name)))
-    mirrored = FileLayout(layout.components + (mirror,), layout.layout_gen + 1, name)
-    os.setxattr(mnt.mdt / name, LOV, mirrored.to_lov())
-    return mirrored
 
 
 def test_a_mirror_serves_the_failed_ost_without_a_stall(make_mount):
     mnt = make_mount(**{**SETTINGS, "recovery_timeout": 30.0})
     data = pattern(SMALL, 1)
     stage(mnt, "mirrored.bin", data, file_source(mnt, "mirrored.bin", data), **STRIPES)
-    layout = add_mirror(mnt, "mirrored.bin", data)
+    layout = mnt.add_mirror("mirrored.bin")
     failed = layout.first.ost_list[1]
     path = mnt.root / "mirrored.bin"
     drop_cache(path)
