@@ -68,7 +68,7 @@ def subset_run():
         base = Path(tempfile.mkdtemp(prefix=f"sk-conformance-{name}.", dir="/var/tmp"))
         os.chmod(base, 0o755)
         bases.append(base)
-        mounter = {"bindfs": lambda: targets.bindfs(base, options=()),
+        mounter = {"bindfs": lambda: targets.bindfs(base, options=(), read_ahead=None),
                    "mount": lambda: targets.scratch_mount(base)}[name]
         out = base / "result.json"
         with mounter() as target:
