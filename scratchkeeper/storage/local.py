@@ -409,8 +409,15 @@ class LocalStripedStore(NamespaceMixin, MdtMixin, ObjectsMixin, RebuildMixin, St
         return entry is not None and statmod.S_ISREG(entry.st_mode)
 
     def remove(self, path: str) -> None:
-        """Unlink the file's MDT name; its objects are doomed when that was its last name."""
+        """Unlink the file's MDT name; its objects are doomed when that was its last name.
+
+        A file the scratch mount serves is unlinked through the mount instead: the kernel then
+        forgets the name at once (not after the mount's entry timeout), and the mount deletes
+        the objects when the last name and the last open handle are gone (a job may still be
+        reading it)."""
         self._check_writable()
+        if self._remove_through_mount(path):
+            return
         with self.db.transaction() as conn:
             with self._opened(path) as node:
                 now = os.fstat(node.fd)
@@ -418,6 +425,32 @@ class LocalStripedStore(NamespaceMixin, MdtMixin, ObjectsMixin, RebuildMixin, St
                 self._doom_file_in(conn, node.path, node.layout if now.st_nlink == 1 else None)
                 fsync_fd_dir(node.parent_fd)
         self._collect_garbage()
+
+    def _remove_through_mount(self, path: str) -> bool:
+        node = self._lookup(self.paths.resolve(path))
+        if node is None:
+            return False
+        try:
+            parent_fd, name = self._open_parent(node.path)
+        except (InputError, PermissionDenied, StorageError):
+            return False  # no such name under the real scratch root: not mounted
+        try:
+            try:
+                fd = os.open(name, os.O_PATH | os.O_NOFOLLOW, dir_fd=parent_fd)
+            except OSError:
+                return False
+            try:
+                # an O_PATH descriptor has no xattrs: ask the name in the directory walked,
+                # never following a link
+                served = _served_by_mount(None, os.fstat(fd), node.st, lambda: os.getxattr(
+                    f"/proc/self/fd/{parent_fd}/{name}", LOV_XATTR, follow_symlinks=False))
+            finally:
+                os.close(fd)
+            if served:
+                os.unlink(name, dir_fd=parent_fd)
+            return served
+        finally:
+            os.close(parent_fd)
 
     def list_dir(self, path: str = "") -> list[str]:
         full = self.paths.resolve(path or self.scratch_root)
@@ -755,15 +788,16 @@ def _getxattr(node: Inode, name: str) -> bytes | None:
         raise StorageError(f"{node.path}: cannot read xattr {name}: {err.strerror}") from None
 
 
-def _served_by_mount(fd: int, opened: os.stat_result, mdt: os.stat_result) -> bool:
+def _served_by_mount(fd: int | None, opened: os.stat_result, mdt: os.stat_result,
+                     layout_of=None) -> bool:
     """Whether the file opened under the scratch root is the MDT inode ``mdt`` served by the
     scratch mount: the mount answers with the MDT's inode number, on a device of its own, and
-    shows the layout attribute only root can set."""
+    shows the layout attribute only root can set (read from ``fd``, or by ``layout_of()``)."""
     if (opened.st_ino, opened.st_size) != (mdt.st_ino, mdt.st_size) or \
             opened.st_dev == mdt.st_dev:
         return False
     try:
-        os.getxattr(fd, LOV_XATTR)
+        layout_of() if layout_of is not None else os.getxattr(fd, LOV_XATTR)
     except OSError:
         return False
     return True

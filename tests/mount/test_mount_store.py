@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import time
 
 from scratchkeeper.config import load_config
 from scratchkeeper.storage import open_backend
@@ -67,3 +68,23 @@ def test_the_stores_changes_are_seen_through_the_mount(mnt):
     with open(source, "rb") as handle:
         store.put_file(str(mnt.root / "put.bin"), handle.fileno(), 1000)
     assert (mnt.root / "put.bin").read_bytes() == data[:1000]
+
+
+def test_store_rm_of_a_file_the_mount_serves_goes_through_the_mount(mnt):
+    """The name is gone at once (not after the kernel's entry timeout), a job that still has
+    the file open reads it whole, and the objects go when it closes."""
+    data = os.urandom(300_000)
+    target = mnt.root / "doomed.dat"
+    target.write_bytes(data)
+    store = _store(mnt)
+    objects = [mnt.ost(o.ost_index) / o.object_id for o in store.layout(str(target)).first.objects]
+    with open(target, "rb") as reader:
+        os.stat(target)  # the kernel has the name cached
+        store.remove(str(target))
+        assert not target.exists() and not store.exists(str(target))
+        assert reader.read() == data
+        assert all(obj.exists() for obj in objects)
+    deadline = time.monotonic() + 10
+    while any(obj.exists() for obj in objects) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not any(obj.exists() for obj in objects)

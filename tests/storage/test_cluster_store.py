@@ -1,4 +1,5 @@
-"""The local store of the running local cluster: a GridFTP stage-in imported, then read back.
+"""The local store of the running local cluster: a GridFTP stage-in written through the scratch
+mount (the store served at the scratch root) is a striped store file, and its commit keeps it.
 
 Marked ``cluster``; it never fails an OST, since other tests share the cluster's store.
 """
@@ -36,9 +37,13 @@ def test_gridftp_stage_in_becomes_a_striped_file(local_cluster, cluster_paths):
     local_cluster.command(["globus-url-copy", f"{local_cluster.gridftp_url}{source}",
                            f"file://{staged}"], timeout=60)
     backend = open_backend(load_config(local_cluster.site_config))
+    written = backend.layout(str(staged))  # a store file from its first byte
     layout = backend.import_file(str(staged), stripe_count=4, stripe_size=1 << 20)
     try:
-        assert not staged.exists() and layout.stripe_count == 4
+        # the commit kept it where the transfer wrote it, with the layout it got then (the
+        # site's default: 4 stripes of 1 MiB)
+        assert layout == written and layout.stripe_count == 4 and layout.stripe_size == 1 << 20
+        assert staged.read_bytes() == content
         backend.set_xattr(layout.path, "user.scratchkeeper.source",
                           f"{local_cluster.gridftp_url}{source}".encode())
         assert b"".join(backend.open_reader(layout.path)) == content
@@ -47,4 +52,4 @@ def test_gridftp_stage_in_becomes_a_striped_file(local_cluster, cluster_paths):
         assert {o.ost_index for o in osts} >= set(layout.ost_list)
     finally:
         backend.remove(layout.path)
-    assert not backend.exists(layout.path)
+    assert not backend.exists(layout.path) and not staged.exists()
