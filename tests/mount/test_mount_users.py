@@ -103,3 +103,51 @@ def test_a_set_group_id_directory_gives_its_group(mnt):
     assert (team / "f").stat().st_gid == 777 and (team / "f").stat().st_uid == NOBODY
     d = (team / "d").stat()
     assert d.st_gid == 777 and d.st_mode & stat.S_ISGID
+
+
+def test_a_directory_owner_sets_its_default_layout_with_setfattr(mnt):
+    """``setfattr -n user.scratchkeeper.stripe`` on a directory is ``lfs setstripe DIR`` for its
+    owner: new files there get that layout; nobody else may set it, and a bad value is EINVAL."""
+    from scratchkeeper.storage.layout import FileLayout
+
+    stripe = "user.scratchkeeper.stripe"
+    os.chmod(mnt.root, 0o1777)
+
+    def owner_sets():
+        os.mkdir(mnt.root / "mine")
+        os.setxattr(mnt.root / "mine", stripe, b"stripe_count=1 stripe_size=131072")
+        (mnt.root / "mine" / "f").write_bytes(os.urandom(300_000))
+        assert os.getxattr(mnt.root / "mine", stripe) == b"stripe_count=1 stripe_size=131072"
+
+    assert as_user(OTHER, OTHER, owner_sets) == (0, "")
+    layout = FileLayout.from_lov(os.getxattr(mnt.mdt / "mine" / "f", "security.scratchkeeper.lov"),
+                                 "mine/f")
+    assert (layout.stripe_count, layout.stripe_size) == (1, 131072)
+    assert (mnt.root / "mine" / "f").stat().st_size == 300_000
+
+    def stranger_sets():
+        os.setxattr(mnt.root / "mine", stripe, b"stripe_count=4 stripe_size=65536")
+
+    assert as_user(NOBODY, NOBODY, stranger_sets) == (1, "PermissionError")
+
+    def bad_values():
+        for value in (b"stripe_count=1 stripe_size=1000", b"stripes=2", b""):
+            try:
+                os.setxattr(mnt.root / "mine", stripe, value)
+            except OSError as err:
+                assert err.errno == 22, (value, err)  # EINVAL
+            else:
+                raise AssertionError(f"{value!r} was taken")
+        try:
+            os.setxattr(mnt.root / "mine" / "f", stripe, b"stripe_count=1 stripe_size=131072")
+        except OSError as err:
+            assert err.errno == 22, err  # a regular file has no default layout
+        else:
+            raise AssertionError("a regular file took a default layout")
+        os.removexattr(mnt.root / "mine", stripe)
+        (mnt.root / "mine" / "g").write_bytes(b"x")
+
+    assert as_user(OTHER, OTHER, bad_values) == (0, "")
+    layout = FileLayout.from_lov(os.getxattr(mnt.mdt / "mine" / "g", "security.scratchkeeper.lov"),
+                                 "mine/g")
+    assert layout.stripe_count == mnt.settings["stripe_count"]  # the site's default again

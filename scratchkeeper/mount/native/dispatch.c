@@ -66,12 +66,15 @@ struct batch {
 };
 
 #define POOL_THREADS 8
+/* how much slower (by the model) reading each piece from its first mirror may be than the
+ * solver's assignment and still be preferred */
+#define IN_ORDER_SLACK 0.25
 
 static struct {
     int policy;
     uint64_t min_bytes;
     struct ost_stat *osts;    /* fs.cfg.ost_count */
-    atomic_uint_fast64_t requests, fallbacks, solver_errors;
+    atomic_uint_fast64_t requests, fallbacks, solver_errors, in_order;
     atomic_uint rr;
     pthread_mutex_t lock;     /* the queue */
     pthread_cond_t work;
@@ -388,6 +391,26 @@ static int choose(const struct sk_view *v, struct span *spans, uint32_t nspans,
         goto out;
     }
     *estimate = sel.response_time;
+    /* The same model's time for reading every piece from its first mirror, each object front
+     * to back: the solver's answer is taken only when it is clearly faster. Alternating stripes
+     * between mirrors that serve equally fast costs the objects' sequential readahead (measured:
+     * 0.56x of in-order reads with every OST fast), which the model does not see. */
+    double in_order = 0;
+    for (uint32_t d = 0; d < nosts; d++)
+        counts[d] = 0;
+    for (uint32_t i = 0; i < nspans; i++)
+        counts[disks[offsets[i]]]++;
+    for (uint32_t d = 0; d < nosts; d++)
+        if (counts[d] && delay[d] + load[d] + counts[d] * cost[d] > in_order)
+            in_order = delay[d] + load[d] + counts[d] * cost[d];
+    if (in_order <= sel.response_time * (1 + IN_ORDER_SLACK)) {
+        atomic_fetch_add(&pool.in_order, 1);
+        *estimate = in_order;
+        for (uint32_t i = 0; i < nspans; i++)
+            chosen[i] = spans[i].rep[0];
+        rc = 0;
+        goto out;
+    }
     for (uint32_t i = 0; i < nspans; i++) {
         chosen[i] = spans[i].rep[0];
         for (uint32_t r = 0; r < spans[i].nrep; r++) {
@@ -570,10 +593,11 @@ int dispatch_stats(char **out, size_t *len)
     used += (size_t)snprintf(text, cap,
                              "{\"policy\": \"%s\", \"min_bytes\": %" PRIu64 ", \"threads\": %u, "
                              "\"requests\": %" PRIuFAST64 ", \"fallbacks\": %" PRIuFAST64
-                             ", \"solver_errors\": %" PRIuFAST64 ", \"osts\": [",
+                             ", \"solver_errors\": %" PRIuFAST64 ", \"in_order\": %"
+                             PRIuFAST64 ", \"osts\": [",
                              policy_names[pool.policy], pool.min_bytes, pool.nthreads,
                              atomic_load(&pool.requests), atomic_load(&pool.fallbacks),
-                             atomic_load(&pool.solver_errors));
+                             atomic_load(&pool.solver_errors), atomic_load(&pool.in_order));
     bool first = true;
     for (unsigned i = 0; pool.osts && i < fs.cfg.ost_count; i++) {
         struct ost_stat *s = &pool.osts[i];

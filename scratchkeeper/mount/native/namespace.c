@@ -353,9 +353,35 @@ static bool dispatch_xattr(fuse_ino_t ino, const char *name)
     return ino == FUSE_ROOT_ID && strcmp(name, SK_DISPATCH_XATTR) == 0;
 }
 
+/* user.scratchkeeper.stripe on a directory: its default layout for new files, as the owner
+ * sets it with setfattr (lfs setstripe DIR); kept as security.scratchkeeper.dirlov, which only
+ * root may write. The kernel has checked the caller may write the directory's user.* xattrs. */
+static bool stripe_xattr(fuse_ino_t ino, const char *name, int *err)
+{
+    if (strcmp(name, SK_STRIPE_XATTR) != 0)
+        return false;
+    struct stat st;
+    *err = fstat(get_inode(ino)->fd, &st) < 0 ? errno : S_ISDIR(st.st_mode) ? 0 : EINVAL;
+    return true;
+}
+
 void sk_setxattr(fuse_req_t req, fuse_ino_t ino, const char *name, const char *value,
                  size_t size, int flags)
 {
+    int err;
+    if (stripe_xattr(ino, name, &err)) {
+        int stripe_count;
+        uint64_t stripe_size;
+        if (!err && sk_dirlov_parse(value, size, &stripe_count, &stripe_size) < 0)
+            err = EINVAL;
+        if (!err) {
+            char path[64];
+            procpath(get_inode(ino)->fd, path);
+            err = setxattr(path, SK_DIRLOV_XATTR, value, size, flags) < 0 ? errno : 0;
+        }
+        fuse_reply_err(req, err);
+        return;
+    }
     if (reserved_xattr(name) || dispatch_xattr(ino, name)) {
         fuse_reply_err(req, EPERM);  /* layouts are the store's and the mount's only */
         return;
@@ -387,6 +413,14 @@ void sk_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name, size_t size)
     if (dispatch_xattr(ino, name)) {
         reply_dispatch_stats(req, size);
         return;
+    }
+    int err;
+    if (stripe_xattr(ino, name, &err)) {
+        if (err) {
+            fuse_reply_err(req, err == EINVAL ? ENODATA : err);
+            return;
+        }
+        name = SK_DIRLOV_XATTR;
     }
     char path[64];
     procpath(get_inode(ino)->fd, path);
@@ -438,6 +472,13 @@ void sk_listxattr(fuse_req_t req, fuse_ino_t ino, size_t size)
 
 void sk_removexattr(fuse_req_t req, fuse_ino_t ino, const char *name)
 {
+    int err;
+    if (stripe_xattr(ino, name, &err)) {
+        char path[64];
+        procpath(get_inode(ino)->fd, path);
+        fuse_reply_err(req, err ? err : removexattr(path, SK_DIRLOV_XATTR) < 0 ? errno : 0);
+        return;
+    }
     if (reserved_xattr(name) || dispatch_xattr(ino, name)) {
         fuse_reply_err(req, EPERM);
         return;

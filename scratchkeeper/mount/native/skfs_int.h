@@ -151,6 +151,7 @@ void sk_write(fuse_req_t req, fuse_ino_t ino, const char *data, size_t size, off
 
 /* dispatch.c */
 #define SK_DISPATCH_XATTR "user.scratchkeeper.dispatch"  /* read-only, on the mount's root */
+#define SK_STRIPE_XATTR "user.scratchkeeper.stripe"  /* a directory's default layout (dirlov) */
 /* Start (the policy from SK_MOUNT_DISPATCH, the pool) and stop read dispatch. */
 int dispatch_start(const struct skfs_config *cfg, char *err, size_t errlen);
 void dispatch_stop(void);
