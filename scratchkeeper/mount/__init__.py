@@ -35,6 +35,11 @@ def check_mount_point(mountpoint: str) -> bool:
     if not stat.S_ISDIR(st.st_mode):
         raise InputError(f"mount point {mountpoint}: not a directory")
     if _mounted_at(mountpoint):
+        try:
+            os.statvfs(mountpoint)  # a stat may come from attributes the kernel still caches
+        except OSError as err:
+            if err.errno == errno.ENOTCONN:
+                return True
         raise InputError(f"mount point {mountpoint}: something is mounted there already")
     with os.scandir(mountpoint) as entries:
         if next(entries, None) is not None:

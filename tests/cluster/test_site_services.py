@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import os
@@ -134,3 +135,36 @@ def test_a_plain_user_stages_with_submit_and_with_sbatch_right_after_up(local_cl
     assert json.loads(report.stdout)["state"] == "completed"
     for path in staged.values():
         as_plain_user([command, "store", "rm", str(path)], cwd=work)
+
+
+def test_up_remounts_the_scratch_after_kill_9_of_the_mount(local_cluster, script):
+    """kill -9 of the mount leaves a dead mount answering ENOTCONN; `local-cluster up` detaches
+    it and mounts again (what the systemd unit's Restart=always does on a site): a file closed
+    before the kill reads whole, an fsync'd write survives."""
+    folder = local_cluster.scratch_root / f"kill9-{uuid.uuid4().hex[:8]}"
+    folder.mkdir()
+    closed, synced = os.urandom(3_000_001), os.urandom(1_048_577)
+    (folder / "closed.dat").write_bytes(closed)
+    fd = os.open(folder / "synced.dat", os.O_WRONLY | os.O_CREAT, 0o644)
+    assert os.write(fd, synced) == len(synced)
+    os.fsync(fd)  # still open when the mount dies
+    pid = json.loads(local_cluster.status_path.read_text())["pids"]["mount"]
+    os.kill(pid, 9)
+    script.wait_until(lambda: not script.process_alive(pid, script.RUNTIME_PYTHON), 30)
+    try:
+        os.close(fd)
+    except OSError:
+        pass  # ENOTCONN: the close of a dead mount's file
+    try:
+        with pytest.raises(OSError) as dead:
+            os.stat(folder)
+        assert dead.value.errno == errno.ENOTCONN
+    finally:
+        up = subprocess.run([str(LOCAL_CLUSTER_SCRIPT), "up"], capture_output=True, text=True,
+                            timeout=900)
+    assert up.returncode == 0, up.stderr
+    assert "dead mount of a killed instance; detaching it" in up.stdout + up.stderr
+    assert json.loads(local_cluster.status_path.read_text())["pids"]["mount"] != pid
+    assert (folder / "closed.dat").read_bytes() == closed
+    assert (folder / "synced.dat").read_bytes() == synced
+    shutil.rmtree(folder)
