@@ -30,6 +30,8 @@ BENCHMARKS = (
     ("recovery", True, True),
     ("load", False, True),
     ("mount", True, False),
+    ("dispatch", True, False),
+    ("mount_recovery", True, True),
 )
 
 
