@@ -224,3 +224,15 @@ def test_prove_output_parsed_per_file():
     assert result["files"]["chown/00.t"]["failed"] == []  # TODO passed is no failure
     failures = pjdfstest.failure_ids(result)
     assert len(failures) == 48 and "utimensat/02.t:7" in failures
+
+
+def test_prove_output_of_a_run_without_failures_has_its_totals():
+    """No failed file: prove prints no "Test Summary Report", only "All tests successful."."""
+    output = ("/work/main/build/pjdfstest/tests/utimensat/08.t .. \n1..2\nok 1\nok 2\nok\n"
+              "All tests successful.\n"
+              "Files=30, Tests=1551, 66 wallclock secs ( 0.15 usr  0.04 sys +  4.30 cusr  "
+              "1.16 csys =  5.65 CPU)\nResult: PASS\n")
+    result = _pjdfstest_module().parse_prove(output)
+    assert result["totals"] == {"files": 30, "tests": 1551, "result": "PASS"}
+    assert result["files"]["utimensat/08.t"] == {"planned": 2, "ran": 2, "failed": [],
+                                                  "not_ok": {}, "errors": []}

@@ -151,3 +151,39 @@ def test_a_directory_owner_sets_its_default_layout_with_setfattr(mnt):
     layout = FileLayout.from_lov(os.getxattr(mnt.mdt / "mine" / "g", "security.scratchkeeper.lov"),
                                  "mine/g")
     assert layout.stripe_count == mnt.settings["stripe_count"]  # the site's default again
+
+
+def test_a_user_who_may_write_both_directories_moves_a_file_and_renames_a_directory(mnt):
+    """rename(2) asks for write access to both parents only (pjdfstest rename/21.t), and for a
+    directory moved to another parent, write access to the directory itself (its "..")."""
+    src, dst = mnt.root / "src", mnt.root / "dst"
+    for folder in (src, dst):
+        folder.mkdir()
+        os.chmod(folder, 0o777)
+    (src / "file").write_bytes(b"root's")
+    os.chmod(src / "file", 0o644)
+    (src / "sub").mkdir()
+    os.chmod(src / "sub", 0o700)
+    assert as_user(NOBODY, NOBODY, lambda: os.rename(src / "file", dst / "moved")) == (0, "")
+    assert (dst / "moved").read_bytes() == b"root's" and not (src / "file").exists()
+    assert as_user(NOBODY, NOBODY, lambda: os.rename(src / "sub", src / "renamed")) == (0, "")
+    assert as_user(NOBODY, NOBODY, lambda: os.rename(src / "renamed", dst / "sub")) == \
+        (1, "PermissionError")
+    assert (src / "renamed").is_dir()
+
+
+def test_a_new_directory_has_the_callers_mode_under_the_callers_umask_only(mnt):
+    """The mount process's own umask (022) never reaches a caller's mkdir (pjdfstest rename/21.t
+    makes its 0777 directories with umask 0)."""
+    shared = mnt.root / "modes"
+    shared.mkdir()
+    os.chmod(shared, 0o777)
+
+    def make():
+        os.mkdir(shared / "open", 0o777)
+        os.mkdir(shared / "sticky", 0o1777)
+
+    assert as_user(NOBODY, NOBODY, make, umask=0) == (0, "")
+    assert stat.S_IMODE((shared / "open").stat().st_mode) == 0o777
+    assert stat.S_IMODE((shared / "sticky").stat().st_mode) == 0o1777
+    assert stat.S_IMODE((mnt.mdt / "modes" / "open").stat().st_mode) == 0o777

@@ -71,12 +71,16 @@ void sk_mkdir(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode)
     gid_t gid;
     bool sgid;
     new_owner(req, pfd, &uid, &gid, &sgid);
-    if (mkdirat(pfd, name, masked(req, mode) & 07777) < 0) {
+    /* the caller's umask, not the mount process's: mkdirat masks with the latter, so the
+     * mode is set again after the chown (a set-group-id parent's bit is kept, as ext4 does) */
+    mode_t want = (masked(req, mode) & 07777) | (sgid ? S_ISGID : 0);
+    if (mkdirat(pfd, name, want) < 0) {
         fuse_reply_err(req, errno);
         return;
     }
     int dfd = openat(pfd, name, O_PATH | O_NOFOLLOW | O_DIRECTORY | O_CLOEXEC);
-    if (dfd < 0 || fchownat(dfd, "", uid, gid, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW) < 0) {
+    if (dfd < 0 || fchownat(dfd, "", uid, gid, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW) < 0 ||
+        fchmodat(pfd, name, want, 0) < 0) {
         int err = errno;
         if (dfd >= 0)
             close(dfd);
