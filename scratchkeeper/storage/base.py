@@ -9,7 +9,9 @@ reader from ever seeing a half-patched file: :meth:`StorageBackend.begin_rebuild
 substitute objects and records the intent, :meth:`StorageBackend.write_rebuild` patches byte
 ranges into them (only ranges the rebuild lists as lost), and
 :meth:`StorageBackend.commit_rebuild` checks every lost byte was written and switches the layout
-in one atomic step (local: one SQLite transaction; Lustre: ``lfs swap_layouts``).
+in one atomic step (local: the file's MDT inode gets the new layout xattr in one
+``setxattr``, the rebuild's record dropped in the same namespace transaction; Lustre:
+``lfs swap_layouts``).
 
 A caller patching many ranges may write them without journalling each
 (``write_rebuild_batch(..., record=False)``) and record them as patched later, many at once
