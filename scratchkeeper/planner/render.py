@@ -9,6 +9,7 @@ script text, which is theirs to run). Undefined variables are errors (``StrictUn
 from __future__ import annotations
 
 import functools
+import os
 import re
 import shlex
 import sys
@@ -62,6 +63,10 @@ def _verbatim(value) -> Shell:
     return Shell(str(value))
 
 
+def _quote(value) -> Shell:
+    return Shell(shlex.quote(str(value)))
+
+
 def template_environment(config: SiteConfig) -> jinja2.Environment:
     """The Jinja2 environment: site override folder first, then the built-in job-templates."""
     if config.templates.directory and not Path(config.templates.directory).is_dir():
@@ -70,23 +75,48 @@ def template_environment(config: SiteConfig) -> jinja2.Environment:
     return _environment(config.templates.directory)
 
 
+def builtin_templates() -> str:
+    """The folder of the built-in job templates (the package ``scratchkeeper.job_templates``)."""
+    from .. import job_templates
+
+    return os.path.dirname(job_templates.__file__)
+
+
 @functools.lru_cache(maxsize=8)
 def _environment(override: str) -> jinja2.Environment:
     """One environment per override folder, so compiled templates are reused (Jinja2 checks
-    the files' mtimes, so an edited site template is still picked up)."""
-    from importlib import resources
+    the files' mtimes, so an edited site template is still picked up); their bytecode is kept
+    beside the built-in templates (:mod:`.template_cache`) for the next process."""
+    import hashlib
 
     import jinja2
 
-    search = [str(resources.files("scratchkeeper.job_templates"))]
-    if override:
-        search.insert(0, override)
-    env = jinja2.Environment(loader=jinja2.FileSystemLoader(search), undefined=jinja2.StrictUndefined,
-                             finalize=_finalize, autoescape=False, keep_trailing_newline=True,
-                             trim_blocks=True, lstrip_blocks=True)
-    env.filters.update(argv=_argv, header=_header, comment=_comment, verbatim=_verbatim,
-                       q=lambda v: Shell(shlex.quote(str(v))))
+    from .template_cache import TemplateBytecodeCache
+
+    builtin = builtin_templates()
+    search = [override, builtin] if override else [builtin]
+    options = dict(undefined=jinja2.StrictUndefined, finalize=_finalize, autoescape=False,
+                   keep_trailing_newline=True, trim_blocks=True, lstrip_blocks=True)
+    filters = dict(argv=_argv, header=_header, comment=_comment, verbatim=_verbatim, q=_quote)
+    # what the compiled code depends on: Jinja2's version, the options, the filters' names
+    tag = hashlib.sha1(repr((jinja2.__version__, sorted(filters), sorted(
+        (k, getattr(v, "__qualname__", v)) for k, v in options.items()))).encode()).hexdigest()
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(search),
+        bytecode_cache=TemplateBytecodeCache(os.path.join(builtin, "__pycache__"), tag[:16]),
+        **options)
+    env.filters.update(filters)
     return env
+
+
+def compile_templates() -> list[str]:
+    """Compile every built-in template into the cache beside them (an installer runs this
+    as the owner of the package, as pip compiles the modules); the names compiled."""
+    env = _environment("")
+    names = [name for name in env.list_templates() if name.endswith(".j2")]
+    for name in names:
+        env.get_template(name)
+    return names
 
 
 def scratchkeeper_argv(config: SiteConfig | None = None) -> list[str]:

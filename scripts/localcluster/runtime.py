@@ -115,6 +115,11 @@ class Runtime:
                 if not os.path.islink(path):
                     os.chmod(path, os.stat(path).st_mode | 0o444 |
                              (0o111 if os.stat(path).st_mode & 0o100 else 0))
+        # The job templates compiled beside them, as pip compiled the modules: users only
+        # read the cache (scratchkeeper/planner/template_cache.py).
+        run([str(release / "bin" / "python"), "-c",
+             "from scratchkeeper.planner.render import compile_templates; compile_templates()"],
+            timeout=120)
         # Proof that a user other than root can run it (not a venv under a 0700 home).
         run(["runuser", "-u", "nobody", "--", str(release / "bin" / "scratchkeeper"),
              "--version"], timeout=60)
