@@ -73,8 +73,8 @@ def detach_stale(mountpoint: str) -> None:
     run(["fusermount3", "-u", "-z", mountpoint], timeout=30)
 
 
-def prepare_store(config: SiteConfig) -> Path:
-    """Open the store once (OST directories, garbage collection) and return its MDT."""
+def prepare_store(config: SiteConfig) -> tuple[Path, dict[str, tuple[int, ...]]]:
+    """Open the store once (OST directories, garbage collection); its MDT and its pools."""
     if config.storage.backend != "local":
         raise ConfigError(f"key 'storage.backend': the scratch mount serves the local store, "
                           f"not {config.storage.backend!r}", path=config.source)
@@ -91,7 +91,7 @@ def prepare_store(config: SiteConfig) -> Path:
         os.chmod(mdt, 0o755)
     except FileExistsError:
         pass
-    return mdt
+    return mdt, backend.pools
 
 
 def _recover_callback(config: SiteConfig):
@@ -143,7 +143,7 @@ def serve(config: SiteConfig, mountpoint: str, *, debug: bool = False) -> None:
     if check_mount_point(mountpoint):
         detach_stale(mountpoint)
         check_mount_point(mountpoint)
-    mdt = prepare_store(config)
+    mdt, pools = prepare_store(config)
     from . import _fuse
 
     storage, mount = config.storage, config.mount
@@ -157,6 +157,7 @@ def serve(config: SiteConfig, mountpoint: str, *, debug: bool = False) -> None:
                   max_request=mount.max_request,
                   recovery_timeout=float(mount.recovery_timeout), debug=debug,
                   dispatch_min_bytes=mount.dispatch_min_bytes,
+                  pools=tuple(pools.items()),
                   recover=_recover_callback(config))
     except OSError as err:
         raise StorageError(f"mount {mountpoint}: {err.strerror}") from None

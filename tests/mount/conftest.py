@@ -149,6 +149,7 @@ store_root = "{tmp_path / 'store'}"
 ost_count = {values['ost_count']}
 stripe_count = {values['stripe_count']}
 stripe_size = {values['stripe_size']}
+{_pools(values.get('pools'))}
 [state]
 database = "{tmp_path / 'state.db'}"
 [recovery]
@@ -161,6 +162,13 @@ attr_timeout = {values['attr_timeout']}
 level = "INFO"
 """)
     return config, values
+
+
+def _pools(pools: dict[str, str] | None) -> str:
+    """storage.pools as TOML (name = "0-1,3")."""
+    if not pools:
+        return ""
+    return "[storage.pools]\n" + "".join(f'{name} = "{osts}"\n' for name, osts in pools.items())
 
 
 def _usable() -> str | None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import stat
+import sys
 
 NOBODY = 65534
 OTHER = 4242  # a uid with no name: nothing but its number matters to the kernel
@@ -187,3 +188,41 @@ def test_a_new_directory_has_the_callers_mode_under_the_callers_umask_only(mnt):
     assert stat.S_IMODE((shared / "open").stat().st_mode) == 0o777
     assert stat.S_IMODE((shared / "sticky").stat().st_mode) == 0o1777
     assert stat.S_IMODE((mnt.mdt / "modes" / "open").stat().st_mode) == 0o777
+
+
+def test_a_directory_default_pool_places_new_files_on_its_osts(make_mount):
+    """``lfs setstripe -p POOL DIR`` through the mount (setfattr, or ``store setstripe -p``):
+    new files there go to the pool's OSTs only and their layout names the pool; a pool the
+    store does not know is EINVAL, as ``store setstripe`` refuses it."""
+    from scratchkeeper.storage.layout import FileLayout
+
+    mnt = make_mount(ost_count=6, stripe_count=2, pools={"flash": "4-5", "disk": "0-3"})
+    stripe = "user.scratchkeeper.stripe"
+    (mnt.root / "hot").mkdir()
+    os.setxattr(mnt.root / "hot", stripe, b"stripe_count=-1 stripe_size=65536 pool=flash")
+    (mnt.root / "cold").mkdir()
+    command = [sys.executable, "-m", "scratchkeeper", "-c", str(mnt.config), "store"]
+    setstripe = mnt.run([*command, "setstripe", "-c", "3", "-p", "disk", str(mnt.root / "cold")])
+    assert setstripe.returncode == 0, setstripe.stderr
+    for name in ("hot", "cold"):
+        (mnt.root / name / "sub").mkdir()  # inherits the default, pool included
+        for index in range(4):
+            (mnt.root / name / "sub" / f"f{index}").write_bytes(os.urandom(200_000))
+    for name, pool, osts, count in (("hot", "flash", {4, 5}, 2), ("cold", "disk", {0, 1, 2, 3}, 3)):
+        used = set()
+        for index in range(4):
+            lov = os.getxattr(mnt.mdt / name / "sub" / f"f{index}", "security.scratchkeeper.lov")
+            layout = FileLayout.from_lov(lov, f"{name}/sub/f{index}")
+            assert layout.stripe_count == count
+            assert {c.pool for c in layout.components} == {pool}
+            used |= {o.ost_index for c in layout.components for o in c.objects}
+        assert used == osts, name  # round-robin over the pool's OSTs reaches each of them
+    listed = mnt.run([*command, "layout", str(mnt.root / "hot" / "sub" / "f0")])
+    assert listed.returncode == 0 and b"flash" in listed.stdout, listed.stdout + listed.stderr
+    try:
+        os.setxattr(mnt.root / "hot", stripe, b"stripe_count=1 stripe_size=65536 pool=nvme")
+    except OSError as err:
+        assert err.errno == 22
+    else:
+        raise AssertionError("an unknown pool was taken")
+    assert os.getxattr(mnt.root / "hot", stripe) == b"stripe_count=-1 stripe_size=65536 pool=flash"

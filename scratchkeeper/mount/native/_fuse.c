@@ -22,23 +22,94 @@ static void call_recover(void *ctx, const char *path, unsigned ost, double timeo
     PyGILState_Release(state);
 }
 
+static void free_pools(struct skfs_config *cfg)
+{
+    for (unsigned i = 0; i < cfg->npools; i++)
+        free(cfg->pools[i].osts);
+    free(cfg->pools);
+    cfg->pools = NULL;
+    cfg->npools = 0;
+}
+
+static int ascending(const void *a, const void *b)
+{
+    unsigned x = *(const unsigned *)a, y = *(const unsigned *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* pools: a sequence of (name, sequence of OST indexes below ost_count). 0, or -1 with an
+ * exception set. */
+static int parse_pools(PyObject *pools, struct skfs_config *cfg)
+{
+    PyObject *seq = PySequence_Fast(pools, "pools must be a sequence of (name, OSTs)");
+    if (!seq)
+        return -1;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    if (n > 0 && !(cfg->pools = calloc((size_t)n, sizeof *cfg->pools))) {
+        Py_DECREF(seq);
+        PyErr_NoMemory();
+        return -1;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *item = PySequence_Fast_GET_ITEM(seq, i), *osts;
+        const char *name;
+        struct skfs_pool *pool = &cfg->pools[cfg->npools];
+        if (!PyArg_ParseTuple(item, "sO:pool", &name, &osts))
+            goto fail;
+        if (strlen(name) == 0 || strlen(name) >= sizeof pool->name) {
+            PyErr_Format(PyExc_ValueError, "pool name %R: 1 to 127 characters", item);
+            goto fail;
+        }
+        PyObject *members = PySequence_Fast(osts, "a pool's OSTs must be a sequence");
+        if (!members)
+            goto fail;
+        Py_ssize_t m = PySequence_Fast_GET_SIZE(members);
+        strcpy(pool->name, name);
+        pool->osts = malloc((size_t)(m ? m : 1) * sizeof *pool->osts);
+        cfg->npools++;
+        if (!pool->osts) {
+            Py_DECREF(members);
+            PyErr_NoMemory();
+            goto fail;
+        }
+        for (Py_ssize_t j = 0; j < m; j++) {
+            unsigned long v = PyLong_AsUnsignedLong(PySequence_Fast_GET_ITEM(members, j));
+            if (PyErr_Occurred() || v >= cfg->ost_count) {
+                if (!PyErr_Occurred())
+                    PyErr_Format(PyExc_ValueError, "pool %s: OST %lu beyond ost_count", name, v);
+                Py_DECREF(members);
+                goto fail;
+            }
+            pool->osts[pool->count++] = (unsigned)v;
+        }
+        Py_DECREF(members);
+        qsort(pool->osts, pool->count, sizeof *pool->osts, ascending);
+    }
+    Py_DECREF(seq);
+    return 0;
+fail:
+    Py_DECREF(seq);
+    free_pools(cfg);
+    return -1;
+}
+
 static PyObject *fuse_run(PyObject *self, PyObject *args, PyObject *kwargs)
 {
     (void)self;
     static char *keywords[] = {"mountpoint", "mdt", "store_root", "scratch_root", "ost_count",
                                "stripe_count", "stripe_size", "threads", "attr_timeout",
                                "max_request", "recovery_timeout", "debug", "recover",
-                               "dispatch_min_bytes", NULL};
+                               "dispatch_min_bytes", "pools", NULL};
     struct skfs_config cfg = {0};
     unsigned long long stripe_size, dispatch_min_bytes = 0;
     int debug = 0;
-    PyObject *recover = Py_None;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "ssssIiKIdIdp|OK:run", keywords,
+    PyObject *recover = Py_None, *pools = NULL;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "ssssIiKIdIdp|OKO:run", keywords,
                                      &cfg.mountpoint, &cfg.mdt, &cfg.store_root,
                                      &cfg.scratch_root, &cfg.ost_count, &cfg.stripe_count,
                                      &stripe_size, &cfg.threads, &cfg.attr_timeout,
                                      &cfg.max_request, &cfg.recovery_timeout, &debug, &recover,
-                                     &dispatch_min_bytes))
+                                     &dispatch_min_bytes, &pools))
         return NULL;
     if (recover != Py_None && !PyCallable_Check(recover)) {
         PyErr_SetString(PyExc_TypeError, "recover must be callable or None");
@@ -49,6 +120,8 @@ static PyObject *fuse_run(PyObject *self, PyObject *args, PyObject *kwargs)
         PyErr_SetString(PyExc_ValueError, "bad mount configuration");
         return NULL;
     }
+    if (pools && parse_pools(pools, &cfg) < 0)
+        return NULL;
     cfg.stripe_size = stripe_size;
     cfg.dispatch_min_bytes = dispatch_min_bytes;
     cfg.debug = debug != 0;
@@ -63,6 +136,7 @@ static PyObject *fuse_run(PyObject *self, PyObject *args, PyObject *kwargs)
     rc = skfs_run(&cfg, err, sizeof err);
     Py_END_ALLOW_THREADS
     Py_DECREF(recover);
+    free_pools(&cfg);
     if (rc < 0) {
         PyObject *exc = Py_BuildValue("(is)", -rc, err);
         if (exc) {

@@ -280,28 +280,57 @@ static void random_id(char *out)
         snprintf(out + 2 * i, 3, "%02x", bytes[i]);
 }
 
+const struct skfs_pool *find_pool(const char *name)
+{
+    for (unsigned i = 0; i < fs.cfg.npools; i++)
+        if (strcmp(fs.cfg.pools[i].name, name) == 0)
+            return &fs.cfg.pools[i];
+    return NULL;
+}
+
+static int ascending_unsigned(const void *a, const void *b)
+{
+    unsigned x = *(const unsigned *)a, y = *(const unsigned *)b;
+    return x < y ? -1 : x > y;
+}
+
+static bool in_pool(const struct skfs_pool *pool, unsigned ost)
+{
+    return bsearch(&ost, pool->osts, pool->count, sizeof ost, ascending_unsigned) != NULL;
+}
+
 /* A new file's layout in parent directory `pfd` (its dirlov, else the site's defaults):
- * OSTs round-robin among the healthy ones. */
+ * OSTs round-robin among the healthy ones, of the dirlov's pool if it names one. A pool the
+ * store does not know (storage.pools changed since) is ignored, as Lustre's allocator does; a
+ * pool without a healthy OST is ENOSPC. */
 static int new_layout(int pfd, struct sk_lov *lov)
 {
     int stripe_count = fs.cfg.stripe_count;
     uint64_t stripe_size = fs.cfg.stripe_size;
-    char path[64], buf[512];
+    char path[64], buf[512], pool_name[128] = "";
     procpath(pfd, path);
     ssize_t n = getxattr(path, SK_DIRLOV_XATTR, buf, sizeof buf);
-    if (n >= 0 && sk_dirlov_parse(buf, (size_t)n, &stripe_count, &stripe_size) < 0) {
+    if (n >= 0 && sk_dirlov_parse(buf, (size_t)n, &stripe_count, &stripe_size, pool_name) < 0) {
         logmsg("directory %s: corrupt %s, the site's default layout is used", path,
                SK_DIRLOV_XATTR);
         stripe_count = fs.cfg.stripe_count;
         stripe_size = fs.cfg.stripe_size;
+        pool_name[0] = '\0';
+    }
+    const struct skfs_pool *pool = NULL;
+    if (pool_name[0] && !(pool = find_pool(pool_name))) {
+        logmsg("directory %s: pool %s is not one of the store's, every OST is used", path,
+               pool_name);
+        pool_name[0] = '\0';
     }
     unsigned healthy[SK_MAX_OST + 1];
     unsigned nhealthy = 0;
     for (unsigned i = 0; i < fs.cfg.ost_count && i <= SK_MAX_OST; i++)
-        if (!ost_failed(i))
+        if (!ost_failed(i) && (!pool || in_pool(pool, i)))
             healthy[nhealthy++] = i;
     if (nhealthy == 0) {
-        logmsg("no healthy OST for a new file");
+        logmsg(pool ? "no healthy OST in pool %s for a new file" : "no healthy OST for a new file",
+               pool_name);
         return -ENOSPC;
     }
     unsigned count = stripe_count < 0 || (unsigned)stripe_count > nhealthy ?
@@ -315,7 +344,7 @@ static int new_layout(int pfd, struct sk_lov *lov)
     c->end = SK_EOF;
     c->stripe_size = stripe_size;
     strcpy(c->flags, "init");
-    strcpy(c->pool, "-");
+    strcpy(c->pool, pool ? pool_name : "-");
     c->init = true;
     if (!(c->objs = calloc(count, sizeof *c->objs))) {
         sk_lov_free(lov);

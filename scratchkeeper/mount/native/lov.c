@@ -325,7 +325,8 @@ char *sk_lov_format(const struct sk_lov *lov, size_t *len)
     return buf;
 }
 
-int sk_dirlov_parse(const char *text, size_t len, int *stripe_count, uint64_t *stripe_size)
+int sk_dirlov_parse(const char *text, size_t len, int *stripe_count, uint64_t *stripe_size,
+                    char pool[128])
 {
     struct word w[4];
     size_t vl;
@@ -351,6 +352,11 @@ int sk_dirlov_parse(const char *text, size_t len, int *stripe_count, uint64_t *s
         return -EIO;
     if (nw == 3 && (!(v = field(w[2], "pool", &vl)) || !pool_ok(v, vl)))
         return -EIO;
+    pool[0] = '\0';
+    if (nw == 3) {
+        memcpy(pool, v, vl);  /* pool_ok: at most 127 */
+        pool[vl] = '\0';
+    }
     return 0;
 }
 

@@ -48,7 +48,8 @@ void sk_lov_free(struct sk_lov *lov);
 char *sk_lov_format(const struct sk_lov *lov, size_t *len);
 
 /* dirlov: "stripe_count=N stripe_size=Z[ pool=P]" with one optional trailing newline. */
-int sk_dirlov_parse(const char *text, size_t len, int *stripe_count, uint64_t *stripe_size);
+int sk_dirlov_parse(const char *text, size_t len, int *stripe_count, uint64_t *stripe_size,
+                    char pool[128]);
 
 static inline bool sk_comp_covers(const struct sk_comp *c, uint64_t off)
 {

@@ -376,8 +376,10 @@ void sk_setxattr(fuse_req_t req, fuse_ino_t ino, const char *name, const char *v
     if (stripe_xattr(ino, name, &err)) {
         int stripe_count;
         uint64_t stripe_size;
-        if (!err && sk_dirlov_parse(value, size, &stripe_count, &stripe_size) < 0)
-            err = EINVAL;
+        char pool[128];
+        if (!err && (sk_dirlov_parse(value, size, &stripe_count, &stripe_size, pool) < 0 ||
+                     (pool[0] && !find_pool(pool))))
+            err = EINVAL;  /* as store setstripe -p: a pool must be one of the store's */
         if (!err) {
             char path[64];
             procpath(get_inode(ino)->fd, path);

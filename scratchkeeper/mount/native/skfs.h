@@ -27,6 +27,14 @@ struct skfs_config {
     double recovery_timeout;
     uint64_t dispatch_min_bytes; /* reads this large over several mirrors: the solver (0: never) */
     bool debug;
+    /* the store's OST pools (storage.pools): a directory default naming one places new
+     * files on its OSTs only (lfs setstripe -p) */
+    unsigned npools;
+    struct skfs_pool {
+        char name[128];
+        unsigned count;
+        unsigned *osts;         /* ascending */
+    } *pools;
     skfs_recover_fn recover;
     void *recover_ctx;
 };

@@ -94,6 +94,8 @@ int do_lookup(fuse_ino_t parent, const char *name, struct fuse_entry_param *e);
 void forget_one(fuse_ino_t ino, uint64_t n);
 bool caller_in_group(fuse_req_t req, gid_t gid);
 void new_owner(fuse_req_t req, int pfd, uid_t *uid, gid_t *gid, bool *sgid_parent);
+/* The store's pool `name` (storage.pools), or NULL. */
+const struct skfs_pool *find_pool(const char *name);
 mode_t masked(fuse_req_t req, mode_t mode);
 int make_regular(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode,
                  bool exclusive, int *fdp);
