@@ -221,6 +221,10 @@ def test_runtime_is_reinstalled_when_the_sources_change_and_every_user_runs_it(s
              "import scratchkeeper; print(scratchkeeper.__file__)"],
             capture_output=True, text=True, timeout=60, cwd="/").stdout.strip()
         assert os.path.realpath(installed).startswith(first["release"] + "/")
+        # the job templates are compiled at install, so a user's plan only reads them
+        compiled = list(Path(installed).parent.glob("job_templates/__pycache__/*.jinja2c"))
+        assert len(compiled) == len(list(Path(installed).parent.glob("job_templates/*/*.j2")))
+        assert all(p.stat().st_mode & 0o444 == 0o444 for p in compiled)
 
         assert runtime.ensure() == first  # unchanged sources: nothing installed
         (repo / "scratchkeeper" / "deployment_probe.py").write_text("MARK = 'second'\n")
