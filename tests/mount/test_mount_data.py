@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import hashlib
 import os
+import shutil
+
+import pytest
 
 from scratchkeeper.storage.layout import FileLayout
 
@@ -92,3 +95,19 @@ def test_dd_with_fsync_to_and_from_the_mount(mnt, tmp_path):
                       "iflag=direct"])
     assert result.returncode == 0, result.stderr
     assert (tmp_path / "out").read_bytes() == source.read_bytes()
+
+
+@pytest.mark.skipif(shutil.which("globus-url-copy") is None, reason="no globus-url-copy")
+def test_globus_url_copy_to_and_from_the_mount(mnt, tmp_path):
+    """globus-url-copy (file:// on both sides: the client's own reader and writer, no server)
+    writes a file into the mount and reads it back out whole."""
+    source = tmp_path / "in"
+    source.write_bytes(os.urandom((3 << 20) + 12345))
+    result = mnt.run(["globus-url-copy", f"file://{source}", f"file://{mnt.root / 'guc'}"],
+                     text=True)
+    assert result.returncode == 0, result.stderr
+    result = mnt.run(["globus-url-copy", f"file://{mnt.root / 'guc'}", f"file://{tmp_path / 'out'}"],
+                     text=True)
+    assert result.returncode == 0, result.stderr
+    assert (tmp_path / "out").read_bytes() == source.read_bytes()
+    assert os.getxattr(mnt.mdt / "guc", "security.scratchkeeper.lov").startswith(b"lov 1")
