@@ -78,6 +78,7 @@ def test_plan_dry_run_loads_the_planner_only(site):
     assert not _loaded(modules, HEAVY)
     assert "scratchkeeper.schedulers.pbs" not in modules  # the configured backend only
     assert "subprocess" not in modules  # a dry run starts no command
+    assert not _loaded(modules, ("uuid", "platform", "importlib.resources"))
     assert [m for m in modules if m.startswith("scratchkeeper.cli.")] == ["scratchkeeper.cli.planner"]
 
 
