@@ -2,11 +2,17 @@
 
 1. parse + plan + render of a 200-line batch script (goal < 5 ms), in process, many repetitions;
 2. the command's start: ``scratchkeeper plan --dry-run`` of a 20-line script as a whole process
-   (goal <= 60 ms) against ``python -c pass`` of the same interpreter, runs interleaved, and
-   ``python -X importtime`` of that run (the modules it loads, each the fastest of 5 runs);
+   (goal <= 60 ms) against ``python -c pass`` of the same interpreter, runs interleaved, in two
+   forms: this checkout's editable install (``python -m scratchkeeper``; every interpreter of
+   this virtualenv, ``python -c pass`` too, loads the editable finder at start) and a
+   non-editable install as users run it (a console script; :func:`installed_copy`), with
+   ``python -c "import jinja2"`` of the latter as the floor any in-process rendering pays, and
+   ``python -X importtime`` of the installed form (the modules it loads, each the fastest of 5
+   runs);
 3. ``submit`` of a three-job chain on the real local cluster: in process (submit_plan, goal
-   <= 1.2x the sum of its scheduler commands) and as the whole CLI process against the same
-   sbatch/scontrol calls made from a shell script (goal <= 2x), runs interleaved.
+   <= 1.2x the sum of its scheduler commands) and as the whole CLI process, in both forms,
+   against the same sbatch/scontrol calls made from a shell script (goal <= 2x), runs
+   interleaved.
 
 Child processes run without PYTHONDONTWRITEBYTECODE (an installed package has its bytecode),
 after one warm-up run of each.
@@ -25,9 +31,11 @@ import os
 import re
 import resource
 import shlex
+import shutil
 import statistics
 import subprocess
 import sys
+import sysconfig
 import tempfile
 import time
 from pathlib import Path
@@ -125,8 +133,43 @@ def script_20_lines(scratch: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def bench_start(repeats: int) -> dict:
-    """``plan --dry-run`` of a 20-line script as a whole process, against ``python -c pass``."""
+def installed_copy(work: Path) -> Path:
+    """A non-editable install of this checkout, laid out as pip lays it out, and its console
+    script (what ``/usr/local/bin/scratchkeeper`` is): a virtualenv of this interpreter whose
+    site-packages holds a copy of the package with job-templates as
+    ``scratchkeeper/job_templates``, byte-compiled and with the templates compiled as the
+    runtime install does (scripts/localcluster/runtime.py). Jinja2 comes from this virtualenv's
+    site-packages through a plain path line (no ``.pth`` code runs there, so not the editable
+    finder). Nothing is built: the native extensions are not needed to plan or submit."""
+    venv = work / "installed"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True,
+                   capture_output=True)
+    python = venv / "bin" / "python"
+    site = Path(subprocess.run([str(python), "-c", "import sysconfig; "
+                                "print(sysconfig.get_paths()['purelib'])"], check=True,
+                               capture_output=True, text=True).stdout.strip())
+    skip = shutil.ignore_patterns("__pycache__", "*.so", "*.c", "*.h")
+    shutil.copytree(ROOT / "scratchkeeper", site / "scratchkeeper", ignore=skip)
+    shutil.copytree(ROOT / "job-templates", site / "scratchkeeper" / "job_templates", ignore=skip)
+    (site / "checkout-dependencies.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    script = venv / "bin" / "scratchkeeper"
+    script.write_text(f"#!{python}\n# -*- coding: utf-8 -*-\nimport re\nimport sys\n"
+                      "from scratchkeeper.cli import main\nif __name__ == '__main__':\n"
+                      "    sys.argv[0] = re.sub(r'(-script\\.pyw|\\.exe)?$', '', sys.argv[0])\n"
+                      "    sys.exit(main())\n")
+    script.chmod(0o755)
+    env = _child_env()
+    # run in ``work``: from the checkout, python -c would import the checkout's package
+    subprocess.run([str(python), "-m", "compileall", "-q", str(site / "scratchkeeper")],
+                   check=True, env=env, cwd=work, capture_output=True)
+    subprocess.run([str(python), "-c", "from scratchkeeper.planner.render import "
+                    "compile_templates; compile_templates()"], check=True, env=env, cwd=work)
+    return script
+
+
+def bench_start(repeats: int, installed: Path) -> dict:
+    """``plan --dry-run`` of a 20-line script as a whole process, against ``python -c pass``,
+    in the editable and the installed form, with ``import jinja2`` as a floor."""
     work = Path(tempfile.mkdtemp(prefix="sk-bench-start-"))
     scratch = work / "scratch"
     (scratch / "run").mkdir(parents=True)
@@ -135,28 +178,37 @@ def bench_start(repeats: int) -> dict:
     script = work / "job.sh"
     script.write_text(script_20_lines(str(scratch)))
     env = _child_env()
-    peer = [sys.executable, "-c", "pass"]
-    plan = [sys.executable, "-m", "scratchkeeper", "-c", str(site), "plan", "--dry-run", str(script)]
-    for argv in (peer, plan):  # warm-up: bytecode written, files in the page cache
+    options = ["-c", str(site), "plan", "--dry-run", str(script)]
+    installed_python = str(installed.parent / "python")
+    argvs = {"python_pass": [sys.executable, "-c", "pass"],
+             "plan": [sys.executable, "-m", "scratchkeeper", *options],
+             "installed_python_pass": [installed_python, "-c", "pass"],
+             "installed_plan": [str(installed), *options],
+             "installed_import_jinja2": [installed_python, "-c", "import jinja2"]}
+    for argv in argvs.values():  # warm-up: bytecode written, files in the page cache
         _wall(argv, env, str(work))
-    peer_s, plan_s, peer_cpu, plan_cpu = [], [], [], []
+    wall = {name: [] for name in argvs}
+    cpu = {name: [] for name in argvs}
     for _ in range(repeats):
-        peer_s.append(_wall(peer, env, str(work), peer_cpu)[0])
-        plan_s.append(_wall(plan, env, str(work), plan_cpu)[0])
-    return {"repeats": repeats, "lines": script.read_text().count("\n"), "goal_ms": 60.0,
-            "plan": _spread(plan_s), "python_pass": _spread(peer_s),
-            "plan_cpu": _spread(plan_cpu), "python_pass_cpu": _spread(peer_cpu),
-            "ratio_median": statistics.median(plan_s) / statistics.median(peer_s),
-            "importtime": importtime([*plan[1:]], env, str(work))}
+        for name, argv in argvs.items():
+            wall[name].append(_wall(argv, env, str(work), cpu[name])[0])
+    result = {"repeats": repeats, "lines": script.read_text().count("\n"), "goal_ms": 60.0}
+    for name in argvs:
+        result[name] = _spread(wall[name])
+        result[name + "_cpu"] = _spread(cpu[name])
+    result["ratio_median"] = statistics.median(wall["plan"]) / statistics.median(wall["python_pass"])
+    result["importtime"] = importtime([installed_python, "-X", "importtime", *argvs["installed_plan"]],
+                                      env, str(work))
+    return result
 
 
-def importtime(args: list[str], env: dict, cwd: str, runs: int = 5) -> dict:
-    """Self and cumulative import time (us) of every module the run loads, each the fastest of
-    ``runs`` runs, and the depth it was imported at."""
+def importtime(argv: list[str], env: dict, cwd: str, runs: int = 5) -> dict:
+    """Self and cumulative import time (us) of every module the run of ``argv`` (with
+    ``-X importtime``) loads, each the fastest of ``runs`` runs, and the depth it was imported at."""
     best: dict[str, list] = collections.defaultdict(lambda: [float("inf"), float("inf"), 0])
     for _ in range(runs):
-        result = subprocess.run([sys.executable, "-X", "importtime", *args], capture_output=True,
-                                text=True, env=env, cwd=cwd, check=True)
+        result = subprocess.run(argv, capture_output=True, text=True, env=env, cwd=cwd,
+                                check=True)
         for line in result.stderr.splitlines():
             match = re.match(r"import time:\s+(\d+) \|\s+(\d+) \|( *)(\S+)$", line)
             if match:
@@ -194,7 +246,7 @@ def shell_peer(plan, config, work: Path) -> Path:
     return peer
 
 
-def bench_submit(repeats: int) -> dict | None:
+def bench_submit(repeats: int, installed: Path) -> dict | None:
     if not CLUSTER.exists():
         return None
     cluster = json.loads(CLUSTER.read_text())
@@ -209,22 +261,24 @@ true
 #STAGEOUT {cluster['scratch_root']}/bench/x.dat {cluster['gridftp_url']}{cluster['sink_dir']}/bench.dat
 """)
     in_process, commands_sum, cli_wall, cli_sum, shell_wall = [], [], [], [], []
+    installed_wall, installed_sum = [], []
     os.chdir(work)
     _, plan = prepare(str(script), config, workdir=str(work))
     peer = shell_peer(plan, config, work)
     env = _child_env()
-    cli = [sys.executable, "-m", "scratchkeeper", "-vv", "-c", cluster["site_config"], "submit",
-           str(script), "--json"]
+    options = ["-vv", "-c", cluster["site_config"], "submit", str(script), "--json"]
+    cli = [sys.executable, "-m", "scratchkeeper", *options]
+    installed_cli = [str(installed), *options]
 
     def cancel(job_ids) -> None:
         """Untimed, at once: chains left to run would load slurmctld and the state database
         (their data jobs report there) under the next measurements."""
         get_runner().run(["scancel", *job_ids], check=False)
 
-    for argv in (cli, ["bash", str(peer)]):  # warm-up, as the measured runs
+    for argv in (cli, installed_cli, ["bash", str(peer)]):  # warm-up, as the measured runs
         result = _wall(argv, env, str(work))[1]
-        cancel([j["job_id"] for j in json.loads(result.stdout)["jobs"]] if argv is cli
-               else result.stdout.split())
+        cancel(result.stdout.split() if argv[0] == "bash"
+               else [j["job_id"] for j in json.loads(result.stdout)["jobs"]])
     for _ in range(repeats):
         _, plan = prepare(str(script), config, workdir=str(work))
         started = time.perf_counter()
@@ -236,6 +290,10 @@ true
         seconds, result = _wall(cli, env, str(work))
         cli_wall.append(seconds)
         cli_sum.append(_commands_seconds(result.stderr))
+        cancel([j["job_id"] for j in json.loads(result.stdout)["jobs"]])
+        seconds, result = _wall(installed_cli, env, str(work))
+        installed_wall.append(seconds)
+        installed_sum.append(_commands_seconds(result.stderr))
         cancel([j["job_id"] for j in json.loads(result.stdout)["jobs"]])
         seconds, result = _wall(["bash", str(peer)], env, str(work))
         shell_wall.append(seconds)
@@ -251,7 +309,11 @@ true
             "cli_ratio_median": statistics.median(cli_ratio), "goal_ratio": 1.2,
             "cli": _spread(cli_wall), "shell_peer": _spread(shell_wall),
             "cli_vs_shell_ratio_median": statistics.median(cli_wall) / statistics.median(shell_wall),
-            "cli_vs_shell_goal": 2.0, "shell_peer_script": peer.read_text()}
+            "cli_vs_shell_goal": 2.0, "shell_peer_script": peer.read_text(),
+            "installed_cli": _spread(installed_wall),
+            "installed_cli_scheduler_calls_median_s": statistics.median(installed_sum),
+            "installed_cli_vs_shell_ratio_median":
+                statistics.median(installed_wall) / statistics.median(shell_wall)}
 
 
 def _commands_seconds(stderr: str) -> float:
@@ -270,12 +332,18 @@ def main() -> None:
     render = bench_render(200 if args.quick else 2000)
     print(f"parse+plan+render, {render['lines']}-line script with {render['transfers']} transfers: "
           f"median {render['median_ms']:.2f} ms, p95 {render['p95_ms']:.2f} ms (goal < 5 ms)")
-    start = bench_start(10 if args.quick else 40)
-    print(f"plan --dry-run process: median {start['plan']['median_ms']:.1f} ms "
-          f"({start['plan']['min_ms']:.1f}-{start['plan']['max_ms']:.1f}) vs python -c pass "
-          f"{start['python_pass']['median_ms']:.1f} ms (goal <= 60 ms); "
-          f"{start['importtime']['modules']} modules imported")
-    submit = bench_submit(3 if args.quick else 10)
+    installed_root = Path(tempfile.mkdtemp(prefix="sk-bench-installed-"))
+    try:
+        installed = installed_copy(installed_root)
+        start = bench_start(10 if args.quick else 40, installed)
+        submit = bench_submit(3 if args.quick else 10, installed)
+    finally:
+        shutil.rmtree(installed_root, ignore_errors=True)
+    for form, prefix in (("editable", ""), ("installed", "installed_")):
+        print(f"plan --dry-run process ({form}): median {_range(start[prefix + 'plan'])} vs "
+              f"python -c pass {start[prefix + 'python_pass']['median_ms']:.1f} ms (goal <= 60 ms)")
+    print(f"python -c 'import jinja2' (installed): {_range(start['installed_import_jinja2'])}; "
+          f"{start['importtime']['modules']} modules imported by plan --dry-run")
     if submit is None:
         print("submit: skipped, the local cluster is not up (scripts/local-cluster up)")
     else:
@@ -284,7 +352,9 @@ def main() -> None:
               f"ratio {submit['in_process_ratio_median']:.2f} (goal <= 1.2)")
         print(f"submit CLI process: median {submit['cli']['median_ms']:.1f} ms vs the same calls "
               f"from a shell script {submit['shell_peer']['median_ms']:.1f} ms: ratio "
-              f"{submit['cli_vs_shell_ratio_median']:.2f} (goal <= 2)")
+              f"{submit['cli_vs_shell_ratio_median']:.2f} (goal <= 2); installed form "
+              f"{submit['installed_cli']['median_ms']:.1f} ms: ratio "
+              f"{submit['installed_cli_vs_shell_ratio_median']:.2f}")
     RESULTS.mkdir(parents=True, exist_ok=True)
     (RESULTS / "results.json").write_text(json.dumps(
         {"render": render, "start": start, "submit": submit}, indent=2))
@@ -297,6 +367,30 @@ def _range(spread: dict) -> str:
     return f"{spread['median_ms']:.1f} ms ({spread['min_ms']:.1f}-{spread['max_ms']:.1f})"
 
 
+def goals(start: dict, submit: dict | None) -> list[str]:
+    """Whether each goal of the command's start is met, from this run's figures."""
+    def verdict(met: bool) -> str:
+        return "met" if met else "**not met**"
+
+    lines = []
+    for form, prefix in (("editable", ""), ("installed", "installed_")):
+        median = start[prefix + "plan"]["median_ms"]
+        lines.append(f"- `plan --dry-run` <= 60 ms ({form}): {median:.1f} ms, "
+                     f"{verdict(median <= start['goal_ms'])} ({median / start[prefix + 'python_pass']['median_ms']:.1f}x "
+                     f"`python -c pass` of the same interpreter).")
+    floor = start["installed_import_jinja2"]["median_ms"]
+    lines.append(f"- Of that, the interpreter and `import jinja2` alone take {floor:.1f} ms "
+                 f"in this run (`python -c \"import jinja2\"`), "
+                 f"{floor / start['installed_plan']['median_ms']:.0%} of the installed "
+                 f"`plan --dry-run`.")
+    if submit:
+        for form, key in (("editable", "cli_vs_shell_ratio_median"),
+                          ("installed", "installed_cli_vs_shell_ratio_median")):
+            lines.append(f"- `submit` <= 2x the shell script's sbatch calls ({form}): "
+                         f"{submit[key]:.2f}x, {verdict(submit[key] <= submit['cli_vs_shell_goal'])}.")
+    return lines
+
+
 def report(render: dict, start: dict, submit: dict | None, quick: bool) -> str:
     lines = ["# Planner benchmark", "", f"Command: `.venv/bin/python -m benchmarks.planner"
              f"{' --quick' if quick else ''}` on this 2-core machine (shared with other work: "
@@ -307,24 +401,37 @@ def report(render: dict, start: dict, submit: dict | None, quick: bool) -> str:
              "| measure | median | p95 / peer | goal |", "|---|---|---|---|",
              f"| parse + plan + render, {render['lines']}-line script, {render['transfers']} transfers "
              f"({render['repeats']} runs) | {render['median_ms']:.2f} ms | {render['p95_ms']:.2f} ms | < 5 ms |",
-             f"| `scratchkeeper plan --dry-run`, {start['lines']}-line script, whole process "
-             f"({start['repeats']} runs) | {_range(start['plan'])} | `python -c pass`: "
-             f"{_range(start['python_pass'])} | <= 60 ms |",
+             f"| `scratchkeeper plan --dry-run`, {start['lines']}-line script, whole process, "
+             f"editable install (`python -m scratchkeeper`, {start['repeats']} runs) | "
+             f"{_range(start['plan'])} | `python -c pass`: {_range(start['python_pass'])} | <= 60 ms |",
              f"| the same, CPU time (user + system) of the process | {_range(start['plan_cpu'])} "
-             f"| `python -c pass`: {_range(start['python_pass_cpu'])} | |"]
+             f"| `python -c pass`: {_range(start['python_pass_cpu'])} | |",
+             f"| `scratchkeeper plan --dry-run`, installed as users run it (console script of a "
+             f"non-editable install) | {_range(start['installed_plan'])} | `python -c pass`: "
+             f"{_range(start['installed_python_pass'])} | <= 60 ms |",
+             f"| the same, CPU time | {_range(start['installed_plan_cpu'])} | `python -c pass`: "
+             f"{_range(start['installed_python_pass_cpu'])} | |",
+             f"| `python -c \"import jinja2\"` of the installed form (the floor of any command that "
+             f"renders a template in process) | {_range(start['installed_import_jinja2'])} | "
+             f"CPU {_range(start['installed_import_jinja2_cpu'])} | |"]
     if submit:
         lines += [
             f"| `submit_plan` wall time / sum of its scheduler calls (3 jobs, {submit['repeats']} runs) "
             f"| {submit['in_process_ratio_median']:.2f}x | {submit['in_process_median_s'] * 1000:.1f} ms vs "
             f"{submit['scheduler_calls_median_s'] * 1000:.1f} ms | <= 1.2x |",
-            f"| `scratchkeeper submit` process / the same sbatch and scontrol calls from a shell "
-            f"script (3 jobs, {submit['repeats']} runs) | {submit['cli_vs_shell_ratio_median']:.2f}x "
+            f"| `scratchkeeper submit` process (editable) / the same sbatch and scontrol calls from "
+            f"a shell script (3 jobs, {submit['repeats']} runs) | "
+            f"{submit['cli_vs_shell_ratio_median']:.2f}x "
             f"| {_range(submit['cli'])} vs {_range(submit['shell_peer'])} | <= 2x |",
-            f"| `scratchkeeper submit` process / the sum of its own scheduler calls "
+            f"| `scratchkeeper submit` process (installed) / the same shell script | "
+            f"{submit['installed_cli_vs_shell_ratio_median']:.2f}x | "
+            f"{_range(submit['installed_cli'])} vs {_range(submit['shell_peer'])} | <= 2x |",
+            f"| `scratchkeeper submit` process (editable) / the sum of its own scheduler calls "
             f"| {submit['cli_ratio_median']:.2f}x | {submit['cli_wall_median_s'] * 1000:.1f} ms vs "
             f"{submit['cli_scheduler_calls_median_s'] * 1000:.1f} ms | (for comparison) |"]
     else:
         lines.append("| `submit` on the local cluster | not run | the cluster was not up | |")
+    lines += ["", "## Goals in this run", ""] + goals(start, submit)
     imports = start["importtime"]
     lines += ["", "## The command's start: the rule", "",
               "A run imports the module of its subcommand only (`scratchkeeper/cli/__init__.py`: "
@@ -335,8 +442,12 @@ def report(render: dict, start: dict, submit: dict | None, quick: bool) -> str:
               "the modules and, in a fresh interpreter, that `plan --dry-run` loads neither the "
               "state database (sqlite3) nor recovery, storage, replication, the solver or the other "
               "scheduler backend. The Jinja2 environment is built, and jinja2 imported, when the "
-              "first script is rendered; tomllib when a configuration file is read.",
-              "", f"## `python -X importtime` of `scratchkeeper plan --dry-run`", "",
+              "first script is rendered; tomllib when a configuration file is read. The "
+              "templates' compiled code is kept beside them in `__pycache__` "
+              "(`scratchkeeper/planner/template_cache.py`; written by the package's owner, the "
+              "runtime install compiles them), so a run loads it instead of compiling.",
+              "", "## `python -X importtime` of `scratchkeeper plan --dry-run` (installed form)",
+              "",
               f"{imports['modules']} modules imported, their own times summing to "
               f"{imports['self_sum_ms']:.1f} ms (each module's fastest of 5 runs; the interpreter's "
               f"own start-up modules included). The 20 largest by cumulative time:", "",
