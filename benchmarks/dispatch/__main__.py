@@ -350,12 +350,13 @@ def report(results: dict) -> str:
               "flight. Primary-only reads half the file from the slow OST; round-robin a quarter; "
               "the solver sends the slow OST a piece only when its measured time, queue "
               "included, beats the fast OSTs' queues. Had the slow OST been in mirror 1, "
-              "primary-only would not touch it. With every OST fast, primary reads each object "
-              "front to back, while the solver and round-robin read every other stripe of each "
-              "object from each mirror, which defeats the readahead of the file system under the "
-              "OSTs: that, not the solver's time (not measured apart), is the likely cost; the "
-              "solver's model has no locality term. One VM with 2 shared cores whose host caches "
-              "the disk: a rough picture.", ""]
+              "primary-only would not touch it. With every OST fast, round-robin reads every "
+              "other stripe of each object from each mirror, which defeats the readahead of the "
+              "file system under the OSTs; the solver's answer would do the same, so the mount "
+              "takes it only when it beats reading the request in order from the first mirror "
+              "by 25 % in the same model (docs/mount.rst, \"Read dispatch\"), and reads in order "
+              "otherwise. The solver's own time was not measured apart. One VM with 2 shared "
+              "cores whose host caches the disk: a rough picture.", ""]
     return "\n".join(lines)
 
 
