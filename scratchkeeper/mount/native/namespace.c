@@ -21,16 +21,6 @@
 
 /* -- the namespace ----------------------------------------------------------------------------- */
 
-static void reply_new_entry(fuse_req_t req, fuse_ino_t parent, const char *name)
-{
-    struct fuse_entry_param e;
-    int err = do_lookup(parent, name, &e);
-    if (err)
-        fuse_reply_err(req, err);
-    else
-        fuse_reply_entry(req, &e);
-}
-
 void sk_mknod(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode,
               dev_t rdev)
 {
@@ -43,7 +33,7 @@ void sk_mknod(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode,
             return;
         }
         close(fd);
-        reply_new_entry(req, parent, name);
+        sk_lookup(req, parent, name);  /* the new entry */
         return;
     }
     uid_t uid;
@@ -61,7 +51,7 @@ void sk_mknod(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode,
         fuse_reply_err(req, err);
         return;
     }
-    reply_new_entry(req, parent, name);
+    sk_lookup(req, parent, name);  /* the new entry */
 }
 
 void sk_mkdir(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode)
@@ -96,7 +86,7 @@ void sk_mkdir(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode)
     if (n >= 0 && setxattr(dpath, SK_DIRLOV_XATTR, buf, (size_t)n, 0) < 0)
         logmsg("mkdir %s: default layout not inherited: %s", name, strerror(errno));
     close(dfd);
-    reply_new_entry(req, parent, name);
+    sk_lookup(req, parent, name);  /* the new entry */
 }
 
 void sk_symlink(fuse_req_t req, const char *link, fuse_ino_t parent, const char *name)
@@ -116,7 +106,7 @@ void sk_symlink(fuse_req_t req, const char *link, fuse_ino_t parent, const char 
         fuse_reply_err(req, err);
         return;
     }
-    reply_new_entry(req, parent, name);
+    sk_lookup(req, parent, name);  /* the new entry */
 }
 
 void sk_link(fuse_req_t req, fuse_ino_t ino, fuse_ino_t parent, const char *name)
@@ -127,7 +117,7 @@ void sk_link(fuse_req_t req, fuse_ino_t ino, fuse_ino_t parent, const char *name
         fuse_reply_err(req, errno);
         return;
     }
-    reply_new_entry(req, parent, name);
+    sk_lookup(req, parent, name);  /* the new entry */
 }
 
 /* `vfd` (O_PATH) lost a name: delete its objects if that was its last one, now or (an open
@@ -157,22 +147,23 @@ static void lost_a_name(int vfd)
     free(raw);
 }
 
+/* Reply to an unlink or a rename (err: 0 or its errno); on success the inode `vfd` (O_PATH,
+ * -1 if none) has lost the name (a file's objects go with its last name and handle). */
+static void reply_name_gone(fuse_req_t req, int err, int vfd)
+{
+    if (vfd >= 0) {
+        if (!err)
+            lost_a_name(vfd);
+        close(vfd);
+    }
+    fuse_reply_err(req, err);
+}
+
 void sk_unlink(fuse_req_t req, fuse_ino_t parent, const char *name)
 {
     int pfd = get_inode(parent)->fd;
     int vfd = openat(pfd, name, O_PATH | O_NOFOLLOW | O_CLOEXEC);
-    if (unlinkat(pfd, name, 0) < 0) {
-        int err = errno;
-        if (vfd >= 0)
-            close(vfd);
-        fuse_reply_err(req, err);
-        return;
-    }
-    if (vfd >= 0) {
-        lost_a_name(vfd);
-        close(vfd);
-    }
-    fuse_reply_err(req, 0);
+    reply_name_gone(req, unlinkat(pfd, name, 0) < 0 ? errno : 0, vfd);
 }
 
 void sk_rmdir(fuse_req_t req, fuse_ino_t parent, const char *name)
@@ -187,18 +178,8 @@ void sk_rename(fuse_req_t req, fuse_ino_t parent, const char *name, fuse_ino_t n
     int vfd = -1;
     if (!(flags & RENAME_EXCHANGE))
         vfd = openat(npfd, newname, O_PATH | O_NOFOLLOW | O_CLOEXEC);
-    if (renameat2(get_inode(parent)->fd, name, npfd, newname, flags) < 0) {
-        int err = errno;
-        if (vfd >= 0)
-            close(vfd);
-        fuse_reply_err(req, err);
-        return;
-    }
-    if (vfd >= 0) {
-        lost_a_name(vfd);
-        close(vfd);
-    }
-    fuse_reply_err(req, 0);
+    int err = renameat2(get_inode(parent)->fd, name, npfd, newname, flags) < 0 ? errno : 0;
+    reply_name_gone(req, err, vfd);
 }
 
 void sk_readlink(fuse_req_t req, fuse_ino_t ino)

@@ -174,7 +174,7 @@ static void sk_init(void *userdata, struct fuse_conn_info *conn)
     conn->max_readahead = fs.max_request;
 }
 
-static void sk_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
+void sk_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 {
     struct fuse_entry_param e;
     int err = do_lookup(parent, name, &e);

@@ -96,6 +96,8 @@ bool caller_in_group(fuse_req_t req, gid_t gid);
 void new_owner(fuse_req_t req, int pfd, uid_t *uid, gid_t *gid, bool *sgid_parent);
 /* The store's pool `name` (storage.pools), or NULL. */
 const struct skfs_pool *find_pool(const char *name);
+/* Reply to a LOOKUP of `name` in `parent` (also the reply to a new entry). */
+void sk_lookup(fuse_req_t req, fuse_ino_t parent, const char *name);
 mode_t masked(fuse_req_t req, mode_t mode);
 int make_regular(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode,
                  bool exclusive, int *fdp);
