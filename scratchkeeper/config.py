@@ -340,6 +340,29 @@ class MountConfig:
 
 
 @dataclass(frozen=True)
+class StagingConfig:
+    start: str = _opt("now", "when a stage-in job starts unless its #STAGEIN -start says: 'now' "
+                      "(as soon as the data queue runs it) or 'jit' (held back until the compute "
+                      "job's expected start minus the predicted transfer time and the margin)",
+                      choices=("now", "jit"))
+    jit_margin: float = _opt(120.0, "seconds a just-in-time stage-in is meant to end before the "
+                             "compute job's expected start, beside the prediction's own "
+                             "uncertainty", minimum=0, maximum=DAY)
+    jit_max_delay: float = _opt(1800.0, "longest wait for its data that holding a stage-in "
+                                "back may cost a compute job that starts earlier than expected; "
+                                "a stage-in whose pessimistic transfer time is longer starts at "
+                                "once", minimum=0, maximum=7 * DAY)
+    jit_sigmas: float = _opt(2.0, "standard deviations of the learned throughput added to the "
+                             "predicted transfer time (its pessimistic bound)", minimum=0,
+                             maximum=10)
+    min_samples: int = _opt(2, "recorded transfers from a source host before its throughput is "
+                            "trusted for a prediction (fewer: the stage-in starts at once)",
+                            minimum=1, maximum=10000)
+    history: int = _opt(50, "most recent transfers per source host the prediction learns from",
+                        minimum=1, maximum=100000)
+
+
+@dataclass(frozen=True)
 class LoggingConfig:
     level: str = _opt("INFO", "log level", choices=("DEBUG", "INFO", "WARNING", "ERROR"))
     file: str = _opt("", "file the daemons (recoveryd, replicad, spank chain --watch) log to, "
@@ -359,6 +382,7 @@ class SiteConfig:
     replication: ReplicationConfig = field(default_factory=ReplicationConfig)
     recovery: RecoveryConfig = field(default_factory=RecoveryConfig)
     mount: MountConfig = field(default_factory=MountConfig)
+    staging: StagingConfig = field(default_factory=StagingConfig)
     logging: LoggingConfig = field(default_factory=LoggingConfig)
     source: str = field(default="(defaults)", metadata={"internal": True})
 

@@ -42,6 +42,7 @@ COMMANDS = {
     "solve": "solve",
     "spank": "spank",
     "stage": "stage",
+    "staging": "staging",
     "store": "store",
 }
 

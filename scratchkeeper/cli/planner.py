@@ -48,7 +48,7 @@ def _plan_json(plan, commands) -> dict:
         "scheduler": plan.scheduler,
         "jobs": [{"role": j.role, "key": j.key, "name": j.name, "queue": j.queue,
                   "script": j.script, "retries": j.retries, "retry_delay": j.retry_delay,
-                  "walltime": j.walltime,
+                  "walltime": j.walltime, "start": j.start,
                   "depends_on": [{"role": plan.job(d.key).role, "key": d.key, "type": d.type}
                                  for d in j.depends_on]} for j in plan.jobs],
         "staged_files": [{"path": f.path, "source": f.source, "line": f.line} for f in plan.staged_files],
@@ -168,6 +168,9 @@ def _status(args) -> int:
             if job.reason:
                 line += f"  {job.reason}"
             print(line)
+            jit = (job.timing or {}).get("jit")
+            if jit:
+                print(f"  {'':12} jit: {jit['reason']}")
         for staged in status.staged_files:
             print(f"  staged {staged['path']} <- {staged['source']}  [{staged['state']}]")
     return 0 if status.state not in ("failed", records.SUBMIT_FAILED, records.STAGE_IN_FAILED,

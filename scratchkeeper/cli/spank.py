@@ -10,6 +10,7 @@ import logging
 import random
 import signal
 import threading
+import time
 
 from ..errors import InputError, ScratchkeeperError
 from ..planner import records
@@ -34,7 +35,9 @@ def register(subparsers) -> None:
                     "jobs of every chain in the state database (chained here or made by "
                     "`scratchkeeper submit`) whose stage-in ended any way but success "
                     "(cancelled, walltime, node failure, killed before it could report), "
-                    "with the reason recorded for `scratchkeeper status`.")
+                    "with the reason recorded for `scratchkeeper status`. Last, starts or "
+                    "moves every just-in-time stage-in held back (#STAGEIN -start jit) as its "
+                    "compute job's expected start moves.")
     chain.add_argument("job_ids", nargs="*", metavar="JOBID",
                        help="only these jobs (and only the chains holding them)")
     chain.add_argument("--watch", type=float, metavar="SECONDS",
@@ -46,7 +49,7 @@ def register(subparsers) -> None:
     check.set_defaults(func=_check)
 
 
-def _sweep(config, store, only) -> int:
+def _sweep(config, store, only, interval: float = 0.0) -> int:
     """Chain the held jobs, then end the chains whose stage-in ended: neither step waits on the
     other's failure (a job that cannot be chained must not keep chains pending for ever)."""
     failures = 0
@@ -68,6 +71,17 @@ def _sweep(config, store, only) -> int:
             if end.cancelled:
                 print(f"chain {end.chain_id}: {end.reason}; cancelled {', '.join(end.cancelled)}",
                       flush=True)
+    except ScratchkeeperError as err:
+        errors.append(err)
+    try:
+        # just-in-time stage-ins held back: started now or moved as their compute jobs' starts move
+        from ..staging.jit import reevaluate
+
+        for move in reevaluate(config, store, sweep_interval=interval):
+            when = "now" if move.release_at is None else time.strftime(
+                "%Y-%m-%dT%H:%M:%S", time.localtime(move.release_at))
+            print(f"chain {move.chain_id}: {move.job_key} {move.job_id} starts {when}: "
+                  f"{move.reason}", flush=True)
     except ScratchkeeperError as err:
         errors.append(err)
     if errors:
@@ -92,7 +106,7 @@ def _chain(args) -> int:
     consecutive_failures = 0
     while not stop.is_set():
         try:
-            _sweep(config, store, only)
+            _sweep(config, store, only, args.watch)
             consecutive_failures = 0
             pause = args.watch
         except Exception as err:  # noqa: BLE001 - a service outlives a bug met in one sweep

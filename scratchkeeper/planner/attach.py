@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 
 from ..config import SiteConfig
 from ..errors import DirectiveError, InputError, ScratchkeeperError, SchedulerError
+from ..ownership import Owner
 from ..runner import get_runner
 from ..schedulers import Scheduler, SubmitSpec, get_scheduler
 from ..state import StateStore
@@ -28,7 +29,7 @@ from . import records
 from .directives import STAGE_IN, STAGE_OUT, parse_script
 from .plan import COMPUTE, build_plan
 from .render import render_plan
-from .submit import new_chain_id, spool_dir
+from .submit import hold_back_jit, new_chain_id, spool_dir
 
 log = logging.getLogger(__name__)
 
@@ -284,6 +285,8 @@ def chain_job(job: HeldJob, config: SiteConfig, store: StateStore,
                 dependency = f"{job.dependency},{dependency}"
             runner.run(["scontrol", "update", f"JobId={job.job_id}", f"Dependency={dependency}"],
                        timeout=config.scheduler.command_timeout, mutating=True)
+        hold_back_jit(plan, ids, scheduler, store, config,
+                      Owner.of(job.user_id, job.group_id) if on_behalf else None)
         scheduler.release(held)
     except ScratchkeeperError as err:
         submitted = [v for k, v in ids.items() if k != COMPUTE]

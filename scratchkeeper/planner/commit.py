@@ -119,8 +119,46 @@ def commit_stage(store: StateStore, config: SiteConfig, chain_id: str, job_key: 
                 committed.append(_commit_file(store, config, backend, chain, staged, path,
                                               source, compute_id or "", for_uid))
             recorded(lambda: _mark_staged(store, chain_id, staged["path"]), what)
+        if committed:
+            _record_transfers(store, config, chain, row, committed)
     recorded(lambda: records.set_jobs_state(store, chain_id, [job_key], records.JOB_DONE), what)
     return committed
+
+
+def _record_transfers(store: StateStore, config: SiteConfig, chain, row,
+                      committed: list[CommittedFile]) -> None:
+    """What the JIT prediction learns from: the bytes of this stage-in per source host and the
+    seconds from the job's start, as the scheduler (not the job) reports it, to now; a job
+    reading from several hosts shares its seconds out by bytes. Never fails the commit."""
+    from ..staging import records as staging_records
+    from ..staging.predict import source_host
+
+    try:
+        job = get_scheduler(config, chain["scheduler"]).lookup([row["job_id"]]).get(row["job_id"])
+    except ScratchkeeperError as err:
+        log.warning("chain %s: %s: no start time, transfer not recorded: %s",
+                    chain["chain_id"], row["job_key"], err)
+        return
+    if job is None or job.start_time is None:
+        return
+    now = time.time()
+    seconds = max(now - job.start_time, 1e-3)
+    per_host: dict[str, int] = {}
+    for file in committed:
+        host = source_host(file.source)
+        if host:
+            per_host[host] = per_host.get(host, 0) + file.size
+    total = sum(per_host.values())
+    if not total:
+        return
+    try:
+        staging_records.open_staging(store)
+        for host, size in per_host.items():
+            recorded(lambda: staging_records.record_transfer(
+                store, chain["chain_id"], row["job_key"], host, size, seconds * size / total,
+                job.start_time, chain["owner_uid"]), f"chain {chain['chain_id']}: transfer record")
+    except ScratchkeeperError as err:
+        log.warning("chain %s: transfer not recorded: %s", chain["chain_id"], err)
 
 
 def _mark_staged(store: StateStore, chain_id: str, path: str) -> None:

@@ -12,7 +12,10 @@ Grammar (docs/directives.rst has the full text and examples):
 ``#STAGEIN -option ...``
     options of that data stage: ``-retry N``, ``-retry-delay S``, ``-walltime T``, ``-qos Q``,
     ``-account A``, ``-priority N``, ``-name NAME``, ``-parallel``, ``-input PATH``,
-    ``-dependency afterok|afterany`` (stage-out only).
+    ``-dependency afterok|afterany`` (stage-out only), ``-start jit|now`` (stage-in only: held
+    back until just before the compute job's expected start, or started at once),
+    ``-when close|end`` (stage-out only: each result offloaded once it is closed after writing,
+    or all of them after the job).
 ``#DW stage_in source=... destination=... type=file|directory`` (and ``stage_out``)
     Cray DataWarp staging lines.
 ``#PBS -W stagein=local@host:remote[,...]`` (and ``stageout=``)
@@ -93,6 +96,8 @@ class StageOptions:
     job_name: str | None = None
     parallel: bool = False
     dependency: str | None = None
+    start: str | None = None  # stage-in: "jit" or "now" (None: the site's staging.start)
+    when: str | None = None   # stage-out: "close" or "end" (None: end)
     inputs: list[str] = field(default_factory=list)
     lines: dict[str, int] = field(default_factory=dict)  # option name -> line it was set on
 
@@ -187,9 +192,10 @@ def parse_script(text: str, path: str, *, cwd: str, scratch_root: str) -> Parsed
         raise DirectiveError("the script has no commands for the compute job", path=path,
                              line=len(lines) or 1)
     for stage, opts in options.items():
-        if opts.dependency and stage == STAGE_IN:
-            raise DirectiveError("-dependency applies to #STAGEOUT only", path=path,
-                                 line=_first_line(lines, "#STAGEIN") or 1)
+        for name, only in (("dependency", STAGE_OUT), ("when", STAGE_OUT), ("start", STAGE_IN)):
+            if name in opts.lines and stage != only:
+                raise DirectiveError(f"-{name} applies to {_DIRECTIVE[only]} only", path=path,
+                                     line=opts.lines[name])
     _check_destinations(steps, ctx)
     return ParsedScript(path=path, shebang=shebang, compute_lines=compute, steps=steps,
                         options=options, dialect=_dialect(compute), compute_job=_compute_job(compute))
@@ -348,7 +354,7 @@ def _confine(path: str, side: str, directive: str, number: int, ctx: _Context) -
 
 _OPTION_ARITY = {
     "retry": 1, "retry-delay": 1, "walltime": 1, "qos": 1, "account": 1, "priority": 1,
-    "name": 1, "parallel": 0, "input": 1, "dependency": 1,
+    "name": 1, "parallel": 0, "input": 1, "dependency": 1, "start": 1, "when": 1,
 }
 _ALIASES = {"t": "walltime", "A": "account", "N": "name", "J": "name", "p": "priority",
             "q": "qos", "time": "walltime", "job-name": "name", "retries": "retry"}
@@ -432,6 +438,14 @@ def _set_option(opts: StageOptions, name: str, value: str | None, directive: str
         if value not in ("afterok", "afterany"):
             bad("afterok or afterany")
         opts.dependency = value
+    elif name == "start":
+        if value not in ("jit", "now"):
+            bad("jit or now")
+        opts.start = value
+    elif name == "when":
+        if value not in ("close", "end"):
+            bad("close or end")
+        opts.when = value
     elif name == "input":
         try:
             location = parse_location(value, cwd=ctx.cwd)
@@ -590,11 +604,3 @@ def _compute_job(lines: list[str]) -> dict[str, str]:
             if match and valid.match(match.group(1)):
                 found.setdefault(key, match.group(1))
     return found
-
-
-def _first_line(lines: list[str], prefix: str) -> int | None:
-    for number, line in enumerate(lines, 1):
-        if line.lstrip().startswith(prefix):
-            return number
-    return None
-

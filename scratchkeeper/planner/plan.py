@@ -85,6 +85,9 @@ class PlannedJob:
     qos: str | None = None
     account: str | None = None
     priority: int | None = None
+    #: a stage-in: "jit" (held back until just before the compute job's expected start) or
+    #: "now"; a stage-out: "close" (each result offloaded once closed) or "end"
+    start: str | None = None
     actions: list[StepAction] = field(default_factory=list)
     script: str = ""
 
@@ -183,6 +186,7 @@ def _data_job(key: str, stage: str, opts: StageOptions, parsed: ParsedScript, co
     priority = opts.priority
     if priority is None:
         priority = _inherited_priority(inherited.get("priority"), kind)
+    start = (opts.start or config.staging.start) if stage == STAGE_IN else (opts.when or "end")
     return PlannedJob(
         key=key, role=stage, queue=config.scheduler.data_queue,
         name=opts.job_name or f"{base_name}.{key}",
@@ -190,7 +194,7 @@ def _data_job(key: str, stage: str, opts: StageOptions, parsed: ParsedScript, co
         retry_delay=opts.retry_delay if opts.retry_delay is not None else config.retry.delay,
         walltime=opts.walltime or config.scheduler.data_walltime,
         qos=opts.qos or inherited.get("qos"), account=opts.account or inherited.get("account"),
-        priority=priority)
+        priority=priority, start=start)
 
 
 def _action(step: DataStep, config: SiteConfig, path: str) -> StepAction:

@@ -101,7 +101,7 @@ def record_plan(store: StateStore, plan: Plan, owner_uid: int, log_paths: dict[s
 
 def _plan_summary(plan: Plan) -> dict:
     return {"offloaded_files": [asdict(f) for f in plan.offloaded_files],
-            "jobs": [{"key": j.key, "role": j.role, "name": j.name,
+            "jobs": [{"key": j.key, "role": j.role, "name": j.name, "start": j.start,
                       "depends_on": [asdict(d) for d in j.depends_on]} for j in plan.jobs]}
 
 

@@ -25,6 +25,9 @@ class JobStatus:
     #: the scheduler's own word for the state (TIMEOUT, CANCELLED, C...) and the signal
     native_state: str = ""
     exit_signal: int | None = None
+    #: per stage: when queued, started, ended (epoch seconds), bytes, rate (bytes/s) and, for a
+    #: just-in-time stage-in, the prediction it was held back with and that prediction's error
+    timing: dict | None = None
 
 
 @dataclass
@@ -77,14 +80,51 @@ def chain_status(store: StateStore, config: SiteConfig, chain_id: str, *,
         f for f in (stage_in_failure(r, live.get(r["job_id"])) for r in rows) if f]
     jobs = [_job_status(row, live.get(row["job_id"]) if row["job_id"] else None,
                         "; ".join(failures)) for row in rows]
+    staged_rows = records.staged_files(store, chain_id)
     staged = [{"path": r["path"], "source": r["source"], "state": r["state"], "size": r["size"],
-               "checksum": r["checksum"]} for r in records.staged_files(store, chain_id)]
+               "checksum": r["checksum"]} for r in staged_rows]
+    _add_timing(store, chain_id, jobs, live, staged_rows)
     state, reason = chain["state"], chain["reason"]
     if state == records.SUBMITTED and failures:
         # the chain service records this at its next sweep; say it now
         state, reason = records.STAGE_IN_FAILED, "; ".join(failures)
     return ChainStatus(chain_id, chain["script_path"], _chain_state(state, jobs),
                        reason or scheduler_note, jobs, staged)
+
+
+def _add_timing(store: StateStore, chain_id: str, jobs: list[JobStatus],
+                live: dict[str, JobRecord], staged_rows) -> None:
+    from ..staging import records as staging_records
+
+    decisions = {d["job_key"]: d for d in staging_records.decisions(store, chain_id=chain_id)} \
+        if staging_records.made(store) else {}
+    for job in jobs:
+        record = live.get(job.job_id) if job.job_id else None
+        queued, started, ended = ((record.submit_time, record.start_time, record.end_time)
+                                  if record is not None else (None, None, None))
+        if record is not None and not record.state.is_final:
+            ended = None
+        if record is not None and record.state in (JobState.PENDING, JobState.HELD):
+            started = None  # a pending job's start time is the scheduler's expectation
+        size = None
+        if job.role == "stage-in":
+            sizes = [r["size"] for r in staged_rows if r["job_key"] == job.key]
+            size = sum(sizes) if sizes and None not in sizes else None
+        seconds = ended - started if started is not None and ended is not None else None
+        timing = {"queued": queued, "started": started, "ended": ended, "seconds": seconds,
+                  "bytes": size, "rate": size / seconds if size and seconds else None}
+        decision = decisions.get(job.key)
+        if decision is not None:
+            predicted = decision["predicted"]
+            timing["jit"] = {
+                "predicted_seconds": predicted, "pessimistic_seconds": decision["pessimistic"],
+                "expected_compute_start": decision["expected_start"],
+                "estimate_source": decision["estimate_source"],
+                "release_at": decision["release_at"], "released": decision["released"],
+                "state": decision["state"], "reason": decision["reason"],
+                "prediction_error": (seconds - predicted) / predicted
+                if seconds is not None and predicted else None}
+        job.timing = timing
 
 
 def _job_status(row, record: JobRecord | None, stage_in_failed: str) -> JobStatus:

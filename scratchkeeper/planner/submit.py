@@ -147,7 +147,28 @@ def _submit_all(plan: Plan, config: SiteConfig, store, scheduler: Scheduler, ent
 
             records.set_job_submitted(store, plan.chain_id, job.key, job_id)
         log.info("chain %s: %s submitted as %s", plan.chain_id, job.key, job_id)
+    if not dry_run:
+        hold_back_jit(plan, ids, scheduler, store, config)
     scheduler.release(held)
+
+
+def hold_back_jit(plan: Plan, ids: dict[str, str], scheduler: Scheduler, store: StateStore,
+                  config: SiteConfig, owner=None) -> None:
+    """Before the held stage-in jobs are released: give each ``-start jit`` one its begin time
+    (:mod:`scratchkeeper.staging.jit`); its sources' sizes are asked with ``owner``'s rights."""
+    jit = [job for job in plan.jobs if job.role == "stage-in" and job.start == "jit"]
+    if not jit or COMPUTE not in ids:
+        return
+    from ..staging import jit as jit_staging, records as staging_records
+    from ..staging.predict import predict
+
+    staging_records.open_staging(store)
+    for job in jit:
+        sources = [(f.source, f.recursive) for f in plan.staged_files if f.job_key == job.key]
+        prediction = predict(sources, store, config, owner=owner)
+        jit_staging.hold_back(scheduler, store, config, chain_id=plan.chain_id, job_key=job.key,
+                              job_id=ids[job.key], compute_id=ids[COMPUTE],
+                              prediction=prediction)
 
 
 def _roll_back(plan: Plan, store, scheduler: Scheduler, ids: dict[str, str], dry_run: bool,

@@ -156,6 +156,29 @@ def build_release(job_ids: Sequence[str]) -> list[str]:
     return ["qrls", *job_ids]
 
 
+# -- start estimates (just-in-time stage-in) ---------------------------------------------------
+def build_start_estimate(job_ids: Sequence[str]) -> list[str]:
+    return build_query(job_ids)
+
+
+def parse_start_estimate(stdout: str) -> dict[str, float | None]:
+    """PBS Pro's ``estimated.start_time`` from ``qstat -f`` (Torque and Slurm's wrappers have
+    none: every job's start is then unknown)."""
+    return {block["Job Id"]: _pbs_time(block.get("estimated.start_time"))
+            for block in _blocks(stdout)}
+
+
+#: PBS has no will-run query of a resource request: a job's estimate is its own or unknown
+build_request = parse_request = build_will_run = parse_will_run = None
+
+
+def build_set_begin(job_id: str, when: float | None) -> list[str]:
+    """``qalter -a [[[[CC]YY]MM]DD]hhmm[.SS]`` (PBS Pro, Torque); ``None``: now. Slurm's qalter
+    wrapper has no ``-a``: on the wrappers a job's start is unknown, so this is never needed."""
+    moment = datetime.fromtimestamp(round(when if when is not None else datetime.now().timestamp()))
+    return ["qalter", "-a", moment.strftime("%Y%m%d%H%M.%S"), job_id]
+
+
 def build_nodes() -> list[str]:
     return ["pbsnodes", "-a"]
 

@@ -9,6 +9,7 @@ import json
 import re
 from collections.abc import Sequence
 
+from ..config import slurm_time_seconds
 from ..errors import SchedulerError
 from .base import JobRecord, JobState, SubmitSpec
 
@@ -308,6 +309,87 @@ def build_hold(job_ids: Sequence[str]) -> list[str]:
 
 def build_release(job_ids: Sequence[str]) -> list[str]:
     return ["scontrol", "release", ",".join(job_ids)]
+
+
+# -- start estimates (just-in-time stage-in) ---------------------------------------------------
+def build_start_estimate(job_ids: Sequence[str]) -> list[str]:
+    """The backfill scheduler's expected start of pending jobs (``N/A`` when it has none, as
+    for a job waiting on a dependency)."""
+    return ["squeue", "--start", "--noheader", "--jobs=" + ",".join(job_ids), "-o", "%i|%S"]
+
+
+def parse_start_estimate(stdout: str) -> dict[str, float | None]:
+    """``squeue --start -o %i|%S`` lines: job id -> expected start (epoch), None if unknown."""
+    found: dict[str, float | None] = {}
+    seen: dict[str, float | None] = {"N/A": None, "Unknown": None, "None": None, "": None}
+    for number, line in enumerate(stdout.splitlines(), 1):
+        if not line.strip():
+            continue
+        job_id, sep, start = line.strip().partition("|")
+        if not sep or not job_id.isdigit():
+            raise SchedulerError(f"squeue --start line {number}: expected 'JOBID|START', "
+                                 f"got {line[:120]!r}")
+        found[job_id] = seen[start] if start in seen else _squeue_time(start, seen)
+    return found
+
+
+#: what ``sbatch --test-only`` needs to ask for the same resources as a queued job
+REQUEST_FORMAT = "%i|%P|%D|%C|%l|%a|%q|%h"
+
+
+def build_request(job_id: str) -> list[str]:
+    return ["squeue", "--noheader", f"--jobs={job_id}", "-o", REQUEST_FORMAT]
+
+
+def parse_request(stdout: str) -> dict[str, str] | None:
+    """A queued job's partition, nodes, CPUs, time limit, account, QOS and whether it shares
+    its nodes (None: not queued).
+
+    squeue prints fields raw: a partition name holds no ``|``, and the job id comes first."""
+    for line in stdout.splitlines():
+        fields = line.strip().split("|")
+        if len(fields) == 8 and fields[0].isdigit():
+            return dict(zip(("job_id", "queue", "nodes", "cpus", "time_limit", "account", "qos",
+                             "oversubscribe"), fields))
+    return None
+
+
+def build_will_run(request: dict[str, str]) -> list[str]:
+    """``sbatch --test-only`` for the resources of ``request``: Slurm's will-run estimate of
+    when a job asking for them would start, for a job whose own estimate the backfill
+    scheduler does not make (one waiting on its stage-in)."""
+    if not re.fullmatch(r"[A-Za-z0-9._,-]+", request["queue"]):
+        return []
+    argv = ["sbatch", "--test-only", f"--partition={request['queue']}"]
+    if request["nodes"].isdigit():
+        argv.append(f"--nodes={request['nodes']}")
+    if request["cpus"].isdigit():
+        argv.append(f"--ntasks={request['cpus']}")
+    if slurm_time_seconds(request["time_limit"]) is not None:
+        argv.append(f"--time={request['time_limit']}")
+    if request["oversubscribe"] == "NO":
+        argv.append("--exclusive")  # squeue's %h: NO for a job that shares no node
+    # not the job's account or QOS: the asker (root's chain service) may not be in them, and
+    # what they limit is the job's own turn, which no will-run answer gives anyway
+    return argv + ["--output=/dev/null", "--wrap", "true"]
+
+
+_WILL_RUN_RE = re.compile(r"to start at (\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)")
+
+
+def parse_will_run(text: str) -> float | None:
+    """``sbatch: Job 12 to start at 2026-11-24T19:01:05 using 1 processors on nodes ...``."""
+    match = _WILL_RUN_RE.search(text)
+    return _squeue_time(match.group(1), {}) if match else None
+
+
+def build_set_begin(job_id: str, when: float | None) -> list[str]:
+    """Hold a pending job back until ``when`` (epoch), or let it start now (``None``)."""
+    import datetime
+
+    value = "now" if when is None else \
+        datetime.datetime.fromtimestamp(round(when)).strftime("%Y-%m-%dT%H:%M:%S")
+    return ["scontrol", "update", f"JobId={job_id}", f"StartTime={value}"]
 
 
 def build_nodes() -> list[str]:
