@@ -27,6 +27,7 @@ BENCHMARKS = (
     ("planner", True, False),
     ("replication", True, False),
     ("replay", True, False),
+    ("staging", True, False),
     ("recovery", True, True),
     ("load", False, True),
     ("mount", True, False),

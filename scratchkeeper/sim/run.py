@@ -21,8 +21,8 @@ from . import traces
 from .metrics import wait_stats
 from .outages import extrapolated_outages, failure_stats, replayed_outages
 from .replication import STRATEGIES, ReplicationParams, replay_replication
-from .scheduler import POLICIES, RecoveryParams, recorded_schedule, simulate
-from .workload import WorkloadParams, build_workload, from_lanl, from_site, from_swf
+from .scheduler import POLICIES, RecoveryParams, Schedule, recorded_schedule, simulate
+from .workload import Workload, WorkloadParams, build_workload, from_lanl, from_site, from_swf
 
 TRACE_FORMATS = ("auto", "swf", "lanl-jobs", "site-csv")
 FAILURE_MODES = ("extrapolated", "replayed")
@@ -227,12 +227,21 @@ def _failure_records(path: str, system: int, strict: bool):
     return _failure_trace(path, system, strict).records
 
 
-def run_replay(config: ReplayConfig, replications: Sequence[ReplayConfig] = (),
-               progress: Callable[[str, int, int], None] | None = None) -> ReplayOutcome:
-    """Replay ``config`` once; each of ``replications`` (same schedule) adds a replication row.
+@dataclass
+class ReplayedSchedule:
+    """A configuration's jobs (with their replayed start and end), the outages and the rest."""
 
-    ``progress(phase, done, total)`` as each phase goes: ``reading trace`` (bytes of the file),
-    ``reading failures``, ``scheduling`` (jobs ended), ``replication ...`` (queue events)."""
+    workload: Workload
+    schedule: Schedule
+    outages: list
+    machine_nodes: int
+    node_mtbf_days: float
+    skipped: list[str]
+
+
+def replay_schedule(config: ReplayConfig,
+                    progress: Callable[[str, int, int], None] | None = None) -> ReplayedSchedule:
+    """Read the trace and the failures of ``config`` and replay its schedule."""
 
     def phase(name: str) -> Callable[[int, int], None] | None:
         return None if progress is None else partial(progress, name)
@@ -269,6 +278,22 @@ def run_replay(config: ReplayConfig, replications: Sequence[ReplayConfig] = (),
         schedule = simulate(jobs, workload.system_nodes, backfill=config.backfill,
                             outages=outages, recovery=config.recovery_params(),
                             progress=phase("scheduling"))
+    return ReplayedSchedule(workload, schedule, outages, machine_nodes, node_mtbf_days, skipped)
+
+
+def run_replay(config: ReplayConfig, replications: Sequence[ReplayConfig] = (),
+               progress: Callable[[str, int, int], None] | None = None) -> ReplayOutcome:
+    """Replay ``config`` once; each of ``replications`` (same schedule) adds a replication row.
+
+    ``progress(phase, done, total)`` as each phase goes: ``reading trace`` (bytes of the file),
+    ``reading failures``, ``scheduling`` (jobs ended), ``replication ...`` (queue events)."""
+
+    def phase(name: str) -> Callable[[int, int], None] | None:
+        return None if progress is None else partial(progress, name)
+
+    replayed = replay_schedule(config, progress)
+    workload, schedule, machine_nodes = replayed.workload, replayed.schedule, replayed.machine_nodes
+    node_mtbf_days, skipped, jobs = replayed.node_mtbf_days, replayed.skipped, workload.jobs
     waits = array("d", (j.start - j.submit for j in jobs))
     affected = bytearray(1 if j.affected else 0 for j in jobs)
     n = len(jobs)

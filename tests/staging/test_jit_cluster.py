@@ -81,11 +81,20 @@ def test_jit_stage_in_starts_within_the_margin_before_its_compute_job(local_clus
         subprocess.run(["scancel", blocker], timeout=30)
     stage_in_start, stage_in_end = sacct_times(stage_in_id)
     compute_start, _ = sacct_times(compute_id)
-    # held back: not started at submission but at its release time ...
-    assert stage_in_start >= decision["release_at"] - 3, (stage_in_start, dict(decision))
-    # ... and within the margin (plus the predicted transfer) before the compute job's start
+    _, blocker_end = sacct_times(blocker)
+    # held back: not started at submission (the blocker had about 110 s to go) but at its
+    # release time, or earlier when the estimate came forward (the blocker ended before its
+    # time limit, which the estimate assumes; the sweep then starts the stage-in at once) ...
+    assert stage_in_start >= submitted_at + 60, (stage_in_start, submitted_at)
+    assert stage_in_start <= decision["release_at"] + 10, (stage_in_start, dict(decision))
+    # ... within the margin (and the predicted transfer) before the compute job's start ...
     assert stage_in_end <= compute_start
-    assert compute_start - stage_in_start <= lead + 30, (compute_start, stage_in_start, lead)
+    assert compute_start - stage_in_start <= lead + 10, (compute_start, stage_in_start, lead)
+    # ... and the compute job did not wait for its data longer than a sweep and the transfer
+    assert compute_start - blocker_end <= decision["pessimistic"] + 15, (compute_start,
+                                                                         blocker_end)
     timing = report["jobs"][0]["timing"]
-    assert timing["bytes"] == 2_000_000 and timing["rate"] > 0
+    assert timing["bytes"] == 2_000_000 and timing["started"] and timing["ended"]
+    # the scheduler counts whole seconds: a transfer of 2 MB on loopback may take 0 of them
+    assert timing["seconds"] >= 0 and (timing["rate"] is None or timing["rate"] > 0)
     assert timing["jit"]["prediction_error"] is not None
