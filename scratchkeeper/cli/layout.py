@@ -4,6 +4,7 @@ model's constants (``calibrate``)."""
 from __future__ import annotations
 
 import json
+import os
 
 from ..errors import InputError
 from . import site_config
@@ -49,6 +50,24 @@ def register(subparsers) -> None:
                         "per process) the lfs setstripe command names (default FILE or DIR)")
     advise.add_argument("--json", action="store_true", help="print JSON")
     advise.set_defaults(func=_advise)
+
+    calibrate = commands.add_parser(
+        "calibrate", help="measure the model's storage constants (alpha, beta) with fio in a "
+                          "directory and print the [layout] keys",
+        description="Runs fio (O_DIRECT, one request at a time) in DIR: 4 KiB sequential and "
+                    "random reads give alpha, 1 MiB and 4 MiB reads and writes give beta. The "
+                    "network constants e and v are not measured (kept from the site config).")
+    calibrate.add_argument("directory", metavar="DIR", help="a directory on the store to "
+                           "measure (a Lustre test directory, the scratch mount)")
+    calibrate.add_argument("--size", default="64M", help="test file size (default 64M; at "
+                           "least 4M)")
+    calibrate.add_argument("--buffered", action="store_true", help="through the page cache "
+                           "(for a file system that refuses O_DIRECT; measures the cache too)")
+    calibrate.add_argument("--fio", default="fio", help="the fio command (default: fio on PATH)")
+    calibrate.add_argument("--output", metavar="FILE", help="also write the [layout] section "
+                           "to FILE (a new file; copy it into the site configuration)")
+    calibrate.add_argument("--json", action="store_true", help="print JSON")
+    calibrate.set_defaults(func=_calibrate)
 
 
 def _count(text: str | None, option: str, *, minimum: int = 1) -> int | None:
@@ -220,3 +239,41 @@ def _as_text(advice, workload, log, osts_from) -> str:
     lines.extend(f"note: {note}" for note in advice.notes)
     lines.append(advice.command)
     return "\n".join(lines)
+
+
+def _calibrate(args) -> int:
+    import shlex
+
+    from ..layout.calibrate import calibrate
+
+    config = site_config(args)
+    size = _size(args.size, "--size")
+    # the command that measured, as the site config records it (its options as parsed)
+    command = shlex.join(["scratchkeeper", "layout", "calibrate", args.directory, "--size",
+                          args.size, *(["--buffered"] if args.buffered else []),
+                          *(["--fio", args.fio] if args.fio != "fio" else [])])
+    if args.output is not None and os.path.lexists(args.output):
+        raise InputError("exists already: the calibration is written to a new file",
+                         path=args.output)
+    result = calibrate(args.directory, fio=args.fio, size=size, direct=not args.buffered,
+                       command=command)
+    section = result.toml(connect_seconds=config.layout.connect_seconds,
+                          network_bandwidth=config.layout.network_bandwidth)
+    if args.output is not None:
+        try:
+            with open(args.output, "x") as stream:
+                stream.write(section)
+        except OSError as err:
+            raise InputError(f"cannot write: {err.strerror}", path=args.output) from err
+    if args.json:
+        print(json.dumps({"startup_sequential_seconds": result.alpha_sequential,
+                          "startup_random_seconds": result.alpha_random,
+                          "read_bandwidth": result.read_bandwidth,
+                          "write_bandwidth": result.write_bandwidth,
+                          "latencies": result.latencies, "calibrated": result.calibrated},
+                         indent=2))
+    else:
+        print("# mean seconds per request: " + ", ".join(
+            f"{name} {seconds * 1e3:.3f} ms" for name, seconds in result.latencies.items()))
+        print(section, end="")
+    return 0
