@@ -72,8 +72,11 @@ class ModelParams:
 def params_from_config(layout_config) -> ModelParams:
     """The model constants of the site config's ``[layout]`` section (bandwidths there, so
     ``v = 1 / network_bandwidth`` and ``beta = 1 / read_bandwidth``)."""
-    source = layout_config.calibrated or (PAPER_SOURCE if layout_config == type(layout_config)()
-                                          else "site config [layout]")
+    constants = ("connect_seconds", "network_bandwidth", "startup_sequential_seconds",
+                 "startup_random_seconds", "read_bandwidth", "write_bandwidth")
+    defaults = type(layout_config)()
+    untouched = all(getattr(layout_config, k) == getattr(defaults, k) for k in constants)
+    source = layout_config.calibrated or (PAPER_SOURCE if untouched else "site config [layout]")
     return ModelParams(e=layout_config.connect_seconds,
                        v=1 / layout_config.network_bandwidth,
                        alpha_sequential=layout_config.startup_sequential_seconds,

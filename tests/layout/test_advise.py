@@ -117,3 +117,5 @@ def test_params_come_from_the_layout_section_of_the_site_config():
     assert params.beta_write == 1 / 120e6 and params.source == "2026-01-01: fio"
     changed = params_from_config(parse_config("[layout]\nread_bandwidth = 2e9\n").layout)
     assert changed.source == "site config [layout]"
+    groups_only = params_from_config(parse_config("[layout]\ngroups = 4\n").layout)
+    assert groups_only.source == ModelParams().source
