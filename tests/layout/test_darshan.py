@@ -3,7 +3,6 @@ expected figures are the logs' own counters, read with darshan-parser's field na
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import pytest
