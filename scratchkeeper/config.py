@@ -363,6 +363,31 @@ class StagingConfig:
 
 
 @dataclass(frozen=True)
+class LayoutConfig:
+    # Defaults: seed 002 (Song et al., HPDC'11) Table 3, InfiniBand column, MB read as 10**6
+    # bytes; `scratchkeeper layout calibrate DIR` measures them on the target store.
+    connect_seconds: float = _opt(0.0002, "layout model e: seconds to establish one network "
+                                  "connection", minimum=0, maximum=60)
+    network_bandwidth: float = _opt(1.0e9, "layout model 1/v: network bytes per second of one "
+                                    "connection", minimum=0, exclusive_minimum=True,
+                                    maximum=1e13)
+    startup_sequential_seconds: float = _opt(0.0001, "layout model alpha of sequential "
+                                             "requests: seconds to start one disk operation",
+                                             minimum=0, maximum=60)
+    startup_random_seconds: float = _opt(0.0003, "layout model alpha of random requests: "
+                                         "seconds to start one disk operation (a seek)",
+                                         minimum=0, maximum=60)
+    read_bandwidth: float = _opt(120e6, "layout model 1/beta of reads: bytes per second one "
+                                 "OST reads", minimum=0, exclusive_minimum=True, maximum=1e13)
+    write_bandwidth: float = _opt(120e6, "layout model 1/beta of writes: bytes per second one "
+                                  "OST writes", minimum=0, exclusive_minimum=True, maximum=1e13)
+    groups: int = _opt(0, "storage groups g of the 2-D layout (1..OST count); 0: every g that "
+                       "divides the OST count is tried", minimum=0, maximum=4096)
+    calibrated: str = _opt("", "when and how the values above were measured (written by "
+                           "`scratchkeeper layout calibrate`); empty: seed 002's values")
+
+
+@dataclass(frozen=True)
 class LoggingConfig:
     level: str = _opt("INFO", "log level", choices=("DEBUG", "INFO", "WARNING", "ERROR"))
     file: str = _opt("", "file the daemons (recoveryd, replicad, spank chain --watch) log to, "
@@ -383,6 +408,7 @@ class SiteConfig:
     recovery: RecoveryConfig = field(default_factory=RecoveryConfig)
     mount: MountConfig = field(default_factory=MountConfig)
     staging: StagingConfig = field(default_factory=StagingConfig)
+    layout: LayoutConfig = field(default_factory=LayoutConfig)
     logging: LoggingConfig = field(default_factory=LoggingConfig)
     source: str = field(default="(defaults)", metadata={"internal": True})
 

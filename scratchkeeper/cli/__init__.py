@@ -33,6 +33,7 @@ LOG_FORMAT = "%(asctime)s %(name)s %(levelname)s: %(message)s"
 #: Subcommand -> the module of this package that registers it.
 COMMANDS = {
     "config": "config",
+    "layout": "layout",
     "mount": "mount",
     "plan": "planner", "submit": "planner", "status": "planner",
     "recoveryd": "recovery", "read": "recovery", "recover": "recovery", "recovery": "recovery",
