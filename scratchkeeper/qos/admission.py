@@ -91,11 +91,20 @@ class StatisticalAdmission:
 
 
 def sample_retrieval_probabilities(allocation: Allocation, accesses: int, max_requests: int,
-                                   samples: int, seed: int = 0) -> dict[int, float]:
-    """P_k for k = 1..max_requests: share of ``samples`` random sets of k buckets (drawn with
-    repetition, as in the paper) that design-theoretic retrieval reads in ``accesses`` accesses."""
+                                   samples: int, seed: int = 0, repetition: bool = True
+                                   ) -> dict[int, float]:
+    """P_k for k = 1..max_requests: share of ``samples`` random sets of k buckets that
+    design-theoretic retrieval reads in ``accesses`` accesses.
+
+    With ``repetition`` (the paper's sampling) a bucket may be drawn twice, as two data blocks
+    mapped to one bucket are in a real trace; then even k <= (c-1)M^2 + cM can fail. Without
+    it the draws are distinct buckets and P_k = 1 up to the guarantee.
+    """
     if samples < 1:
         raise QosError(f"sampling: samples must be >= 1, got {samples}")
+    if not repetition and max_requests > allocation.buckets:
+        raise QosError(f"sampling: {max_requests} distinct buckets asked of an allocation of "
+                       f"{allocation.buckets}")
     rng = random.Random(seed)
     probabilities = {}
     for size in range(1, max_requests + 1):
@@ -104,7 +113,11 @@ def sample_retrieval_probabilities(allocation: Allocation, accesses: int, max_re
             continue
         hits = 0
         for _ in range(samples):
-            chosen = [allocation.replicas[rng.randrange(allocation.buckets)] for _ in range(size)]
+            if repetition:
+                drawn = [rng.randrange(allocation.buckets) for _ in range(size)]
+            else:
+                drawn = rng.sample(range(allocation.buckets), size)
+            chosen = [allocation.replicas[bucket] for bucket in drawn]
             if design_theoretic_retrieval(chosen, allocation.devices).accesses <= accesses:
                 hits += 1
         probabilities[size] = hits / samples
