@@ -91,16 +91,26 @@ def _check_times(requests: Sequence[BlockRequest], interval: float) -> None:
             raise QosError("requests must be sorted by arrival time")
 
 
-def replay_online(requests: Sequence[BlockRequest], block_map: DataBlockMap, service_time: float,
-                  interval: float, policy: DeterministicAdmission | StatisticalAdmission | None
-                  ) -> Replay:
+def _placement(block_map: DataBlockMap | Callable[[BlockRequest], DataBlockMap]
+               ) -> Callable[[BlockRequest], tuple[int, ...]]:
+    if isinstance(block_map, DataBlockMap):
+        return lambda request: block_map.devices_of(request.data_block)
+    return lambda request: block_map(request).devices_of(request.data_block)
+
+
+def replay_online(requests: Sequence[BlockRequest], allocation: Allocation,
+                  block_map: DataBlockMap | Callable[[BlockRequest], DataBlockMap],
+                  service_time: float, interval: float,
+                  policy: DeterministicAdmission | StatisticalAdmission | None) -> Replay:
     """Admit per interval (all when ``policy`` is None), serve the admitted ones as they arrive.
 
-    A request delayed by admission is let in at the start of a later interval. The guarantee is
-    ``policy.accesses`` service times from admission (one interval when there is no policy).
+    ``block_map`` places data blocks on ``allocation``'s buckets, one map for the whole replay
+    or one chosen per request (a map mined from the previous part of the trace). A request
+    delayed by admission is let in at the start of a later interval. The guarantee is
+    ``policy.accesses`` service times from admission (one when there is no policy).
     """
     _check_times(requests, interval)
-    allocation = block_map.allocation
+    devices_of = _placement(block_map)
     guarantee = (policy.accesses if policy else 1) * service_time
     # No policy: a limit no interval reaches ((1-1)M^2 + 1M = M).
     queue: AdmissionQueue[int] = AdmissionQueue(
@@ -125,8 +135,7 @@ def replay_online(requests: Sequence[BlockRequest], block_map: DataBlockMap, ser
         interval_late = False
         for now, group in groupby(timed, key=lambda item: item[0]):
             members = [r for _, r in group]
-            served = online.serve(now, [block_map.devices_of(requests[r].data_block)
-                                        for r in members])
+            served = online.serve(now, [devices_of(requests[r]) for r in members])
             for r, read in zip(members, served):
                 outcomes[r] = Outcome(requests[r].arrival, now, read.finish, read.device)
                 if read.finish - now > guarantee * (1 + 1e-9):
@@ -138,13 +147,14 @@ def replay_online(requests: Sequence[BlockRequest], block_map: DataBlockMap, ser
     return Replay([o for o in outcomes if o is not None], queue.counters, late)
 
 
-def replay_interval(requests: Sequence[BlockRequest], block_map: DataBlockMap, service_time: float,
-                    interval: float, policy: DeterministicAdmission | StatisticalAdmission
-                    ) -> Replay:
+def replay_interval(requests: Sequence[BlockRequest], allocation: Allocation,
+                    block_map: DataBlockMap | Callable[[BlockRequest], DataBlockMap],
+                    service_time: float, interval: float,
+                    policy: DeterministicAdmission | StatisticalAdmission) -> Replay:
     """Requests arriving in interval j are offered at the start of j+1 and retrieved together
     there by design-theoretic retrieval; the guarantee is ``policy.accesses`` service times."""
     _check_times(requests, interval)
-    allocation = block_map.allocation
+    devices_of = _placement(block_map)
     guarantee = policy.accesses * service_time
     queue: AdmissionQueue[int] = AdmissionQueue(policy)
     busy_until = [0.0] * allocation.devices
@@ -164,7 +174,7 @@ def replay_interval(requests: Sequence[BlockRequest], block_map: DataBlockMap, s
         admitted = [r for r, _ in queue.interval(index, arrivals)]
         start = index * interval
         retrieval = design_theoretic_retrieval(
-            [block_map.devices_of(requests[r].data_block) for r in admitted], allocation.devices)
+            [devices_of(requests[r]) for r in admitted], allocation.devices)
         interval_late = False
         for r, device in zip(admitted, retrieval.devices):
             finish = _serve_queue(busy_until, device, start, service_time)

@@ -7,7 +7,8 @@ from scratchkeeper.qos.simulate import (replay_interval, replay_online, replay_s
                                         run_intervals)
 from scratchkeeper.qos.traces import BlockRequest
 
-MAP = DataBlockMap(design_allocation(PAPER_9_3_1))
+ALLOCATION = design_allocation(PAPER_9_3_1)
+MAP = DataBlockMap(ALLOCATION)
 
 
 def at(time, *blocks):
@@ -20,7 +21,7 @@ def test_single_copy_queues_on_one_device():
 
 
 def test_online_deterministic_delays_beyond_five():
-    replay = replay_online(at(0.0, *range(7)), MAP, 1.0, 1.0, DeterministicAdmission(3, 1))
+    replay = replay_online(at(0.0, *range(7)), ALLOCATION, MAP, 1.0, 1.0, DeterministicAdmission(3, 1))
     assert [(o.admitted, o.finish) for o in replay.outcomes] == [(0.0, 1.0)] * 5 + [(1.0, 2.0)] * 2
     counters = replay.counters
     assert (counters.admitted, counters.delayed, counters.violations, replay.late_requests) == (7, 2, 0, 0)
@@ -28,18 +29,26 @@ def test_online_deterministic_delays_beyond_five():
 
 def test_online_counts_a_violation_when_blocks_share_a_bucket():
     # data blocks 0, 36, 72, 108 all map to bucket 0 (devices 0, 1, 2): 4 reads, 3 devices
-    replay = replay_online(at(0.0, 0, 36, 72, 108), MAP, 1.0, 1.0, DeterministicAdmission(3, 1))
+    replay = replay_online(at(0.0, 0, 36, 72, 108), ALLOCATION, MAP, 1.0, 1.0, DeterministicAdmission(3, 1))
     assert replay.late_requests == 1 and replay.counters.violations == 1
     assert max(o.finish for o in replay.outcomes) == 2.0
 
 
 def test_online_without_policy_admits_everything():
-    replay = replay_online(at(0.0, *range(12)), MAP, 1.0, 1.0, None)
+    replay = replay_online(at(0.0, *range(12)), ALLOCATION, MAP, 1.0, 1.0, None)
     assert replay.counters.delayed == 0 and all(o.admitted == 0.0 for o in replay.outcomes)
 
 
+def test_online_with_a_map_per_request():
+    # requests after t = 1 use a map that sends block 0 to bucket 10 = (3, 4, 5)
+    later = DataBlockMap(ALLOCATION, {0: 10})
+    replay = replay_online(at(0.0, 0) + at(1.5, 0), ALLOCATION,
+                           lambda r: MAP if r.arrival < 1 else later, 1.0, 1.0, None)
+    assert replay.outcomes[0].device in (0, 1, 2) and replay.outcomes[1].device in (3, 4, 5)
+
+
 def test_interval_retrieval_waits_for_the_next_interval():
-    replay = replay_interval(at(0.3, 0, 1) + at(2.5, 2), MAP, 1.0, 1.0,
+    replay = replay_interval(at(0.3, 0, 1) + at(2.5, 2), ALLOCATION, MAP, 1.0, 1.0,
                              DeterministicAdmission(3, 1))
     assert [(o.admitted, o.finish) for o in replay.outcomes] == [(1.0, 2.0), (1.0, 2.0), (3.0, 4.0)]
     assert replay.outcomes[0].delay == 0.7 and replay.late_requests == 0
