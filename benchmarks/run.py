@@ -33,6 +33,7 @@ BENCHMARKS = (
     ("mount", True, False),
     ("dispatch", True, False),
     ("mount_recovery", True, True),
+    ("qos", True, False),
 )
 
 

@@ -117,3 +117,13 @@ class SolverInputError(SolverError, InputError):
     """A malformed solver instance (bucket with no replica, disk id out of range, ...)."""
 
     exit_code = 2
+
+
+class QosError(ScratchkeeperError):
+    """Read QoS (block designs, placement, admission, retrieval) was given something unusable."""
+
+    exit_code = 2
+
+
+class DesignError(QosError):
+    """A block design fails its check (a pair of devices in no block or in more than one)."""

@@ -1,0 +1,1 @@
+"""Read QoS benchmark (simulation): python -m benchmarks.qos [--quick]."""
