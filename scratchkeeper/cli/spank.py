@@ -37,7 +37,8 @@ def register(subparsers) -> None:
                     "(cancelled, walltime, node failure, killed before it could report), "
                     "with the reason recorded for `scratchkeeper status`. Last, starts or "
                     "moves every just-in-time stage-in held back (#STAGEIN -start jit) as its "
-                    "compute job's expected start moves.")
+                    "compute job's expected start moves, and offloads the results closed "
+                    "since the last sweep of chains whose #STAGEOUT says -when close.")
     chain.add_argument("job_ids", nargs="*", metavar="JOBID",
                        help="only these jobs (and only the chains holding them)")
     chain.add_argument("--watch", type=float, metavar="SECONDS",
@@ -82,6 +83,14 @@ def _sweep(config, store, only, interval: float = 0.0) -> int:
                 "%Y-%m-%dT%H:%M:%S", time.localtime(move.release_at))
             print(f"chain {move.chain_id}: {move.job_key} {move.job_id} starts {when}: "
                   f"{move.reason}", flush=True)
+    except ScratchkeeperError as err:
+        errors.append(err)
+    try:
+        # offload at close (#STAGEOUT -when close): results closed since the last sweep
+        from ..staging.offload import offload_closed
+
+        for line in offload_closed(config, store):
+            print(line, flush=True)
     except ScratchkeeperError as err:
         errors.append(err)
     if errors:

@@ -35,6 +35,13 @@ def register(subparsers) -> None:
     fail.add_argument("--line", type=int, default=0, help="script line of the failed directive")
     fail.add_argument("--reason", default="", help="the transfer's last error")
     fail.set_defaults(func=_fail)
+    unchanged = actions.add_parser(
+        "unchanged", help="(run by a -when close stage-out) whether a result was offloaded at "
+                          "close and is unchanged since: exit 0 if so, 1 if it must be sent")
+    unchanged.add_argument("--list", required=True, dest="list_path",
+                           help="the chain's offloaded.list (written by the chain service)")
+    unchanged.add_argument("path", help="a result file, or a directory of them")
+    unchanged.set_defaults(func=_unchanged)
 
 
 def _through_service(config, call):
@@ -104,3 +111,11 @@ def _fail(args) -> int:
     if cancelled:
         print(f"cancelled {', '.join(cancelled)}")
     return 0
+
+
+def _unchanged(args) -> int:
+    from ..staging.offload import unchanged
+
+    same, why = unchanged(args.list_path, args.path)
+    print(f"{args.path}: {why}", file=sys.stderr)
+    return 0 if same else 1

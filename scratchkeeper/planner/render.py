@@ -146,6 +146,8 @@ def render_plan(plan: Plan, parsed_shebang: str, compute_script: str, config: Si
 
 
 def _stage_context(plan: Plan, job: PlannedJob, config: SiteConfig) -> dict:
+    from .submit import spool_dir
+
     retry = config.retry
     sk = scratchkeeper_argv(config)
     if config.source != "(defaults)":
@@ -154,4 +156,8 @@ def _stage_context(plan: Plan, job: PlannedJob, config: SiteConfig) -> dict:
         job=job, chain_id=plan.chain_id, script_path=plan.script_path, workdir=plan.workdir,
         attempts=job.retries + 1, delay=job.retry_delay, backoff=retry.backoff,
         max_delay=retry.max_delay, timeout=int(config.transfer.timeout),
-        permanent=grep_pattern(), scratchkeeper=sk, stage_in=job.role == "stage-in")
+        permanent=grep_pattern(), scratchkeeper=sk, stage_in=job.role == "stage-in",
+        offload=job.role == "offload",
+        # -when close: the results the chain service offloaded while the job ran
+        offloaded_list=str(spool_dir(config, plan.chain_id) / "offloaded.list")
+        if job.role == "stage-out" and job.start == "close" else "")

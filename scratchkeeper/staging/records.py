@@ -42,6 +42,29 @@ MIGRATIONS = [
     );
     CREATE INDEX jit_schedule_by_state ON jit_schedule(state);
     """,
+    """
+    CREATE TABLE close_log (
+        name        TEXT PRIMARY KEY,
+        offset      INTEGER NOT NULL
+    );
+    CREATE TABLE offloads (
+        chain_id    TEXT NOT NULL,
+        path        TEXT NOT NULL,
+        size        INTEGER NOT NULL,
+        mtime       TEXT NOT NULL,
+        destination TEXT NOT NULL,
+        job_name    TEXT NOT NULL,
+        job_id      TEXT,
+        state       TEXT NOT NULL,
+        digest      TEXT,
+        reason      TEXT NOT NULL DEFAULT '',
+        closed      REAL NOT NULL,
+        submitted   REAL,
+        ended       REAL,
+        PRIMARY KEY (chain_id, path, size, mtime)
+    );
+    CREATE INDEX offloads_by_state ON offloads(state);
+    """,
 ]
 
 #: a held-back stage-in (its begin time in the future) / one the scheduler may start now

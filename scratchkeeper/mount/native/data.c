@@ -369,8 +369,10 @@ void sk_write(fuse_req_t req, fuse_ino_t ino, const char *data, size_t size, off
     view_put(v);
     if (rc < 0)
         fuse_reply_err(req, -rc);
-    else
+    else {
+        atomic_store(&fh->written, true);
         fuse_reply_write(req, size);
+    }
     return;
 out:
     if (fh->append)

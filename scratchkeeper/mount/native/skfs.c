@@ -362,6 +362,7 @@ static int file_open(struct sk_inode *in, int fd, int flags, struct fuse_file_in
     fh->fd = fd;
     fh->writable = (flags & O_ACCMODE) != O_RDONLY;
     fh->append = (flags & O_APPEND) != 0;
+    atomic_init(&fh->written, fh->writable && (flags & (O_CREAT | O_TRUNC)));
     pthread_mutex_init(&fh->lock, NULL);
     pthread_mutex_lock(&fs.table_lock);
     in->nopen++;
@@ -502,10 +503,56 @@ static void sk_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
         file_close((struct sk_file *)(uintptr_t)fi->fh);
 }
 
+/* A CLOSE record (as Lustre's changelog keeps them) of a handle that created, truncated or
+ * wrote its file, for offload at close (docs/staging.rst): one line appended to
+ * store_root/closes.log,
+ *   CLOSE <time> <inode> <uid> <size> <mtime> <scratch path, %XX-encoded>
+ * in one write of an O_APPEND file, so records of concurrent closes never interleave. The path
+ * is encoded: a file name may hold any byte but '/' and NUL, newlines and spaces included. */
+static void record_close(struct sk_file *fh)
+{
+    char path[PATH_MAX];
+    struct stat st;
+    if (!scratch_path(fh->inode, path, sizeof path) || fstat(fh->fd, &st) < 0)
+        return;
+    const size_t size = sizeof path * 3 + 160;
+    char *buf = malloc(size);
+    if (!buf)
+        return;
+    struct timespec now;
+    clock_gettime(CLOCK_REALTIME, &now);
+    size_t n = (size_t)snprintf(buf, size, "CLOSE %lld.%09ld %ju %u %jd %lld.%09ld ",
+                                (long long)now.tv_sec, now.tv_nsec, (uintmax_t)st.st_ino,
+                                (unsigned)st.st_uid, (intmax_t)st.st_size,
+                                (long long)st.st_mtim.tv_sec, st.st_mtim.tv_nsec);
+    for (const unsigned char *p = (const unsigned char *)path; *p; p++) {
+        unsigned char c = *p;
+        if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+            c == '/' || c == '.' || c == '_' || c == '-' || c == '+' || c == '~')
+            buf[n++] = (char)c;
+        else
+            n += (size_t)sprintf(buf + n, "%%%02X", c);
+    }
+    buf[n++] = '\n';
+    int fd = openat(fs.store_fd, "closes.log",
+                    O_WRONLY | O_APPEND | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
+    if (fd < 0)
+        logmsg("closes.log: %s", strerror(errno));
+    else {
+        if (write(fd, buf, n) != (ssize_t)n)
+            logmsg("closes.log: short write: %s", strerror(errno));
+        close(fd);
+    }
+    free(buf);
+}
+
 static void sk_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
     (void)ino;
-    file_close((struct sk_file *)(uintptr_t)fi->fh);
+    struct sk_file *fh = (struct sk_file *)(uintptr_t)fi->fh;
+    if (atomic_load(&fh->written))
+        record_close(fh);
+    file_close(fh);
     fuse_reply_err(req, 0);
 }
 

@@ -57,6 +57,7 @@ struct sk_file {
     int fd;                 /* the MDT inode opened O_RDWR: size, times, layout */
     bool writable;
     bool append;
+    atomic_bool written;    /* created, truncated or written through: its close is recorded */
     pthread_mutex_t lock;   /* view */
     struct sk_view *view;
 };

@@ -1,0 +1,440 @@
+"""Offload at close (``#STAGEOUT -when close``): each result sent away as soon as it is closed
+after writing, while its job still runs (seed 004 section 4.9, future work there).
+
+The scratch mount appends a CLOSE record to ``store_root/closes.log`` whenever a handle that
+created, truncated or wrote a file is released (as Lustre's changelog keeps CLOSE records)::
+
+    CLOSE <time> <inode> <uid> <size> <mtime> <scratch path, %XX-encoded>
+
+The chain service reads the records it has not read (its offset is in the state database) and,
+for each file of a running chain whose stage-out says ``-when close`` (the file itself, or a
+file under a listed directory), submits an *offload job* to the data queue as the file's owner
+(``sbatch --uid``): the same client, retries and checksum as the stage-out, for that file only.
+The stage-out job is made to wait for the offload jobs (its dependency is extended), and once
+an offload job completed and the file is still what was closed (size, mtime), the file's
+SHA-256 is recorded and written to the chain's ``offloaded.list`` in its spool folder. The
+stage-out job at the end skips every result listed there that is unchanged (size, mtime,
+digest: ``scratchkeeper stage unchanged``), so nothing is sent twice.
+
+A record is acted on only for the chain's owner: the record's uid, the file's owner and the
+chain's owner must be the same user, and the file must still be a regular file inside the
+chain's listed results. Replayed records (after a crash) are harmless: an offload is keyed by
+chain, path, size and mtime.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import posixpath
+import pwd
+import stat
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import unquote_to_bytes
+
+from ..config import SiteConfig
+from ..errors import ScratchkeeperError
+from ..ownership import open_owned
+from ..schedulers import JobState, SubmitSpec, get_scheduler
+from ..state import StateStore
+from . import records
+
+log = logging.getLogger(__name__)
+
+CLOSE_LOG = "closes.log"
+ROTATED = "closes.log.old"
+#: a log read to its end and longer than this is moved aside (the mount opens it per record)
+ROTATE_AT = 16 << 20
+LIST_NAME = "offloaded.list"
+SUBMITTING, SUBMITTED, DONE, FAILED, CHANGED = ("submitting", "submitted", "done", "failed",
+                                                "changed")
+
+
+@dataclass(frozen=True)
+class CloseRecord:
+    time: float
+    ino: int
+    uid: int
+    size: int
+    mtime: str          # "seconds.nanoseconds", as the mount wrote it
+    path: str
+
+
+def parse_close(line: bytes) -> CloseRecord:
+    """One line of ``closes.log``; ValueError for anything else."""
+    fields = line.rstrip(b"\n").split(b" ")
+    if len(fields) != 7 or fields[0] != b"CLOSE":
+        raise ValueError(f"not a CLOSE record: {line[:120]!r}")
+    path = unquote_to_bytes(fields[6].decode("ascii")).decode("utf-8", "surrogateescape")
+    if not path.startswith("/") or "\0" in path:
+        raise ValueError(f"not an absolute path: {path[:120]!r}")
+    mtime = fields[5].decode("ascii")
+    seconds, _, nanoseconds = mtime.partition(".")
+    if not (seconds.lstrip("-").isdigit() and nanoseconds.isdigit() and len(nanoseconds) == 9):
+        raise ValueError(f"bad mtime {mtime!r}")
+    return CloseRecord(float(fields[1]), int(fields[2]), int(fields[3]), int(fields[4]), mtime,
+                       path)
+
+
+def mtime_text(info: os.stat_result) -> str:
+    return f"{info.st_mtime_ns // 10**9}.{info.st_mtime_ns % 10**9:09d}"
+
+
+def read_closes(store: StateStore, store_root: str) -> list[CloseRecord]:
+    """The CLOSE records not read before (a moved-aside log first), the offsets saved."""
+    found: list[CloseRecord] = []
+    root = Path(store_root)
+    offsets = {r["name"]: r["offset"] for r in store.query("SELECT * FROM close_log")}
+    updates: dict[str, int] = {}
+    rotated = root / ROTATED
+    if rotated.exists():
+        # records a writer added after the move, then the file goes
+        _read_from(rotated, offsets.get(ROTATED, 0), found)
+        rotated.unlink()
+        updates[ROTATED] = 0
+    current = root / CLOSE_LOG
+    if current.exists():
+        end = _read_from(current, offsets.get(CLOSE_LOG, 0), found)
+        updates[CLOSE_LOG] = end
+        if end > ROTATE_AT:
+            os.replace(current, rotated)
+            updates[ROTATED], updates[CLOSE_LOG] = end, 0
+    if updates:
+        with store.transaction() as conn:
+            for name, offset in updates.items():
+                conn.execute("INSERT INTO close_log VALUES (?, ?) ON CONFLICT(name) DO UPDATE "
+                             "SET offset=excluded.offset", (name, offset))
+    return found
+
+
+def _read_from(path: Path, offset: int, found: list[CloseRecord]) -> int:
+    """Append the whole records of ``path`` after ``offset``; the offset after the last one."""
+    with open(path, "rb") as stream:
+        info = os.fstat(stream.fileno())
+        if not stat.S_ISREG(info.st_mode):
+            raise ScratchkeeperError(f"{path}: not a regular file")
+        if info.st_size < offset:
+            offset = 0  # a new log (the old one was removed by hand)
+        stream.seek(offset)
+        data = stream.read()
+    whole = data.rfind(b"\n") + 1       # a record being written is read next time
+    for line in data[:whole].splitlines():
+        try:
+            found.append(parse_close(line))
+        except ValueError as err:
+            log.warning("%s: %s", path, err)
+    return offset + whole
+
+
+@dataclass(frozen=True)
+class Target:
+    """A file of a running chain to offload at close, and where it goes."""
+
+    chain_id: str
+    owner_uid: int
+    path: str
+    destination: str
+    line: int
+
+
+def close_targets(store: StateStore) -> list[tuple[dict, list[dict]]]:
+    """(chain row, its ``-when close`` results) of every chain still submitted."""
+    from ..planner import records as planner_records
+
+    chains = []
+    for row in store.query("SELECT * FROM chains WHERE state=?", (planner_records.SUBMITTED,)):
+        plan = json.loads(row["plan_json"])
+        keys = {j["key"] for j in plan.get("jobs", [])
+                if j.get("role") == "stage-out" and j.get("start") == "close"}
+        files = [f for f in plan.get("offloaded_files", []) if f["job_key"] in keys]
+        if files:
+            chains.append((dict(row), files))
+    return chains
+
+
+def match(record: CloseRecord, chains) -> Target | None:
+    for chain, files in chains:
+        for entry in files:
+            listed = entry["path"].rstrip("/")
+            if record.path == listed:
+                destination = entry["destination"]
+                if destination.endswith("/"):
+                    destination += posixpath.basename(record.path)
+            elif record.path.startswith(listed + "/"):
+                destination = entry["destination"].rstrip("/") + "/" + \
+                    record.path[len(listed) + 1:]
+            else:
+                continue
+            return Target(chain["chain_id"], chain["owner_uid"], record.path, destination,
+                          entry["line"])
+    return None
+
+
+def offload_closed(config: SiteConfig, store: StateStore) -> list[str]:
+    """One sweep: submit offload jobs for new CLOSE records, record the ones that ended.
+    Returns one line per action for the service's output."""
+    records.open_staging(store)
+    said: list[str] = []
+    said += _finish(config, store)
+    chains = close_targets(store)
+    closes = read_closes(store, config.storage.store_root)
+    if not chains:
+        return said
+    latest: dict[tuple[str, str], tuple[CloseRecord, Target]] = {}
+    for record in closes:
+        target = match(record, chains)
+        if target is not None:
+            latest[(target.chain_id, target.path)] = (record, target)  # the last close wins
+    for record, target in latest.values():
+        line = _submit(config, store, record, target, chains)
+        if line:
+            said.append(line)
+    return said
+
+
+def _current(record: CloseRecord, owner_uid: int) -> tuple[os.stat_result | None, str]:
+    try:
+        info = os.lstat(record.path)
+    except OSError as err:
+        return None, f"gone ({err.strerror})"
+    if not stat.S_ISREG(info.st_mode):
+        return None, "not a regular file"
+    if info.st_uid != owner_uid or record.uid != owner_uid:
+        return None, f"not the chain owner's (uid {info.st_uid}, closed by uid {record.uid})"
+    if info.st_size != record.size or mtime_text(info) != record.mtime:
+        return None, "changed since this close (a later close follows)"
+    return info, ""
+
+
+def _submit(config: SiteConfig, store: StateStore, record: CloseRecord, target: Target,
+            chains) -> str:
+    info, why = _current(record, target.owner_uid)
+    if info is None:
+        log.info("chain %s: %s closed, not offloaded: %s", target.chain_id, record.path, why)
+        return ""
+    key = (target.chain_id, record.path, record.size, record.mtime)
+    if store.query("SELECT 1 FROM offloads WHERE chain_id=? AND path=? AND size=? AND mtime=?",
+                   key):
+        return ""
+    chain = next(c for c, _ in chains if c["chain_id"] == target.chain_id)
+    if chain["scheduler"] != "slurm":
+        log.info("chain %s: offload at close needs Slurm (sbatch --uid); %s left to the "
+                 "stage-out", target.chain_id, record.path)
+        return ""
+    digest = hashlib.sha1("\0".join(map(str, key)).encode()).hexdigest()[:10]
+    job_key = f"offload-{digest}"
+    with store.transaction() as conn:
+        conn.execute("INSERT INTO offloads(chain_id, path, size, mtime, destination, job_name, "
+                     "state, closed) VALUES (?,?,?,?,?,?,?,?)",
+                     (*key, target.destination, job_key, SUBMITTING, record.time))
+    try:
+        job_id = _submit_job(config, store, chain, target, job_key)
+    except ScratchkeeperError as err:
+        _set(store, key, FAILED, reason=f"submission failed: {err}")
+        log.warning("chain %s: offload of %s not submitted: %s", target.chain_id, record.path, err)
+        return f"chain {target.chain_id}: offload of {record.path} not submitted: {err}"
+    with store.transaction() as conn:
+        conn.execute("UPDATE offloads SET job_id=?, state=?, submitted=? WHERE chain_id=? AND "
+                     "path=? AND size=? AND mtime=?", (job_id, SUBMITTED, time.time(), *key))
+    _hold_stage_out(config, store, chain)
+    log.info("chain %s: %s closed (%d bytes): offload job %s to %s", target.chain_id,
+             record.path, record.size, job_id, target.destination)
+    return f"chain {target.chain_id}: {record.path} closed: offload job {job_id}"
+
+
+def _submit_job(config: SiteConfig, store: StateStore, chain: dict, target: Target,
+                job_key: str) -> str:
+    from ..planner.plan import Plan, PlannedJob, StepAction
+    from ..planner.render import render_plan
+    from ..planner.submit import spool_dir
+    from ..transfer.clients import client_command
+    from ..transfer.uri import parse_location
+
+    command = client_command(parse_location(target.path), parse_location(target.destination),
+                             recursive=False, config=config.transfer)
+    job = PlannedJob(key=job_key, role="offload", queue=config.scheduler.data_queue,
+                     name=f"{posixpath.basename(chain['script_path'])}.offload",
+                     depends_on=[], retries=config.retry.attempts - 1,
+                     retry_delay=config.retry.delay, walltime=config.scheduler.data_walltime,
+                     actions=[StepAction(line=target.line, argv=command.argv,
+                                         local_path=command.local_path,
+                                         describe=f"{target.path} -> {target.destination}")])
+    plan = Plan(chain["chain_id"], chain["script_path"], chain["workdir"], "slurm", [job], [], [],
+                [])
+    render_plan(plan, "", "", config)
+    spool = spool_dir(config, chain["chain_id"])
+    script = spool / f"{job_key}.sh"
+    script.write_text(job.script)
+    script.chmod(0o755)
+    owner = chain["owner_uid"]
+    as_owner: tuple[str, ...] = ()
+    if owner != os.geteuid():
+        as_owner = (f"--uid={owner}", f"--gid={pwd.getpwuid(owner).pw_gid}")
+    spec = SubmitSpec(script_path=str(script), queue=job.queue, job_name=job.name,
+                      workdir=chain["workdir"], output_path=str(spool / f"{job_key}.%j.out"),
+                      extra_args=as_owner)
+    return get_scheduler(config, "slurm").submit(spec)
+
+
+def _hold_stage_out(config: SiteConfig, store: StateStore, chain: dict) -> None:
+    """Make the chain's pending stage-out wait for its offload jobs still in flight, so that
+    it sends only what they did not."""
+    from ..planner import records as planner_records
+
+    rows = {r["job_key"]: r for r in planner_records.chain_jobs(store, chain["chain_id"])}
+    plan = json.loads(chain["plan_json"])
+    offloads = [r["job_id"] for r in store.query(
+        "SELECT job_id FROM offloads WHERE chain_id=? AND state=? AND job_id IS NOT NULL",
+        (chain["chain_id"], SUBMITTED))]
+    for job in plan.get("jobs", []):
+        row = rows.get(job["key"])
+        if job.get("role") != "stage-out" or row is None or not row["job_id"]:
+            continue
+        parts = [f"{d['type']}:{rows[d['key']]['job_id']}" for d in job["depends_on"]
+                 if d["key"] == "compute" and rows.get(d["key"]) and rows[d["key"]]["job_id"]]
+        parts.append("afterany:" + ":".join(offloads))
+        try:
+            from ..runner import get_runner
+
+            get_runner().run(["scontrol", "update", f"JobId={row['job_id']}",
+                              "Dependency=" + ",".join(parts)],
+                             timeout=config.scheduler.command_timeout, mutating=True)
+        except ScratchkeeperError as err:
+            # already started (the job ended meanwhile): it sends what is not listed yet
+            log.info("chain %s: stage-out %s not made to wait for the offloads: %s",
+                     chain["chain_id"], row["job_id"], err)
+
+
+def _set(store: StateStore, key: tuple, state: str, *, digest: str | None = None,
+         reason: str = "") -> None:
+    with store.transaction() as conn:
+        conn.execute("UPDATE offloads SET state=?, digest=COALESCE(?, digest), reason=?, "
+                     "ended=? WHERE chain_id=? AND path=? AND size=? AND mtime=?",
+                     (state, digest, reason, time.time(), *key))
+
+
+def _finish(config: SiteConfig, store: StateStore) -> list[str]:
+    """Offload jobs that ended: the file's digest recorded and listed, or the failure kept."""
+    rows = store.query("SELECT * FROM offloads WHERE state=?", (SUBMITTED,))
+    if not rows:
+        return []
+    scheduler = get_scheduler(config, "slurm")
+    try:
+        states = scheduler.lookup([r["job_id"] for r in rows], missing_ok=True)
+    except ScratchkeeperError as err:
+        log.warning("offload jobs: cannot look them up: %s", err)
+        return []
+    said, touched = [], set()
+    for row in rows:
+        live = states.get(row["job_id"])
+        if live is None or not live.state.is_final:
+            continue
+        key = (row["chain_id"], row["path"], row["size"], row["mtime"])
+        touched.add(row["chain_id"])
+        if live.state is not JobState.COMPLETED:
+            _set(store, key, FAILED, reason=f"offload job {row['job_id']}: {live.outcome()}")
+            said.append(f"chain {row['chain_id']}: offload of {row['path']} failed "
+                        f"({live.outcome()}); the stage-out sends it")
+            continue
+        owner = store.query("SELECT owner_uid FROM chains WHERE chain_id=?",
+                            (row["chain_id"],))[0]["owner_uid"]
+        digest, why = _digest_if_unchanged(row, owner)
+        if digest is None:
+            _set(store, key, CHANGED, reason=why)
+            said.append(f"chain {row['chain_id']}: {row['path']} offloaded, but {why}")
+            continue
+        _set(store, key, DONE, digest=digest)
+        said.append(f"chain {row['chain_id']}: {row['path']} offloaded at close "
+                    f"(sha256 {digest[:12]}...)")
+    for chain_id in touched:
+        write_list(config, store, chain_id)
+    return said
+
+
+def _digest_if_unchanged(row, owner_uid: int) -> tuple[str | None, str]:
+    try:
+        fd = open_owned(row["path"], owner_uid)
+    except ScratchkeeperError as err:
+        return None, str(err)
+    try:
+        info = os.fstat(fd)
+        if info.st_size != row["size"] or mtime_text(info) != row["mtime"]:
+            return None, "it changed since it was closed (the stage-out sends it)"
+        digest = hashlib.sha256()
+        while chunk := os.read(fd, 1 << 20):
+            digest.update(chunk)
+        return digest.hexdigest(), ""
+    finally:
+        os.close(fd)
+
+
+def encode_path(path: str) -> str:
+    """A path on one line of the list: ``%XX`` for every byte but letters, digits and ``/._-+~``."""
+    out = []
+    for byte in os.fsencode(path):
+        char = chr(byte)
+        out.append(char if char.isascii() and (char.isalnum() or char in "/._-+~")
+                   else f"%{byte:02X}")
+    return "".join(out)
+
+
+def write_list(config: SiteConfig, store: StateStore, chain_id: str) -> None:
+    """The chain's ``offloaded.list`` (path, size, mtime, sha256 per line), replaced whole."""
+    from ..planner.submit import spool_dir
+
+    rows = store.query("SELECT path, size, mtime, digest FROM offloads WHERE chain_id=? AND "
+                       "state=? ORDER BY ended", (chain_id, DONE))
+    spool = spool_dir(config, chain_id)
+    if not spool.is_dir():
+        return
+    text = "".join(f"{encode_path(r['path'])}\t{r['size']}\t{r['mtime']}\t{r['digest']}\n"
+                   for r in rows)
+    temporary = spool / f".{LIST_NAME}.tmp"
+    temporary.write_text(text)
+    temporary.chmod(0o644)
+    os.replace(temporary, spool / LIST_NAME)
+
+
+def unchanged(list_path: str, path: str) -> tuple[bool, str]:
+    """Whether ``path`` (a file, or every file under a directory) is listed in ``list_path``
+    as offloaded with its current size, mtime and SHA-256; and why not."""
+    listed: dict[str, tuple[int, str, str]] = {}
+    try:
+        with open(list_path, encoding="ascii") as stream:
+            for line in stream:
+                fields = line.rstrip("\n").split("\t")
+                if len(fields) == 4 and fields[1].isdigit():
+                    listed[fields[0]] = (int(fields[1]), fields[2], fields[3])
+    except FileNotFoundError:
+        return False, "nothing was offloaded at close"
+    except (OSError, UnicodeDecodeError) as err:
+        return False, f"{list_path}: {err}"
+    if os.path.isdir(path) and not os.path.islink(path):
+        files = [os.path.join(folder, name) for folder, _, names in os.walk(path)
+                 for name in names]
+        if not files:
+            return False, "an empty directory"
+    else:
+        files = [path]
+    for file in files:
+        entry = listed.get(encode_path(file))
+        if entry is None:
+            return False, f"{file} was not offloaded at close"
+        try:
+            info = os.lstat(file)
+        except OSError as err:
+            return False, f"{file}: {err.strerror}"
+        if not stat.S_ISREG(info.st_mode) or info.st_size != entry[0] or \
+                mtime_text(info) != entry[1]:
+            return False, f"{file} changed since it was offloaded"
+        digest = hashlib.sha256()
+        with open(file, "rb") as stream:
+            while chunk := stream.read(1 << 20):
+                digest.update(chunk)
+        if digest.hexdigest() != entry[2]:
+            return False, f"{file} changed since it was offloaded (its digest differs)"
+    return True, f"{len(files)} file(s) offloaded at close, unchanged"

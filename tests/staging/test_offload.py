@@ -1,0 +1,123 @@
+"""Offload at close: CLOSE records, their offsets, which result they are, and the
+changed-only check of the stage-out at the end."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+
+import pytest
+
+from scratchkeeper.staging import offload, records
+from scratchkeeper.staging.offload import (CloseRecord, encode_path, match, mtime_text,
+                                           parse_close, read_closes, unchanged)
+from scratchkeeper.state import StateStore
+
+
+def line(path: str, size: int = 10, uid: int = 1000, mtime: str = "1795540000.123456789") -> bytes:
+    return f"CLOSE 1795540001.000000001 42 {uid} {size} {mtime} {encode_path(path)}\n".encode()
+
+
+def test_a_record_and_its_encoded_path():
+    record = parse_close(line("/scratch/a b/r\nx%.dat"))
+    assert record == CloseRecord(1795540001.000000001, 42, 1000, 10, "1795540000.123456789",
+                                 "/scratch/a b/r\nx%.dat")
+    assert encode_path("/scratch/a b/é") == "/scratch/a%20b/%C3%A9"
+
+
+@pytest.mark.parametrize("text", [
+    b"OPEN 1 2 3 4 5.000000000 /x\n", b"CLOSE 1 2 3 4 5.000000000\n",
+    b"CLOSE 1 2 3 4 5.1 /x\n", b"CLOSE 1 2 3 4 5.000000000 relative\n",
+    b"CLOSE x 2 3 4 5.000000000 /x\n"])
+def test_anything_else_is_refused(text):
+    with pytest.raises(ValueError):
+        parse_close(text)
+
+
+@pytest.fixture
+def store(tmp_path):
+    return records.open_staging(StateStore(str(tmp_path / "state.db")))
+
+
+def test_records_are_read_once_and_a_half_written_one_waits(tmp_path, store):
+    log = tmp_path / "closes.log"
+    log.write_bytes(line("/s/a") + b"CLOSE 17955")
+    assert [r.path for r in read_closes(store, str(tmp_path))] == ["/s/a"]
+    assert read_closes(store, str(tmp_path)) == []
+    with open(log, "ab") as stream:   # the rest of the record being written, then another
+        stream.write(line("/s/b")[len(b"CLOSE 17955"):] + b"garbage line\n" + line("/s/c"))
+    assert [r.path for r in read_closes(store, str(tmp_path))] == ["/s/b", "/s/c"]
+
+
+def test_a_long_log_is_moved_aside_and_drained(tmp_path, store, monkeypatch):
+    monkeypatch.setattr(offload, "ROTATE_AT", 10)
+    log = tmp_path / "closes.log"
+    log.write_bytes(line("/s/a"))
+    assert [r.path for r in read_closes(store, str(tmp_path))] == ["/s/a"]
+    assert not log.exists() and (tmp_path / "closes.log.old").exists()
+    # a mount that opened the log before the move appends to the moved file
+    with open(tmp_path / "closes.log.old", "ab") as stream:
+        stream.write(line("/s/late"))
+    log.write_bytes(line("/s/new"))
+    assert [r.path for r in read_closes(store, str(tmp_path))] == ["/s/late", "/s/new"]
+    # the new log was long enough to be moved aside in turn; the next read drains it
+    assert read_closes(store, str(tmp_path)) == []
+    assert not (tmp_path / "closes.log.old").exists()
+
+
+def test_which_listed_result_a_close_is():
+    chains = [({"chain_id": "sk1", "owner_uid": 1000},
+               [{"path": "/s/run/results", "destination": "gsiftp://h/sink/r", "line": 7,
+                 "job_key": "stage-out"},
+                {"path": "/s/run/summary.txt", "destination": "gsiftp://h/sink/", "line": 8,
+                 "job_key": "stage-out"}])]
+    inside = match(parse_close(line("/s/run/results/a/b.dat")), chains)
+    assert (inside.destination, inside.line) == ("gsiftp://h/sink/r/a/b.dat", 7)
+    assert match(parse_close(line("/s/run/summary.txt")), chains).destination == \
+        "gsiftp://h/sink/summary.txt"
+    assert match(parse_close(line("/s/run/results-other/x")), chains) is None
+
+
+def _listed(tmp_path, *files):
+    text = ""
+    for path in files:
+        info = os.lstat(path)
+        digest = hashlib.sha256(path.read_bytes()).hexdigest()
+        text += f"{encode_path(str(path))}\t{info.st_size}\t{mtime_text(info)}\t{digest}\n"
+    listing = tmp_path / "offloaded.list"
+    listing.write_text(text)
+    return listing
+
+
+def test_unchanged_only_when_size_mtime_and_digest_match(tmp_path):
+    results = tmp_path / "results"
+    results.mkdir()
+    first, second = results / "a.dat", results / "b.dat"
+    first.write_bytes(b"one")
+    second.write_bytes(b"two")
+    listing = _listed(tmp_path, first, second)
+    assert unchanged(str(listing), str(first))[0]
+    assert unchanged(str(listing), str(results))[0]
+    # same size, same mtime, other bytes: the digest tells
+    info = os.stat(first)
+    first.write_bytes(b"ONE")
+    os.utime(first, ns=(info.st_atime_ns, info.st_mtime_ns))
+    same, why = unchanged(str(listing), str(first))
+    assert not same and "digest" in why
+    assert not unchanged(str(listing), str(results))[0]
+    (results / "c.dat").write_bytes(b"new")
+    listing = _listed(tmp_path, first, second)
+    same, why = unchanged(str(listing), str(results))
+    assert not same and "c.dat was not offloaded" in why
+    assert not unchanged(str(tmp_path / "none.list"), str(first))[0]
+
+
+def test_a_close_is_acted_on_only_for_the_chain_owner(tmp_path):
+    path = tmp_path / "r.dat"
+    path.write_bytes(b"data")
+    info = os.stat(path)
+    record = CloseRecord(0.0, info.st_ino, info.st_uid, 4, mtime_text(info), str(path))
+    assert offload._current(record, info.st_uid)[0] is not None
+    assert "not the chain owner's" in offload._current(record, info.st_uid + 1)[1]
+    changed = CloseRecord(0.0, info.st_ino, info.st_uid, 5, mtime_text(info), str(path))
+    assert "changed since" in offload._current(changed, info.st_uid)[1]
