@@ -173,5 +173,8 @@ def _status(args) -> int:
                 print(f"  {'':12} jit: {jit['reason']}")
         for staged in status.staged_files:
             print(f"  staged {staged['path']} <- {staged['source']}  [{staged['state']}]")
+        for sent in status.offloads:
+            print(f"  offloaded at close {sent['path']} -> {sent['destination']}  "
+                  f"[{sent['state']}{', job ' + sent['job_id'] if sent['job_id'] else ''}]")
     return 0 if status.state not in ("failed", records.SUBMIT_FAILED, records.STAGE_IN_FAILED,
                                      records.STAGE_OUT_FAILED) else 1

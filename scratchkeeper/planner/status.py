@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 
 from ..config import SiteConfig
 from ..errors import PermissionDenied, ScratchkeeperError, UnknownJobError
@@ -38,6 +38,8 @@ class ChainStatus:
     reason: str
     jobs: list[JobStatus]
     staged_files: list[dict]
+    #: results offloaded at close (#STAGEOUT -when close): path, state, job, times, digest
+    offloads: list[dict] = field(default_factory=list)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -88,8 +90,20 @@ def chain_status(store: StateStore, config: SiteConfig, chain_id: str, *,
     if state == records.SUBMITTED and failures:
         # the chain service records this at its next sweep; say it now
         state, reason = records.STAGE_IN_FAILED, "; ".join(failures)
+    offloads = []
+    if staging_made(store, "offloads"):
+        offloads = [{k: r[k] for k in ("path", "state", "job_id", "destination", "closed",
+                                       "submitted", "ended", "digest", "reason")}
+                    for r in store.query("SELECT * FROM offloads WHERE chain_id=? ORDER BY "
+                                         "closed", (chain_id,))]
     return ChainStatus(chain_id, chain["script_path"], _chain_state(state, jobs),
-                       reason or scheduler_note, jobs, staged)
+                       reason or scheduler_note, jobs, staged, offloads)
+
+
+def staging_made(store: StateStore, table: str = "jit_schedule") -> bool:
+    from ..staging import records as staging_records
+
+    return staging_records.made(store, table)
 
 
 def _add_timing(store: StateStore, chain_id: str, jobs: list[JobStatus],
@@ -97,7 +111,7 @@ def _add_timing(store: StateStore, chain_id: str, jobs: list[JobStatus],
     from ..staging import records as staging_records
 
     decisions = {d["job_key"]: d for d in staging_records.decisions(store, chain_id=chain_id)} \
-        if staging_records.made(store) else {}
+        if staging_made(store) else {}
     for job in jobs:
         record = live.get(job.job_id) if job.job_id else None
         queued, started, ended = ((record.submit_time, record.start_time, record.end_time)

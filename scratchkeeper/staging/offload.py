@@ -50,6 +50,10 @@ ROTATED = "closes.log.old"
 #: a log read to its end and longer than this is moved aside (the mount opens it per record)
 ROTATE_AT = 16 << 20
 LIST_NAME = "offloaded.list"
+PENDING = "-"
+#: how long the stage-out waits for offloads in flight to be recorded (the chain service
+#: records an ended offload job at its next sweep)
+PENDING_WAIT = 180.0
 SUBMITTING, SUBMITTED, DONE, FAILED, CHANGED = ("submitting", "submitted", "done", "failed",
                                                 "changed")
 
@@ -241,6 +245,7 @@ def _submit(config: SiteConfig, store: StateStore, record: CloseRecord, target: 
         conn.execute("UPDATE offloads SET job_id=?, state=?, submitted=? WHERE chain_id=? AND "
                      "path=? AND size=? AND mtime=?", (job_id, SUBMITTED, time.time(), *key))
     _hold_stage_out(config, store, chain)
+    write_list(config, store, target.chain_id)
     log.info("chain %s: %s closed (%d bytes): offload job %s to %s", target.chain_id,
              record.path, record.size, job_id, target.destination)
     return f"chain {target.chain_id}: {record.path} closed: offload job {job_id}"
@@ -386,33 +391,46 @@ def write_list(config: SiteConfig, store: StateStore, chain_id: str) -> None:
     """The chain's ``offloaded.list`` (path, size, mtime, sha256 per line), replaced whole."""
     from ..planner.submit import spool_dir
 
-    rows = store.query("SELECT path, size, mtime, digest FROM offloads WHERE chain_id=? AND "
-                       "state=? ORDER BY ended", (chain_id, DONE))
+    rows = store.query("SELECT path, size, mtime, digest, state FROM offloads WHERE chain_id=? "
+                       "AND state IN (?, ?) ORDER BY closed", (chain_id, SUBMITTED, DONE))
     spool = spool_dir(config, chain_id)
     if not spool.is_dir():
         return
-    text = "".join(f"{encode_path(r['path'])}\t{r['size']}\t{r['mtime']}\t{r['digest']}\n"
-                   for r in rows)
+    # an offload still in flight is listed with "-" for its digest: the stage-out waits for it
+    text = "".join(f"{encode_path(r['path'])}\t{r['size']}\t{r['mtime']}\t"
+                   f"{r['digest'] if r['state'] == DONE else PENDING}\n" for r in rows)
     temporary = spool / f".{LIST_NAME}.tmp"
     temporary.write_text(text)
     temporary.chmod(0o644)
     os.replace(temporary, spool / LIST_NAME)
 
 
-def unchanged(list_path: str, path: str) -> tuple[bool, str]:
-    """Whether ``path`` (a file, or every file under a directory) is listed in ``list_path``
-    as offloaded with its current size, mtime and SHA-256; and why not."""
+def _read_list(list_path: str) -> dict[str, tuple[int, str, str]]:
     listed: dict[str, tuple[int, str, str]] = {}
-    try:
-        with open(list_path, encoding="ascii") as stream:
-            for line in stream:
-                fields = line.rstrip("\n").split("\t")
-                if len(fields) == 4 and fields[1].isdigit():
-                    listed[fields[0]] = (int(fields[1]), fields[2], fields[3])
-    except FileNotFoundError:
-        return False, "nothing was offloaded at close"
-    except (OSError, UnicodeDecodeError) as err:
-        return False, f"{list_path}: {err}"
+    with open(list_path, encoding="ascii") as stream:
+        for line in stream:
+            fields = line.rstrip("\n").split("\t")
+            if len(fields) == 4 and fields[1].isdigit():
+                listed[fields[0]] = (int(fields[1]), fields[2], fields[3])
+    return listed
+
+
+def unchanged(list_path: str, path: str, *, wait: float = PENDING_WAIT) -> tuple[bool, str]:
+    """Whether ``path`` (a file, or every file under a directory) is listed in ``list_path``
+    as offloaded with its current size, mtime and SHA-256; and why not. Offloads listed as in
+    flight are waited for, up to ``wait`` seconds."""
+    deadline = time.monotonic() + wait
+    while True:
+        try:
+            listed = _read_list(list_path)
+        except FileNotFoundError:
+            return False, "nothing was offloaded at close"
+        except (OSError, UnicodeDecodeError) as err:
+            return False, f"{list_path}: {err}"
+        if not any(entry[2] == PENDING for entry in listed.values()) or \
+                time.monotonic() > deadline:
+            break
+        time.sleep(0.5)
     if os.path.isdir(path) and not os.path.islink(path):
         files = [os.path.join(folder, name) for folder, _, names in os.walk(path)
                  for name in names]
@@ -424,6 +442,8 @@ def unchanged(list_path: str, path: str) -> tuple[bool, str]:
         entry = listed.get(encode_path(file))
         if entry is None:
             return False, f"{file} was not offloaded at close"
+        if entry[2] == PENDING:
+            return False, f"{file}: its offload at close did not end within {wait:g}s"
         try:
             info = os.lstat(file)
         except OSError as err:

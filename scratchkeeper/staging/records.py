@@ -76,10 +76,10 @@ def open_staging(store: StateStore) -> StateStore:
     return store
 
 
-def made(store: StateStore) -> bool:
-    """Whether the staging tables exist (a reader that may not create them asks first)."""
-    return bool(store.query("SELECT 1 FROM sqlite_master WHERE type='table' AND "
-                            "name='jit_schedule'"))
+def made(store: StateStore, table: str = "jit_schedule") -> bool:
+    """Whether a staging table exists (a reader that may not create them asks first)."""
+    return bool(store.query("SELECT 1 FROM sqlite_master WHERE type='table' AND name=?",
+                            (table,)))
 
 
 def record_transfer(store: StateStore, chain_id: str, job_key: str, host: str, size: int,

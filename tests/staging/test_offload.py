@@ -121,3 +121,22 @@ def test_a_close_is_acted_on_only_for_the_chain_owner(tmp_path):
     assert "not the chain owner's" in offload._current(record, info.st_uid + 1)[1]
     changed = CloseRecord(0.0, info.st_ino, info.st_uid, 5, mtime_text(info), str(path))
     assert "changed since" in offload._current(changed, info.st_uid)[1]
+
+
+def test_the_stage_out_waits_for_an_offload_in_flight(tmp_path):
+    import threading
+
+    result = tmp_path / "r.dat"
+    result.write_bytes(b"data")
+    done = _listed(tmp_path, result).read_text()
+    listing = tmp_path / "offloaded.list"
+    fields = done.split("\t")
+    listing.write_text("\t".join(fields[:3] + ["-\n"]))          # in flight
+    same, why = unchanged(str(listing), str(result), wait=0.2)
+    assert not same and "did not end within" in why
+    timer = threading.Timer(0.3, listing.write_text, (done,))   # the chain service records it
+    timer.start()
+    try:
+        assert unchanged(str(listing), str(result), wait=10)[0]
+    finally:
+        timer.cancel()
