@@ -7,7 +7,7 @@ One schedule is replayed (:func:`scratchkeeper.sim.run.replay_schedule`); on it 
 every job is replayed with ``-start now`` and with ``-start jit`` for prediction (and start
 estimate) errors of 0, 25 and 50 % (:mod:`scratchkeeper.sim.staging`), and the results'
 offload with ``-when close`` and ``-when end``. Writes docs/benchmarks/replay/staging.md, its
-JSON and two plots.
+JSON and two plots (``--quick``: under benchmarks/results/staging/).
 """
 
 from __future__ import annotations
@@ -65,6 +65,9 @@ def main(argv: list[str] | None = None) -> int:
     offload = [replay_offload(jobs, mode, base).__dict__ for mode in ("end", "close")]
     result = {"days": days, "jobs": len(jobs), "outages": len(replayed.outages),
               "params": base.__dict__, "staging": rows, "offload": offload}
+    global OUT
+    if args.quick:
+        OUT = REPO / "benchmarks" / "results" / "staging"   # a quick run is not the report
     OUT.mkdir(parents=True, exist_ok=True)
     suffix = "-quick" if args.quick else ""
     (OUT / f"staging{suffix}.json").write_text(json.dumps(result, indent=2))
@@ -86,7 +89,7 @@ def _plots(rows, offload, suffix) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    labels = [_label(r) for r in rows]
+    labels = [_label(r).replace(", ", "\n") for r in rows]
     fig, axes = plt.subplots(1, 3, figsize=(13, 3.8))
     axes[0].bar(labels, [r["input_byte_hours"] / GB for r in rows], color="tab:blue")
     axes[0].set_title("staged input on scratch before start\n(GB-hours)")
