@@ -360,6 +360,11 @@ class StagingConfig:
                             minimum=1, maximum=10000)
     history: int = _opt(50, "most recent transfers per source host the prediction learns from",
                         minimum=1, maximum=100000)
+    changelog_mdt: str = _opt("", "lustre: MDT whose changelog CLOSE records drive offload at "
+                              "close (e.g. scratch-MDT0000); empty: no offload at close on "
+                              "Lustre (the local store's mount records closes itself)")
+    changelog_user: str = _opt("", "lustre: changelog user registered for the chain service "
+                               "(lctl --device MDT changelog_register; not replicad's own)")
 
 
 @dataclass(frozen=True)

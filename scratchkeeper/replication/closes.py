@@ -24,7 +24,6 @@ import ctypes.util
 import errno
 import logging
 import os
-import re
 import select
 import struct
 import threading
@@ -34,6 +33,7 @@ from dataclasses import dataclass, field
 
 from ..errors import CommandError, ReplicationError
 from ..runner import get_runner
+from ..storage.lfs import parse_changelog
 
 log = logging.getLogger(__name__)
 
@@ -181,40 +181,7 @@ def parse_events(buffer: bytes) -> list[tuple[str, int]]:
     return events
 
 
-# -- Lustre changelog -------------------------------------------------------------------------
-_RECORD = re.compile(r"^(?P<recno>\d+)\s+(?P<type>\d+)(?P<name>[A-Z]+)\s+(?P<time>\S+)\s+"
-                     r"(?P<date>\S+)\s+\S+\s+t=\[(?P<fid>[^\]]+)\]")
-
-
-@dataclass(frozen=True)
-class ChangelogRecord:
-    recno: int
-    type_name: str
-    fid: str
-    when: float = 0.0      # seconds since the epoch (the MDS's local time)
-
-
-def parse_changelog(text: str) -> list[ChangelogRecord]:
-    """Records of ``lfs changelog MDT``: ``recno NNTYPE time date flags t=[fid] ...``."""
-    found = []
-    for line in text.splitlines():
-        match = _RECORD.match(line.strip())
-        if match:
-            found.append(ChangelogRecord(int(match["recno"]), match["name"], match["fid"],
-                                         _record_time(match["date"], match["time"])))
-    return found
-
-
-def _record_time(date: str, clock: str) -> float:
-    """``2026.11.22`` + ``10:31:01.229213148`` -> epoch seconds (0.0 when unreadable)."""
-    try:
-        whole, _, fraction = clock.partition(".")
-        moment = time.mktime(time.strptime(f"{date} {whole}", "%Y.%m.%d %H:%M:%S"))
-        return moment + (float("0." + fraction) if fraction.isdigit() else 0.0)
-    except ValueError:
-        return 0.0
-
-
+# -- Lustre changelog (the parser is the lfs backend's: scratchkeeper.storage.lfs) ---------------
 class ChangelogReader:
     """Reads CLOSE records of one MDT for the files of interest, and clears what it read.
 

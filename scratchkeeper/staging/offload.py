@@ -2,7 +2,8 @@
 after writing, while its job still runs (seed 004 section 4.9, future work there).
 
 The scratch mount appends a CLOSE record to ``store_root/closes.log`` whenever a handle that
-created, truncated or wrote a file is released (as Lustre's changelog keeps CLOSE records)::
+created, truncated or wrote a file is released (as Lustre's changelog keeps CLOSE records; on
+Lustre the changelog's own CLOSE records are read instead, :func:`lustre_closes`)::
 
     CLOSE <time> <inode> <uid> <size> <mtime> <scratch path, %XX-encoded>
 
@@ -134,6 +135,50 @@ def _read_from(path: Path, offset: int, found: list[CloseRecord]) -> int:
     return offset + whole
 
 
+def lustre_closes(config: SiteConfig, chains) -> list[CloseRecord]:
+    """CLOSE records of the Lustre changelog (``staging.changelog_mdt``, read and cleared as
+    ``staging.changelog_user``) by the owners of chains that offload at close, as records of
+    the mount's form: each FID's path (``lfs fid2path``) and its size and mtime now."""
+    from ..runner import get_runner
+    from ..storage import lfs
+
+    staging, storage = config.staging, config.storage
+    if not staging.changelog_mdt or not staging.changelog_user:
+        if chains:
+            log.warning("offload at close on Lustre needs staging.changelog_mdt and "
+                        "staging.changelog_user: the stage-outs send everything at the end")
+        return []
+    runner, timeout = get_runner(), config.scheduler.command_timeout
+    text = runner.run(lfs.changelog_argv(storage.lfs, staging.changelog_mdt), timeout=timeout,
+                      mutating=False).stdout
+    entries = lfs.parse_changelog(text)
+    owners = {chain["owner_uid"] for chain, _ in chains}
+    found: list[CloseRecord] = []
+    paths: dict[str, list[str]] = {}
+    for entry in entries:
+        if entry.type_name != "CLOSE" or (entry.uid is not None and entry.uid not in owners):
+            continue
+        if entry.fid not in paths:
+            try:
+                paths[entry.fid] = lfs.parse_fid2path(runner.run(
+                    lfs.fid2path_argv(storage.lfs, storage.scratch_root, entry.fid),
+                    timeout=timeout, mutating=False).stdout)
+            except ScratchkeeperError:
+                paths[entry.fid] = []          # removed since: nothing to offload
+        for path in paths[entry.fid][:1]:
+            try:
+                info = os.lstat(path)
+            except OSError:
+                continue
+            found.append(CloseRecord(entry.when, info.st_ino, info.st_uid, info.st_size,
+                                     mtime_text(info), path))
+    if entries:
+        runner.run(lfs.changelog_clear_argv(storage.lfs, staging.changelog_mdt,
+                                            staging.changelog_user, entries[-1].recno),
+                   timeout=timeout, mutating=True)
+    return found
+
+
 @dataclass(frozen=True)
 class Target:
     """A file of a running chain to offload at close, and where it goes."""
@@ -185,7 +230,10 @@ def offload_closed(config: SiteConfig, store: StateStore) -> list[str]:
     said: list[str] = []
     said += _finish(config, store)
     chains = close_targets(store)
-    closes = read_closes(store, config.storage.store_root)
+    if config.storage.backend == "lustre":
+        closes = lustre_closes(config, chains)
+    else:
+        closes = read_closes(store, config.storage.store_root)
     if not chains:
         return said
     latest: dict[tuple[str, str], tuple[CloseRecord, Target]] = {}

@@ -8,6 +8,8 @@ in ``docs/storage.rst``; the parsers are tested on captured samples in ``tests/d
 from __future__ import annotations
 
 import re
+import time
+from dataclasses import dataclass
 
 from ..errors import StorageError
 from .base import OST_ACTIVE, OST_INACTIVE, OST_UNREACHABLE, OstStatus
@@ -219,3 +221,58 @@ def fsname_of(osts: list[OstStatus]) -> str | None:
 
 def parse_find_print0(text: str) -> list[str]:
     return [p for p in text.split("\0") if p]
+
+
+# -- changelog (lfs changelog MDT; records as Lustre's manual documents them) ------------------
+def changelog_argv(lfs: str, mdt: str) -> list[str]:
+    return [lfs, "changelog", mdt]
+
+
+def changelog_clear_argv(lfs: str, mdt: str, user: str, recno: int) -> list[str]:
+    return [lfs, "changelog_clear", mdt, user, str(recno)]
+
+
+def fid2path_argv(lfs: str, mount: str, fid: str) -> list[str]:
+    return [lfs, "fid2path", mount, fid]
+
+
+def parse_fid2path(text: str) -> list[str]:
+    """``lfs fid2path MOUNT FID``: one path per hard link, under the mount point."""
+    return [line for line in text.splitlines() if line.startswith("/")]
+
+
+_RECORD = re.compile(r"^(?P<recno>\d+)\s+(?P<type>\d+)(?P<name>[A-Z]+)\s+(?P<time>\S+)\s+"
+                     r"(?P<date>\S+)\s+\S+\s+t=\[(?P<fid>[^\]]+)\]")
+_RECORD_UID = re.compile(r"\su=(?P<uid>\d+):\d+(?:\s|$)")
+
+
+@dataclass(frozen=True)
+class ChangelogRecord:
+    recno: int
+    type_name: str
+    fid: str
+    when: float = 0.0      # seconds since the epoch (the MDS's local time)
+    uid: int | None = None  # u=UID:GID of the extended record (ef=...), when the MDT gives it
+
+
+def parse_changelog(text: str) -> list[ChangelogRecord]:
+    """Records of ``lfs changelog MDT``: ``recno NNTYPE time date flags t=[fid] ...``."""
+    found = []
+    for line in text.splitlines():
+        match = _RECORD.match(line.strip())
+        if match:
+            uid = _RECORD_UID.search(line)
+            found.append(ChangelogRecord(int(match["recno"]), match["name"], match["fid"],
+                                         _record_time(match["date"], match["time"]),
+                                         int(uid["uid"]) if uid else None))
+    return found
+
+
+def _record_time(date: str, clock: str) -> float:
+    """``2026.11.22`` + ``10:31:01.229213148`` -> epoch seconds (0.0 when unreadable)."""
+    try:
+        whole, _, fraction = clock.partition(".")
+        moment = time.mktime(time.strptime(f"{date} {whole}", "%Y.%m.%d %H:%M:%S"))
+        return moment + (float("0." + fraction) if fraction.isdigit() else 0.0)
+    except ValueError:
+        return 0.0

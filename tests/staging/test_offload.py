@@ -140,3 +140,48 @@ def test_the_stage_out_waits_for_an_offload_in_flight(tmp_path):
         assert unchanged(str(listing), str(result), wait=10)[0]
     finally:
         timer.cancel()
+
+
+def test_lustre_changelog_closes_become_records_and_are_cleared(tmp_path):
+    from scratchkeeper.config import parse_config
+    from scratchkeeper.runner import CommandResult, CommandRunner, set_runner
+
+    result = tmp_path / "r.dat"
+    result.write_bytes(b"12345")
+    info = os.stat(result)
+    # `lfs changelog` as Lustre's manual documents its records: CLOSE of the result by its
+    # owner, one by another user (not read), a CREAT
+    changelog = (
+        f"21 01CREAT 10:30:59.112000000 2026.11.22 0x0 t=[0x200000402:0x11:0x0] j=a.1 ef=0xf "
+        f"u={info.st_uid}:0 nid=0@lo p=[0x200000007:0x1:0x0] r.dat\n"
+        f"22 11CLOSE 10:31:01.240001234 2026.11.22 0x42 t=[0x200000402:0x11:0x0] j=a.1 ef=0x7 "
+        f"u={info.st_uid}:0 nid=0@lo\n"
+        f"23 11CLOSE 10:31:02.000000001 2026.11.22 0x42 t=[0x200000402:0x12:0x0] j=b.2 ef=0x7 "
+        f"u={info.st_uid + 1}:0 nid=0@lo\n")
+    calls = []
+
+    class Lfs(CommandRunner):
+        def run(self, argv, **kwargs):
+            argv = tuple(argv)
+            calls.append(argv)
+            if argv[1] == "changelog":
+                return CommandResult(argv, 0, changelog, "", 0.0)
+            if argv[1] == "fid2path":
+                assert argv[3] == "0x200000402:0x11:0x0"
+                return CommandResult(argv, 0, f"{result}\n", "", 0.0)
+            if argv[1] == "changelog_clear":
+                return CommandResult(argv, 0, "", "", 0.0)
+            raise AssertionError(argv)
+
+    config = parse_config(f'[storage]\nbackend = "lustre"\nscratch_root = "{tmp_path}"\n'
+                          '[staging]\nchangelog_mdt = "scratch-MDT0000"\n'
+                          'changelog_user = "cl2"\n')
+    chains = [({"chain_id": "sk1", "owner_uid": info.st_uid}, [])]
+    previous = set_runner(Lfs())
+    try:
+        found = offload.lustre_closes(config, chains)
+    finally:
+        set_runner(previous)
+    assert [(r.path, r.size, r.mtime) for r in found] == [(str(result), 5, mtime_text(info))]
+    assert calls[-1] == ("lfs", "changelog_clear", "scratch-MDT0000", "cl2", "23")
+    assert sum(1 for c in calls if c[1] == "fid2path") == 1
