@@ -117,3 +117,13 @@ class SolverInputError(SolverError, InputError):
     """A malformed solver instance (bucket with no replica, disk id out of range, ...)."""
 
     exit_code = 2
+
+
+class PlacementError(ScratchkeeperError):
+    """Objects cannot be placed: fewer eligible targets than replicas, or a bad placement map."""
+
+
+class PlacementInputError(PlacementError, InputError):
+    """A malformed placement map or hotness table setting (capacity, bucket, threshold)."""
+
+    exit_code = 2
