@@ -32,6 +32,7 @@ BENCHMARKS = (
     ("mount", True, False),
     ("dispatch", True, False),
     ("mount_recovery", True, True),
+    ("placement", True, False),
 )
 
 

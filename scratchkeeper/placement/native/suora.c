@@ -81,12 +81,14 @@ static inline int _taken(const int32_t *chosen, int32_t chosen_count, int32_t ta
 
 /* The first eligible, not yet chosen target that R hits in this bucket, or -1 if none is left. */
 static int32_t _place_in_bucket(const sk_suora_map *map, const sk_suora_bucket *bucket,
-                                uint64_t key, const int32_t *chosen, int32_t chosen_count)
+                                uint64_t premix, const int32_t *chosen, int32_t chosen_count)
 {
     if (bucket->slot_count <= 0 || bucket->eligible_count <= 0)
         return -1;
     if (bucket->eligible_count == 1)
         return _taken(chosen, chosen_count, bucket->sole_target) ? -1 : bucket->sole_target;
+    /* the object's key is hashed only here, after the cases that need no number */
+    uint64_t key = _fmix64(premix);
     uint32_t counters[SK_SUORA_MAX_LEVELS];
     double value = _first(key, bucket->levels, counters);
     for (int draws = 0; draws < SK_SUORA_MAX_DRAWS; draws++) {
@@ -113,14 +115,14 @@ static int32_t _place_in_bucket(const sk_suora_map *map, const sk_suora_bucket *
     return -1;
 }
 
-static int _place(const sk_suora_map *map, uint64_t key, int32_t replicas, int32_t first_bucket,
+static int _place(const sk_suora_map *map, uint64_t premix, int32_t replicas, int32_t first_bucket,
                   int32_t *out)
 {
     int32_t bucket = first_bucket;
     for (int32_t replica = 0; replica < replicas; replica++) {
         int32_t target = -1;
         for (int32_t tried = 0; tried < map->bucket_count && target < 0; tried++) {
-            target = _place_in_bucket(map, &map->buckets[bucket], key, out, replica);
+            target = _place_in_bucket(map, &map->buckets[bucket], premix, out, replica);
             bucket = (bucket + 1) % map->bucket_count;
         }
         if (target < 0)
@@ -141,9 +143,10 @@ static int _check(const sk_suora_map *map, int32_t replicas, int32_t first_bucke
     return SK_SUORA_OK;
 }
 
-static inline uint64_t _key(uint64_t seed, uint64_t object_id)
+/* An object's key is _fmix64(object_id ^ _fmix64(seed + golden)); this is what goes in it. */
+static inline uint64_t _premix(uint64_t seed, uint64_t object_id)
 {
-    return _fmix64(object_id ^ _fmix64(seed + _GOLDEN));
+    return object_id ^ _fmix64(seed + _GOLDEN);
 }
 
 int sk_suora_place(const sk_suora_map *map, uint64_t object_id, int32_t replicas,
@@ -152,7 +155,7 @@ int sk_suora_place(const sk_suora_map *map, uint64_t object_id, int32_t replicas
     int status = _check(map, replicas, first_bucket);
     if (status != SK_SUORA_OK)
         return status;
-    return _place(map, _key(map->seed, object_id), replicas, first_bucket, out);
+    return _place(map, _premix(map->seed, object_id), replicas, first_bucket, out);
 }
 
 int sk_suora_place_many(const sk_suora_map *map, const uint64_t *object_ids, int64_t count,
@@ -163,7 +166,7 @@ int sk_suora_place_many(const sk_suora_map *map, const uint64_t *object_ids, int
         return status;
     uint64_t seed_key = _fmix64(map->seed + _GOLDEN);
     for (int64_t i = 0; i < count; i++) {
-        status = _place(map, _fmix64(object_ids[i] ^ seed_key), replicas, first_bucket,
+        status = _place(map, object_ids[i] ^ seed_key, replicas, first_bucket,
                         out + i * replicas);
         if (status != SK_SUORA_OK)
             return status;
