@@ -19,7 +19,7 @@ from __future__ import annotations
 import enum
 import math
 from array import array
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 
@@ -186,6 +186,32 @@ class PlacementMap:
                 slot = pieces[-1].slot + 1
                 targets.append(PlacementTarget(int(index), position, capacity, pieces))
         return cls(tuple(buckets), tuple(targets), seed)
+
+    @classmethod
+    def for_tiers(cls, storage, capacities: Mapping[int, float], *, seed: int = 0) -> PlacementMap:
+        """The map of a site's tiered pools (``storage.pool_tiers`` and ``storage.tier_order``
+        of a :class:`~scratchkeeper.config.StorageConfig`), one bucket per performance class,
+        slowest first; ``capacities`` gives each OST index its capacity in bytes. An OST in two
+        pools of one class counts once; in pools of two classes it is refused."""
+        from ..config import parse_ost_ranges, tier_pools
+
+        pools, seen = [], {}
+        for tier, names in tier_pools(storage):
+            members = []
+            for name in names:
+                for index in parse_ost_ranges(storage.pools[name]):
+                    if seen.setdefault(index, tier) != tier:
+                        raise PlacementInputError(f"OST {index}: in classes {seen[index]} and "
+                                                  f"{tier} (storage.pool_tiers)")
+                    if index not in members:
+                        members.append(index)
+            missing = [index for index in members if index not in capacities]
+            if missing:
+                raise PlacementInputError(f"class {tier}: no capacity for OSTs {missing}")
+            pools.append((tier, [(index, capacities[index]) for index in members]))
+        if not pools:
+            raise PlacementInputError("no tiered pool: storage.pool_tiers is empty")
+        return cls.build(pools, seed=seed)
 
     def target(self, index: int) -> PlacementTarget:
         try:

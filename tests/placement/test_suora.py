@@ -218,3 +218,21 @@ def test_bad_maps_are_refused():
         placement.place(1, 0)
     with pytest.raises(PlacementInputError, match="first bucket 1 out of range"):
         placement.place(1, 1, first_bucket=1)
+
+
+def test_map_of_a_sites_tiered_pools():
+    from scratchkeeper.config import parse_config
+
+    storage = parse_config('[storage]\nost_count = 8\ntier_order = ["flash", "disk"]\n'
+                           '[storage.pools]\nssd = "0-1"\nhdd = "2-5"\nmore = "5-7"\n'
+                           '[storage.pool_tiers]\nssd = "flash"\nhdd = "disk"\nmore = "disk"\n',
+                           "site.toml").storage
+    capacities = {i: (1e12 if i < 2 else 4e12) for i in range(8)}
+    placement = PlacementMap.for_tiers(storage, capacities)
+    assert [b.name for b in placement.buckets] == ["disk", "flash"]
+    assert [(t.index, t.bucket) for t in placement.targets] == (
+        [(i, 0) for i in range(2, 8)] + [(0, 1), (1, 1)])
+    first, second = placement.place(11, 2)
+    assert 2 <= first <= 7 and second in (0, 1)
+    with pytest.raises(PlacementInputError, match=r"class disk: no capacity for OSTs \[7\]"):
+        PlacementMap.for_tiers(storage, {i: 1.0 for i in range(7)})
