@@ -120,7 +120,13 @@ class CrushStraw2:
 
     @staticmethod
     def map_text(targets: list[tuple[int, float]]) -> str:
-        """The text map crushtool -c compiles: Ceph's current tunables, straw2, rjenkins1."""
+        """The text map crushtool -c compiles: Ceph's current tunables, straw2, rjenkins1.
+
+        CRUSH weights are 16.16 fixed point and a bucket's weight must stay below 65536, so
+        weights are scaled down together when they add up past 60,000 (100,000 targets of 1):
+        only their ratios matter to straw2.
+        """
+        scale = min(1.0, 60_000 / sum(weight for _, weight in targets))
         lines = ["tunable choose_local_tries 0", "tunable choose_local_fallback_tries 0",
                  "tunable choose_total_tries 50", "tunable chooseleaf_descend_once 1",
                  "tunable chooseleaf_vary_r 1", "tunable chooseleaf_stable 1",
@@ -128,7 +134,7 @@ class CrushStraw2:
         lines += [f"device {index} osd.{index}" for index, _ in targets]
         lines += ["", "type 0 osd", "type 1 root", "", "root default {", "\tid -1",
                   "\talg straw2", "\thash 0"]
-        lines += [f"\titem osd.{index} weight {weight:.5f}" for index, weight in targets]
+        lines += [f"\titem osd.{index} weight {weight * scale:.5f}" for index, weight in targets]
         lines += ["}", "", "rule data {", "\tid 0", "\ttype replicated", "\tmin_size 1",
                   "\tmax_size 10", "\tstep take default", "\tstep choose firstn 0 type osd",
                   "\tstep emit", "}", ""]
