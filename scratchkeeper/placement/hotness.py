@@ -25,7 +25,7 @@ COUNTER_MAX = 2 ** 32 - 1
 
 
 class ReadCounters:
-    """``width`` saturating 32-bit counters addressed by ``hashes`` hash functions of an object id."""
+    """``width`` saturating 32-bit counters, ``hashes`` of them per object id."""
 
     def __init__(self, width: int = 1 << 20, hashes: int = 4, seed: int = 0):
         if width < 1:
@@ -52,7 +52,7 @@ class ReadCounters:
             counts[position] = min(COUNTER_MAX, counts[position] + reads)
 
     def hotness(self, object_id: int) -> int:
-        """The smallest of the object's counters: never below its true reads since the last decay."""
+        """The smallest of the object's counters: never below its reads since the last decay."""
         return min(self.counts[p] for p in self.positions(object_id))
 
     def average(self, object_id: int) -> float:
@@ -61,7 +61,7 @@ class ReadCounters:
         return sum(self.counts[p] for p in positions) / len(positions)
 
     def decrease(self, object_id: int, amount: int) -> None:
-        """Lower the object's counters by ``amount`` (a cold move, Algorithm 2 line 7), not below 0."""
+        """Lower the object's counters by ``amount`` (Algorithm 2, line 7), not below 0."""
         counts = self.counts
         for position in set(self.positions(object_id)):
             counts[position] = max(0, counts[position] - amount)
@@ -122,7 +122,8 @@ class HotnessTable:
             raise PlacementInputError("watermarks must satisfy 0 < lower <= upper <= 1, got "
                                       f"{lower_watermark} and {upper_watermark}")
         if not 1 <= home_buckets <= len(thresholds):
-            raise PlacementInputError(f"home buckets must be 1..{len(thresholds)}, got {home_buckets}")
+            raise PlacementInputError(f"home buckets must be 1..{len(thresholds)}, "
+                                      f"got {home_buckets}")
         self.thresholds = thresholds
         self.capacities = tuple(float(c) for c in capacities)
         self.home_buckets = home_buckets
@@ -192,7 +193,8 @@ class HotnessTable:
     # ------------------------------------------------------------------ deciding
 
     def moves(self, budget: int) -> list[Move]:
-        """At most ``budget`` moves: cold ones first (they make room), then hot ones, hottest first."""
+        """At most ``budget`` moves: cold ones first (they make room), then hot ones, hottest
+        first."""
         if budget < 0:
             raise PlacementInputError(f"move budget must be >= 0, got {budget}")
         used = list(self._used)

@@ -82,7 +82,8 @@ class Bucket:
 
 
 def segments_for(length: float, free_slots: Iterable[int]) -> tuple[Segment, ...]:
-    """``length`` cut into pieces of at most 1 on consecutive free slots (the first run long enough)."""
+    """``length`` cut into pieces of at most 1 on the first run of consecutive free slots long
+    enough for them."""
     needed = max(1, math.ceil(length))
     run: list[int] = []
     for slot in free_slots:
@@ -132,7 +133,8 @@ class PlacementMap:
             raise PlacementInputError(f"placement map: bucket names repeat: {names}")
         for bucket in self.buckets:
             if not (math.isfinite(bucket.unit) and bucket.unit > 0):
-                raise PlacementInputError(f"bucket {bucket.name}: unit must be > 0, got {bucket.unit}")
+                raise PlacementInputError(f"bucket {bucket.name}: unit must be > 0, "
+                                          f"got {bucket.unit}")
         by_index: dict[int, int] = {}
         used: set[tuple[int, int]] = set()
         for position, target in enumerate(self.targets):
@@ -154,7 +156,8 @@ class PlacementMap:
             by_index[target.index] = position
         object.__setattr__(self, "_by_index", by_index)
         if not 0 <= self.seed <= _MASK:
-            raise PlacementInputError(f"placement map: seed must be a 64-bit unsigned, got {self.seed}")
+            raise PlacementInputError("placement map: seed must be a 64-bit unsigned, "
+                                      f"got {self.seed}")
 
     # ------------------------------------------------------------------ building
 
@@ -281,6 +284,10 @@ class PlacementMap:
         return bytes(1 if target.eligible else 0 for target in self.targets)
 
     @cached_property
+    def _eligible_count(self) -> int:
+        return sum(self._eligible)
+
+    @cached_property
     def _native(self):
         try:
             from . import _native
@@ -297,7 +304,7 @@ class PlacementMap:
             raise PlacementInputError(f"replicas must be >= 1, got {replicas}")
         if not 0 <= first_bucket < len(self.buckets):
             raise PlacementInputError(f"first bucket {first_bucket} out of range")
-        eligible = sum(self._eligible)
+        eligible = self._eligible_count
         if eligible < replicas:
             raise PlacementError(f"{replicas} replicas asked, {eligible} eligible targets "
                                  f"(up and not full) in the placement map")
