@@ -426,8 +426,11 @@ def plot(results: dict, report_dir: Path) -> None:
     plt.close(fig)
 
     rows = results["movement"]
-    fig, axes = plt.subplots(1, len(rows), figsize=(5.5 * len(rows), 4.2), squeeze=False)
-    for axis, row in zip(axes[0], rows):
+    columns = min(2, len(rows))
+    lines = -(-len(rows) // columns)
+    fig, axes = plt.subplots(lines, columns, figsize=(5.5 * columns, 3.6 * lines + 0.6),
+                             squeeze=False)
+    for axis, row in zip(axes.flat, rows):
         events = list(row["events"])
         width = 0.18
         for k, name in enumerate(ALGORITHMS):
@@ -438,8 +441,9 @@ def plot(results: dict, report_dir: Path) -> None:
         axis.set(yscale="log", xticks=range(len(events)), xticklabels=events,
                  ylabel="objects moved",
                  title=f"{row['kind']}, {row['targets']:,} targets, {row['objects']:,} objects")
-        axis.legend(fontsize=7)
-    fig.tight_layout()
+    handles, labels = axes.flat[0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="lower center", ncol=len(labels), fontsize=8)
+    fig.tight_layout(rect=(0, 0.06, 1, 1))
     fig.savefig(report_dir / f"movement{suffix}.png", dpi=110)
     plt.close(fig)
 
