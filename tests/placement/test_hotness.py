@@ -145,3 +145,18 @@ def test_bad_watermarks_and_tracking_are_refused():
         table.track(1, [3], 10)
     with pytest.raises(PlacementInputError, match="budget"):
         table.moves(-1)
+
+
+def test_decay_by_other_factors_and_bad_counter_settings():
+    counters = ReadCounters(width=1 << 12, hashes=2)
+    counters.record(3, 10)
+    counters.decay(0.25)
+    assert counters.hotness(3) == 2
+    counters.decay(0)
+    assert counters.hotness(3) == 0
+    with pytest.raises(PlacementInputError, match="decay factor"):
+        counters.decay(1.5)
+    with pytest.raises(PlacementInputError, match="width"):
+        ReadCounters(width=0)
+    with pytest.raises(PlacementInputError, match="hashes"):
+        ReadCounters(hashes=0)
