@@ -236,3 +236,34 @@ def test_map_of_a_sites_tiered_pools():
     assert 2 <= first <= 7 and second in (0, 1)
     with pytest.raises(PlacementInputError, match=r"class disk: no capacity for OSTs \[7\]"):
         PlacementMap.for_tiers(storage, {i: 1.0 for i in range(7)})
+
+
+def test_a_failed_target_is_replaced_and_the_other_replicas_stay():
+    rng = random.Random(11)
+    for _ in range(30):
+        pools, index = [], 0
+        for bucket in range(rng.randint(1, 3)):
+            count = rng.choice([1, 2, 3, 6])
+            pools.append((f"p{bucket}", [(index + i, rng.choice([0.5, 1, 3]))
+                                         for i in range(count)]))
+            index += count
+        if index < 2:
+            continue
+        placement = PlacementMap.build(pools, seed=rng.randrange(2 ** 64))
+        replicas = rng.randint(1, index - 1)
+        lost = rng.randrange(index)
+        degraded = placement.with_state(lost, TargetState.FAILED)
+        bucket_of = {t.index: t.bucket for t in placement.targets}
+        for object_id in range(100):
+            before = placement.place(object_id, replicas)
+            after = degraded.place(object_id, replicas)
+            if lost not in before:
+                assert after == before
+                continue
+            kept = set(before) - {lost}
+            assert kept <= set(after) and lost not in after
+            (replacement,) = set(after) - kept
+            left_in_bucket = [t.index for t in degraded.targets
+                              if t.bucket == bucket_of[lost] and t.eligible and t.index not in kept]
+            if left_in_bucket:
+                assert bucket_of[replacement] == bucket_of[lost]

@@ -80,7 +80,7 @@ static inline int _taken(const int32_t *chosen, int32_t chosen_count, int32_t ta
 }
 
 /* The first eligible, not yet chosen target that R hits in this bucket, or -1 if none is left. */
-static int32_t _place_in_bucket(const sk_suora_map *map, const sk_suora_bucket *bucket,
+static inline int32_t _place_in_bucket(const sk_suora_map *map, const sk_suora_bucket *bucket,
                                 uint64_t premix, const int32_t *chosen, int32_t chosen_count)
 {
     if (bucket->slot_count <= 0 || bucket->eligible_count <= 0)
@@ -115,7 +115,7 @@ static int32_t _place_in_bucket(const sk_suora_map *map, const sk_suora_bucket *
     return -1;
 }
 
-static int _place(const sk_suora_map *map, uint64_t premix, int32_t replicas, int32_t first_bucket,
+static inline int _place(const sk_suora_map *map, uint64_t premix, int32_t replicas, int32_t first_bucket,
                   int32_t *out)
 {
     int32_t bucket = first_bucket;
