@@ -6,8 +6,8 @@
 
 #include <stddef.h>
 
-#define _GOLDEN 0x9E3779B97F4A7C15ULL
-#define _LEVEL_STEP 0xD6E8FEB86659FD93ULL
+#define GOLDEN_GAMMA 0x9E3779B97F4A7C15ULL
+#define LEVEL_STEP 0xD6E8FEB86659FD93ULL
 
 /* MurmurHash3's 64-bit finalizer: every input bit reaches every output bit. */
 static inline uint64_t _fmix64(uint64_t k)
@@ -28,8 +28,8 @@ static inline double _range(int32_t level)
 /* Number counters[level] of level `level`'s own generator, in [0, 2^level). */
 static inline double _generate(uint64_t key, int32_t level, uint32_t *counters)
 {
-    uint64_t raw = _fmix64(key + (uint64_t)(level + 1) * _LEVEL_STEP
-                           + (uint64_t)counters[level]++ * _GOLDEN);
+    uint64_t raw = _fmix64(key + (uint64_t)(level + 1) * LEVEL_STEP
+                           + (uint64_t)counters[level]++ * GOLDEN_GAMMA);
     return (double)(raw >> 11) * 0x1.0p-53 * _range(level);
 }
 
@@ -50,14 +50,14 @@ static inline double _next(uint64_t key, int32_t top, uint32_t *counters)
  * the counters it leaves.  The top levels' first numbers are independent hashes, computed all
  * at once and chosen without a branch: descending level by level mispredicts about every other
  * time, and that, not hashing, is what a placement costs. */
-#define _SPECULATED 4
+#define SPECULATED_LEVELS 4
 static inline double _first(uint64_t key, int32_t top, uint32_t *counters)
 {
-    int32_t low = top >= _SPECULATED - 1 ? top - (_SPECULATED - 1) : 0;
+    int32_t low = top >= SPECULATED_LEVELS - 1 ? top - (SPECULATED_LEVELS - 1) : 0;
     double value = 0.0;
     int32_t chosen = -1;
     for (int32_t level = low; level <= top; level++) {
-        uint64_t raw = _fmix64(key + (uint64_t)(level + 1) * _LEVEL_STEP);
+        uint64_t raw = _fmix64(key + (uint64_t)(level + 1) * LEVEL_STEP);
         double candidate = (double)(raw >> 11) * 0x1.0p-53 * _range(level);
         int upper = level == 0 || candidate >= _range(level - 1);
         value = upper ? candidate : value;
@@ -146,7 +146,7 @@ static int _check(const sk_suora_map *map, int32_t replicas, int32_t first_bucke
 /* An object's key is _fmix64(object_id ^ _fmix64(seed + golden)); this is what goes in it. */
 static inline uint64_t _premix(uint64_t seed, uint64_t object_id)
 {
-    return object_id ^ _fmix64(seed + _GOLDEN);
+    return object_id ^ _fmix64(seed + GOLDEN_GAMMA);
 }
 
 int sk_suora_place(const sk_suora_map *map, uint64_t object_id, int32_t replicas,
@@ -164,7 +164,7 @@ int sk_suora_place_many(const sk_suora_map *map, const uint64_t *object_ids, int
     int status = _check(map, replicas, first_bucket);
     if (status != SK_SUORA_OK)
         return status;
-    uint64_t seed_key = _fmix64(map->seed + _GOLDEN);
+    uint64_t seed_key = _fmix64(map->seed + GOLDEN_GAMMA);
     for (int64_t i = 0; i < count; i++) {
         status = _place(map, object_ids[i] ^ seed_key, replicas, first_bucket,
                         out + i * replicas);
