@@ -1,6 +1,7 @@
 """Build glue that setup.cfg cannot express: the job-templates folder shipped as package data
 and the native parts: the solver's core (scratchkeeper/solver/native, plain C11 + a CPython
-binding) and the scratch mount's libfuse3 file system (scratchkeeper/mount/native)."""
+binding), SUORA placement's core (scratchkeeper/placement/native) and the scratch mount's
+libfuse3 file system (scratchkeeper/mount/native)."""
 
 from setuptools import Extension, find_packages, setup
 
@@ -15,6 +16,18 @@ solver_native = Extension(
     # way in C and in Python and every algorithm compares identical candidate times.
     extra_compile_args=["-std=c11", "-O2", "-ffp-contract=off", "-pthread"],
     extra_link_args=["-pthread"],
+)
+
+_PLACEMENT_NATIVE = "scratchkeeper/placement/native"
+
+placement_native = Extension(
+    "scratchkeeper.placement._native",
+    sources=[f"{_PLACEMENT_NATIVE}/{name}.c" for name in ("suora", "_native")],
+    depends=[f"{_PLACEMENT_NATIVE}/suora.h"],
+    include_dirs=[_PLACEMENT_NATIVE],
+    # -ffp-contract=off: the segment test (value - slot < length) rounds as in Python, so the
+    # C core and scratchkeeper/placement/suora.py place every object alike
+    extra_compile_args=["-std=c11", "-O2", "-ffp-contract=off", "-Wall", "-Wextra"],
 )
 
 _MOUNT_NATIVE = "scratchkeeper/mount/native"
@@ -50,5 +63,5 @@ setup(
     + ["scratchkeeper.job_templates"]
     + [f"scratchkeeper.job_templates.{folder}" for folder in ("common", "pbs", "slurm")],
     package_dir={"scratchkeeper.job_templates": "job-templates"},
-    ext_modules=[solver_native, mount_native],
+    ext_modules=[solver_native, placement_native, mount_native],
 )

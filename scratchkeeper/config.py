@@ -146,6 +146,12 @@ def _ost_ranges(value: str) -> str | None:
     return None
 
 
+def _class_name(value: str) -> str | None:
+    if not re.fullmatch(r"[A-Za-z0-9_.-]{1,64}", value):
+        return "a performance class of 1 to 64 letters, digits, '_', '-' or '.'"
+    return None
+
+
 @dataclass(frozen=True)
 class SchedulerConfig:
     kind: str = _opt("slurm", "batch scheduler backend", choices=("slurm", "pbs"))
@@ -186,6 +192,13 @@ class StorageConfig:
     pools: dict[str, str] = _opt(None, "local backend: OST pools, name = \"0-3,8\" (lfs setstripe "
                                  "-p; each OST below ost_count, once)", factory=dict,
                                  expected=_ost_ranges)
+    pool_tiers: dict[str, str] = _opt(None, "performance class of a pool, pool name = class "
+                                      "(e.g. flash = \"flash\", disk = \"disk\"); pools of one "
+                                      "class form one placement bucket (docs/placement.rst)",
+                                      factory=dict, expected=_class_name)
+    tier_order: list[str] = _opt(None, "performance classes, fastest first (e.g. [\"flash\", "
+                                 "\"disk\"]); every class of storage.pool_tiers once",
+                                 factory=list)
 
 
 @dataclass(frozen=True)
@@ -491,6 +504,38 @@ def _check_across_keys(config: SiteConfig, source: str, locator: "_KeyLocator") 
             raise ConfigError(f"key '{dotted}': OSTs {_show(beyond)} beyond storage.ost_count = "
                               f"{ost_count} (indices 0..{ost_count - 1})", path=source,
                               line=locator.line_of(dotted))
+    _check_tiers(config.storage, source, locator)
+
+
+def _check_tiers(storage: StorageConfig, source: str, locator: "_KeyLocator") -> None:
+    """storage.pool_tiers names pools of storage.pools; storage.tier_order lists each of its
+    classes once, and nothing else."""
+    for pool, tier in storage.pool_tiers.items():
+        dotted = f"storage.pool_tiers.{pool}"
+        if pool not in storage.pools:
+            raise ConfigError(f"key '{dotted}': no pool {pool!r} in storage.pools (pools: "
+                              f"{', '.join(sorted(storage.pools)) or 'none'})", path=source,
+                              line=locator.line_of(dotted))
+        if tier not in storage.tier_order:
+            raise ConfigError(f"key '{dotted}': class {tier!r} is not in storage.tier_order "
+                              f"({storage.tier_order})", path=source, line=locator.line_of(dotted))
+    classes = set(storage.pool_tiers.values())
+    for position, tier in enumerate(storage.tier_order):
+        problem = _class_name(tier)
+        if problem is None and tier in storage.tier_order[:position]:
+            problem = "each class once"
+        if problem is None and tier not in classes:
+            problem = "a class some pool has in storage.pool_tiers"
+        if problem:
+            raise ConfigError(f"key 'storage.tier_order': expected {problem}, got {tier!r}",
+                              path=source, line=locator.line_of("storage.tier_order"))
+
+
+def tier_pools(storage: StorageConfig) -> list[tuple[str, list[str]]]:
+    """``[(class, [pool, ...]), ...]`` slowest first, the order placement buckets go in
+    (docs/placement.rst); classes and pools as the configuration names them."""
+    return [(tier, [pool for pool, of in storage.pool_tiers.items() if of == tier])
+            for tier in reversed(storage.tier_order)]
 
 
 _BARE_KEY = r'[A-Za-z0-9_-]+|"[^"]*"|\'[^\']*\''

@@ -127,3 +127,13 @@ class QosError(ScratchkeeperError):
 
 class DesignError(QosError):
     """A block design fails its check (a pair of devices in no block or in more than one)."""
+
+
+class PlacementError(ScratchkeeperError):
+    """Objects cannot be placed: fewer eligible targets than replicas, or a bad placement map."""
+
+
+class PlacementInputError(PlacementError, InputError):
+    """A malformed placement map or hotness table setting (capacity, bucket, threshold)."""
+
+    exit_code = 2

@@ -338,3 +338,41 @@ def test_every_command_stops_on_a_bad_config_alike(tmp_path, command):
                           cwd=Path(__file__).parent.parent)
     assert done.returncode == 2 and done.stdout == ""
     assert done.stderr == f"{path}:4: key 'retry.delay': expected a finite number, got inf\n"
+
+
+def test_pools_as_tiers():
+    from scratchkeeper.config import tier_pools
+
+    config = parse_config('[storage]\nost_count = 16\ntier_order = ["flash", "disk"]\n'
+                          '[storage.pools]\nssd = "0-3"\nhdd = "4-11"\nhdd2 = "12-15"\n'
+                          '[storage.pool_tiers]\nssd = "flash"\nhdd = "disk"\nhdd2 = "disk"\n',
+                          "site.toml")
+    assert config.storage.tier_order == ["flash", "disk"]
+    # slowest first: the order of placement buckets
+    assert tier_pools(config.storage) == [("disk", ["hdd", "hdd2"]), ("flash", ["ssd"])]
+    # pools without a class stay as they were
+    assert tier_pools(parse_config('[storage.pools]\nflash = "0-3"\n', "site.toml").storage) == []
+
+
+@pytest.mark.parametrize("text, message, line", [
+    ('[storage]\ntier_order = ["flash"]\n[storage.pools]\nssd = "0-3"\n'
+     '[storage.pool_tiers]\nnvme = "flash"\n',
+     "key 'storage.pool_tiers.nvme': no pool 'nvme' in storage.pools (pools: ssd)", 6),
+    ('[storage]\ntier_order = ["disk"]\n[storage.pools]\nssd = "0-3"\n'
+     '[storage.pool_tiers]\nssd = "flash"\n',
+     "key 'storage.pool_tiers.ssd': class 'flash' is not in storage.tier_order (['disk'])", 6),
+    ('[storage]\ntier_order = ["flash", "flash"]\n[storage.pools]\nssd = "0-3"\n'
+     '[storage.pool_tiers]\nssd = "flash"\n',
+     "key 'storage.tier_order': expected each class once, got 'flash'", 2),
+    ('[storage]\ntier_order = ["flash", "tape"]\n[storage.pools]\nssd = "0-3"\n'
+     '[storage.pool_tiers]\nssd = "flash"\n',
+     "key 'storage.tier_order': expected a class some pool has in storage.pool_tiers, got 'tape'",
+     2),
+    ('[storage]\ntier_order = ["fl ash"]\n', "key 'storage.tier_order': expected a performance "
+     "class of 1 to 64 letters", 2),
+    ('[storage.pools]\nssd = "0-3"\n[storage.pool_tiers]\nssd = "fl/ash"\n',
+     "key 'storage.pool_tiers.ssd': expected a performance class of 1 to 64 letters", 4),
+])
+def test_bad_tiers_name_file_line_and_key(text, message, line):
+    error = _rejected(text)
+    assert error.startswith(f"site.toml:{line}: {message}"), error
