@@ -57,7 +57,8 @@ def test_jit_stage_in_starts_within_the_margin_before_its_compute_job(local_clus
 
     # 2. a job holds one CPU of every node for 110 s of its 2 minutes; the data queue (same
     # nodes) keeps free CPUs, the compute job (every node, exclusive) must wait for it
-    blocker = subprocess.run(["sbatch", "--parsable", "-p", config.scheduler.batch_queue, "-N8", "--ntasks-per-node=1", "-t", "2", "-o", "/dev/null",
+    blocker = subprocess.run(["sbatch", "--parsable", "-p", config.scheduler.batch_queue, "-N8",
+                              "--ntasks-per-node=1", "-t", "2", "-o", "/dev/null",
                               "--wrap", "sleep 110"], capture_output=True, text=True,
                              timeout=30, check=True).stdout.strip()
     try:
@@ -98,3 +99,29 @@ def test_jit_stage_in_starts_within_the_margin_before_its_compute_job(local_clus
     # the scheduler counts whole seconds: a transfer of 2 MB on loopback may take 0 of them
     assert timing["seconds"] >= 0 and (timing["rate"] is None or timing["rate"] > 0)
     assert timing["jit"]["prediction_error"] is not None
+
+
+def test_jit_on_the_pbs_path_starts_at_once_and_says_why(local_cluster, tmp_path):
+    """Slurm's Torque wrappers give no estimated.start_time: a JIT stage-in starts at once, the
+    decision recorded, and the chain runs as with -start now."""
+    name = "jitpbs" + uuid.uuid4().hex[:8]
+    (local_cluster.source_dir / f"{name}.dat").write_bytes(os.urandom(100_000))
+    scratch = local_cluster.scratch_root / "tests" / name
+    source = f"{local_cluster.gridftp_url}{local_cluster.source_dir}/{name}.dat"
+    job = tmp_path / "job.sh"
+    job.write_text(f"#!/bin/bash\n#STAGEIN -start jit\n#STAGEIN {source} {scratch}/in.dat\n"
+                   f"test -s {scratch}/in.dat\n")
+    argv = [sys.executable, "-m", "scratchkeeper", "-c", str(local_cluster.site_config_pbs)]
+    chain = json.loads(subprocess.run([*argv, "submit", str(job), "--json"], cwd=tmp_path,
+                                      capture_output=True, text=True, timeout=120,
+                                      check=True).stdout)
+    config = load_config(local_cluster.site_config_pbs)
+    store = staging_records.open_staging(StateStore(config.state.database))
+    decision = staging_records.decisions(store, chain_id=chain["chain_id"])[0]
+    assert decision["state"] == staging_records.RELEASED and decision["release_at"] is None
+    assert decision["reason"].startswith("start now"), dict(decision)
+    report = json.loads(subprocess.run([*argv, "status", chain["chain_id"], "--json", "--wait",
+                                        "120"], capture_output=True, text=True,
+                                       timeout=180).stdout)
+    assert report["state"] in ("completed", "ended"), report
+    assert report["jobs"][0]["state"] == "completed", report
