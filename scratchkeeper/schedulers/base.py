@@ -300,6 +300,15 @@ class Scheduler:
         """Hold pending ``job_id`` back until ``when`` (epoch seconds), or start it now."""
         self._run(self.backend.build_set_begin(job_id, when), mutating=True)
 
+    def find_by_name(self, name: str) -> list[str]:
+        """Ids of the jobs named ``name`` (a name made unique by the caller), oldest first."""
+        found: list[str] = []
+        for argv in self.backend.build_find_by_name(name):
+            for job_id in self.backend.parse_find_by_name(self._run(argv, mutating=False)):
+                if job_id not in found:
+                    found.append(job_id)
+        return sorted(found, key=lambda j: (len(j), j))
+
     def system_nodes(self) -> int:
         """Node count of the system (S in the replication window)."""
         return self.backend.parse_nodes(self._run(self.backend.build_nodes(), mutating=False))

@@ -179,6 +179,14 @@ def build_set_begin(job_id: str, when: float | None) -> list[str]:
     return ["qalter", "-a", moment.strftime("%Y%m%d%H%M.%S"), job_id]
 
 
+def build_find_by_name(name: str) -> list[list[str]]:
+    return [["qselect", "-N", _safe(name, "job name")]]
+
+
+def parse_find_by_name(stdout: str) -> list[str]:
+    return [line.strip() for line in stdout.splitlines() if line.strip()]
+
+
 def build_nodes() -> list[str]:
     return ["pbsnodes", "-a"]
 

@@ -392,6 +392,19 @@ def build_set_begin(job_id: str, when: float | None) -> list[str]:
     return ["scontrol", "update", f"JobId={job_id}", f"StartTime={value}"]
 
 
+def build_find_by_name(name: str) -> list[list[str]]:
+    """The queries that find every job of any user named ``name``: the controller's queue
+    (which knows a job the moment it is submitted; finished ones for MinJobAge) and
+    accounting (the last week; it learns of a job a moment later)."""
+    return [["squeue", "--noheader", "--all", "--states=all", f"--name={name}", "--format=%i"],
+            ["sacct", "--noheader", "--parsable2", "--allocations", "--allusers",
+             "--starttime=now-7days", f"--name={name}", "--format=JobID"]]
+
+
+def parse_find_by_name(stdout: str) -> list[str]:
+    return [line.strip() for line in stdout.splitlines() if line.strip().isdigit()]
+
+
 def build_nodes() -> list[str]:
     return ["sinfo", "--noheader", "--Node", "--format=%N"]
 

@@ -33,6 +33,7 @@ import posixpath
 import pwd
 import stat
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import unquote_to_bytes
@@ -89,31 +90,37 @@ def mtime_text(info: os.stat_result) -> str:
     return f"{info.st_mtime_ns // 10**9}.{info.st_mtime_ns % 10**9:09d}"
 
 
-def read_closes(store: StateStore, store_root: str) -> list[CloseRecord]:
-    """The CLOSE records not read before (a moved-aside log first), the offsets saved."""
+def read_closes(store: StateStore, store_root: str) -> tuple[list[CloseRecord], Callable[[], None]]:
+    """The CLOSE records not read before (a moved-aside log first), and the function that
+    saves how far they were read, to call once they were acted on: a crash in between reads
+    them again, which submits nothing twice (an offload is keyed by chain, path, size, mtime)."""
     found: list[CloseRecord] = []
     root = Path(store_root)
     offsets = {r["name"]: r["offset"] for r in store.query("SELECT * FROM close_log")}
-    updates: dict[str, int] = {}
-    rotated = root / ROTATED
-    if rotated.exists():
-        # records a writer added after the move, then the file goes
+    rotated, current = root / ROTATED, root / CLOSE_LOG
+    drained = rotated.exists()
+    if drained:
+        # records a writer added after the move: the file goes once they are acted on
         _read_from(rotated, offsets.get(ROTATED, 0), found)
-        rotated.unlink()
-        updates[ROTATED] = 0
-    current = root / CLOSE_LOG
-    if current.exists():
-        end = _read_from(current, offsets.get(CLOSE_LOG, 0), found)
-        updates[CLOSE_LOG] = end
-        if end > ROTATE_AT:
-            os.replace(current, rotated)
-            updates[ROTATED], updates[CLOSE_LOG] = end, 0
-    if updates:
-        with store.transaction() as conn:
-            for name, offset in updates.items():
-                conn.execute("INSERT INTO close_log VALUES (?, ?) ON CONFLICT(name) DO UPDATE "
-                             "SET offset=excluded.offset", (name, offset))
-    return found
+    end = _read_from(current, offsets.get(CLOSE_LOG, 0), found) if current.exists() else None
+
+    def commit() -> None:
+        updates: dict[str, int] = {}
+        if drained:
+            rotated.unlink(missing_ok=True)
+            updates[ROTATED] = 0
+        if end is not None:
+            updates[CLOSE_LOG] = end
+            if end > ROTATE_AT and not rotated.exists():
+                updates[ROTATED], updates[CLOSE_LOG] = end, 0
+        if updates:
+            with store.transaction() as conn:
+                for name, offset in updates.items():
+                    conn.execute("INSERT INTO close_log VALUES (?, ?) ON CONFLICT(name) DO "
+                                 "UPDATE SET offset=excluded.offset", (name, offset))
+        if end is not None and updates.get(ROTATED):
+            os.replace(current, rotated)     # drained at the next sweep
+    return found, commit
 
 
 def _read_from(path: Path, offset: int, found: list[CloseRecord]) -> int:
@@ -230,11 +237,13 @@ def offload_closed(config: SiteConfig, store: StateStore) -> list[str]:
     said: list[str] = []
     said += _finish(config, store)
     chains = close_targets(store)
+    said += _resume(config, store, chains)
     if config.storage.backend == "lustre":
-        closes = lustre_closes(config, chains)
+        closes, commit = lustre_closes(config, chains), (lambda: None)
     else:
-        closes = read_closes(store, config.storage.store_root)
+        closes, commit = read_closes(store, config.storage.store_root)
     if not chains:
+        commit()
         return said
     latest: dict[tuple[str, str], tuple[CloseRecord, Target]] = {}
     for record in closes:
@@ -245,6 +254,41 @@ def offload_closed(config: SiteConfig, store: StateStore) -> list[str]:
         line = _submit(config, store, record, target, chains)
         if line:
             said.append(line)
+    commit()
+    return said
+
+
+def _resume(config: SiteConfig, store: StateStore, chains) -> list[str]:
+    """Offloads a killed sweep left between its record and its job: the job found by its name
+    (unique per offload) if it was submitted, else submitted now."""
+    said = []
+    for row in store.query("SELECT * FROM offloads WHERE state=?", (SUBMITTING,)):
+        key = (row["chain_id"], row["path"], row["size"], row["mtime"])
+        chain = next((c for c, _ in chains if c["chain_id"] == row["chain_id"]), None)
+        try:
+            found = get_scheduler(config, "slurm").find_by_name(row["job_name"])
+        except ScratchkeeperError as err:
+            log.warning("offload %s: cannot look for its job: %s", row["job_name"], err)
+            continue
+        if found:
+            job_id = found[-1]
+        elif chain is None:
+            _set(store, key, FAILED, reason="its chain ended before it was submitted")
+            continue
+        else:
+            target = Target(row["chain_id"], chain["owner_uid"], row["path"], row["destination"],
+                            0)
+            try:
+                job_id = _submit_job(config, store, chain, target,
+                                     row["job_name"].rsplit(".", 1)[-1])
+            except ScratchkeeperError as err:
+                _set(store, key, FAILED, reason=f"submission failed: {err}")
+                continue
+        with store.transaction() as conn:
+            conn.execute("UPDATE offloads SET job_id=?, state=?, submitted=? WHERE chain_id=? "
+                         "AND path=? AND size=? AND mtime=?",
+                         (job_id, SUBMITTED, time.time(), *key))
+        said.append(f"chain {row['chain_id']}: offload of {row['path']} resumed as job {job_id}")
     return said
 
 
@@ -282,7 +326,8 @@ def _submit(config: SiteConfig, store: StateStore, record: CloseRecord, target: 
     with store.transaction() as conn:
         conn.execute("INSERT INTO offloads(chain_id, path, size, mtime, destination, job_name, "
                      "state, closed) VALUES (?,?,?,?,?,?,?,?)",
-                     (*key, target.destination, job_key, SUBMITTING, record.time))
+                     (*key, target.destination, job_name(chain, job_key), SUBMITTING,
+                      record.time))
     try:
         job_id = _submit_job(config, store, chain, target, job_key)
     except ScratchkeeperError as err:
@@ -299,6 +344,12 @@ def _submit(config: SiteConfig, store: StateStore, record: CloseRecord, target: 
     return f"chain {target.chain_id}: {record.path} closed: offload job {job_id}"
 
 
+def job_name(chain: dict, job_key: str) -> str:
+    """An offload job's name: the script's and the offload's key, unique per offload, so that
+    a sweep killed right after submitting it finds it again (:func:`_resume`)."""
+    return f"{posixpath.basename(chain['script_path'])}.{job_key}"
+
+
 def _submit_job(config: SiteConfig, store: StateStore, chain: dict, target: Target,
                 job_key: str) -> str:
     from ..planner.plan import Plan, PlannedJob, StepAction
@@ -310,7 +361,7 @@ def _submit_job(config: SiteConfig, store: StateStore, chain: dict, target: Targ
     command = client_command(parse_location(target.path), parse_location(target.destination),
                              recursive=False, config=config.transfer)
     job = PlannedJob(key=job_key, role="offload", queue=config.scheduler.data_queue,
-                     name=f"{posixpath.basename(chain['script_path'])}.offload",
+                     name=job_name(chain, job_key),
                      depends_on=[], retries=config.retry.attempts - 1,
                      retry_delay=config.retry.delay, walltime=config.scheduler.data_walltime,
                      actions=[StepAction(line=target.line, argv=command.argv,

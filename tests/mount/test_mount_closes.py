@@ -39,6 +39,8 @@ def test_a_close_after_writing_is_recorded_with_size_mtime_and_owner(mnt):
     # an append is a write: one more record; a truncating open too
     with open(name, "ab") as stream:
         stream.write(b"y")
+    # a record says what the file is when the kernel's RELEASE comes, a moment after close(2)
+    records(mnt, 2)
     open(name, "wb").close()
     assert [r.size for r in records(mnt, 3)] == [5000, 5001, 0]
 

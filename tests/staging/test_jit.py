@@ -181,3 +181,11 @@ def test_bad_start_and_when_name_the_line(tmp_path, line, words):
     with pytest.raises(DirectiveError) as caught:
         parse_script(text, "job.sh", cwd="/scratch", scratch_root="/scratch")
     assert words in str(caught.value) and "job.sh:2" in str(caught.value)
+
+
+def test_a_job_is_found_by_its_name_in_accounting():
+    text = (DATA / "slurm" / "sacct-find-by-name.txt").read_text()
+    assert slurm.parse_find_by_name(text) == text.split() and len(text.split()) == 24
+    queue, accounting = slurm.build_find_by_name("job.sh.offload-1")
+    assert "--name=job.sh.offload-1" in queue and "--states=all" in queue
+    assert accounting[-2:] == ["--name=job.sh.offload-1", "--format=JobID"]

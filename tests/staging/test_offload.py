@@ -39,29 +39,43 @@ def store(tmp_path):
     return records.open_staging(StateStore(str(tmp_path / "state.db")))
 
 
+def read(store, root) -> list[str]:
+    """The paths of the records not read yet, marked read."""
+    found, commit = read_closes(store, str(root))
+    commit()
+    return [r.path for r in found]
+
+
 def test_records_are_read_once_and_a_half_written_one_waits(tmp_path, store):
     log = tmp_path / "closes.log"
     log.write_bytes(line("/s/a") + b"CLOSE 17955")
-    assert [r.path for r in read_closes(store, str(tmp_path))] == ["/s/a"]
-    assert read_closes(store, str(tmp_path)) == []
+    assert read(store, tmp_path) == ["/s/a"]
+    assert read(store, tmp_path) == []
     with open(log, "ab") as stream:   # the rest of the record being written, then another
         stream.write(line("/s/b")[len(b"CLOSE 17955"):] + b"garbage line\n" + line("/s/c"))
-    assert [r.path for r in read_closes(store, str(tmp_path))] == ["/s/b", "/s/c"]
+    assert read(store, tmp_path) == ["/s/b", "/s/c"]
+
+
+def test_records_not_marked_read_are_read_again(tmp_path, store):
+    (tmp_path / "closes.log").write_bytes(line("/s/a"))
+    found, _ = read_closes(store, str(tmp_path))       # killed before acting on them
+    assert [r.path for r in found] == ["/s/a"]
+    assert read(store, tmp_path) == ["/s/a"]
 
 
 def test_a_long_log_is_moved_aside_and_drained(tmp_path, store, monkeypatch):
     monkeypatch.setattr(offload, "ROTATE_AT", 10)
     log = tmp_path / "closes.log"
     log.write_bytes(line("/s/a"))
-    assert [r.path for r in read_closes(store, str(tmp_path))] == ["/s/a"]
+    assert read(store, tmp_path) == ["/s/a"]
     assert not log.exists() and (tmp_path / "closes.log.old").exists()
     # a mount that opened the log before the move appends to the moved file
     with open(tmp_path / "closes.log.old", "ab") as stream:
         stream.write(line("/s/late"))
     log.write_bytes(line("/s/new"))
-    assert [r.path for r in read_closes(store, str(tmp_path))] == ["/s/late", "/s/new"]
+    assert read(store, tmp_path) == ["/s/late", "/s/new"]
     # the new log was long enough to be moved aside in turn; the next read drains it
-    assert read_closes(store, str(tmp_path)) == []
+    assert read(store, tmp_path) == []
     assert not (tmp_path / "closes.log.old").exists()
 
 

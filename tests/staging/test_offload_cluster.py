@@ -111,3 +111,4 @@ done
     assert users == [PLAIN_USER if who != "root" else "root"] * 3
     if who != "root":
         shutil.rmtree(tmp_path, ignore_errors=True)
+
