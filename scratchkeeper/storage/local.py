@@ -330,6 +330,12 @@ class LocalStripedStore(NamespaceMixin, MdtMixin, ObjectsMixin, RebuildMixin, St
                         return self.layout(full)
                     if not replace:
                         raise InputError(f"{full}: a different file already exists in the store")
+                if existing and existing.size == 0 and stripe_count is None and \
+                        stripe_size is None:
+                    # an empty file laid out before the transfer (``store setstripe --file``,
+                    # as lfs setstripe on Lustre): the data takes its stripe count and size
+                    stripe_count = existing.layout.stripe_count
+                    stripe_size = existing.layout.stripe_size
                 request = LayoutRequest(stripe_count=stripe_count, stripe_size=stripe_size)
                 component = self._new_component(self._with_default(full, request))
                 uid, gid = owner if owner is not None else (info.st_uid, info.st_gid)

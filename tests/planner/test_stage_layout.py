@@ -159,3 +159,44 @@ def test_the_darshan_log_is_read_at_plan_time_and_a_bad_one_names_the_line(tmp_p
         plan(script(f"#STAGEIN -layout auto -darshan {shlex.quote(str(missing))}"))
     assert err.value.line == 3
     assert str(missing) in str(err.value)
+
+
+def rendered(text, config, fixed_callback=None):
+    parsed, planned = plan(text, config)
+    render_plan(planned, parsed.shebang, parsed.compute_script, config)
+    return planned.job(STAGE_IN).script
+
+
+def test_the_stage_in_lays_out_each_file_before_its_transfer(fixed_callback):
+    text = script("#STAGEIN -layout 1dh -request-size 4M").replace(
+        "#STAGEIN /home/alice/in.dat", "#STAGEIN /home/alice/b.dat '/scratch/w/a dir/'\n"
+        "#STAGEIN /home/alice/in.dat")
+    body = rendered(text, site())
+    lines = body.splitlines()
+    first = lines.index("scratchkeeper store setstripe --file -c 8 -S 524288 '/scratch/w/a dir/b.dat'"
+                        " >/dev/null || { SK_LAST_ERROR=\"setting the layout of \"'/scratch/w/a "
+                        "dir/b.dat'\" failed\"; sk_fail 4; }")
+    transfer = next(i for i, line in enumerate(lines) if line.startswith("sk_retry")
+                    and "b.dat" in line)
+    assert lines[first - 1].startswith("#") and lines[first - 2] == "mkdir -p -- '/scratch/w/a dir'"
+    assert first < transfer
+    assert "setstripe --file -c 8 -S 524288 /scratch/w/in.dat" in body
+    assert "rm -f --" not in body
+    commit = next(line for line in lines if " stage commit " in line)
+    # the reason is data: one shell word, whatever it holds
+    words = shlex.split(commit.split(" || ")[0])
+    assert words[words.index("--layout") + 1].startswith("1-DH count=8 size=524288: 1-DH as "
+                                                         "the script asks")
+
+
+def test_lustre_lays_out_with_lfs_after_removing_an_old_file(fixed_callback):
+    config = site(backend="lustre")
+    body = rendered(script("#STAGEIN -layout 1dv -stripe-count 4 -request-size 1M"), config)
+    assert "rm -f -- /scratch/w/in.dat\nlfs setstripe -c 4 -S 1048576 /scratch/w/in.dat" in body
+
+
+def test_without_layout_options_the_data_job_is_unchanged(fixed_callback):
+    body = rendered(script(), site())
+    assert "setstripe" not in body and "--layout" not in body
+    body = rendered(script("#STAGEIN -layout auto"), site(backend="lustre"))
+    assert "setstripe" not in body and "--layout" not in body
