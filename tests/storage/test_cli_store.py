@@ -318,4 +318,5 @@ def test_setstripe_file_makes_an_empty_laid_out_file_a_copy_then_keeps(config, t
     capsysbinary.readouterr()
     assert store(config, "layout", "w/in.bin", "--json") == 0
     shown = json.loads(capsysbinary.readouterr().out)
-    assert (shown["stripe_count"], shown["stripe_size"]) == (3, 131072), shown
+    component = shown["components"][0]
+    assert (component["stripe_count"], component["stripe_size"]) == (3, 131072), shown
