@@ -200,3 +200,17 @@ def test_without_layout_options_the_data_job_is_unchanged(fixed_callback):
     assert "setstripe" not in body and "--layout" not in body
     body = rendered(script("#STAGEIN -layout auto"), site(backend="lustre"))
     assert "setstripe" not in body and "--layout" not in body
+
+
+def test_plan_explain_prints_each_cost_the_choice_and_the_reason():
+    from scratchkeeper.cli.planner import _explain
+
+    _, planned = plan(script("#STAGEIN -layout auto -request-size 4M"))
+    text = _explain(planned)
+    decision = planned.job(STAGE_IN).layout
+    assert f"choice: {decision.layout}: {decision.reason}" in text
+    assert sum("<- chosen" in line for line in text.splitlines()) == 1
+    assert len([line for line in text.splitlines() if line.startswith("  1-D")
+                or line.startswith("  2-D")]) == 3
+    _, planned = plan(script("#STAGEIN -layout auto"), site(backend="lustre"))
+    assert "no layout applied: storage.backend = lustre" in _explain(planned)
