@@ -209,8 +209,9 @@ def decide_layout(options: LayoutOptions, lines: dict[str, int], compute_job: di
                   + (f" in {groups} groups" if groups else ""))
         decision = LayoutDecision(layout, count, size, reason, "named", notes=notes)
     overrides = []
-    if options.stripe_count is not None and options.layout == AUTO and \
-            options.stripe_count != decision.stripe_count and config.storage.backend == "local":
+    # on Lustre -stripe-count is the model's OST count, already in the decision
+    if options.stripe_count is not None and options.stripe_count != decision.stripe_count \
+            and config.storage.backend == "local":
         overrides.append(f"-stripe-count {options.stripe_count}")
     if options.stripe_size is not None and options.stripe_size != decision.stripe_size:
         overrides.append(f"-stripe-size {options.stripe_size}")

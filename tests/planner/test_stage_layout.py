@@ -131,6 +131,10 @@ def test_explicit_stripe_settings_override():
     decision = planned.job(STAGE_IN).layout
     assert (decision.stripe_count, decision.stripe_size) == (8, 1 << 20)
     assert "overridden by -stripe-size" in decision.reason
+    _, planned = plan(script("#STAGEIN -layout 1dv -request-size 4M -stripe-count 5"))
+    decision = planned.job(STAGE_IN).layout
+    assert (decision.stripe_count, decision.stripe_size) == (5, 4 << 20)
+    assert "overridden by -stripe-count 5" in decision.reason
     _, planned = plan(script("#STAGEIN -stripe-count 3 -stripe-size 128K"))
     decision = planned.job(STAGE_IN).layout
     assert (decision.layout, decision.stripe_count, decision.stripe_size) == (None, 3, 128 << 10)
