@@ -17,6 +17,9 @@ def register(subparsers) -> None:
     plan.add_argument("--dry-run", action="store_true",
                       help="print the rendered scripts and the exact commands; run nothing "
                            "(plan never submits; the flag is accepted for clarity)")
+    plan.add_argument("--explain", action="store_true",
+                      help="print only each stage-in's layout decision (#STAGEIN -layout): the "
+                           "modelled cost of each layout, the choice and its reason")
     plan.set_defaults(func=_plan)
 
     submit = subparsers.add_parser("submit", help="submit a script as chained data and compute jobs")
@@ -49,6 +52,8 @@ def _plan_json(plan, commands) -> dict:
         "jobs": [{"role": j.role, "key": j.key, "name": j.name, "queue": j.queue,
                   "script": j.script, "retries": j.retries, "retry_delay": j.retry_delay,
                   "walltime": j.walltime, "start": j.start,
+                  "layout": j.layout.to_dict() if j.layout else None,
+                  "layout_skipped": j.layout_skipped,
                   "depends_on": [{"role": plan.job(d.key).role, "key": d.key, "type": d.type}
                                  for d in j.depends_on]} for j in plan.jobs],
         "staged_files": [{"path": f.path, "source": f.source, "line": f.line} for f in plan.staged_files],
@@ -68,6 +73,9 @@ def _plan(args) -> int:
     if args.json:
         print(json.dumps(_plan_json(plan, commands), indent=2))
         return 0
+    if getattr(args, "explain", False):
+        print(_explain(plan))
+        return 0
     for job in plan.jobs:
         deps = ", ".join(f"{d.type}:{d.key}" for d in job.depends_on) or "none"
         print(f"=== {job.key} (queue {job.queue}, depends on {deps}, retries {job.retries})")
@@ -80,6 +88,36 @@ def _plan(args) -> int:
     for argv in commands:
         print(shlex.join(argv))
     return 0
+
+
+def _explain(plan) -> str:
+    """Each stage-in's layout decision, as ``plan --explain`` prints it."""
+    from ..layout import format_size
+
+    lines = []
+    for job in plan.jobs:
+        if job.role != "stage-in":
+            continue
+        if job.layout_skipped:
+            lines.append(f"{job.key}: no layout applied: {job.layout_skipped}")
+            continue
+        decision = job.layout
+        if decision is None:
+            lines.append(f"{job.key}: no #STAGEIN -layout options: files take their "
+                         "directory's layout")
+            continue
+        lines.append(f"{job.key}:")
+        if decision.estimates:
+            width = max(len(label) for label, _ in decision.estimates)
+            for label, seconds in decision.estimates:
+                chosen = "  <- chosen" if label.split(" ")[0] == decision.layout else ""
+                lines.append(f"  {label:<{width}}  {seconds * 1e3:>12,.3f} ms{chosen}")
+        lines.append(f"  choice: {decision.layout or 'the stripe settings given'}: "
+                     f"{decision.reason}")
+        lines.append(f"  stripe count {decision.stripe_count}, stripe size "
+                     f"{format_size(decision.stripe_size)}")
+        lines.extend(f"  note: {note}" for note in decision.notes)
+    return "\n".join(lines) if lines else "the script has no stage-in"
 
 
 def _submit(args) -> int:

@@ -28,6 +28,9 @@ def register(subparsers) -> None:
     commit = actions.add_parser("commit", help="record the staged files and their recovery metadata")
     commit.add_argument("--chain", required=True)
     commit.add_argument("--job", required=True, help="job key in the chain (stage-in, stage-out...)")
+    commit.add_argument("--layout", metavar="TEXT", help="the stage-in's layout decision "
+                        "(#STAGEIN -layout), recorded on every staged file as the xattr "
+                        "user.scratchkeeper.layout")
     commit.set_defaults(func=_commit)
     fail = actions.add_parser("fail", help="record a failed data stage and cancel its dependents")
     fail.add_argument("--chain", required=True)
@@ -86,9 +89,11 @@ def _commit(args) -> int:
     if may_write(config.state.database):
         store = _open_records(config)
         files = [(f.path, f.size, f.checksum, f.source)
-                 for f in commit_stage(store, config, args.chain, args.job)]
+                 for f in commit_stage(store, config, args.chain, args.job,
+                                         layout=args.layout)]
     else:
-        reply = _through_service(config, lambda c: c.stage_commit(args.chain, args.job))
+        reply = _through_service(config, lambda c: c.stage_commit(args.chain, args.job,
+                                                                    layout=args.layout))
         files = [(f["path"], f["size"], f["checksum"], f["source"]) for f in reply["files"]]
     for path, size, checksum, source in files:
         print(f"staged {path} ({size} bytes, sha256 {checksum}) from {source}")

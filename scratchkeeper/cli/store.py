@@ -93,6 +93,10 @@ def register(subparsers) -> None:
     setstripe.add_argument("--stripe-size", "-S", type=_argument("parse_size"),
                            help="bytes per stripe, e.g. 1M (config: storage.stripe_size)")
     setstripe.add_argument("--pool", "-p", help="OST pool (config: storage.pools)")
+    setstripe.add_argument("--file", action="store_true",
+                           help="make PATH an empty file with this layout instead (as lfs "
+                                "setstripe does on a path that does not exist), replacing a "
+                                "store file there; a transfer writing PATH keeps the layout")
     setstripe.set_defaults(func=_setstripe)
 
     gc = commands.add_parser("gc", help="local store only: collect garbage (objects of dead "
@@ -250,12 +254,30 @@ def _setstripe(args) -> int:
     request = _request(argparse.Namespace(stripe_count=args.stripe_count,
                                           stripe_size=args.stripe_size, ost_list=None,
                                           pool=args.pool))
+    if args.file:
+        return _setstripe_file(backend, args.path, request)
     default = DirDefault(
         backend.default_stripe_count if request.stripe_count is None else request.stripe_count,
         backend.default_stripe_size if request.stripe_size is None else request.stripe_size,
         request.pool)
     backend.set_default_layout(args.path, default)
     print(f"{backend.paths.resolve(args.path)}: {default.to_xattr().decode()}")
+    return 0
+
+
+def _setstripe_file(backend, path: str, request) -> int:
+    """An empty store file with ``request``'s layout at ``path`` (a stage-in's, before its
+    transfer writes the data: the import takes the empty file's layout)."""
+    full = backend.paths.resolve(path)
+    if os.path.lexists(full) and not os.path.isfile(full):
+        raise InputError(f"{full}: exists and is not a regular file")
+    if backend.exists(path):
+        if backend.is_dir(path):
+            raise InputError(f"{full}: is a directory")
+        backend.remove(path)  # a re-staged input: the transfer overwrites it whole anyway
+    layout = backend.create(path, request)
+    print(f"{full}: stripe count {layout.stripe_count}, stripe size {layout.stripe_size}, "
+          f"OSTs {','.join(map(str, layout.ost_list))}")
     return 0
 
 

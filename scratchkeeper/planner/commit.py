@@ -96,13 +96,18 @@ def check_owner(store: StateStore, chain_id: str, for_uid: int | None):
 
 
 def commit_stage(store: StateStore, config: SiteConfig, chain_id: str, job_key: str, *,
-                 for_uid: int | None = None, backend=None) -> list[CommittedFile]:
+                 for_uid: int | None = None, backend=None,
+                 layout: str | None = None) -> list[CommittedFile]:
     """Record the staged files of one data job (stage-in) or its success (stage-out).
 
     ``for_uid``: a privileged service commits for the data job of that user (the data job
     cannot write the state database): the chain and every staged file must be that user's, and
-    each file is opened once, without following links, for its digests.
+    each file is opened once, without following links, for its digests. ``layout``: the
+    stage-in's layout decision (``#STAGEIN -layout``), kept as ``user.scratchkeeper.layout``.
     """
+    if layout is not None:
+        # one line of text: it is a record, never parsed back as anything else
+        layout = " ".join(layout.split())[:4000]
     what = f"chain {chain_id}: commit of {job_key}"
     chain, row = recorded(lambda: (check_owner(store, chain_id, for_uid),
                                    _job_row(store, chain_id, job_key)), what)
@@ -117,7 +122,7 @@ def commit_stage(store: StateStore, config: SiteConfig, chain_id: str, job_key: 
                 continue  # a re-run of the data job: already recorded
             for path, source in _files_of(staged):
                 committed.append(_commit_file(store, config, backend, chain, staged, path,
-                                              source, compute_id or "", for_uid))
+                                              source, compute_id or "", for_uid, layout))
             recorded(lambda: _mark_staged(store, chain_id, staged["path"]), what)
         if committed:
             _record_transfers(store, config, chain, row, committed)
@@ -167,7 +172,8 @@ def _mark_staged(store: StateStore, chain_id: str, path: str) -> None:
                      (chain_id, path))
 
 
-def _commit_file(store, config, backend, chain, staged, path, source, compute_id, for_uid):
+def _commit_file(store, config, backend, chain, staged, path, source, compute_id, for_uid,
+                 layout=None):
     chain_id, script = chain["chain_id"], chain["script_path"]
     if not os.path.lexists(path):
         raise InputError(f"line {staged['line']}: the transfer reported success but {path} "
@@ -192,6 +198,8 @@ def _commit_file(store, config, backend, chain, staged, path, source, compute_id
         checksum, blocks = digests.digest_file(fd, block)
         metadata = {"source": source, "sha256": checksum, "size": str(info.st_size),
                     "chain": chain_id, "job": compute_id, "staged": f"{time.time():.0f}"}
+        if layout:
+            metadata["layout"] = layout
         if not inside:
             # outside the scratch file system: plain user xattrs on the file, where supported
             for name, value in metadata.items():

@@ -15,7 +15,10 @@ Grammar (docs/directives.rst has the full text and examples):
     ``-dependency afterok|afterany`` (stage-out only), ``-start jit|now`` (stage-in only: held
     back until just before the compute job's expected start, or started at once),
     ``-when close|end`` (stage-out only: each result offloaded once it is closed after writing,
-    or all of them after the job).
+    or all of them after the job); stage-in only, the layout of the files it creates:
+    ``-layout auto|1dv|1dh|2d``, ``-stripe-count N``, ``-stripe-size SIZE`` and, for ``auto``,
+    ``-procs P``, ``-per-node M``, ``-request-size S``, ``-pattern seq|random``,
+    ``-shared``/``-per-process``, ``-darshan LOG`` (:mod:`.stage_layout`).
 ``#DW stage_in source=... destination=... type=file|directory`` (and ``stage_out``)
     Cray DataWarp staging lines.
 ``#PBS -W stagein=local@host:remote[,...]`` (and ``stageout=``)
@@ -36,6 +39,8 @@ from dataclasses import dataclass, field, replace
 
 from ..config import slurm_time_seconds
 from ..errors import ConfigError, DirectiveError
+from .stage_layout import (OPTION_ARITY as _LAYOUT_ARITY, LayoutOptions, check_layout_options,
+                           set_layout_option)
 from ..transfer.uri import (Location, UnknownScheme, SCHEMES, inside, is_host_name, names_data,
                             parse_location)
 
@@ -99,6 +104,7 @@ class StageOptions:
     start: str | None = None  # stage-in: "jit" or "now" (None: the site's staging.start)
     when: str | None = None   # stage-out: "close" or "end" (None: end)
     inputs: list[str] = field(default_factory=list)
+    layout: LayoutOptions = field(default_factory=LayoutOptions)  # stage-in only
     lines: dict[str, int] = field(default_factory=dict)  # option name -> line it was set on
 
 
@@ -196,6 +202,13 @@ def parse_script(text: str, path: str, *, cwd: str, scratch_root: str) -> Parsed
             if name in opts.lines and stage != only:
                 raise DirectiveError(f"-{name} applies to {_DIRECTIVE[only]} only", path=path,
                                      line=opts.lines[name])
+        for name in _LAYOUT_ARITY:
+            if name in opts.lines and stage != STAGE_IN:
+                raise DirectiveError(f"-{name} applies to #STAGEIN only (the layout of the "
+                                     "files a stage-in creates)", path=path,
+                                     line=opts.lines[name])
+    check_layout_options(options[STAGE_IN].layout, options[STAGE_IN].lines,
+                         lambda message, line: DirectiveError(message, path=path, line=line))
     _check_destinations(steps, ctx)
     return ParsedScript(path=path, shebang=shebang, compute_lines=compute, steps=steps,
                         options=options, dialect=_dialect(compute), compute_job=_compute_job(compute))
@@ -355,6 +368,7 @@ def _confine(path: str, side: str, directive: str, number: int, ctx: _Context) -
 _OPTION_ARITY = {
     "retry": 1, "retry-delay": 1, "walltime": 1, "qos": 1, "account": 1, "priority": 1,
     "name": 1, "parallel": 0, "input": 1, "dependency": 1, "start": 1, "when": 1,
+    **_LAYOUT_ARITY,
 }
 _ALIASES = {"t": "walltime", "A": "account", "N": "name", "J": "name", "p": "priority",
             "q": "qos", "time": "walltime", "job-name": "name", "retries": "retry"}
@@ -446,6 +460,8 @@ def _set_option(opts: StageOptions, name: str, value: str | None, directive: str
         if value not in ("close", "end"):
             bad("close or end")
         opts.when = value
+    elif name in _LAYOUT_ARITY:
+        set_layout_option(opts.layout, name, value, ctx.cwd, bad)
     elif name == "input":
         try:
             location = parse_location(value, cwd=ctx.cwd)
@@ -584,23 +600,41 @@ def _dialect(lines: list[str]) -> str | None:
     return None
 
 
+_COUNT_RE = re.compile(r"^[0-9]{1,8}$")
+
+
 def _compute_job(lines: list[str]) -> dict[str, str]:
-    """The compute job's name, QOS and priority from its header, which data jobs inherit."""
+    """The compute job's name, QOS and priority from its header, which data jobs inherit, and
+    its task counts (``ntasks``, ``ntasks_per_node``, ``nodes``), which ``-layout auto`` uses."""
     found: dict[str, str] = {}
     for line in lines:
         if line.startswith("#SBATCH"):
             patterns = (("name", r"(?:--job-name[= ]|-J\s*)(\S+)"), ("qos", r"--qos[= ](\S+)"),
                         ("account", r"(?:--account[= ]|-A\s*)(\S+)"),
-                        ("priority", r"--priority[= ](\S+)"), ("nice", r"--nice[= ](\S+)"))
+                        ("priority", r"--priority[= ](\S+)"), ("nice", r"--nice[= ](\S+)"),
+                        # a whole option word: -n must not match inside --nice
+                        ("ntasks", r"(?:\s--ntasks[= ]|\s-n\s*)([0-9]+)(?=\s|$)"),
+                        ("ntasks_per_node", r"\s--ntasks-per-node[= ]([0-9]+)(?=\s|$)"),
+                        ("nodes", r"(?:\s--nodes[= ]|\s-N\s*)([0-9]+)(?=\s|$)"))
         elif line.startswith("#PBS"):
             patterns = (("name", r"-N\s+(\S+)"), ("priority", r"-p\s+(-?[0-9]+)"),
                         ("account", r"-A\s+(\S+)"), ("qos", r"-l\s+\S*qos=([^,\s]+)"))
+            # -l nodes=N:ppn=M: N*M tasks, M per node (nodes=N alone: N nodes, unknown tasks)
+            match = re.search(r"-l\s+(?:\S*,)?nodes=([0-9]{1,6})(?::ppn=([0-9]{1,6}))?(?=[,:\s]|$)",
+                              line)
+            if match:
+                found.setdefault("nodes", match.group(1))
+                if match.group(2):
+                    found.setdefault("ntasks", str(int(match.group(1)) * int(match.group(2))))
+                    found.setdefault("ntasks_per_node", match.group(2))
         else:
             continue
         for key, pattern in patterns:
             match = re.search(pattern, line)
             # numbers may be negative (PBS -p, --nice); names never start with '-'
-            valid = _SIGNED_RE if key in ("priority", "nice") else _SAFE_VALUE_RE
+            valid = (_SIGNED_RE if key in ("priority", "nice") else
+                     _COUNT_RE if key in ("ntasks", "ntasks_per_node", "nodes") else
+                     _SAFE_VALUE_RE)
             if match and valid.match(match.group(1)):
                 found.setdefault(key, match.group(1))
     return found

@@ -15,6 +15,7 @@ from ..errors import DirectiveError
 from ..transfer.clients import ClientCommand, UnsupportedTransfer, client_command, destination_path
 from .directives import STAGE_IN, STAGE_OUT, DataStep, ParsedScript, StageOptions
 from .metadata import extract_transfers
+from .stage_layout import LayoutDecision, decide_layout
 
 COMPUTE = "compute"
 
@@ -88,6 +89,10 @@ class PlannedJob:
     #: a stage-in: "jit" (held back until just before the compute job's expected start) or
     #: "now"; a stage-out: "close" (each result offloaded once closed) or "end"
     start: str | None = None
+    #: a stage-in: the layout its transfers create files with (``#STAGEIN -layout``), or why
+    #: the layout asked for is not applied (``layout_skipped``)
+    layout: LayoutDecision | None = None
+    layout_skipped: str | None = None
     actions: list[StepAction] = field(default_factory=list)
     script: str = ""
 
@@ -123,8 +128,15 @@ def build_plan(parsed: ParsedScript, config: SiteConfig, *, chain_id: str, workd
     offloaded: list[OffloadedFile] = []
 
     _check_priorities(parsed, kind)
+    # once per plan: a -darshan log is read once, and -parallel stage-ins share the decision
+    stage_in = parsed.options[STAGE_IN]
+    layout, layout_skipped = decide_layout(stage_in.layout, stage_in.lines, parsed.compute_job,
+                                           config, parsed.path)
     in_keys = _data_jobs(parsed, STAGE_IN, config, base_name, chain_id, workdir, jobs, staged,
                          offloaded, kind=kind)
+    for key in in_keys:
+        job = next(j for j in jobs if j.key == key)
+        job.layout, job.layout_skipped = layout, layout_skipped
     compute = PlannedJob(key=COMPUTE, role=COMPUTE, queue=sched.batch_queue,
                          name=parsed.compute_job.get("name") or base_name,
                          depends_on=[Dependency(k, "afterok") for k in in_keys])

@@ -145,6 +145,17 @@ def render_plan(plan: Plan, parsed_shebang: str, compute_script: str, config: Si
             job.script = template.render(**_stage_context(plan, job, config))
 
 
+def _setstripe_argv(job: PlannedJob, config: SiteConfig, sk: list[str]) -> list[str] | None:
+    """``lfs setstripe -c N -S SIZE`` (Lustre) or ``scratchkeeper store setstripe --file``
+    (the local store) for a stage-in with a layout decision; the path follows."""
+    if job.role != "stage-in" or job.layout is None:
+        return None
+    settings = ["-c", str(job.layout.stripe_count), "-S", str(job.layout.stripe_size)]
+    if config.storage.backend == "lustre":
+        return [*shlex.split(config.storage.lfs), "setstripe", *settings]
+    return [*sk, "store", "setstripe", "--file", *settings]
+
+
 def _stage_context(plan: Plan, job: PlannedJob, config: SiteConfig) -> dict:
     from .submit import spool_dir
 
@@ -158,6 +169,9 @@ def _stage_context(plan: Plan, job: PlannedJob, config: SiteConfig) -> dict:
         max_delay=retry.max_delay, timeout=int(config.transfer.timeout),
         permanent=grep_pattern(), scratchkeeper=sk, stage_in=job.role == "stage-in",
         offload=job.role == "offload",
+        # #STAGEIN -layout: the command that lays out each file before its transfer writes it
+        setstripe=_setstripe_argv(job, config, sk),
+        remove_before_setstripe=config.storage.backend == "lustre",
         # -when close: the results the chain service offloaded while the job ran
         offloaded_list=str(spool_dir(config, plan.chain_id) / "offloaded.list")
         if job.role == "stage-out" and job.start == "close" else "")

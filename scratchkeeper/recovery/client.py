@@ -8,7 +8,7 @@ One JSON object per line each way, one request per connection. Requests::
     {"op": "recover", "path": F, "wait": true}    recover F now; with wait, the outcome (plan)
     {"op": "check-job", "job_id": J, "timeout": s}  pre-execution hook (root only)
     {"op": "list"}                                recent requests (a user sees their own)
-    {"op": "stage-commit", "chain": C, "job": K}  a data job's `stage commit`, for its user
+    {"op": "stage-commit", "chain": C, "job": K[, "layout": L]}  a data job's `stage commit`, for its user
     {"op": "stage-fail", "chain": C, "job": K, "line": n, "reason": r}   ... `stage fail`
 
 Replies are ``{"ok": true, ...}`` or ``{"ok": false, "error": message, "kind": class}``. The
@@ -196,9 +196,12 @@ class RecoveryClient:
     def list(self) -> dict:
         return self.call({"op": "list"})
 
-    def stage_commit(self, chain_id: str, job_key: str, *, timeout: float = 3600.0) -> dict:
-        return self.call({"op": "stage-commit", "chain": chain_id, "job": job_key},
-                         timeout=timeout)
+    def stage_commit(self, chain_id: str, job_key: str, *, layout: str | None = None,
+                     timeout: float = 3600.0) -> dict:
+        message = {"op": "stage-commit", "chain": chain_id, "job": job_key}
+        if layout is not None:
+            message["layout"] = layout
+        return self.call(message, timeout=timeout)
 
     def stage_fail(self, chain_id: str, job_key: str, line: int | None, reason: str) -> dict:
         return self.call({"op": "stage-fail", "chain": chain_id, "job": job_key, "line": line,

@@ -517,8 +517,11 @@ class RecoveryService:
         if not (isinstance(chain_id, str) and chain_id and isinstance(job_key, str) and job_key):
             raise InputError(f"{op} needs a 'chain' and a 'job'")
         if op == "stage-commit":
+            layout = message.get("layout")
+            if layout is not None and not isinstance(layout, str):
+                raise InputError("stage-commit: 'layout' must be a string")
             files = commit_stage(self.store, self.config, chain_id, job_key, for_uid=uid,
-                                 backend=self.backend)
+                                 backend=self.backend, layout=layout)
             log.info("chain %s: %s committed for uid %d (%d file(s))", chain_id, job_key, uid,
                      len(files))
             return {"files": [dataclasses.asdict(f) for f in files]}

@@ -328,8 +328,15 @@ class LocalStripedStore(NamespaceMixin, MdtMixin, ObjectsMixin, RebuildMixin, St
                         # the earlier import committed, then died before this
                         unlink_imported(parent_fd, name, info, full)
                         return self.layout(full)
-                    if not replace:
-                        raise InputError(f"{full}: a different file already exists in the store")
+                # an empty file laid out before the transfer (``store setstripe --file``, as
+                # lfs setstripe on Lustre) is there to be written over: the data takes its
+                # stripe count and size
+                placeholder = bool(existing) and existing.size == 0
+                if existing and not replace and not placeholder:
+                    raise InputError(f"{full}: a different file already exists in the store")
+                if placeholder and stripe_count is None and stripe_size is None:
+                    stripe_count = existing.layout.stripe_count
+                    stripe_size = existing.layout.stripe_size
                 request = LayoutRequest(stripe_count=stripe_count, stripe_size=stripe_size)
                 component = self._new_component(self._with_default(full, request))
                 uid, gid = owner if owner is not None else (info.st_uid, info.st_gid)
@@ -337,7 +344,7 @@ class LocalStripedStore(NamespaceMixin, MdtMixin, ObjectsMixin, RebuildMixin, St
                                          mode=statmod.S_IMODE(info.st_mode),
                                          mtime_ns=info.st_mtime_ns,
                                          source=(fd, info.st_size, full),
-                                         replaces=replace)
+                                         replaces=replace or placeholder)
             finally:
                 os.close(fd)
             unlink_imported(parent_fd, name, info, full)

@@ -57,7 +57,7 @@ def test_structured_transfers_resolve_schemes():
     assert parsed.options[STAGE_IN].retries == 3
     assert parsed.options[STAGE_IN].retry_delay == 1.0
     assert parsed.options[STAGE_OUT].dependency == "afterok"
-    assert parsed.compute_job == {"name": "sim", "qos": "normal"}
+    assert parsed.compute_job == {"name": "sim", "qos": "normal", "nodes": "2"}
 
 
 def test_datawarp_lines():

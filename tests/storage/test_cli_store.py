@@ -8,6 +8,7 @@ import random
 import socket
 import sqlite3
 import subprocess
+import shutil
 
 import pytest
 
@@ -297,3 +298,25 @@ def test_gc_prints_what_it_removed(config, tmp_path, capsysbinary):
         "1 object(s) deleted, 0 committing intent(s) released, 1 staging entry removed\n"
     ).encode()
     assert not orphan.exists() and not staged.exists()
+
+
+def test_setstripe_file_makes_an_empty_laid_out_file_a_copy_then_keeps(config, tmp_path,
+                                                                       capsysbinary):
+    """``store setstripe --file`` as a stage-in runs it: an empty file (a new one, or in place
+    of an earlier store file), whose layout the copied data takes at import."""
+    local = tmp_path / "in.bin"
+    local.write_bytes(bytes(300_000))
+    assert store(config, "put", str(local), "w/in.bin") == 0
+    capsysbinary.readouterr()
+    for _ in range(2):  # a re-run of the data job lays the file out again
+        assert store(config, "setstripe", "--file", "-c", "3", "-S", "128K", "w/in.bin") == 0
+        assert capsysbinary.readouterr().out.startswith(
+            f"{tmp_path}/scratch/w/in.bin: stripe count 3, stripe size 131072".encode())
+    (tmp_path / "scratch" / "w").mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(local, tmp_path / "scratch" / "w" / "in.bin")
+    assert store(config, "import", "w/in.bin") == 0
+    capsysbinary.readouterr()
+    assert store(config, "layout", "w/in.bin", "--json") == 0
+    shown = json.loads(capsysbinary.readouterr().out)
+    component = shown["components"][0]
+    assert (component["stripe_count"], component["stripe_size"]) == (3, 131072), shown
