@@ -45,6 +45,16 @@ def register(subparsers) -> None:
                            help="the chain's offloaded.list (written by the chain service)")
     unchanged.add_argument("path", help="a result file, or a directory of them")
     unchanged.set_defaults(func=_unchanged)
+    changed = actions.add_parser(
+        "changed", help="(run by a -when close stage-out) hard-link the files of a result "
+                        "directory not offloaded at close, or changed since, into a folder: "
+                        "exit 0 if some must be sent, 1 if none, 2 on error")
+    changed.add_argument("--list", required=True, dest="list_path",
+                         help="the chain's offloaded.list (written by the chain service)")
+    changed.add_argument("--link-into", required=True, metavar="FOLDER",
+                         help="a folder that does not exist yet, on the same file system")
+    changed.add_argument("path", help="the result directory")
+    changed.set_defaults(func=_changed)
 
 
 def _through_service(config, call):
@@ -124,3 +134,20 @@ def _unchanged(args) -> int:
     same, why = unchanged(args.list_path, args.path)
     print(f"{args.path}: {why}", file=sys.stderr)
     return 0 if same else 1
+
+
+def _changed(args) -> int:
+    from ..staging.offload import link_changed
+
+    if not os.path.isdir(args.path) or os.path.islink(args.path):
+        print(f"{args.path}: not a directory", file=sys.stderr)
+        return 2
+    try:
+        os.mkdir(args.link_into, 0o700)
+        linked, skipped = link_changed(args.list_path, args.path, args.link_into)
+    except OSError as err:
+        print(f"{args.link_into}: {err.strerror}", file=sys.stderr)
+        return 2
+    print(f"{args.path}: {linked} file(s) to send, {skipped} offloaded at close and unchanged",
+          file=sys.stderr)
+    return 0 if linked else 1

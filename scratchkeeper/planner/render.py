@@ -174,4 +174,26 @@ def _stage_context(plan: Plan, job: PlannedJob, config: SiteConfig) -> dict:
         remove_before_setstripe=config.storage.backend == "lustre",
         # -when close: the results the chain service offloaded while the job ran
         offloaded_list=str(spool_dir(config, plan.chain_id) / "offloaded.list")
-        if job.role == "stage-out" and job.start == "close" else "")
+        if job.role == "stage-out" and job.start == "close" else "",
+        **_changed_only(plan, job))
+
+
+def _changed_only(plan: Plan, job: PlannedJob) -> dict:
+    """For a -when close stage-out, per action: the folder of hard links to the files to send
+    again (beside the listed one, on scratch) and the client's argv reading it instead (only
+    for globus-url-copy reading a folder, ``file:///folder/``, which puts its files (with -r,
+    its whole tree) at the same relative paths under the destination)."""
+    dirs, argvs = [], []
+    for action in job.actions:
+        local = (action.local_path or "").rstrip("/")
+        source = f"file://{local}/"
+        if job.role == "stage-out" and job.start == "close" and local and action.argv and \
+                "globus-url-copy" in os.path.basename(action.argv[0]) and source in action.argv:
+            parent, name = os.path.split(local)
+            folder = os.path.join(parent, f".{name}.sk-changed-{plan.chain_id}")
+            dirs.append(folder)
+            argvs.append(tuple(f"file://{folder}/" if a == source else a for a in action.argv))
+        else:
+            dirs.append("")
+            argvs.append(())
+    return {"changed_dirs": dirs, "changed_argv": argvs}

@@ -557,3 +557,20 @@ def unchanged(list_path: str, path: str, *, wait: float = PENDING_WAIT) -> tuple
         if digest.hexdigest() != entry[2]:
             return False, f"{file} changed since it was offloaded (its digest differs)"
     return True, f"{len(files)} file(s) offloaded at close, unchanged"
+
+
+def link_changed(list_path: str, folder: str, into: str) -> tuple[int, int]:
+    """Hard-link every file under ``folder`` that is not listed in ``list_path`` as offloaded
+    unchanged into ``into`` at the same relative path; (files linked, files left out)."""
+    linked = skipped = 0
+    for parent, _, names in os.walk(folder):
+        for name in names:
+            path = os.path.join(parent, name)
+            if unchanged(list_path, path)[0]:
+                skipped += 1
+                continue
+            target = os.path.join(into, os.path.relpath(path, folder))
+            os.makedirs(os.path.dirname(target), exist_ok=True)
+            os.link(path, target, follow_symlinks=False)
+            linked += 1
+    return linked, skipped

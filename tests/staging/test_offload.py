@@ -199,3 +199,43 @@ def test_lustre_changelog_closes_become_records_and_are_cleared(tmp_path):
     assert [(r.path, r.size, r.mtime) for r in found] == [(str(result), 5, mtime_text(info))]
     assert calls[-1] == ("lfs", "changelog_clear", "scratch-MDT0000", "cl2", "23")
     assert sum(1 for c in calls if c[1] == "fid2path") == 1
+
+
+def test_a_directory_is_sent_again_only_for_its_changed_files(tmp_path):
+    """The stage-out's `stage changed`: hard links to the files not offloaded unchanged."""
+    from scratchkeeper.staging.offload import link_changed
+
+    results = tmp_path / "results"
+    (results / "sub").mkdir(parents=True)
+    kept, changed, new = results / "a.dat", results / "sub" / "b.dat", results / "sub" / "c.dat"
+    kept.write_bytes(b"a")
+    changed.write_bytes(b"b")
+    listing = _listed(tmp_path, kept, changed)
+    changed.write_bytes(b"bb")
+    new.write_bytes(b"c")
+    into = tmp_path / ".results.sk-changed"
+    into.mkdir()
+    assert link_changed(str(listing), str(results), str(into)) == (2, 1)
+    assert sorted(str(p.relative_to(into)) for p in into.rglob("*") if p.is_file()) == [
+        "sub/b.dat", "sub/c.dat"]
+    assert os.stat(into / "sub" / "c.dat").st_ino == os.stat(new).st_ino
+
+
+def test_the_stage_out_of_a_close_directory_sends_through_the_changed_folder(tmp_path):
+    from scratchkeeper.config import parse_config
+    from scratchkeeper.planner.submit import prepare
+
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    script = tmp_path / "job.sh"
+    script.write_text(f"#!/bin/bash\n#STAGEOUT -when close\n"
+                      f"#STAGEOUT {scratch}/results/ ftp://127.0.0.1:2811/sink/run/\nhostname\n")
+    config = parse_config(f'[storage]\nscratch_root = "{scratch}"\n[state]\n'
+                          f'database = "{tmp_path}/state.db"\n')
+    _, plan = prepare(str(script), config, workdir=str(tmp_path), chain_id="sk0123456789")
+    text = plan.jobs[-1].script
+    folder = f"{scratch}/.results.sk-changed-sk0123456789"
+    assert f"SK_CHANGED={folder}\n" in text
+    assert f"stage changed --list {tmp_path}/spool/sk0123456789/offloaded.list --link-into" in text
+    assert f"file://{folder}/ ftp://127.0.0.1:2811/sink/run/" in text
+    assert f"file://{scratch}/results/ ftp://127.0.0.1:2811/sink/run/" in text  # the fallback
