@@ -220,3 +220,21 @@ def test_cli_placement_and_rebalance(config, tmp_path, capsys):
     assert all(set(m["placed_osts"]) <= {6, 7} for m in plan["moves"])
     assert main(["-c", site, "store", "rebalance"]) != 0
     assert "moving objects is not built yet" in capsys.readouterr().err
+
+
+def test_an_ost_in_two_classes_is_refused_when_the_store_opens(tmp_path):
+    from scratchkeeper.config import parse_config
+    from scratchkeeper.errors import ConfigError
+    from scratchkeeper.storage import open_backend
+
+    site = parse_config(f"""
+[storage]
+scratch_root = "{tmp_path / 'scratch'}"
+store_root = "{tmp_path / 'store'}"
+placement = "suora"
+pools = {{ disk = "0-3", flash = "3-5" }}
+pool_tiers = {{ disk = "disk", flash = "flash" }}
+tier_order = ["flash", "disk"]
+""")
+    with pytest.raises(ConfigError, match="OST 3 is in pools of classes"):
+        open_backend(site)
