@@ -199,6 +199,10 @@ class StorageConfig:
     tier_order: list[str] = _opt(None, "performance classes, fastest first (e.g. [\"flash\", "
                                  "\"disk\"]); every class of storage.pool_tiers once",
                                  factory=list)
+    placement: str = _opt("least-loaded", "local backend: how a new file's OSTs are chosen when "
+                          "no OST list is given: 'least-loaded' (fewest objects) or 'suora' "
+                          "(SUORA's stable pseudo-random placement over storage.pool_tiers, "
+                          "docs/placement.rst)", choices=("least-loaded", "suora"))
 
 
 @dataclass(frozen=True)

@@ -351,6 +351,24 @@ class PlacementMap:
             raise PlacementError(f"bucket {self.buckets[bucket].name}: no eligible target left")
         return self.targets[dense].index
 
+    def place_distinct(self, object_id: int, bucket: int, count: int,
+                       exclude: Iterable[int] = ()) -> tuple[int, ...]:
+        """The first ``count`` distinct eligible targets ``object_id``'s R hits in ``bucket``,
+        skipping ``exclude`` (indices): the stripes of one file in one tier.
+
+        Each is :meth:`place_in` with the ones before it excluded, so a membership change
+        moves a stripe only when R now hits an added target before it, or its target left.
+        Fewer eligible targets than ``count`` is a :class:`PlacementError`.
+        """
+        if count < 1:
+            raise PlacementInputError(f"count must be >= 1, got {count}")
+        chosen = list(exclude)
+        picked: list[int] = []
+        for _ in range(count):
+            picked.append(self.place_in(object_id, bucket, chosen))
+            chosen.append(picked[-1])
+        return tuple(picked)
+
 
 # ---------------------------------------------------------------------- the Python twin
 

@@ -6,7 +6,7 @@ the local store creates its directories and database on first use.
 
 from __future__ import annotations
 
-from ..config import SiteConfig
+from ..config import SiteConfig, tier_pools
 from ..errors import ConfigError, InputError
 from .base import (OST_ACTIVE, OST_FAILED, OST_INACTIVE, OST_UNREACHABLE, XATTR_PREFIX, FileStat,
                    OstStatus, Rebuild, ScratchPaths, StorageBackend)
@@ -48,7 +48,17 @@ def open_backend(config: SiteConfig) -> StorageBackend:
         if outside:
             raise ConfigError(f"key 'storage.pools.{name}': OSTs {outside} beyond "
                               f"storage.ost_count = {storage.ost_count}", path=config.source)
+    tiers = tier_pools(storage)
+    classes: dict[int, str] = {}
+    for tier, names in tiers:
+        for name in names:
+            for index in pools[name]:
+                if classes.setdefault(index, tier) != tier:
+                    raise ConfigError(f"key 'storage.pool_tiers': OST {index} is in pools of "
+                                      f"classes {classes[index]} and {tier}; SUORA places an "
+                                      "OST in one class", path=config.source)
     return LocalStripedStore(storage.scratch_root, storage.store_root,
                              ost_count=storage.ost_count,
                              default_stripe_count=storage.stripe_count,
-                             default_stripe_size=storage.stripe_size, pools=pools)
+                             default_stripe_size=storage.stripe_size, pools=pools,
+                             placement=storage.placement, tiers=tiers)

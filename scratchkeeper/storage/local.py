@@ -49,6 +49,7 @@ from .local_namespace import (COMPONENT, MIGRATIONS, NAMESPACE, NAMESPACE_JOURNA
                               GarbageReport, NamespaceMixin, process_owner)
 from .local_objects import (COPY_CHUNK, ObjectsMixin, directory_bytes, fsync_dir, is_link, span,
                             unlink_imported)
+from .local_placement import PLACEMENTS, PlacementMixin
 from .local_rebuild import RebuildMixin
 from .sources import open_regular, space_errors
 
@@ -60,22 +61,34 @@ log = logging.getLogger(__name__)
 XATTR_MAX = 65536
 
 
-class LocalStripedStore(NamespaceMixin, MdtMixin, ObjectsMixin, RebuildMixin, StorageBackend):
+class LocalStripedStore(NamespaceMixin, MdtMixin, ObjectsMixin, RebuildMixin, PlacementMixin,
+                        StorageBackend):
     """Striped object store in a local directory, behaving like a Lustre file system.
 
     The MDT is :mod:`.local_mdt`, the database of intents and rebuilds and the garbage
     collection :mod:`.local_namespace`, the object files :mod:`.local_objects`, the rebuild of
-    lost stripes :mod:`.local_rebuild`; this class is the file system on top.
+    lost stripes :mod:`.local_rebuild`, the choice of OSTs :mod:`.local_placement`; this class
+    is the file system on top. ``placement``: ``"least-loaded"`` or ``"suora"``; ``tiers``:
+    ``[(performance class, [pool, ...]), ...]`` slowest first (``config.tier_pools``).
     """
 
     def __init__(self, scratch_root: str, store_root: str, *, ost_count: int,
                  default_stripe_count: int = 4, default_stripe_size: int = 1 << 20,
-                 pools: dict[str, tuple[int, ...]] | None = None):
+                 pools: dict[str, tuple[int, ...]] | None = None,
+                 placement: str = "least-loaded",
+                 tiers: list[tuple[str, list[str]]] | None = None):
         super().__init__(scratch_root, default_stripe_count=default_stripe_count,
                          default_stripe_size=default_stripe_size)
         self.store_root = Path(store_root)
         self.ost_count = ost_count
         self.pools = dict(pools or {})
+        if placement not in PLACEMENTS:
+            raise InputError(f"placement {placement!r}: expected one of {', '.join(PLACEMENTS)}")
+        self.placement = placement
+        self.tiers = [(tier, list(names)) for tier, names in tiers or ()]
+        unknown = [name for _, names in self.tiers for name in names if name not in self.pools]
+        if unknown:
+            raise InputError(f"tiers name pools that do not exist: {unknown}")
         self._db: StateStore | None = None
         self._ready_lock = threading.Lock()
         self._read_only = False  # set on open: this process may not write the namespace
@@ -152,59 +165,14 @@ class LocalStripedStore(NamespaceMixin, MdtMixin, ObjectsMixin, RebuildMixin, St
         log.info("store %s: OST %d restored", self.store_root, ost_index)
         self._collect_garbage()
 
-    # -- allocation ----------------------------------------------------------------------------
-    def _choose_osts(self, request: LayoutRequest, exclude: set[int]) -> tuple[int, ...]:
-        request.check()
-        healthy = self._healthy()
-        if request.ost_list is not None:
-            for index in request.ost_list:
-                self._check_ost_index(index)
-                if index not in healthy:
-                    raise TargetUnavailable(f"OST {index} is not available", ost_index=index)
-                if index in exclude:
-                    raise InputError(f"OST {index} already holds a copy of this file")
-            return tuple(request.ost_list)
-        candidates = healthy - exclude
-        if request.pool is not None:
-            if request.pool not in self.pools:
-                raise InputError(f"pool {request.pool!r}: no such pool (known: "
-                                 f"{', '.join(sorted(self.pools)) or 'none'})")
-            candidates &= set(self.pools[request.pool])
-        if not candidates:
-            raise TargetUnavailable("no healthy OST to place the file on")
-        count = request.stripe_count if request.stripe_count is not None else \
-            self.default_stripe_count
-        # like Lustre, a count larger than the OSTs available is reduced, -1 means all
-        count = len(candidates) if count == -1 else min(count, len(candidates))
-        load = {i: self._object_count(i) for i in candidates}
-        ordered = sorted(candidates, key=lambda i: (load.get(i, 0), i))
-        return tuple(sorted(ordered[:count], key=lambda i: (load.get(i, 0), i)))
-
-    def _object_count(self, ost_index: int) -> int:
-        """Objects on an OST: the load the allocator balances (Lustre weighs free space)."""
-        try:
-            with os.scandir(self._ost_dir(ost_index)) as entries:
-                return sum(1 for e in entries if not e.name.startswith("."))
-        except OSError:
-            return 0
-
-    def _new_component(self, request: LayoutRequest, *, mirror_id: int = 0,
-                       exclude: set[int] = frozenset()) -> LayoutComponent:
-        stripe_size = request.stripe_size or self.default_stripe_size
-        osts = self._choose_osts(request, set(exclude))
-        objects = tuple(StripeObject(i, uuid.uuid4().hex) for i in osts)
-        return LayoutComponent(stripe_size=stripe_size, objects=objects, mirror_id=mirror_id,
-                               comp_id=mirror_id << 16 | 1 if mirror_id else 1,
-                               pool=request.pool)
-
     # -- files: create, put, import ------------------------------------------------------------
     def create(self, path: str, request: LayoutRequest = LayoutRequest(), *,
                owner: tuple[int, int] | None = None, mode: int = 0o644) -> FileLayout:
         full = self._new_path(path)
         uid, gid = owner if owner is not None else (os.getuid(), os.getgid())
-        component = self._new_component(self._with_default(full, request))
+        component, marks = self._new_component(self._with_default(full, request))
         return self._store_new(full, component, uid=uid, gid=gid, mode=mode,
-                               mtime_ns=time.time_ns())
+                               mtime_ns=time.time_ns(), xattrs=marks)
 
     def put_file(self, path: str, source_fd: int, size: int,
                  request: LayoutRequest = LayoutRequest(), *, label: str | None = None,
@@ -217,9 +185,10 @@ class LocalStripedStore(NamespaceMixin, MdtMixin, ObjectsMixin, RebuildMixin, St
         """
         full = self._new_path(path)
         uid, gid = owner if owner is not None else (os.getuid(), os.getgid())
-        component = self._new_component(self._with_default(full, request))
+        component, marks = self._new_component(self._with_default(full, request))
         return self._store_new(full, component, uid=uid, gid=gid, mode=mode,
-                               mtime_ns=time.time_ns(), source=(source_fd, size, label or full))
+                               mtime_ns=time.time_ns(), source=(source_fd, size, label or full),
+                               xattrs=marks)
 
     def _new_path(self, path: str) -> str:
         self._check_writable()
@@ -245,7 +214,8 @@ class LocalStripedStore(NamespaceMixin, MdtMixin, ObjectsMixin, RebuildMixin, St
 
     def _store_new(self, full: str, component: LayoutComponent, *, uid: int, gid: int,
                    mode: int, mtime_ns: int, source: tuple[int, int, str] | None = None,
-                   replaces: bool = False) -> FileLayout:
+                   replaces: bool = False, xattrs: dict[str, bytes] | None = None
+                   ) -> FileLayout:
         """Create a file: its objects under an intent, filled from ``source`` (descriptor,
         size, name for errors) and synced; its inode prepared and synced in the staging
         directory; the intents marked committing; the inode linked into the MDT (renamed
@@ -265,7 +235,7 @@ class LocalStripedStore(NamespaceMixin, MdtMixin, ObjectsMixin, RebuildMixin, St
                                          for o in component.objects}):
                     fsync_dir(directory)  # the objects' names, before an inode names them
                 staged = self._stage_inode(layout, size=size, uid=uid, gid=gid, mode=mode,
-                                           mtime_ns=mtime_ns)
+                                           mtime_ns=mtime_ns, xattrs=xattrs)
             self._mark_committing(component.objects, claim)
 
             with self.db.transaction() as conn:
@@ -338,13 +308,13 @@ class LocalStripedStore(NamespaceMixin, MdtMixin, ObjectsMixin, RebuildMixin, St
                     stripe_count = existing.layout.stripe_count
                     stripe_size = existing.layout.stripe_size
                 request = LayoutRequest(stripe_count=stripe_count, stripe_size=stripe_size)
-                component = self._new_component(self._with_default(full, request))
+                component, marks = self._new_component(self._with_default(full, request))
                 uid, gid = owner if owner is not None else (info.st_uid, info.st_gid)
                 layout = self._store_new(full, component, uid=uid, gid=gid,
                                          mode=statmod.S_IMODE(info.st_mode),
                                          mtime_ns=info.st_mtime_ns,
                                          source=(fd, info.st_size, full),
-                                         replaces=replace or placeholder)
+                                         replaces=replace or placeholder, xattrs=marks)
             finally:
                 os.close(fd)
             unlink_imported(parent_fd, name, info, full)
@@ -698,7 +668,8 @@ class LocalStripedStore(NamespaceMixin, MdtMixin, ObjectsMixin, RebuildMixin, St
             request = replace(request, stripe_size=layout.stripe_size)
         if request.stripe_count is None and request.ost_list is None:
             request = replace(request, stripe_count=layout.stripe_count)
-        component = self._new_component(request, mirror_id=mirror_id, exclude=layout.osts())
+        component, _ = self._new_component(request, mirror_id=mirror_id, exclude=layout.osts(),
+                                           of_layout=layout)
         claim = process_owner()
         self._claim_objects(component.objects, claim)
         switched = False

@@ -267,3 +267,18 @@ def test_a_failed_target_is_replaced_and_the_other_replicas_stay():
                               if t.bucket == bucket_of[lost] and t.eligible and t.index not in kept]
             if left_in_bucket:
                 assert bucket_of[replacement] == bucket_of[lost]
+
+
+def test_place_distinct_gives_distinct_targets_in_r_order():
+    placement = PlacementMap.build([("disk", [(i, 1.0) for i in range(10)]),
+                                    ("flash", [(20, 1.0), (21, 1.0)])])
+    for object_id in range(200):
+        picked = placement.place_distinct(object_id, 0, 4, exclude=(3,))
+        assert len(set(picked)) == 4 and 3 not in picked and max(picked) < 10
+        assert picked[0] == placement.place_in(object_id, 0, exclude=(3,))
+        assert picked[1] == placement.place_in(object_id, 0, exclude=(3, picked[0]))
+    assert set(placement.place_distinct(7, 1, 2)) == {20, 21}
+    with pytest.raises(PlacementError):
+        placement.place_distinct(7, 1, 3)
+    with pytest.raises(PlacementInputError):
+        placement.place_distinct(7, 0, 0)
