@@ -108,7 +108,7 @@ def _cluster_problem(status_path: Path) -> str | None:
 
 
 @pytest.fixture(scope="session")
-def local_cluster() -> LocalCluster:
+def local_cluster(tmp_path_factory) -> LocalCluster:
     """The running local cluster; skipped when it is not up, failed if SCRATCHKEEPER_REQUIRE_CLUSTER=1."""
     local_dir = Path(os.environ.get("SK_LOCAL_DIR", "/var/lib/scratchkeeper-local"))
     status_path = local_dir / "cluster.json"
@@ -122,6 +122,7 @@ def local_cluster() -> LocalCluster:
             pytest.fail(f"{NOT_RUNNING} ({problem}; {REQUIRE_ENV}=1)", pytrace=False)
         pytest.skip(NOT_RUNNING)
     refresh_runtime()
+    cancel_leftover_test_jobs(local_dir, tmp_path_factory.getbasetemp())
     status = json.loads(status_path.read_text())
     return LocalCluster(
         status_path=status_path,
@@ -147,6 +148,54 @@ def local_cluster() -> LocalCluster:
         recovery_socket=Path(status.get("recovery_socket", local_dir / "run" / "recoveryd.sock")),
         service_logs=status.get("service_logs", {}),
     )
+
+
+# Jobs the tests submit under names of their own (the others run from a pytest tmp_path).
+TEST_JOB_NAMES = frozenset({"skreptest", "skcapture"})
+_SESSION_LOCK = []
+
+
+def cancel_leftover_test_jobs(local_dir: Path, basetemp: Path) -> list[str]:
+    """Cancel the jobs an earlier, interrupted test session left in the queue (a killed run's
+    held jobs would fill the replication window of every later run: slurmctld keeps them over
+    a restart). Only when no other test session is running: each session holds a shared lock
+    on run/test-sessions.lock for its life, the cleanup needs it exclusively. A leftover is a
+    job named as the tests name theirs, or one whose working directory is in a pytest
+    directory of another session."""
+    import fcntl
+
+    try:
+        (local_dir / "run").mkdir(parents=True, exist_ok=True)
+        handle = open(local_dir / "run" / "test-sessions.lock", "a")
+    except OSError:
+        return []
+    _SESSION_LOCK.append(handle)
+    cancelled: list[str] = []
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        fcntl.flock(handle, fcntl.LOCK_SH)       # another session runs: its jobs are not ours
+        return cancelled
+    try:
+        out = subprocess.run(["squeue", "-h", "-a", "-o", "%A|%Z|%j"], capture_output=True,
+                             text=True, timeout=60)
+        temp_root = basetemp.parent
+        if not temp_root.name.startswith("pytest-of-"):     # a --basetemp of the caller's
+            temp_root = basetemp
+        for line in out.stdout.splitlines():
+            job_id, _, rest = line.partition("|")
+            workdir, _, name = rest.partition("|")
+            in_pytest = Path(workdir).is_relative_to(temp_root) and not \
+                Path(workdir).is_relative_to(basetemp)
+            if job_id.strip().isdigit() and (name in TEST_JOB_NAMES or in_pytest):
+                cancelled.append(job_id.strip())
+        if cancelled:
+            subprocess.run(["scancel", *cancelled], capture_output=True, timeout=60)
+            print(f"\ncancelled {len(cancelled)} job(s) left by an earlier test session: "
+                  f"{' '.join(cancelled)}", file=sys.stderr)
+    finally:
+        fcntl.flock(handle, fcntl.LOCK_SH)
+    return cancelled
 
 
 def refresh_runtime() -> None:

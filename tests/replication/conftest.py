@@ -7,6 +7,8 @@ or state, submit jobs under the name ``skreptest`` and cancel exactly the ids th
 
 from __future__ import annotations
 
+import subprocess
+
 import pytest
 
 from .helpers import Replicad, SlurmJobs, write_site
@@ -14,6 +16,12 @@ from .helpers import Replicad, SlurmJobs, write_site
 
 @pytest.fixture
 def slurm_jobs(local_cluster):
+    # the window is the whole queue's: a job of someone else's would change every decision
+    others = subprocess.run(["squeue", "-h", "-a", "-t", "PD,R,S,CF", "-o", "%A %u %j %T"], capture_output=True,
+                            text=True, timeout=60).stdout.strip()
+    if others:
+        pytest.fail("the replication cluster tests need the local cluster's queue to "
+                    f"themselves; it holds:\n{others}", pytrace=False)
     jobs = SlurmJobs()
     yield jobs
     jobs.cleanup()

@@ -61,6 +61,7 @@ def test_jit_stage_in_starts_within_the_margin_before_its_compute_job(local_clus
                               "--ntasks-per-node=1", "-t", "2", "-o", "/dev/null",
                               "--wrap", "sleep 110"], capture_output=True, text=True,
                              timeout=30, check=True).stdout.strip()
+    chain_jobs: list[str] = []
     try:
         wait_running(blocker)
         job = tmp_path / "job.sh"
@@ -69,6 +70,7 @@ def test_jit_stage_in_starts_within_the_margin_before_its_compute_job(local_clus
         submitted_at = time.time()
         chain = json.loads(sk(local_cluster, "submit", str(job), "--json", cwd=tmp_path).stdout)
         stage_in_id, compute_id = chain["jobs"][0]["job_id"], chain["jobs"][1]["job_id"]
+        chain_jobs += [job["job_id"] for job in chain["jobs"]]
         decision = staging_records.decisions(store, chain_id=chain["chain_id"])[0]
         assert decision["state"] == staging_records.WAITING, dict(decision)
         assert decision["estimate_source"] == "will-run"
@@ -78,6 +80,9 @@ def test_jit_stage_in_starts_within_the_margin_before_its_compute_job(local_clus
         report = json.loads(sk(local_cluster, "status", compute_id, "--json", "--wait",
                                "300").stdout)
         assert report["state"] == "completed", report
+    except BaseException:
+        subprocess.run(["scancel", *chain_jobs], timeout=30)   # no chain left held behind
+        raise
     finally:
         subprocess.run(["scancel", blocker], timeout=30)
     stage_in_start, stage_in_end = sacct_times(stage_in_id)
