@@ -354,6 +354,27 @@ class MountConfig:
                                minimum=0, maximum=DAY)
     max_request: int = _opt(1 << 20, "largest read or write request the kernel sends the mount "
                             "(FUSE max_read/max_write)", minimum=4096, maximum=16 << 20)
+    read_log_interval: float = _opt(5.0, "seconds between the mount's read records in "
+                                    "store_root/reads.log, which feed tiering (scratchkeeper "
+                                    "tierd; 0: record none)", minimum=0, maximum=DAY)
+
+
+@dataclass(frozen=True)
+class TieringConfig:
+    interval: float = _opt(30.0, "seconds between tierd's cycles (read records counted, moves "
+                           "decided and made)", minimum=0, exclusive_minimum=True, maximum=DAY)
+    hot_reads: int = _opt(16, "reads (decayed) a file needs for a replica one performance class "
+                          "up; k classes up need k times as many", minimum=1, maximum=1 << 30)
+    half_life: float = _opt(600.0, "seconds in which a file's read count halves",
+                            minimum=0, exclusive_minimum=True, maximum=365 * DAY)
+    budget: int = _opt(8, "most replicas moved in one cycle", minimum=0, maximum=100000)
+    upper_watermark: float = _opt(0.9, "share of a class's room tierd may fill; past it the "
+                                  "coldest replicas go down (seed 003's W_u)", minimum=0,
+                                  exclusive_minimum=True, maximum=1)
+    lower_watermark: float = _opt(0.8, "share of a class's room it sheds down to (W_l)",
+                                  minimum=0, exclusive_minimum=True, maximum=1)
+    counters: int = _opt(1 << 16, "counters of the hotness table (each file uses 4)",
+                         minimum=1, maximum=1 << 26)
 
 
 @dataclass(frozen=True)
@@ -431,6 +452,7 @@ class SiteConfig:
     mount: MountConfig = field(default_factory=MountConfig)
     staging: StagingConfig = field(default_factory=StagingConfig)
     layout: LayoutConfig = field(default_factory=LayoutConfig)
+    tiering: TieringConfig = field(default_factory=TieringConfig)
     logging: LoggingConfig = field(default_factory=LoggingConfig)
     source: str = field(default="(defaults)", metadata={"internal": True})
 
@@ -509,6 +531,11 @@ def _check_across_keys(config: SiteConfig, source: str, locator: "_KeyLocator") 
                               f"{ost_count} (indices 0..{ost_count - 1})", path=source,
                               line=locator.line_of(dotted))
     _check_tiers(config.storage, source, locator)
+    if config.tiering.lower_watermark > config.tiering.upper_watermark:
+        raise ConfigError(f"key 'tiering.lower_watermark': expected at most "
+                          f"tiering.upper_watermark ({config.tiering.upper_watermark:g}), got "
+                          f"{config.tiering.lower_watermark:g}", path=source,
+                          line=locator.line_of("tiering.lower_watermark"))
 
 
 def _check_tiers(storage: StorageConfig, source: str, locator: "_KeyLocator") -> None:

@@ -323,6 +323,27 @@ class StateStore:
                              (component, len(migrations)))
 
 
+def daemon_lock(database: str, daemon: str):
+    """The open file holding the one lock ``daemon`` takes per state database
+    (``DATABASE.DAEMON.lock``, with its pid in it); StateError when another holds it. Closing
+    the file releases it (a killed process's lock goes with it)."""
+    import fcntl
+
+    path = f"{database}.{daemon}.lock"
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    handle = open(path, "a+")
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        handle.close()
+        raise StateError(f"{path}: another {daemon} holds the lock") from None
+    handle.seek(0)
+    handle.truncate()
+    handle.write(f"{os.getpid()}\n")
+    handle.flush()
+    return handle
+
+
 def _split_sql(script: str) -> list[str]:
     """Split a migration script into statements (``executescript`` would commit on its own)."""
     statements, buffer = [], ""

@@ -45,6 +45,7 @@ COMMANDS = {
     "stage": "stage",
     "staging": "staging",
     "store": "store",
+    "tierd": "tiering", "tiers": "tiering",
 }
 
 
@@ -158,6 +159,28 @@ def daemon_logging(args: argparse.Namespace) -> SiteConfig:
         root.addHandler(handler)
         log.info("%s: logging to %s (pid %d)", daemon_name(args), path, os.getpid())
     return config
+
+
+def add_loop_arguments(parser: argparse.ArgumentParser, section: str, once: str) -> None:
+    """``--interval`` (overriding ``SECTION.interval``) and ``--once`` of a daemon's loop."""
+    parser.add_argument("--interval", type=float,
+                        help=f"seconds between cycles (config: {section}.interval)")
+    parser.add_argument("--once", action="store_true", help=once)
+
+
+def loop_config(args: argparse.Namespace, section: str) -> SiteConfig:
+    """:func:`daemon_logging`'s config with ``SECTION.interval`` replaced by ``--interval``."""
+    import dataclasses
+
+    config = daemon_logging(args)
+    if args.interval is None:
+        return config
+    if not args.interval > 0:
+        from ..errors import InputError
+
+        raise InputError(f"--interval: expected a number > 0, got {args.interval:g}")
+    settings = dataclasses.replace(getattr(config, section), interval=args.interval)
+    return dataclasses.replace(config, **{section: settings})
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -12,7 +12,7 @@ import json
 import logging
 
 from ..errors import InputError
-from . import daemon_logging, site_config
+from . import add_loop_arguments, loop_config, site_config
 
 log = logging.getLogger(__name__)
 
@@ -22,9 +22,7 @@ def register(subparsers) -> None:
         "replicad", help="run the replication daemon (temporal replicas of jobs near dispatch)",
         description="Replicate the inputs of jobs near dispatch and drop the replicas when the "
                     "jobs have read them or ended (seed 004, 4.5).")
-    daemon.add_argument("--interval", type=float,
-                        help="seconds between cycles (config: replication.interval)")
-    daemon.add_argument("--once", action="store_true", help="reconcile, run one cycle, exit")
+    add_loop_arguments(daemon, "replication", "reconcile, run one cycle, exit")
     daemon.set_defaults(func=_replicad)
 
     replicas = subparsers.add_parser(
@@ -53,16 +51,9 @@ def _state(args):
 
 
 def _replicad(args) -> int:
-    import dataclasses
-
     from ..replication.daemon import ReplicationDaemon
 
-    config = daemon_logging(args)
-    if args.interval is not None:
-        if args.interval <= 0:
-            raise InputError(f"--interval: expected a number > 0, got {args.interval:g}")
-        config = dataclasses.replace(
-            config, replication=dataclasses.replace(config.replication, interval=args.interval))
+    config = loop_config(args, "replication")
     daemon = ReplicationDaemon(config)
     daemon.install_signal_handlers()
     log.info("replicad: starting (pid state %s, interval %gs, %s)", config.state.database,

@@ -370,11 +370,30 @@ def _local_store(args):
     return backend
 
 
+def _count_hot(args, rows: list[dict]) -> str:
+    """Fill each row's hot objects from tierd's counters; what was counted, or why not (then
+    they stay null: unknown, not zero)."""
+    from ..errors import ScratchkeeperError
+
+    config = site_config(args)
+    if len(config.storage.tier_order) < 2:
+        return "hot objects: not counted (no two performance classes: tierd does not run)"
+    try:
+        from ..tiering.daemon import hot_objects_by_ost
+
+        hot = hot_objects_by_ost(config)
+    except ScratchkeeperError as err:
+        return f"hot objects: not counted ({err})"
+    for row in rows:
+        row["hot_objects"] = hot.get(row["ost_index"], 0)
+    return (f"hot objects: files tierd counts at least {config.tiering.hot_reads} reads "
+            f"(half-life {config.tiering.half_life:g} s) with a stripe on the OST")
+
+
 def _placement(args) -> int:
     backend = _local_store(args)
     rows = backend.placement_report()
-    # nothing feeds the hotness table yet (issue 20): hot objects are unknown, not zero
-    note = "hot objects: not counted yet (no reads feed the hotness table)"
+    note = _count_hot(args, rows)
     if args.json:
         print(json.dumps({"placement": backend.placement, "hot_objects": note, "osts": rows},
                          indent=2))
@@ -384,11 +403,13 @@ def _placement(args) -> int:
     for row in rows:
         for pool in row["pools"] or ["-"]:
             groups.setdefault((row["tier"] or "-", pool), []).append(row)
-    print(f"{'class':10} {'pool':12} {'OST':>5} {'state':8} {'objects':>9} {'bytes':>14}")
+    print(f"{'class':10} {'pool':12} {'OST':>5} {'state':8} {'objects':>9} {'bytes':>14} "
+          f"{'hot':>6}")
     for (tier, pool), members in sorted(groups.items()):
         for row in members:
+            hot = "-" if row["hot_objects"] is None else str(row["hot_objects"])
             print(f"{tier:10} {pool:12} {row['ost_index']:5d} {row['state']:8} "
-                  f"{row['objects']:9d} {row['bytes']:14d}")
+                  f"{row['objects']:9d} {row['bytes']:14d} {hot:>6}")
         print(f"{tier:10} {pool:12} {'all':>5} {'':8} "
               f"{sum(r['objects'] for r in members):9d} {sum(r['bytes'] for r in members):14d}")
     return 0

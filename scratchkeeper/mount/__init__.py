@@ -158,6 +158,7 @@ def serve(config: SiteConfig, mountpoint: str, *, debug: bool = False) -> None:
                   recovery_timeout=float(mount.recovery_timeout), debug=debug,
                   dispatch_min_bytes=mount.dispatch_min_bytes,
                   pools=tuple(pools.items()),
+                  read_log_interval=float(mount.read_log_interval),
                   recover=_recover_callback(config))
     except OSError as err:
         raise StorageError(f"mount {mountpoint}: {err.strerror}") from None

@@ -16,7 +16,6 @@ too) first reconciles every row left ``creating``/``removing`` with the store.
 from __future__ import annotations
 
 import concurrent.futures
-import fcntl
 import logging
 import os
 import random
@@ -30,7 +29,7 @@ from ..config import SiteConfig
 from ..errors import ScratchkeeperError, StateError, UnknownJobError
 from ..schedulers import Scheduler, get_scheduler
 from ..schedulers.base import JobState, QueueSnapshot
-from ..state import StateStore
+from ..state import StateStore, daemon_lock
 from ..storage import StorageBackend, open_backend
 from .inputs import KnownInputs
 from .closes import ChangelogReader, CloseTracker, InotifyWatcher
@@ -116,19 +115,7 @@ class ReplicationDaemon:
     # -- life cycle ----------------------------------------------------------------------------
     def acquire_lock(self) -> None:
         """One daemon per state database: a second one would double every replica."""
-        path = self.config.state.database + ".replicad.lock"
-        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-        handle = open(path, "a+")
-        try:
-            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            handle.close()
-            raise StateError(f"{path}: another replicad holds the lock") from None
-        handle.seek(0)
-        handle.truncate()
-        handle.write(f"{os.getpid()}\n")
-        handle.flush()
-        self._lock_handle = handle
+        self._lock_handle = daemon_lock(self.config.state.database, "replicad")
 
     def install_signal_handlers(self) -> None:
         for signum in (signal.SIGTERM, signal.SIGINT):

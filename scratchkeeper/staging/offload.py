@@ -35,22 +35,18 @@ import stat
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
-from urllib.parse import unquote_to_bytes
 
 from ..config import SiteConfig
 from ..errors import ScratchkeeperError
 from ..ownership import open_owned
 from ..schedulers import JobState, SubmitSpec, get_scheduler
 from ..state import StateStore
+from ..storage.mount_logs import MountLog, decode_path
 from . import records
 
 log = logging.getLogger(__name__)
 
 CLOSE_LOG = "closes.log"
-ROTATED = "closes.log.old"
-#: a log read to its end and longer than this is moved aside (the mount opens it per record)
-ROTATE_AT = 16 << 20
 LIST_NAME = "offloaded.list"
 PENDING = "-"
 #: how long the stage-out waits for offloads in flight to be recorded (the chain service
@@ -75,9 +71,7 @@ def parse_close(line: bytes) -> CloseRecord:
     fields = line.rstrip(b"\n").split(b" ")
     if len(fields) != 7 or fields[0] != b"CLOSE":
         raise ValueError(f"not a CLOSE record: {line[:120]!r}")
-    path = unquote_to_bytes(fields[6].decode("ascii")).decode("utf-8", "surrogateescape")
-    if not path.startswith("/") or "\0" in path:
-        raise ValueError(f"not an absolute path: {path[:120]!r}")
+    path = decode_path(fields[6])
     mtime = fields[5].decode("ascii")
     seconds, _, nanoseconds = mtime.partition(".")
     if not (seconds.lstrip("-").isdigit() and nanoseconds.isdigit() and len(nanoseconds) == 9):
@@ -91,55 +85,10 @@ def mtime_text(info: os.stat_result) -> str:
 
 
 def read_closes(store: StateStore, store_root: str) -> tuple[list[CloseRecord], Callable[[], None]]:
-    """The CLOSE records not read before (a moved-aside log first), and the function that
-    saves how far they were read, to call once they were acted on: a crash in between reads
-    them again, which submits nothing twice (an offload is keyed by chain, path, size, mtime)."""
-    found: list[CloseRecord] = []
-    root = Path(store_root)
-    offsets = {r["name"]: r["offset"] for r in store.query("SELECT * FROM close_log")}
-    rotated, current = root / ROTATED, root / CLOSE_LOG
-    drained = rotated.exists()
-    if drained:
-        # records a writer added after the move: the file goes once they are acted on
-        _read_from(rotated, offsets.get(ROTATED, 0), found)
-    end = _read_from(current, offsets.get(CLOSE_LOG, 0), found) if current.exists() else None
-
-    def commit() -> None:
-        updates: dict[str, int] = {}
-        if drained:
-            rotated.unlink(missing_ok=True)
-            updates[ROTATED] = 0
-        if end is not None:
-            updates[CLOSE_LOG] = end
-            if end > ROTATE_AT and not rotated.exists():
-                updates[ROTATED], updates[CLOSE_LOG] = end, 0
-        if updates:
-            with store.transaction() as conn:
-                for name, offset in updates.items():
-                    conn.execute("INSERT INTO close_log VALUES (?, ?) ON CONFLICT(name) DO "
-                                 "UPDATE SET offset=excluded.offset", (name, offset))
-        if end is not None and updates.get(ROTATED):
-            os.replace(current, rotated)     # drained at the next sweep
-    return found, commit
-
-
-def _read_from(path: Path, offset: int, found: list[CloseRecord]) -> int:
-    """Append the whole records of ``path`` after ``offset``; the offset after the last one."""
-    with open(path, "rb") as stream:
-        info = os.fstat(stream.fileno())
-        if not stat.S_ISREG(info.st_mode):
-            raise ScratchkeeperError(f"{path}: not a regular file")
-        if info.st_size < offset:
-            offset = 0  # a new log (the old one was removed by hand)
-        stream.seek(offset)
-        data = stream.read()
-    whole = data.rfind(b"\n") + 1       # a record being written is read next time
-    for line in data[:whole].splitlines():
-        try:
-            found.append(parse_close(line))
-        except ValueError as err:
-            log.warning("%s: %s", path, err)
-    return offset + whole
+    """The CLOSE records not read before, and the function that saves how far they were read,
+    to call once they were acted on: a crash in between reads them again, which submits
+    nothing twice (an offload is keyed by chain, path, size, mtime)."""
+    return MountLog(store, "close_log", store_root, CLOSE_LOG, parse_close).read()
 
 
 def lustre_closes(config: SiteConfig, chains) -> list[CloseRecord]:

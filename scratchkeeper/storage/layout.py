@@ -468,6 +468,9 @@ class LayoutRequest:
     stripe_size: int | None = None
     ost_list: tuple[int, ...] | None = None
     pool: str | None = None
+    #: a mirror added with this request is read before the others (its component flags get
+    #: ``prefer``, as ``lfs mirror extend -N --flags=prefer``); only for :meth:`add_mirror`
+    prefer: bool = False
 
     def check(self) -> None:
         """Reject requests Lustre itself would refuse."""

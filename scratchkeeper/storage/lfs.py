@@ -47,8 +47,9 @@ def _stripe_options(request: LayoutRequest, *, default_count: int, default_size:
 
 def mirror_extend_argv(lfs: str, path: str, request: LayoutRequest, *, default_count: int,
                        default_size: int) -> list[str]:
-    """``lfs mirror extend -N [stripe options] PATH``: add one mirror."""
-    return [lfs, "mirror", "extend", "-N"] + _stripe_options(
+    """``lfs mirror extend -N [--flags=prefer] [stripe options] PATH``: add one mirror."""
+    return [lfs, "mirror", "extend", "-N"] + (["--flags=prefer"] if request.prefer else []) + \
+        _stripe_options(
         request, default_count=default_count, default_size=default_size) + [path]
 
 

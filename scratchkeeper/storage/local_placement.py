@@ -101,7 +101,9 @@ class PlacementMixin:
                         for n, i in enumerate(osts))
         return LayoutComponent(stripe_size=stripe_size, objects=objects, mirror_id=mirror_id,
                                comp_id=mirror_id << 16 | 1 if mirror_id else 1,
-                               pool=request.pool), marks
+                               pool=request.pool,
+                               flags="init,prefer" if request.prefer and mirror_id else "init"
+                               ), marks
 
     def _checked_candidates(self, request: LayoutRequest, exclude: set[int]) -> set[int]:
         healthy = self._healthy()

@@ -149,6 +149,7 @@ store_root = "{tmp_path / 'store'}"
 ost_count = {values['ost_count']}
 stripe_count = {values['stripe_count']}
 stripe_size = {values['stripe_size']}
+{values.get('storage_extra', '')}
 {_pools(values.get('pools'))}
 [state]
 database = "{tmp_path / 'state.db'}"
@@ -158,8 +159,10 @@ socket = "{tmp_path / 'recovery.sock'}"
 recovery_timeout = {values['recovery_timeout']}
 threads = {values['threads']}
 attr_timeout = {values['attr_timeout']}
+{values.get('mount_extra', '')}
 [logging]
 level = "INFO"
+{values.get('extra', '')}
 """)
     return config, values
 

@@ -64,7 +64,9 @@ def test_records_not_marked_read_are_read_again(tmp_path, store):
 
 
 def test_a_long_log_is_moved_aside_and_drained(tmp_path, store, monkeypatch):
-    monkeypatch.setattr(offload, "ROTATE_AT", 10)
+    from scratchkeeper.storage import mount_logs
+
+    monkeypatch.setattr(mount_logs, "ROTATE_AT", 10)
     log = tmp_path / "closes.log"
     log.write_bytes(line("/s/a"))
     assert read(store, tmp_path) == ["/s/a"]

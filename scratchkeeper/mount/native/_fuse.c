@@ -99,24 +99,25 @@ static PyObject *fuse_run(PyObject *self, PyObject *args, PyObject *kwargs)
     static char *keywords[] = {"mountpoint", "mdt", "store_root", "scratch_root", "ost_count",
                                "stripe_count", "stripe_size", "threads", "attr_timeout",
                                "max_request", "recovery_timeout", "debug", "recover",
-                               "dispatch_min_bytes", "pools", NULL};
+                               "dispatch_min_bytes", "pools", "read_log_interval", NULL};
     struct skfs_config cfg = {0};
     unsigned long long stripe_size, dispatch_min_bytes = 0;
     int debug = 0;
     PyObject *recover = Py_None, *pools = NULL;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "ssssIiKIdIdp|OKO:run", keywords,
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "ssssIiKIdIdp|OKOd:run", keywords,
                                      &cfg.mountpoint, &cfg.mdt, &cfg.store_root,
                                      &cfg.scratch_root, &cfg.ost_count, &cfg.stripe_count,
                                      &stripe_size, &cfg.threads, &cfg.attr_timeout,
                                      &cfg.max_request, &cfg.recovery_timeout, &debug, &recover,
-                                     &dispatch_min_bytes, &pools))
+                                     &dispatch_min_bytes, &pools, &cfg.read_log_interval))
         return NULL;
     if (recover != Py_None && !PyCallable_Check(recover)) {
         PyErr_SetString(PyExc_TypeError, "recover must be callable or None");
         return NULL;
     }
     if (cfg.stripe_count == 0 || stripe_size == 0 || stripe_size % 65536 || cfg.threads == 0 ||
-        cfg.ost_count == 0 || cfg.recovery_timeout <= 0 || cfg.attr_timeout < 0) {
+        cfg.ost_count == 0 || cfg.recovery_timeout <= 0 || cfg.attr_timeout < 0 ||
+        !(cfg.read_log_interval >= 0)) {
         PyErr_SetString(PyExc_ValueError, "bad mount configuration");
         return NULL;
     }
@@ -152,7 +153,7 @@ static PyMethodDef methods[] = {
     {"run", (PyCFunction)(void (*)(void))fuse_run, METH_VARARGS | METH_KEYWORDS,
      "run(mountpoint, mdt, store_root, scratch_root, ost_count, stripe_count, stripe_size, "
      "threads, attr_timeout, max_request, recovery_timeout, debug, recover=None, "
-     "dispatch_min_bytes=0): mount and "
+     "dispatch_min_bytes=0, pools=None, read_log_interval=0): mount and "
      "serve until unmounted or signalled."},
     {NULL, NULL, 0, NULL},
 };

@@ -153,9 +153,12 @@ int read_pieces(struct sk_view *v, char *buf, uint64_t base, uint64_t *cur, uint
         uint64_t at = *cur;
         bool covered = false, served = false;
         uint32_t want = UINT32_MAX;
-        for (uint32_t k = 0; k < lov->ncomp && !served; k++) {
+        /* mirrors flagged prefer (Lustre FLR's read preference) first, then the others, each
+         * in layout order */
+        for (uint32_t i = 0; i < 2 * lov->ncomp && !served; i++) {
+            uint32_t k = i % lov->ncomp;
             const struct sk_comp *c = &lov->comps[k];
-            if (!c->init || !sk_comp_covers(c, at))
+            if (c->prefer != (i < lov->ncomp) || !c->init || !sk_comp_covers(c, at))
                 continue;
             covered = true;
             uint32_t pos = sk_comp_position(c, at);
@@ -263,8 +266,10 @@ void sk_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
     }
     if (rc < 0)
         fuse_reply_err(req, -rc);
-    else
+    else {
+        reads_count(fh->inode, end - (uint64_t)off);
         fuse_reply_buf(req, buf, end - (uint64_t)off);
+    }
     free(buf);
 }
 

@@ -316,7 +316,7 @@ void dispatch_stop(void)
 struct span {
     uint64_t at, end;
     uint32_t nrep;
-    uint32_t rep[8];          /* component indices, distinct OSTs, layout order */
+    uint32_t rep[8];          /* component indices, distinct OSTs, preferred first */
 };
 
 /* Choose a component per span (chosen[i]); 0, or -1 when the solver failed. */
@@ -449,9 +449,10 @@ static int split(const struct sk_view *v, char *buf, uint64_t off, uint64_t end,
         uint64_t next = end;
         bool covered = false;
         struct span sp = {.at = at, .nrep = 0};
-        for (uint32_t k = 0; k < lov->ncomp; k++) {
+        for (uint32_t i = 0; i < 2 * lov->ncomp; i++) {  /* prefer-flagged mirrors first */
+            uint32_t k = i % lov->ncomp;
             const struct sk_comp *c = &lov->comps[k];
-            if (!c->init || !sk_comp_covers(c, at))
+            if (c->prefer != (i < lov->ncomp) || !c->init || !sk_comp_covers(c, at))
                 continue;
             covered = true;
             uint64_t edge = (at / c->stripe_size + 1) * c->stripe_size;

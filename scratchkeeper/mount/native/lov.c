@@ -94,11 +94,11 @@ static bool pool_ok(const char *s, size_t n)
 static const char *const known_flags[] = {"init", "stale", "prefer", "prefrd", "prefwr",
                                           "nosync"};
 
-static bool flags_ok(const char *s, size_t n, bool *init, bool *stale)
+static bool flags_ok(const char *s, size_t n, bool *init, bool *stale, bool *prefer)
 {
     unsigned seen = 0;
     size_t start = 0;
-    *init = *stale = false;
+    *init = *stale = *prefer = false;
     for (size_t i = 0; i <= n; i++) {
         if (i < n && s[i] != ',')
             continue;
@@ -112,6 +112,7 @@ static bool flags_ok(const char *s, size_t n, bool *init, bool *stale)
         seen |= 1u << k;
         *init |= k == 0;
         *stale |= k == 1;
+        *prefer |= k == 2 || k == 3;
         start = i + 1;
     }
     return true;
@@ -241,7 +242,7 @@ int sk_lov_parse(const char *text, size_t len, struct sk_lov *out, char *err, si
                 rc = corrupt(err, errlen, "line %d: only pattern raid0 is known", lineno);
                 goto fail;
             }
-            if (vl[6] >= sizeof c->flags || !flags_ok(v[6], vl[6], &c->init, &c->stale)) {
+            if (vl[6] >= sizeof c->flags || !flags_ok(v[6], vl[6], &c->init, &c->stale, &c->prefer)) {
                 rc = corrupt(err, errlen, "line %d: bad flags", lineno);
                 goto fail;
             }

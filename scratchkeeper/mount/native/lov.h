@@ -31,6 +31,7 @@ struct sk_comp {
     char pool[128];        /* "-" when none */
     bool init;             /* instantiated: flags has init */
     bool stale;            /* flags has stale: never read */
+    bool prefer;           /* flags has prefer or prefrd: read before the other mirrors */
     uint32_t count;
     struct sk_obj *objs;
 };

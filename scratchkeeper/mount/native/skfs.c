@@ -74,6 +74,7 @@ static void table_drop_if_unused(struct sk_inode *in)
     while (*link != in)
         link = &(*link)->next;
     *link = in->next;
+    reads_flush_inode(in);
     close(in->fd);
     pthread_mutex_destroy(&in->lock);
     free(in->doomed);
@@ -525,14 +526,7 @@ static void record_close(struct sk_file *fh)
                                 (long long)now.tv_sec, now.tv_nsec, (uintmax_t)st.st_ino,
                                 (unsigned)st.st_uid, (intmax_t)st.st_size,
                                 (long long)st.st_mtim.tv_sec, st.st_mtim.tv_nsec);
-    for (const unsigned char *p = (const unsigned char *)path; *p; p++) {
-        unsigned char c = *p;
-        if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-            c == '/' || c == '.' || c == '_' || c == '-' || c == '+' || c == '~')
-            buf[n++] = (char)c;
-        else
-            n += (size_t)sprintf(buf + n, "%%%02X", c);
-    }
+    n += encode_path(path, buf + n);
     buf[n++] = '\n';
     int fd = openat(fs.store_fd, "closes.log",
                     O_WRONLY | O_APPEND | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
@@ -711,6 +705,8 @@ int skfs_run(const struct skfs_config *config, char *err, size_t errlen)
 
     if ((rc = dispatch_start(config, err, errlen)) < 0)
         goto stop_watcher;
+    if ((rc = reads_start(config, err, errlen)) < 0)
+        goto stop_pool;
 
     char opts[512];
     snprintf(opts, sizeof opts,
@@ -769,6 +765,7 @@ restore:
     fuse_session_destroy(fs.se);
     fs.se = NULL;
 stop_pool:
+    reads_stop();  /* its last round records what is left, before the table goes */
     dispatch_stop();
 stop_watcher:
     if (write(fs.stop_pipe[1], "x", 1) != 1)

@@ -26,6 +26,7 @@ struct skfs_config {
     unsigned max_request;
     double recovery_timeout;
     uint64_t dispatch_min_bytes; /* reads this large over several mirrors: the solver (0: never) */
+    double read_log_interval;   /* seconds between read records in reads.log (0: none) */
     bool debug;
     /* the store's OST pools (storage.pools): a directory default naming one places new
      * files on its OSTs only (lfs setstripe -p) */

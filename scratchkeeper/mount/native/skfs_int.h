@@ -40,6 +40,7 @@ struct sk_inode {
     char *doomed;           /* table_lock: layout of objects to delete at the last release */
     size_t doomed_len;
     pthread_mutex_t lock;   /* size and layout changes of a regular file */
+    atomic_uint_fast64_t reads, read_bytes;  /* served since its last read record */
     struct sk_inode *next;  /* hash chain */
 };
 
@@ -177,6 +178,12 @@ struct sk_wait {
 };
 double monotonic(void);
 bool scratch_path(struct sk_inode *in, char *out, size_t outlen);
+/* reads.c: read records for tiering (reads.log) */
+size_t encode_path(const char *path, char *out);  /* %XX-encoded into out (3x + 1 bytes) */
+void reads_count(struct sk_inode *in, uint64_t bytes);
+void reads_flush_inode(struct sk_inode *in);       /* caller holds table_lock */
+int reads_start(const struct skfs_config *cfg, char *err, size_t errlen);
+void reads_stop(void);
 /* The read of `fh` at file offset `cur` needs OST `ost`, failed, and no mirror holds the
  * stripe: wait one slice (recoveryd, or the OST's return), then forget the file's view so its
  * objects are opened again. 0: read again; -EIO: past mount.recovery_timeout, the caller

@@ -1,0 +1,105 @@
+"""The logs the scratch mount appends in the store's root (docs/mount.rst): ``closes.log``
+(CLOSE records, read by offload at close) and ``reads.log`` (READS records, read by tiering).
+
+Each reader keeps how far it read in a table of its own (``name``, ``offset``) of the state
+database and saves it only once it acted on what it read, so a crash reads records again
+rather than losing them. A log read to its end and longer than :data:`ROTATE_AT` is moved
+aside (``NAME.old``; the mount opens the log per write, so its next record starts a new one)
+and the moved-aside file is read to its end and removed at the next read.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import stat
+from collections.abc import Callable
+from pathlib import Path
+from typing import Generic, TypeVar
+from urllib.parse import unquote_to_bytes
+
+from ..errors import ScratchkeeperError
+from ..state import StateStore
+
+log = logging.getLogger(__name__)
+
+#: a log read to its end and longer than this is moved aside
+ROTATE_AT = 16 << 20
+R = TypeVar("R")
+
+
+def decode_path(field: bytes) -> str:
+    """A record's %XX-encoded absolute path; ValueError for anything else."""
+    path = unquote_to_bytes(field.decode("ascii")).decode("utf-8", "surrogateescape")
+    if not path.startswith("/") or "\0" in path:
+        raise ValueError(f"not an absolute path: {path[:120]!r}")
+    return path
+
+
+class MountLog(Generic[R]):
+    """Reads the records of ``store_root/name`` not read before; ``table`` (a name of the
+    reader's own, never a user's) holds the offsets."""
+
+    def __init__(self, store: StateStore, table: str, store_root: str, name: str,
+                 parse: Callable[[bytes], R]):
+        if not re.fullmatch(r"[a-z_]+", table):
+            raise ValueError(f"bad offset table name {table!r}")
+        self.store, self.table, self.parse = store, table, parse
+        self.name, self.rotated_name = name, name + ".old"
+        self.root = Path(store_root)
+
+    def read(self) -> tuple[list[R], Callable[[], None]]:
+        """The records not read before (a moved-aside log first), and the function that saves
+        how far they were read, to call once they were acted on."""
+        found: list[R] = []
+        offsets = {r["name"]: r["offset"] for r in self.store.query(
+            f"SELECT name, offset FROM {self.table}")}
+        rotated, current = self.root / self.rotated_name, self.root / self.name
+        drained = rotated.exists()
+        if drained:
+            # records a writer added after the move: the file goes once they are acted on
+            self._read_from(rotated, offsets.get(self.rotated_name, 0), found)
+        end = (self._read_from(current, offsets.get(self.name, 0), found)
+               if current.exists() else None)
+
+        def commit() -> None:
+            updates: dict[str, int] = {}
+            if drained:
+                rotated.unlink(missing_ok=True)
+                updates[self.rotated_name] = 0
+            if end is not None:
+                updates[self.name] = end
+                if end > ROTATE_AT and not rotated.exists():
+                    updates[self.rotated_name], updates[self.name] = end, 0
+            if updates:
+                with self.store.transaction() as conn:
+                    for name, offset in updates.items():
+                        conn.execute(f"INSERT INTO {self.table} (name, offset) VALUES (?, ?) "
+                                     "ON CONFLICT(name) DO UPDATE SET offset=excluded.offset",
+                                     (name, offset))
+            if end is not None and updates.get(self.rotated_name):
+                os.replace(current, rotated)     # drained at the next read
+        return found, commit
+
+    def _read_from(self, path: Path, offset: int, found: list[R]) -> int:
+        """Append the whole records of ``path`` after ``offset``; the offset after the last."""
+        try:   # not followed, never waited on: a FIFO or device put there is refused
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        except OSError as err:
+            raise ScratchkeeperError(f"{path}: {err.strerror}") from None
+        with open(fd, "rb") as stream:
+            info = os.fstat(stream.fileno())
+            if not stat.S_ISREG(info.st_mode):
+                raise ScratchkeeperError(f"{path}: not a regular file")
+            if info.st_size < offset:
+                offset = 0  # a new log (the old one was removed by hand)
+            stream.seek(offset)
+            data = stream.read()
+        whole = data.rfind(b"\n") + 1       # a record being written is read next time
+        for line in data[:whole].splitlines():
+            try:
+                found.append(self.parse(line))
+            except ValueError as err:
+                log.warning("%s: %s", path, err)
+        return offset + whole
