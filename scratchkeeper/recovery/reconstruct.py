@@ -353,7 +353,8 @@ class Recoverer:
         substitutes: dict[int, int] = {}
         for ost in failed:
             substitutes[ost] = self.backend.pick_substitute(
-                layout, exclude=set(failed) | set(substitutes.values()) | bad, osts=statuses)
+                layout, exclude=set(failed) | set(substitutes.values()) | bad, osts=statuses,
+                failed=ost)
         rebuild = self.backend.begin_rebuild(full, substitutes)
         log.info("%s: rebuild %s: %s, %d bytes to patch", full, rebuild.rebuild_id,
                  ", ".join(f"OST {f} -> {s}" for f, s in substitutes.items()),

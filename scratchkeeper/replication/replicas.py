@@ -25,7 +25,7 @@ import uuid
 from pathlib import Path
 
 from ..config import SiteConfig
-from ..errors import InputError, ReplicationError, ScratchkeeperError
+from ..errors import InputError, ReplicationError, ScratchkeeperError, TargetUnavailable
 from ..schedulers import Scheduler, SubmitSpec
 from ..storage import FileLayout, LayoutRequest, StorageBackend
 from .state import ReplicaRow, ReplicationState
@@ -59,16 +59,13 @@ class ReplicaOperations:
         self.job_dir = Path(job_dir or Path(config.state.database).parent / "replica-jobs")
 
     # -- placement -----------------------------------------------------------------------------
-    def choose_osts(self, layout: FileLayout) -> tuple[int, ...]:
-        """Healthy OSTs outside the file's stripe set, least used first, as many as the primary."""
-        taken = layout.osts()
-        candidates = [o for o in self.backend.list_osts() if o.healthy and o.ost_index not in taken]
-        if not candidates:
-            raise ReplicationError(f"{layout.path}: no healthy OST outside the primary's "
-                                   f"{sorted(taken)} for a replica")
-        candidates.sort(key=lambda o: (o.used_bytes or 0, o.ost_index))
-        count = min(layout.stripe_count, len(candidates))
-        return tuple(sorted(o.ost_index for o in candidates[:count]))
+    def choose_osts(self, layout: FileLayout, size: int = 0) -> tuple[int, ...]:
+        """The storage layer's OSTs for a temporal replica (``StorageBackend.replica_osts``:
+        least used outside the primary's; with SUORA, the fastest class with room)."""
+        try:
+            return self.backend.replica_osts(layout, size)
+        except TargetUnavailable as err:
+            raise ReplicationError(str(err)) from None
 
     # -- creation ------------------------------------------------------------------------------
     def create(self, path: str, *, job_id: str, reason: str, owner_uid: int | None,
@@ -101,7 +98,7 @@ class ReplicaOperations:
             raise ReplicationError(message)
         token = uuid.uuid4().hex
         try:
-            osts = self.choose_osts(layout)
+            osts = self.choose_osts(layout, info.size)
         except ReplicationError as err:
             self.state.record_refusal(path, job_id=job_id, reason=reason, error=str(err),
                                       attempts=(existing.attempts if existing else 0) + 1)

@@ -332,8 +332,9 @@ class StorageBackend(abc.ABC):
             pool.shutdown(wait=False, cancel_futures=True)
 
     def pick_substitute(self, layout: FileLayout, *, exclude: set[int] = frozenset(),
-                        osts: list[OstStatus] | None = None) -> int:
-        """A healthy OST not already holding part of the file, the least loaded first."""
+                        osts: list[OstStatus] | None = None, failed: int | None = None) -> int:
+        """A healthy OST not already holding part of the file, the least loaded first
+        (``failed``: the OST it stands in for, which a placement may use)."""
         candidates = [o for o in (osts if osts is not None else self.list_osts())
                       if o.healthy and o.ost_index not in layout.osts()
                       and o.ost_index not in exclude]
@@ -341,6 +342,18 @@ class StorageBackend(abc.ABC):
             raise TargetUnavailable(f"{layout.path}: no healthy OST outside the file's stripe set "
                                     "to substitute", path=layout.path)
         return min(candidates, key=lambda o: (o.used_bytes or 0, o.ost_index)).ost_index
+
+    def replica_osts(self, layout: FileLayout, size: int) -> tuple[int, ...]:
+        """OSTs for a temporal replica of the file (``size`` bytes): healthy ones outside its
+        stripe set, least used first, as many as the primary's stripes."""
+        taken = layout.osts()
+        candidates = [o for o in self.list_osts() if o.healthy and o.ost_index not in taken]
+        if not candidates:
+            raise TargetUnavailable(f"{layout.path}: no healthy OST outside the primary's "
+                                    f"{sorted(taken)} for a replica", path=layout.path)
+        candidates.sort(key=lambda o: (o.used_bytes or 0, o.ost_index))
+        count = min(layout.stripe_count, len(candidates))
+        return tuple(sorted(o.ost_index for o in candidates[:count]))
 
     # -- mirrors -------------------------------------------------------------------------------
     @abc.abstractmethod

@@ -159,6 +159,62 @@ class PlacementMixin:
                 return placement.place_distinct(key, bucket, count, exclude)
         raise TargetUnavailable("no healthy OST left in any placement bucket")
 
+    def replica_osts(self, layout: FileLayout, size: int) -> tuple[int, ...]:
+        """With SUORA: the file's key in the fastest class whose free space takes the replica
+        (a job about to run reads it from the fastest pool with room), the slower ones in turn;
+        least used otherwise."""
+        if self.placement != "suora":
+            return super().replica_osts(layout, size)
+        placement = self._placement_map(None)
+        key = placement_key(layout.components[0].objects[0].object_id)
+        request = LayoutRequest(stripe_count=layout.stripe_count)
+        taken = set(layout.osts())
+        free = self._bucket_free(placement)
+        for bucket in range(len(placement.buckets) - 1, -1, -1):
+            eligible = [t.index for t in placement.targets
+                        if t.bucket == bucket and t.eligible and t.index not in taken]
+            if eligible and free[bucket] >= size:
+                count = self._stripe_count_for(request, len(eligible))
+                return tuple(sorted(placement.place_distinct(key, bucket, count, taken)))
+        raise TargetUnavailable(f"{layout.path}: no class with a healthy OST outside the "
+                                f"primary's {sorted(taken)} and {size} bytes free for a replica",
+                                path=layout.path)
+
+    def pick_substitute(self, layout: FileLayout, *, exclude: set[int] = frozenset(),
+                        osts=None, failed: int | None = None) -> int:
+        """With SUORA: the OST the file's key maps to next in the failed OST's class (the
+        paper's remapping of a failed target's objects), outside the file's OSTs and the
+        unhealthy ones of ``osts``; least loaded otherwise, or when that class has none left."""
+        if self.placement == "suora" and failed is not None:
+            placement = self._placement_map(None)
+            bucket = next((t.bucket for t in placement.targets if t.index == failed), None)
+            unhealthy = {o.ost_index for o in osts or () if not o.healthy}
+            if bucket is not None:
+                try:
+                    return placement.place_in(
+                        placement_key(layout.components[0].objects[0].object_id), bucket,
+                        set(layout.osts()) | set(exclude) | unhealthy)
+                except PlacementError:
+                    pass
+        return super().pick_substitute(layout, exclude=exclude, osts=osts)
+
+    def _bucket_free(self, placement: PlacementMap) -> list[int]:
+        """Free bytes of each bucket's OST file systems, each file system counted once."""
+        free = [0] * len(placement.buckets)
+        seen: set[tuple[int, int]] = set()
+        for target in placement.targets:
+            directory = self._ost_dir(target.index)
+            try:
+                device = os.stat(directory).st_dev
+                if (target.bucket, device) in seen:
+                    continue
+                seen.add((target.bucket, device))
+                vfs = os.statvfs(directory)
+            except OSError:
+                continue
+            free[target.bucket] += vfs.f_bavail * vfs.f_frsize
+        return free
+
     def _mirror_bucket(self, layout: FileLayout, pool: str | None) -> int:
         """The bucket a new mirror starts in: the one after the primary's, one further per
         mirror the file has (replicas on consecutive buckets, seed 003 Algorithm 3)."""

@@ -145,14 +145,16 @@ class FakeLustre(CommandRunner):
         path = rest[-1]
         layout = self.layouts[path]
         if action == "extend":
-            count, size, osts, pool, _ = self._stripe_options([a for a in rest[:-1] if a != "-N"])
+            flags = "init,prefer" if "--flags=prefer" in rest else "init"
+            count, size, osts, pool, _ = self._stripe_options(
+                [a for a in rest[:-1] if a not in ("-N", "--flags=prefer")])
             used = {o[0] for m in layout["mirrors"] for o in m["objects"]}
             if osts and used & set(osts):
                 return 22, "", "lfs mirror extend: OSTs overlap\n"
             # a plain file becomes a composite (FLR) one and stays so
             layout["composite"] = True
             layout["mirrors"].append({"id": max(m["id"] for m in layout["mirrors"]) + 1,
-                                      "size": size, "pool": pool,
+                                      "size": size, "pool": pool, "flags": flags,
                                       "objects": self._allocate(count, osts, exclude=used)})
         elif action == "split":
             mirror_id = int(rest[rest.index("--mirror-id") + 1])
@@ -196,7 +198,8 @@ def _composite_yaml(mirrors: list[dict], gen: int) -> str:
     for number, mirror in enumerate(mirrors):
         mirror_id = mirror["id"]
         lines += [f"  component{number}:", f"    lcme_id:             {mirror_id << 16 | 1}",
-                  f"    lcme_mirror_id:      {mirror_id}", "    lcme_flags:          init",
+                  f"    lcme_mirror_id:      {mirror_id}",
+                  f"    lcme_flags:          {mirror.get('flags', 'init')}",
                   "    lcme_extent.e_start: 0", "    lcme_extent.e_end:   EOF",
                   "    sub_layout:", f"      lmm_stripe_count:  {len(mirror['objects'])}",
                   f"      lmm_stripe_size:   {mirror['size']}", "      lmm_pattern:       raid0",

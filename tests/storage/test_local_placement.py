@@ -238,3 +238,48 @@ tier_order = ["flash", "disk"]
 """)
     with pytest.raises(ConfigError, match="OST 3 is in pools of classes"):
         open_backend(site)
+
+
+def test_a_temporal_replica_goes_to_the_fastest_class_with_room(tmp_path):
+    """replicad's OSTs (StorageBackend.replica_osts): SUORA's in the fastest class whose file
+    systems have the replica's bytes free, else the next slower one."""
+    store = make_store(tmp_path, pools={"disk": [0, 1, 2, 3, 4, 5], "flash": [6, 7]},
+                       tiers=[("disk", ["disk"]), ("flash", ["flash"])])
+    placement = store._placement_map(None)
+    for n in range(10):
+        layout = put(store, f"r/f{n}", request=LayoutRequest(pool="disk"))
+        osts = store.replica_osts(layout, 3 * STRIPE)
+        expected = placement.place_distinct(placement_key(first_id(layout)), 1, 2,
+                                            set(layout.osts()))
+        assert osts == tuple(sorted(expected)) and set(osts) == {6, 7}
+    # no room in the fast class (its file systems' free space below the replica): the disk
+    # class, outside the primary's OSTs; no room anywhere: refused
+    store._bucket_free = lambda placement: [1 << 40, 1000]
+    osts = store.replica_osts(layout, 5000)
+    assert set(osts) <= {0, 1, 2, 3, 4, 5} and not set(osts) & set(layout.osts())
+    with pytest.raises(Exception, match="no class"):
+        store.replica_osts(layout, 1 << 41)
+    # least-loaded placement keeps the old rule
+    (tmp_path / "plain").mkdir()
+    plain = make_store(tmp_path / "plain", placement="least-loaded")
+    layout = put(plain, "f")
+    assert not set(plain.replica_osts(layout, 3 * STRIPE)) & set(layout.osts())
+
+
+def test_a_rebuild_substitute_is_suoras_next_target_in_the_failed_osts_class(tmp_path):
+    store = make_store(tmp_path, pools={"disk": [0, 1, 2, 3, 4, 5], "flash": [6, 7]},
+                       tiers=[("disk", ["disk"]), ("flash", ["flash"])])
+    layout = put(store, "s/f", request=LayoutRequest(pool="disk"))
+    failed = layout.ost_list[0]
+    store.fail_ost(failed)
+    substitute = store.pick_substitute(layout, failed=failed)
+    expected = store._placement_map(None).place_in(placement_key(first_id(layout)), 0,
+                                                   set(layout.osts()))
+    assert substitute == expected and substitute in range(6)
+    assert substitute not in layout.osts()
+    # a status list saying another OST is unhealthy keeps it out too
+    statuses = [o for o in store.list_osts()]
+    unhealthy = [o.__class__(**{**o.__dict__, "state": "failed"}) if o.ost_index == expected
+                 else o for o in statuses]
+    other = store.pick_substitute(layout, failed=failed, osts=unhealthy)
+    assert other not in (expected, *layout.osts()) and other in range(6)

@@ -32,6 +32,20 @@ def test_mirror_is_verified_after_extend(fake_lustre, lustre_backend):
     assert fake_lustre.calls.index(verify[0]) > fake_lustre.calls.index(extend[0])
 
 
+def test_a_preferred_mirror_is_extended_with_flags_prefer(fake_lustre, lustre_backend):
+    """tierd's replicas: ``lfs mirror extend -N --flags=prefer -p POOL`` (as Lustre's own
+    sanity-flr tests run it), and getstripe's lcme_flags read back."""
+    layout = lustre_backend.create("p", LayoutRequest(stripe_count=1))
+    mirrored = lustre_backend.add_mirror(layout.path, LayoutRequest(prefer=True))
+    extend = commands(fake_lustre, "mirror", "extend")[-1]
+    at = list(extend).index("extend")
+    assert list(extend[at + 1:at + 3]) == ["-N", "--flags=prefer"]
+    newest = mirrored.mirror(max(mirrored.mirror_ids))
+    assert "prefer" in newest[0].flags.split(",")
+    plain = lustre_backend.add_mirror(layout.path)
+    assert "prefer" not in plain.mirror(max(plain.mirror_ids))[0].flags.split(",")
+
+
 def test_rebuild_goes_through_setstripe_on_substitutes_and_swap_layouts(fake_lustre,
                                                                         lustre_backend):
     layout = lustre_backend.create("r", LayoutRequest(stripe_size=65536, ost_list=(0, 1, 2)))
