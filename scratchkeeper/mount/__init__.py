@@ -134,6 +134,31 @@ def _recover_callback(config: SiteConfig):
     return recover
 
 
+def _place_callback(config: SiteConfig):
+    """With ``storage.placement = "suora"``: what the mount calls for a new file's OSTs, the
+    store's own SUORA placement (``docs/placement.rst``), so files created through the mount
+    are placed as files the store creates. None otherwise (the mount's round-robin). An
+    answer the mount cannot use, or an error (logged), makes it place the file itself."""
+    if config.storage.placement != "suora":
+        return None
+    import threading
+
+    from ..storage import open_backend
+
+    backend = open_backend(config)
+    lock = threading.Lock()
+
+    def place(first_id: str, stripe_count: int, pool: str | None) -> tuple[int, ...] | None:
+        try:
+            with lock:
+                return backend.place_new_file(first_id, stripe_count, pool)
+        except Exception as err:  # noqa: BLE001 - a C request thread is creating a file
+            log.warning("placing a new file (pool %s): %s; the mount places it", pool, err)
+            return None
+
+    return place
+
+
 def serve(config: SiteConfig, mountpoint: str, *, debug: bool = False) -> None:
     """Mount the store at ``mountpoint`` and serve it in the foreground until unmounted."""
     if os.geteuid() != 0:
@@ -159,6 +184,7 @@ def serve(config: SiteConfig, mountpoint: str, *, debug: bool = False) -> None:
                   dispatch_min_bytes=mount.dispatch_min_bytes,
                   pools=tuple(pools.items()),
                   read_log_interval=float(mount.read_log_interval),
+                  place=_place_callback(config),
                   recover=_recover_callback(config))
     except OSError as err:
         raise StorageError(f"mount {mountpoint}: {err.strerror}") from None

@@ -90,6 +90,7 @@ class LocalStripedStore(NamespaceMixin, MdtMixin, ObjectsMixin, RebuildMixin, Pl
         if unknown:
             raise InputError(f"tiers name pools that do not exist: {unknown}")
         self._db: StateStore | None = None
+        self._map_cache: dict = {}  # pool -> (built at, OST states, SUORA map): place_new_file
         self._ready_lock = threading.Lock()
         self._read_only = False  # set on open: this process may not write the namespace
         self._owner_uid: int | None = None

@@ -21,6 +21,7 @@ from __future__ import annotations
 import errno
 import hashlib
 import os
+import time
 import uuid
 from collections import Counter
 from dataclasses import dataclass, field
@@ -34,6 +35,8 @@ from .local_objects import directory_bytes
 #: marks a file placed by SUORA and names the object id its placement key comes from
 PLACEMENT_XATTR = "security.scratchkeeper.placement"
 PLACEMENTS = ("least-loaded", "suora")
+#: seconds a SUORA map built for the mount's new files is kept while no OST changes state
+MAP_REFRESH = 10.0
 
 
 def placement_key(object_id: str) -> int:
@@ -158,6 +161,19 @@ class PlacementMixin:
                 count = self._stripe_count_for(request, eligible)
                 return placement.place_distinct(key, bucket, count, exclude)
         raise TargetUnavailable("no healthy OST left in any placement bucket")
+
+    def place_new_file(self, first_id: str, stripe_count: int,
+                       pool: str | None) -> tuple[int, ...]:
+        """SUORA's OSTs for a new file whose first object id is ``first_id`` (what the scratch
+        mount asks for the files created through it): the map is built again when an OST's
+        state changed or after :data:`MAP_REFRESH` seconds (capacities)."""
+        request = LayoutRequest(stripe_count=stripe_count, pool=pool)
+        states = self._ost_states()
+        cached = self._map_cache.get(pool)
+        if cached is None or cached[1] != states or time.monotonic() - cached[0] > MAP_REFRESH:
+            cached = self._map_cache[pool] = (time.monotonic(), states,
+                                              self._placement_map(pool))
+        return self._suora_osts(request, placement_key(first_id), set(), placement=cached[2])
 
     def replica_osts(self, layout: FileLayout, size: int) -> tuple[int, ...]:
         """With SUORA: the file's key in the fastest class whose free space takes the replica

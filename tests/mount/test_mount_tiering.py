@@ -78,3 +78,39 @@ def test_reads_are_recorded_and_a_tier_replica_is_read_first(make_mount):
     assert grown and grown <= {2, 3}, (before, after)
     with open(path, "rb") as stream:
         assert stream.read() == data
+
+
+def test_files_created_through_the_mount_are_placed_by_suora(make_mount):
+    """storage.placement = "suora": the mount asks the store's placement for a new file's OSTs
+    (a pool of the directory's default included) and marks the file as the store does, so
+    store rebalance sees it; a failed OST is never chosen."""
+    from scratchkeeper.storage.local_placement import PLACEMENT_XATTR, placement_key
+
+    mnt = make_mount(ost_count=6, stripe_count=2, pools={"disk": "0-3", "flash": "4-5"},
+                     storage_extra='placement = "suora"')
+    backend = open_backend(load_config(mnt.config))
+    placement = backend._placement_map(None)
+    for n in range(12):
+        (mnt.root / f"f{n}").write_bytes(os.urandom(100_000))
+        layout = backend.layout(str(mnt.root / f"f{n}"))
+        first = layout.components[0].objects[0].object_id
+        assert os.getxattr(mnt.mdt / f"f{n}", PLACEMENT_XATTR) == f"suora {first}".encode()
+        assert layout.ost_list == placement.place_distinct(placement_key(first), 0, 2)
+    assert backend.rebalance_plan().files_checked == 12
+    # a directory's pool: SUORA within the pool
+    (mnt.root / "fast").mkdir()
+    os.setxattr(mnt.mdt / "fast", "security.scratchkeeper.dirlov",
+                b"stripe_count=1 stripe_size=65536 pool=flash")
+    pooled = backend._placement_map("flash")
+    for n in range(6):
+        (mnt.root / "fast" / f"g{n}").write_bytes(b"g" * 1000)
+        layout = backend.layout(str(mnt.root / "fast" / f"g{n}"))
+        first = layout.components[0].objects[0].object_id
+        assert layout.ost_list == pooled.place_distinct(placement_key(first), 0, 1)
+        assert set(layout.ost_list) <= {4, 5}
+    # a failed OST: skipped (the mount's own check and SUORA's map agree)
+    backend.fail_ost(1)
+    time.sleep(0.5)
+    for n in range(12):
+        (mnt.root / f"h{n}").write_bytes(b"h" * 1000)
+        assert 1 not in backend.layout(str(mnt.root / f"h{n}")).ost_list

@@ -22,6 +22,37 @@ static void call_recover(void *ctx, const char *path, unsigned ost, double timeo
     PyGILState_Release(state);
 }
 
+static int call_place(void *ctx, const char *first_id, int stripe_count, const char *pool,
+                      unsigned *osts, unsigned max)
+{
+    PyGILState_STATE state = PyGILState_Ensure();
+    int n = -1;
+    PyObject *result = PyObject_CallFunction((PyObject *)ctx, "siz", first_id, stripe_count,
+                                             pool);
+    PyObject *seq = result && result != Py_None ?
+                    PySequence_Fast(result, "place must return a sequence of OSTs") : NULL;
+    if (seq) {
+        Py_ssize_t count = PySequence_Fast_GET_SIZE(seq);
+        if (count > 0 && (size_t)count <= max) {
+            n = (int)count;
+            for (Py_ssize_t i = 0; i < count; i++) {
+                long v = PyLong_AsLong(PySequence_Fast_GET_ITEM(seq, i));
+                if (v < 0 || v > 65535) {
+                    n = -1;
+                    break;
+                }
+                osts[i] = (unsigned)v;
+            }
+        }
+        Py_DECREF(seq);
+    }
+    if (PyErr_Occurred())
+        PyErr_WriteUnraisable((PyObject *)ctx);  /* the mount places the file itself */
+    Py_XDECREF(result);
+    PyGILState_Release(state);
+    return n;
+}
+
 static void free_pools(struct skfs_config *cfg)
 {
     for (unsigned i = 0; i < cfg->npools; i++)
@@ -99,20 +130,22 @@ static PyObject *fuse_run(PyObject *self, PyObject *args, PyObject *kwargs)
     static char *keywords[] = {"mountpoint", "mdt", "store_root", "scratch_root", "ost_count",
                                "stripe_count", "stripe_size", "threads", "attr_timeout",
                                "max_request", "recovery_timeout", "debug", "recover",
-                               "dispatch_min_bytes", "pools", "read_log_interval", NULL};
+                               "dispatch_min_bytes", "pools", "read_log_interval", "place",
+                               NULL};
     struct skfs_config cfg = {0};
     unsigned long long stripe_size, dispatch_min_bytes = 0;
     int debug = 0;
-    PyObject *recover = Py_None, *pools = NULL;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "ssssIiKIdIdp|OKOd:run", keywords,
+    PyObject *recover = Py_None, *pools = NULL, *place = Py_None;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "ssssIiKIdIdp|OKOdO:run", keywords,
                                      &cfg.mountpoint, &cfg.mdt, &cfg.store_root,
                                      &cfg.scratch_root, &cfg.ost_count, &cfg.stripe_count,
                                      &stripe_size, &cfg.threads, &cfg.attr_timeout,
                                      &cfg.max_request, &cfg.recovery_timeout, &debug, &recover,
-                                     &dispatch_min_bytes, &pools, &cfg.read_log_interval))
+                                     &dispatch_min_bytes, &pools, &cfg.read_log_interval, &place))
         return NULL;
-    if (recover != Py_None && !PyCallable_Check(recover)) {
-        PyErr_SetString(PyExc_TypeError, "recover must be callable or None");
+    if ((recover != Py_None && !PyCallable_Check(recover)) ||
+        (place != Py_None && !PyCallable_Check(place))) {
+        PyErr_SetString(PyExc_TypeError, "recover and place must be callable or None");
         return NULL;
     }
     if (cfg.stripe_count == 0 || stripe_size == 0 || stripe_size % 65536 || cfg.threads == 0 ||
@@ -130,13 +163,19 @@ static PyObject *fuse_run(PyObject *self, PyObject *args, PyObject *kwargs)
         cfg.recover = call_recover;
         cfg.recover_ctx = recover;
     }
+    if (place != Py_None) {
+        cfg.place = call_place;
+        cfg.place_ctx = place;
+    }
     Py_INCREF(recover);
+    Py_INCREF(place);
     char err[512] = "";
     int rc;
     Py_BEGIN_ALLOW_THREADS
     rc = skfs_run(&cfg, err, sizeof err);
     Py_END_ALLOW_THREADS
     Py_DECREF(recover);
+    Py_DECREF(place);
     free_pools(&cfg);
     if (rc < 0) {
         PyObject *exc = Py_BuildValue("(is)", -rc, err);
@@ -153,7 +192,7 @@ static PyMethodDef methods[] = {
     {"run", (PyCFunction)(void (*)(void))fuse_run, METH_VARARGS | METH_KEYWORDS,
      "run(mountpoint, mdt, store_root, scratch_root, ost_count, stripe_count, stripe_size, "
      "threads, attr_timeout, max_request, recovery_timeout, debug, recover=None, "
-     "dispatch_min_bytes=0, pools=None, read_log_interval=0): mount and "
+     "dispatch_min_bytes=0, pools=None, read_log_interval=0, place=None): mount and "
      "serve until unmounted or signalled."},
     {NULL, NULL, 0, NULL},
 };

@@ -303,7 +303,32 @@ static bool in_pool(const struct skfs_pool *pool, unsigned ost)
  * OSTs round-robin among the healthy ones, of the dirlov's pool if it names one. A pool the
  * store does not know (storage.pools changed since) is ignored, as Lustre's allocator does; a
  * pool without a healthy OST is ENOSPC. */
-static int new_layout(int pfd, struct sk_lov *lov)
+/* The placement callback's OSTs for a new file, checked: distinct, healthy, in the pool. The
+ * count, or 0 when the callback declined or answered something unusable. */
+static unsigned placed_osts(const char *first_id, int stripe_count, const struct skfs_pool *pool,
+                            const char *pool_name, unsigned *out)
+{
+    if (!fs.cfg.place)
+        return 0;
+    int n = fs.cfg.place(fs.cfg.place_ctx, first_id, stripe_count, pool ? pool_name : NULL,
+                         out, SK_MAX_OST + 1);
+    if (n <= 0)
+        return 0;
+    for (int i = 0; i < n; i++) {
+        bool dup = false;
+        for (int j = 0; j < i; j++)
+            dup |= out[j] == out[i];
+        if (dup || out[i] >= fs.cfg.ost_count || ost_failed(out[i]) ||
+            (pool && !in_pool(pool, out[i]))) {
+            logmsg("placement answered OST %u for a new file: not usable, round-robin instead",
+                   out[i]);
+            return 0;
+        }
+    }
+    return (unsigned)n;
+}
+
+static int new_layout(int pfd, struct sk_lov *lov, bool *suora)
 {
     int stripe_count = fs.cfg.stripe_count;
     uint64_t stripe_size = fs.cfg.stripe_size;
@@ -335,10 +360,19 @@ static int new_layout(int pfd, struct sk_lov *lov)
     }
     unsigned count = stripe_count < 0 || (unsigned)stripe_count > nhealthy ?
                      nhealthy : (unsigned)stripe_count;
+    char first_id[SK_OBJID_LEN + 1];
+    random_id(first_id);
+    unsigned *placed = fs.cfg.place ? malloc((SK_MAX_OST + 1) * sizeof *placed) : NULL;
+    unsigned nplaced = placed ? placed_osts(first_id, stripe_count, pool, pool_name, placed) : 0;
+    *suora = nplaced > 0;
+    if (nplaced)
+        count = nplaced;
     unsigned start = atomic_fetch_add(&fs.rr, 1) % nhealthy;
     memset(lov, 0, sizeof *lov);
-    if (!(lov->comps = calloc(1, sizeof *lov->comps)))
+    if (!(lov->comps = calloc(1, sizeof *lov->comps))) {
+        free(placed);
         return -ENOMEM;
+    }
     lov->ncomp = 1;
     struct sk_comp *c = &lov->comps[0];
     c->end = SK_EOF;
@@ -347,14 +381,19 @@ static int new_layout(int pfd, struct sk_lov *lov)
     strcpy(c->pool, pool ? pool_name : "-");
     c->init = true;
     if (!(c->objs = calloc(count, sizeof *c->objs))) {
+        free(placed);
         sk_lov_free(lov);
         return -ENOMEM;
     }
     c->count = count;
     for (unsigned i = 0; i < count; i++) {
-        c->objs[i].ost = healthy[(start + i) % nhealthy];
-        random_id(c->objs[i].id);
+        c->objs[i].ost = nplaced ? placed[i] : healthy[(start + i) % nhealthy];
+        if (i == 0)
+            memcpy(c->objs[i].id, first_id, sizeof first_id);
+        else
+            random_id(c->objs[i].id);
     }
+    free(placed);
     return 0;
 }
 
@@ -364,7 +403,8 @@ static int new_layout(int pfd, struct sk_lov *lov)
 int assign_layout(int pfd, int fd, uid_t uid, gid_t gid, mode_t mode)
 {
     struct sk_lov lov;
-    int rc = new_layout(pfd, &lov);
+    bool suora = false;
+    int rc = new_layout(pfd, &lov, &suora);
     if (rc < 0)
         return rc;
     size_t len;
@@ -376,6 +416,14 @@ int assign_layout(int pfd, int fd, uid_t uid, gid_t gid, mode_t mode)
     if (fsetxattr(fd, SK_LOV_XATTR, raw, len, XATTR_CREATE) < 0) {
         rc = -errno;
         goto out;
+    }
+    if (suora) {
+        /* as the store marks the files SUORA placed (storage/local_placement.py): store
+         * rebalance looks at these only */
+        char mark[16 + SK_OBJID_LEN];
+        int n = snprintf(mark, sizeof mark, "suora %s", lov.comps[0].objs[0].id);
+        if (fsetxattr(fd, SK_PLACEMENT_XATTR, mark, (size_t)n, XATTR_CREATE) < 0)
+            logmsg("%s of a new file: %s", SK_PLACEMENT_XATTR, strerror(errno));
     }
     const struct sk_comp *c = &lov.comps[0];
     uint32_t made;

@@ -13,6 +13,12 @@
 typedef void (*skfs_recover_fn)(void *ctx, const char *path, unsigned ost, double timeout,
                                 bool report);
 
+/* A new file's OSTs by the store's placement (storage.placement = suora): up to `max` OST
+ * indices for the file whose first object is `first_id`, `stripe_count` stripes (-1: all), in
+ * pool `pool` (NULL: none). The count written, or -1 to use the mount's own round-robin. */
+typedef int (*skfs_place_fn)(void *ctx, const char *first_id, int stripe_count,
+                             const char *pool, unsigned *osts, unsigned max);
+
 struct skfs_config {
     const char *mountpoint;
     const char *mdt;            /* store_root/mdt */
@@ -38,6 +44,8 @@ struct skfs_config {
     } *pools;
     skfs_recover_fn recover;
     void *recover_ctx;
+    skfs_place_fn place;        /* NULL: round-robin */
+    void *place_ctx;
 };
 
 /* Mount, serve until unmounted or signalled (SIGINT, SIGTERM, SIGHUP), unmount.
