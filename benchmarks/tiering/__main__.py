@@ -60,12 +60,12 @@ KEYS = ("a", "b", "c")
 def plan(quick: bool) -> dict:
     if quick:
         return {"files": 64, "file_size": 4 * MiB, "flash_per_ost": 32 * MiB,
-                "memory_limit": 128 * MiB, "runtime": 10, "ramp": 1, "warmup": 15,
-                "rounds": 2, "jobs": 4, "bs": 64 * 1024, "theta": 1.2,
+                "memory_limit": 64 * MiB, "runtime": 10, "ramp": 1, "warmup": 15,
+                "rounds": 1, "jobs": 4, "bs": 64 * 1024, "theta": 0.9,
                 "disk_bps": 32 * MiB, "disk_iops": 200, "raw_runtime": 5, "stripe": MiB}
     return {"files": 128, "file_size": 8 * MiB, "flash_per_ost": 128 * MiB,
             "memory_limit": 256 * MiB, "runtime": 30, "ramp": 2, "warmup": 45,
-            "rounds": 3, "jobs": 4, "bs": 64 * 1024, "theta": 1.2,
+            "rounds": 3, "jobs": 4, "bs": 64 * 1024, "theta": 0.9,
             "disk_bps": 32 * MiB, "disk_iops": 200, "raw_runtime": 10, "stripe": MiB}
 
 
@@ -181,6 +181,17 @@ level = "WARNING"
             (BLKIO / "blkio.throttle.read_iops_device").write_text(
                 f"{rule} {self.p['disk_iops'] if on else 0}\n")
 
+    def device_reads(self) -> dict:
+        """Reads and bytes the disk OSTs' loop devices served (blkio, root cgroup)."""
+        out = {"ios": 0, "bytes": 0}
+        for name, key in (("blkio.throttle.io_serviced", "ios"),
+                          ("blkio.throttle.io_service_bytes", "bytes")):
+            for line in (BLKIO / name).read_text().splitlines():
+                words = line.split()
+                if len(words) == 3 and words[0] in self.rules and words[1] == "Read":
+                    out[key] += int(words[2])
+        return out
+
     def join_cgroup(self) -> None:
         """preexec_fn: the child (the mount, fio) into the memory cgroup."""
         with open(self.cgroup / "cgroup.procs", "w") as procs:
@@ -192,7 +203,9 @@ level = "WARNING"
 
     def peak(self) -> dict:
         read = lambda name: int((self.cgroup / name).read_text())  # noqa: E731
-        return {"max_usage": read("memory.max_usage_in_bytes"), "failcnt": read("memory.failcnt")}
+        stat = dict(line.split() for line in (self.cgroup / "memory.stat").read_text().splitlines())
+        return {"max_usage": read("memory.max_usage_in_bytes"), "failcnt": read("memory.failcnt"),
+                "rss": int(stat.get("total_rss", 0)), "cache": int(stat.get("total_cache", 0))}
 
     def make_files(self) -> None:
         from scratchkeeper.config import load_config
@@ -267,7 +280,7 @@ level = "WARNING"
 
     # -- fio -----------------------------------------------------------------------------------
     def fio(self, label: str, directory: Path, names: list[str], runtime: int, *,
-            zipf: bool = True) -> dict:
+            zipf: bool = True, direct: bool = True) -> dict:
         p = self.p
         job = self.work / f"{label}.fio"
         out = self.work / f"{label}.json"
@@ -277,6 +290,7 @@ filename={':'.join(names)}
 rw=randread
 bs={p['bs']}
 ioengine=psync
+direct={int(direct)}
 file_service_type={f"zipf:{p['theta']}" if zipf else "random"}
 random_distribution=random
 norandommap=1
@@ -302,6 +316,8 @@ group_reporting=1
                   timeout=timeout, capture_output=True, text=True)
 
     def moves_since(self, last: int) -> list[dict]:
+        if not (self.work / "state.db").exists():
+            return []
         db = sqlite3.connect(f"file:{self.work / 'state.db'}?mode=ro", uri=True)
         try:
             db.row_factory = sqlite3.Row
@@ -357,7 +373,7 @@ def raw_speeds(rig: Rig) -> dict:
         drop_caches()
         rig.throttle(tier == "disk")
         fio = rig.fio(f"raw-{tier}", Path("/"), [n.lstrip("/") for n in names],
-                      p["raw_runtime"], zipf=False)
+                      p["raw_runtime"], zipf=False, direct=tier == "disk")
         rig.throttle(False)
         for index in osts:
             (rig.ost(index) / "rawtest.dat").unlink()
@@ -367,15 +383,26 @@ def raw_speeds(rig: Rig) -> dict:
     return result
 
 
+def line(run: dict) -> str:
+    return (f"{run['bytes_per_s'] / MiB:.1f} MiB/s {run['iops']:.0f} IOPS, disk devices "
+            f"{run['device_reads']['ios']} reads {run['device_reads']['bytes'] / MiB:.0f} MiB, "
+            f"mean latency "
+            f"{run['clat_mean_ms']:.2f} ms, flash share {run['flash_share']:.0%}, memory cgroup "
+            f"peak {run['memcg']['max_usage'] / MiB:.0f} MiB (anon {run['memcg']['rss'] / MiB:.0f}"
+            f" MiB at the end, limit hit "
+            f"{run['memcg']['failcnt']}x)")
+
+
 def measure(rig: Rig, label: str) -> dict:
     drop_caches()
     rig.start()
     try:
-        before = rig.stats()
+        before, device = rig.stats(), rig.device_reads()
         fio = rig.fio(label, rig.scratch, rig.names, rig.p["runtime"])
-        after = rig.stats()
+        after, device_after = rig.stats(), rig.device_reads()
     finally:
         rig.stop()
+    fio["device_reads"] = {k: device_after[k] - device[k] for k in device}
     b = {int(o["ost"]): o for o in before["osts"]}
     per_ost = {int(o["ost"]): o["read_bytes"] - b.get(int(o["ost"]), {}).get("read_bytes", 0)
                for o in after["osts"]}
@@ -438,8 +465,7 @@ def run(work: Path, p: dict) -> dict:
                 f"dropped), fio {p['runtime']} s")
             a = measure(rig, f"a-round{r}")
             results["runs"].append({"round": r, "config": "a", **a})
-            say(f"  (a) {a['bytes_per_s'] / MiB:.1f} MiB/s {a['iops']:.0f} IOPS, "
-                f"flash share {a['flash_share']:.0%}")
+            say(f"  (a) {line(a)}")
             # (b) static split
             rig.throttle(False)
             rig.add_static(static)
@@ -447,8 +473,7 @@ def run(work: Path, p: dict) -> dict:
                 "mirror")
             b = measure(rig, f"b-round{r}")
             results["runs"].append({"round": r, "config": "b", **b})
-            say(f"  (b) {b['bytes_per_s'] / MiB:.1f} MiB/s {b['iops']:.0f} IOPS, "
-                f"flash share {b['flash_share']:.0%}")
+            say(f"  (b) {line(b)}")
             rig.drop_flash()
             # (c) hotness migration
             if r == 0:
@@ -476,8 +501,7 @@ def run(work: Path, p: dict) -> dict:
                                                       str(p["files"])).stdout)
             c = measure(rig, f"c-round{r}")
             results["runs"].append({"round": r, "config": "c", **c})
-            say(f"  (c) {c['bytes_per_s'] / MiB:.1f} MiB/s {c['iops']:.0f} IOPS, "
-                f"flash share {c['flash_share']:.0%}")
+            say(f"  (c) {line(c)}")
             if r == 0:
                 results["migrated"] = rig.on_flash()
                 checked = sorted(results["migrated"][:4] + [n for n in rig.names if n not in

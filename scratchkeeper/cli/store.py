@@ -108,11 +108,13 @@ def register(subparsers) -> None:
     placement.add_argument("--json", action="store_true")
     placement.set_defaults(func=_placement)
 
-    rebalance = commands.add_parser("rebalance", help="local store only: which files SUORA "
-                                                      "would now place on other OSTs (OSTs "
+    rebalance = commands.add_parser("rebalance", help="local store only: move the objects "
+                                                      "SUORA now places on other OSTs (OSTs "
                                                       "added or failed)")
     rebalance.add_argument("--dry-run", action="store_true",
-                           help="only show what would move (moving is not built yet)")
+                           help="only show what would move")
+    rebalance.add_argument("--quiet", type=float, default=60.0, metavar="SECONDS",
+                           help="leave files written less than this long ago (in use; 60)")
     rebalance.add_argument("--json", action="store_true")
     rebalance.set_defaults(func=_rebalance)
 
@@ -417,10 +419,12 @@ def _placement(args) -> int:
 
 def _rebalance(args) -> int:
     backend = _local_store(args)
+    if args.quiet < 0:
+        raise InputError(f"--quiet: expected seconds >= 0, got {args.quiet:g}")
+    found = backend.rebalance_plan()
     if not args.dry_run:
-        raise InputError("store rebalance: moving objects is not built yet; "
-                         "--dry-run shows what would move")
-    plan = backend.rebalance_plan().to_dict()
+        return _move(args, backend, found)
+    plan = found.to_dict()
     if args.json:
         print(json.dumps(plan, indent=2))
         return 0
@@ -432,6 +436,31 @@ def _rebalance(args) -> int:
           f"move: {plan['objects_to_move']} object(s), {plan['bytes_to_move']} bytes "
           f"({plan['files_not_suora']} file(s) not placed by SUORA left where they are)")
     return 0
+
+
+def _move(args, backend, plan) -> int:
+    """Carry the plan out, a line per file as it goes; exit 1 if a move failed."""
+    total = len(plan.moves)
+
+    def progress(move, state):
+        if not args.json:
+            done = progress.count = getattr(progress, "count", 0) + 1
+            print(f"[{done}/{total}] {move.path}: {state}", flush=True)
+    results = backend.rebalance(plan, quiet=args.quiet, progress=progress)
+    counts = {state: sum(r["state"] == state for r in results)
+              for state in ("moved", "skipped", "failed")}
+    if args.json:
+        print(json.dumps({**counts, "files_checked": plan.files_checked, "moves": results},
+                         indent=2))
+    else:
+        for result in results:
+            if result["state"] != "moved":
+                print(f"{result['path']}: {result['state']}: {result['detail']}")
+        print(f"{counts['moved']} file(s) moved "
+              f"({sum(r['bytes'] for r in results if r['state'] == 'moved')} bytes), "
+              f"{counts['skipped']} skipped, {counts['failed']} failed, of "
+              f"{plan.files_checked} placed by SUORA")
+    return 1 if counts["failed"] else 0
 
 
 def _fail_ost(args) -> int:

@@ -20,23 +20,30 @@ from __future__ import annotations
 
 import errno
 import hashlib
+import logging
 import os
 import time
 import uuid
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from ..errors import InputError, PlacementError, StorageError, TargetUnavailable
+from ..errors import (InputError, PlacementError, ScratchkeeperError, StorageError,
+                      TargetUnavailable)
 from ..placement import PlacementMap, TargetState
 from .base import OST_ACTIVE
 from .layout import LOV_XATTR, FileLayout, LayoutComponent, LayoutRequest, StripeObject
 from .local_objects import directory_bytes
+
+log = logging.getLogger(__name__)
 
 #: marks a file placed by SUORA and names the object id its placement key comes from
 PLACEMENT_XATTR = "security.scratchkeeper.placement"
 PLACEMENTS = ("least-loaded", "suora")
 #: seconds a SUORA map built for the mount's new files is kept while no OST changes state
 MAP_REFRESH = 10.0
+#: bytes a rebalance copies at a time
+MOVE_CHUNK = 8 << 20
 
 
 def placement_key(object_id: str) -> int:
@@ -347,6 +354,66 @@ class PlacementMixin:
                                        sum(primary.object_size(n, size) for n in leaving)))
         return plan
 
+
+    def rebalance(self, plan: RebalancePlan, *, quiet: float = 60.0,
+                  progress: Callable[[FileMove, str], None] | None = None) -> list[dict]:
+        """Carry out ``plan``: each file's objects on OSTs SUORA no longer gives it are copied
+        to the OSTs it gives instead (same stripe positions, same object ids) and the layout
+        switched as a rebuild's is (``begin_rebuild``/``commit_rebuild``: the new objects synced
+        first, the file unchanged checked under the store's lock). A file written less than
+        ``quiet`` seconds ago is left (in use), and one that changed during its copy (size,
+        mtime, ctime, layout) is left as it was, its copy dropped. One result per move."""
+        self._check_writable()
+        self._abort_stale_moves()
+        results = []
+        for move in plan.moves:
+            try:
+                state, detail = self._move_file(move, quiet)
+            except (ScratchkeeperError, FileNotFoundError) as err:
+                state, detail = "failed", str(err)
+            results.append({**move.to_dict(), "state": state, "detail": detail})
+            if progress is not None:
+                progress(move, state)
+        return results
+
+    def _abort_stale_moves(self) -> None:
+        """Rebuilds a killed rebalance left: those replacing only healthy OSTs (recovery
+        replaces failed ones)."""
+        healthy = self._healthy()
+        for rebuild in self.open_rebuilds():
+            if rebuild.substitutes and all(o in healthy for o in rebuild.substitutes):
+                log.info("store: aborting rebuild %s of %s (a move a stopped rebalance left)",
+                         rebuild.rebuild_id, rebuild.path)
+                self.abort_rebuild(rebuild)
+
+    def _move_file(self, move: FileMove, quiet: float) -> tuple[str, str]:
+        node = self._inode(move.path)
+        age = time.time() - node.st.st_mtime
+        if age < quiet:
+            return "skipped", f"written {age:.0f} s ago (in use; --quiet {quiet:g} s)"
+        if not any(c.ost_list == tuple(move.current_osts) for c in node.layout.components):
+            return "skipped", "its layout changed since the plan"
+        leaving = [o for o in move.current_osts if o not in move.placed_osts]
+        arriving = [o for o in move.placed_osts if o not in move.current_osts]
+        taken = node.layout.osts() & set(arriving)
+        if taken:
+            return "skipped", f"another mirror of the file holds OSTs {sorted(taken)}"
+        before = (node.st.st_mtime_ns, node.st.st_ctime_ns, node.size, node.layout.layout_gen)
+        rebuild = self.begin_rebuild(move.path, dict(zip(leaving, arriving)), same_ids=True)
+        try:
+            for extent in rebuild.lost:
+                for offset in range(extent.offset, extent.end, MOVE_CHUNK):
+                    length = min(MOVE_CHUNK, extent.end - offset)
+                    self.write_rebuild(rebuild, offset, self.read(move.path, offset, length))
+            now = self._inode(move.path)
+            if (now.st.st_mtime_ns, now.st.st_ctime_ns, now.size,
+                    now.layout.layout_gen) != before:
+                raise StorageError(f"{move.path}: written during its move; left where it was")
+            self.commit_rebuild(rebuild)
+        except BaseException:
+            self.abort_rebuild(rebuild)
+            raise
+        return "moved", ", ".join(f"OST {a} -> {b}" for a, b in zip(leaving, arriving))
 
 
 def _entry_count(directory) -> int:

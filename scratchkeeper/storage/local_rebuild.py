@@ -26,7 +26,11 @@ log = logging.getLogger(__name__)
 class RebuildMixin:
     """The rebuild side of :class:`~scratchkeeper.storage.local.LocalStripedStore`."""
 
-    def begin_rebuild(self, path: str, substitutes: dict[int, int]) -> Rebuild:
+    def begin_rebuild(self, path: str, substitutes: dict[int, int], *,
+                      same_ids: bool = False) -> Rebuild:
+        """``same_ids``: each new object keeps the id of the one it replaces (objects are named
+        by OST and id, so no two collide): a move by ``store rebalance`` keeps the file's first
+        object id, from which SUORA's key comes."""
         self._check_writable()
         node = self._inode(path)
         layout = node.layout
@@ -37,7 +41,9 @@ class RebuildMixin:
                 raise TargetUnavailable(f"{layout.path}: substitute OST {substitute} is not "
                                         "available", ost_index=substitute, path=layout.path)
         lost = self._rebuild_plan(layout, node.size, substitutes)
-        new_layout = substitute_layout(layout, substitutes, lambda c, p: uuid.uuid4().hex)
+        new_layout = substitute_layout(
+            layout, substitutes, (lambda c, p: layout.components[c].objects[p].object_id)
+            if same_ids else (lambda c, p: uuid.uuid4().hex))
         new_objects = added_objects(layout, new_layout)
         rebuild = Rebuild(uuid.uuid4().hex, layout.path, dict(substitutes), node.size,
                           layout.layout_gen, new_layout, lost)

@@ -218,8 +218,77 @@ def test_cli_placement_and_rebalance(config, tmp_path, capsys):
     assert plan["files_checked"] == 30 and plan["files_to_move"] == len(plan["moves"]) > 0
     assert plan["bytes_to_move"] == 5000 * plan["files_to_move"]
     assert all(set(m["placed_osts"]) <= {6, 7} for m in plan["moves"])
-    assert main(["-c", site, "store", "rebalance"]) != 0
-    assert "moving objects is not built yet" in capsys.readouterr().err
+    # just written: in use for the default --quiet 60 s, left where they are
+    assert main(["-c", site, "store", "rebalance", "--json"]) == 0
+    left = json.loads(capsys.readouterr().out)
+    assert left["moved"] == 0 and left["skipped"] == plan["files_to_move"]
+    assert main(["-c", site, "store", "rebalance", "--quiet", "0", "--json"]) == 0
+    done = json.loads(capsys.readouterr().out)
+    assert done["moved"] == plan["files_to_move"] and done["failed"] == 0
+    assert main(["-c", site, "store", "rebalance", "--dry-run", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["files_to_move"] == 0
+    assert main(["-c", site, "store", "cat", "u/f0"]) == 0
+    assert capsys.readouterr().out == "z" * 5000
+
+
+def test_rebalance_moves_the_bytes_keeps_ids_and_mirrors_and_never_half(tmp_path, monkeypatch):
+    store = make_store(tmp_path, ost_count=6, stripe_count=2)
+    data = {}
+    for n in range(40):
+        data[f"u/f{n}"] = os.urandom(5 * STRIPE + 1234)
+        put(store, f"u/f{n}", data=data[f"u/f{n}"])
+    store.add_mirror("u/f0")                       # a mirrored file moves its primary only
+    grown = make_store(tmp_path, ost_count=8, stripe_count=2)
+    plan = grown.rebalance_plan()
+    assert plan.moves
+    # a copy interrupted (killed mid-move): nothing switched, and the next run finishes
+    calls = {"n": 0}
+    original = grown.write_rebuild
+
+    def dying(rebuild, offset, chunk):
+        calls["n"] += 1
+        if calls["n"] == 2:
+            raise KeyboardInterrupt
+        return original(rebuild, offset, chunk)
+    monkeypatch.setattr(grown, "write_rebuild", dying)
+    with pytest.raises(KeyboardInterrupt):
+        grown.rebalance(plan, quiet=0)
+    monkeypatch.setattr(grown, "write_rebuild", original)
+    assert grown.open_rebuilds() == []             # the interrupted copy was dropped
+    first_ids = {m.path: first_id(grown.layout(m.path)) for m in plan.moves}
+    results = grown.rebalance(grown.rebalance_plan(), quiet=0)
+    assert {r["state"] for r in results} == {"moved"}
+    assert grown.rebalance_plan().moves == []
+    for move in plan.moves:
+        layout = grown.layout(move.path)
+        assert first_id(layout) == first_ids[move.path]            # SUORA's key kept
+        primary = next(c for c in layout.components if c.objects[0].object_id ==
+                       first_ids[move.path])
+        assert set(primary.ost_list) == set(move.placed_osts)
+    for path, content in data.items():
+        assert grown.read(path, 0, len(content)) == content
+    assert len(grown.layout("u/f0").mirror_ids) == 2
+
+
+def test_rebalance_leaves_a_file_written_during_its_move(tmp_path, monkeypatch):
+    store = make_store(tmp_path, ost_count=6, stripe_count=1)
+    for n in range(30):
+        put(store, f"u/f{n}", data=b"a" * 3000)
+    grown = make_store(tmp_path, ost_count=8, stripe_count=1)
+    plan = grown.rebalance_plan()
+    victim = plan.moves[0].path
+    original = grown.write_rebuild
+
+    def writer_meanwhile(rebuild, offset, chunk):
+        original(rebuild, offset, chunk)
+        if rebuild.path == victim:
+            grown.write(victim, 0, b"b")           # a job writes while it is copied
+    monkeypatch.setattr(grown, "write_rebuild", writer_meanwhile)
+    results = {r["path"]: r for r in grown.rebalance(plan, quiet=0)}
+    assert results[victim]["state"] == "failed" and "written during" in results[victim]["detail"]
+    assert set(grown.layout(victim).ost_list) == set(plan.moves[0].current_osts)
+    assert grown.read(victim, 0, 2) == b"ba" and grown.open_rebuilds() == []
+    assert all(r["state"] == "moved" for p, r in results.items() if p != victim)
 
 
 def test_an_ost_in_two_classes_is_refused_when_the_store_opens(tmp_path):
@@ -283,3 +352,17 @@ def test_a_rebuild_substitute_is_suoras_next_target_in_the_failed_osts_class(tmp
                  else o for o in statuses]
     other = store.pick_substitute(layout, failed=failed, osts=unhealthy)
     assert other not in (expected, *layout.osts()) and other in range(6)
+
+
+def test_a_move_a_killed_rebalance_left_is_dropped_by_the_next(tmp_path):
+    store = make_store(tmp_path, ost_count=6, stripe_count=1)
+    for n in range(30):
+        put(store, f"u/f{n}", data=b"c" * 3000)
+    grown = make_store(tmp_path, ost_count=8, stripe_count=1)
+    move = grown.rebalance_plan().moves[0]
+    # as a kill -9 after begin_rebuild leaves it: recorded, objects made, nothing switched
+    grown.begin_rebuild(move.path, {move.current_osts[0]: move.placed_osts[0]}, same_ids=True)
+    assert len(grown.open_rebuilds()) == 1
+    results = grown.rebalance(grown.rebalance_plan(), quiet=0)
+    assert grown.open_rebuilds() == [] and {r["state"] for r in results} == {"moved"}
+    assert grown.read(move.path, 0, 3000) == b"c" * 3000
