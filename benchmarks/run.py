@@ -35,6 +35,7 @@ BENCHMARKS = (
     ("mount_recovery", True, True),
     ("qos", True, False),
     ("placement", True, False),
+    ("tiering", True, False),
 )
 
 

@@ -360,6 +360,26 @@ class MountConfig:
 
 
 @dataclass(frozen=True)
+class QosConfig:
+    admission: str = _opt("off", "read QoS on the scratch mount (seed 001): 'deterministic' "
+                          "admits at most (c-1)M^2 + cM stripe pieces per interval, "
+                          "'statistical' more while the risk stays below qos.epsilon, 'off' "
+                          "none", choices=("off", "deterministic", "statistical"))
+    copies: int = _opt(3, "copies c of the files read under QoS (their mirrors); files with "
+                       "fewer are read without admission", minimum=2, maximum=16)
+    accesses: int = _opt(1, "accesses M per device the guarantee allows in one interval",
+                         minimum=1, maximum=64)
+    interval: float = _opt(0.05, "seconds of one interval T: at least the time M accesses take",
+                           minimum=0, exclusive_minimum=True, maximum=60)
+    epsilon: float = _opt(0.01, "statistical admission: the share of intervals allowed to miss "
+                          "the guarantee", minimum=0, maximum=1)
+    samples: int = _opt(2000, "statistical admission: random draws per size k when P_k is "
+                        "sampled at mount start", minimum=10, maximum=1000000)
+    users: list[str] = _opt(None, "the users (names or uids) whose reads are admitted; empty: "
+                            "every user", factory=list)
+
+
+@dataclass(frozen=True)
 class TieringConfig:
     interval: float = _opt(30.0, "seconds between tierd's cycles (read records counted, moves "
                            "decided and made)", minimum=0, exclusive_minimum=True, maximum=DAY)
@@ -453,6 +473,7 @@ class SiteConfig:
     staging: StagingConfig = field(default_factory=StagingConfig)
     layout: LayoutConfig = field(default_factory=LayoutConfig)
     tiering: TieringConfig = field(default_factory=TieringConfig)
+    qos: QosConfig = field(default_factory=QosConfig)
     logging: LoggingConfig = field(default_factory=LoggingConfig)
     source: str = field(default="(defaults)", metadata={"internal": True})
 

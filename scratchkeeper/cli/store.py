@@ -103,6 +103,12 @@ def register(subparsers) -> None:
                                         "processes, doomed objects, staging inodes)")
     gc.set_defaults(func=_gc)
 
+    stats = commands.add_parser("stats", help="the scratch mount's counters: read QoS "
+                                              "(admitted, delayed, violations) and read "
+                                              "dispatch")
+    stats.add_argument("--json", action="store_true")
+    stats.set_defaults(func=_stats)
+
     placement = commands.add_parser("placement", help="local store only: objects and bytes "
                                                       "per performance class, pool and OST")
     placement.add_argument("--json", action="store_true")
@@ -390,6 +396,38 @@ def _count_hot(args, rows: list[dict]) -> str:
         row["hot_objects"] = hot.get(row["ost_index"], 0)
     return (f"hot objects: files tierd counts at least {config.tiering.hot_reads} reads "
             f"(half-life {config.tiering.half_life:g} s) with a stripe on the OST")
+
+
+def _stats(args) -> int:
+    """The counters the mount serving the scratch root answers as attributes of its root."""
+    config = site_config(args)
+    root = config.storage.scratch_root
+    found = {}
+    for key, name in (("qos", "user.scratchkeeper.qos"),
+                      ("dispatch", "user.scratchkeeper.dispatch")):
+        try:
+            found[key] = json.loads(os.getxattr(root, name))
+        except OSError as err:
+            raise InputError(f"store stats: {root} answers no {name} ({err.strerror}): is the "
+                             "scratch mount serving it? (scratchkeeper mount)") from None
+    if args.json:
+        print(json.dumps(found, indent=2, sort_keys=True))
+        return 0
+    qos = found["qos"]
+    if qos["mode"] == "off":
+        print("read QoS: off (qos.admission)")
+    else:
+        print(f"read QoS: {qos['mode']}, c = {qos['copies']}, M = {qos['accesses']}, "
+              f"T = {qos['interval']:g} s, S = {qos['limit']} pieces per interval"
+              + (f", epsilon {qos['epsilon']:g}" if qos["mode"] == "statistical" else ""))
+        print(f"  admitted {qos['admitted']} request(s) ({qos['admitted_buckets']} pieces), "
+              f"delayed {qos['delayed']}, violations {qos['violations']} of "
+              f"{qos['busy_intervals']} busy interval(s), risk {qos['risk']:.4f}; "
+              f"{qos['bypassed']} read(s) not under QoS")
+    dispatch = found["dispatch"]
+    print(f"read dispatch: {dispatch['policy']}, {dispatch['requests']} request(s), "
+          f"{dispatch['fallbacks']} fallback(s)")
+    return 0
 
 
 def _placement(args) -> int:

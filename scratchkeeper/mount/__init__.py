@@ -159,6 +159,49 @@ def _place_callback(config: SiteConfig):
     return place
 
 
+QOS_MODES = {"off": 0, "deterministic": 1, "statistical": 2}
+
+
+def qos_settings(config: SiteConfig) -> tuple | None:
+    """What the C side's read QoS takes (docs/qos.rst "On the mount"): mode, c, M, T, epsilon,
+    P_k sampled for the (N, c, 1) design of the store's OSTs (statistical admission), and the
+    uids under QoS. None when ``qos.admission`` is off."""
+    qos = config.qos
+    if qos.admission == "off":
+        return None
+    import pwd
+
+    from ..errors import ScratchkeeperError
+
+    uids = []
+    for user in qos.users:
+        if user.isdigit():
+            uids.append(int(user))
+            continue
+        try:
+            uids.append(pwd.getpwnam(user).pw_uid)
+        except KeyError:
+            raise ConfigError(f"key 'qos.users': no user {user!r}", path=config.source) from None
+    probabilities: list[float] = []
+    if qos.admission == "statistical":
+        from ..qos.admission import sample_retrieval_probabilities
+        from ..qos.designs import design_for
+        from ..qos.placement import design_allocation
+
+        devices = config.storage.ost_count
+        try:
+            allocation = design_allocation(design_for(devices, qos.copies))
+        except ScratchkeeperError as err:
+            raise ConfigError(f"key 'qos.copies': statistical admission samples P_k on the "
+                              f"design of the store's {devices} OSTs: {err}",
+                              path=config.source) from None
+        found = sample_retrieval_probabilities(allocation, qos.accesses,
+                                               devices * qos.accesses, qos.samples)
+        probabilities = [found[k] for k in range(1, devices * qos.accesses + 1)]
+    return (QOS_MODES[qos.admission], qos.copies, qos.accesses, float(qos.interval),
+            float(qos.epsilon), tuple(probabilities), tuple(uids))
+
+
 def serve(config: SiteConfig, mountpoint: str, *, debug: bool = False) -> None:
     """Mount the store at ``mountpoint`` and serve it in the foreground until unmounted."""
     if os.geteuid() != 0:
@@ -169,6 +212,7 @@ def serve(config: SiteConfig, mountpoint: str, *, debug: bool = False) -> None:
         detach_stale(mountpoint)
         check_mount_point(mountpoint)
     mdt, pools = prepare_store(config)
+    qos = qos_settings(config)
     from . import _fuse
 
     storage, mount = config.storage, config.mount
@@ -184,7 +228,7 @@ def serve(config: SiteConfig, mountpoint: str, *, debug: bool = False) -> None:
                   dispatch_min_bytes=mount.dispatch_min_bytes,
                   pools=tuple(pools.items()),
                   read_log_interval=float(mount.read_log_interval),
-                  place=_place_callback(config),
+                  place=_place_callback(config), qos=qos,
                   recover=_recover_callback(config))
     except OSError as err:
         raise StorageError(f"mount {mountpoint}: {err.strerror}") from None

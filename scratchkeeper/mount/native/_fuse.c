@@ -53,6 +53,68 @@ static int call_place(void *ctx, const char *first_id, int stripe_count, const c
     return n;
 }
 
+/* qos: None or (mode, copies, accesses, interval, epsilon, (P_1, ...), (uid, ...)). 0, or -1
+ * with an exception set. */
+static int parse_qos(PyObject *qos, struct skfs_config *cfg)
+{
+    PyObject *prob, *users;
+    if (!PyArg_ParseTuple(qos, "iIIddOO:qos", &cfg->qos_mode, &cfg->qos_copies,
+                          &cfg->qos_accesses, &cfg->qos_interval, &cfg->qos_epsilon, &prob,
+                          &users))
+        return -1;
+    PyObject *p = PySequence_Fast(prob, "qos probabilities must be a sequence");
+    PyObject *u = p ? PySequence_Fast(users, "qos users must be a sequence") : NULL;
+    if (!u) {
+        Py_XDECREF(p);
+        return -1;
+    }
+    Py_ssize_t np = PySequence_Fast_GET_SIZE(p), nu = PySequence_Fast_GET_SIZE(u);
+    cfg->qos_prob = np ? calloc((size_t)np, sizeof *cfg->qos_prob) : NULL;
+    cfg->qos_users = nu ? calloc((size_t)nu, sizeof *cfg->qos_users) : NULL;
+    int rc = 0;
+    if ((np && !cfg->qos_prob) || (nu && !cfg->qos_users)) {
+        PyErr_NoMemory();
+        rc = -1;
+    }
+    for (Py_ssize_t i = 0; rc == 0 && i < np; i++) {
+        double v = PyFloat_AsDouble(PySequence_Fast_GET_ITEM(p, i));
+        if (PyErr_Occurred() || !(v >= 0 && v <= 1)) {
+            if (!PyErr_Occurred())
+                PyErr_SetString(PyExc_ValueError, "qos probabilities must be in [0, 1]");
+            rc = -1;
+        }
+        if (rc == 0)
+            cfg->qos_prob[i] = v;
+    }
+    for (Py_ssize_t i = 0; rc == 0 && i < nu; i++) {
+        long v = PyLong_AsLong(PySequence_Fast_GET_ITEM(u, i));
+        if (PyErr_Occurred() || v < 0) {
+            if (!PyErr_Occurred())
+                PyErr_SetString(PyExc_ValueError, "qos users must be uids");
+            rc = -1;
+        }
+        if (rc == 0)
+            cfg->qos_users[i] = (uid_t)v;
+    }
+    cfg->qos_nprob = (unsigned)np;
+    cfg->qos_nusers = (unsigned)nu;
+    if (rc == 0 && (cfg->qos_mode < 0 || cfg->qos_mode > 2)) {
+        PyErr_SetString(PyExc_ValueError, "qos mode must be 0, 1 or 2");
+        rc = -1;
+    }
+    Py_DECREF(p);
+    Py_DECREF(u);
+    return rc;
+}
+
+static void free_qos(struct skfs_config *cfg)
+{
+    free(cfg->qos_prob);
+    free(cfg->qos_users);
+    cfg->qos_prob = NULL;
+    cfg->qos_users = NULL;
+}
+
 static void free_pools(struct skfs_config *cfg)
 {
     for (unsigned i = 0; i < cfg->npools; i++)
@@ -131,17 +193,18 @@ static PyObject *fuse_run(PyObject *self, PyObject *args, PyObject *kwargs)
                                "stripe_count", "stripe_size", "threads", "attr_timeout",
                                "max_request", "recovery_timeout", "debug", "recover",
                                "dispatch_min_bytes", "pools", "read_log_interval", "place",
-                               NULL};
+                               "qos", NULL};
     struct skfs_config cfg = {0};
     unsigned long long stripe_size, dispatch_min_bytes = 0;
     int debug = 0;
-    PyObject *recover = Py_None, *pools = NULL, *place = Py_None;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "ssssIiKIdIdp|OKOdO:run", keywords,
+    PyObject *recover = Py_None, *pools = NULL, *place = Py_None, *qos = Py_None;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "ssssIiKIdIdp|OKOdOO:run", keywords,
                                      &cfg.mountpoint, &cfg.mdt, &cfg.store_root,
                                      &cfg.scratch_root, &cfg.ost_count, &cfg.stripe_count,
                                      &stripe_size, &cfg.threads, &cfg.attr_timeout,
                                      &cfg.max_request, &cfg.recovery_timeout, &debug, &recover,
-                                     &dispatch_min_bytes, &pools, &cfg.read_log_interval, &place))
+                                     &dispatch_min_bytes, &pools, &cfg.read_log_interval, &place,
+                                     &qos))
         return NULL;
     if ((recover != Py_None && !PyCallable_Check(recover)) ||
         (place != Py_None && !PyCallable_Check(place))) {
@@ -156,6 +219,11 @@ static PyObject *fuse_run(PyObject *self, PyObject *args, PyObject *kwargs)
     }
     if (pools && parse_pools(pools, &cfg) < 0)
         return NULL;
+    if (qos != Py_None && parse_qos(qos, &cfg) < 0) {
+        free_qos(&cfg);
+        free_pools(&cfg);
+        return NULL;
+    }
     cfg.stripe_size = stripe_size;
     cfg.dispatch_min_bytes = dispatch_min_bytes;
     cfg.debug = debug != 0;
@@ -177,6 +245,7 @@ static PyObject *fuse_run(PyObject *self, PyObject *args, PyObject *kwargs)
     Py_DECREF(recover);
     Py_DECREF(place);
     free_pools(&cfg);
+    free_qos(&cfg);
     if (rc < 0) {
         PyObject *exc = Py_BuildValue("(is)", -rc, err);
         if (exc) {
@@ -192,7 +261,8 @@ static PyMethodDef methods[] = {
     {"run", (PyCFunction)(void (*)(void))fuse_run, METH_VARARGS | METH_KEYWORDS,
      "run(mountpoint, mdt, store_root, scratch_root, ost_count, stripe_count, stripe_size, "
      "threads, attr_timeout, max_request, recovery_timeout, debug, recover=None, "
-     "dispatch_min_bytes=0, pools=None, read_log_interval=0, place=None): mount and "
+     "dispatch_min_bytes=0, pools=None, read_log_interval=0, place=None, qos=None): mount "
+     "and "
      "serve until unmounted or signalled."},
     {NULL, NULL, 0, NULL},
 };

@@ -144,8 +144,33 @@ void sk_fsync(fuse_req_t req, fuse_ino_t ino, int datasync, struct fuse_file_inf
 
 /* Fill buf (file bytes [base, end)) from *cur on; NEED_RECOVERY with *ost when a stripe no
  * mirror can serve is reached. */
+/* For a QoS request: the usable component covering `at` whose OST served the fewest pieces
+ * of admitted requests this interval (preferred, then layout order, on ties); -1 if none. */
+static int least_loaded_copy(const struct sk_view *v, uint64_t at, const bool *excluded)
+{
+    const struct sk_lov *lov = &v->lov;
+    int best = -1;
+    unsigned best_load = 0;
+    for (uint32_t i = 0; i < 2 * lov->ncomp; i++) {
+        uint32_t k = i % lov->ncomp;
+        const struct sk_comp *c = &lov->comps[k];
+        if (c->prefer != (i < lov->ncomp) || !c->init || c->stale || !sk_comp_covers(c, at) ||
+            (k < 64 && excluded[k]))
+            continue;
+        uint32_t pos = sk_comp_position(c, at), ost = c->objs[pos].ost;
+        if (v->fds[k][pos] < 0 || ost_failed(ost))
+            continue;
+        unsigned load = qos_load(ost);
+        if (best < 0 || load < best_load) {
+            best = (int)k;
+            best_load = load;
+        }
+    }
+    return best;
+}
+
 int read_pieces(struct sk_view *v, char *buf, uint64_t base, uint64_t *cur, uint64_t end,
-                uint32_t *ost_out, const struct sk_inode *in)
+                bool qos, uint32_t *ost_out, const struct sk_inode *in)
 {
     const struct sk_lov *lov = &v->lov;
     bool excluded[64] = {false};
@@ -153,12 +178,22 @@ int read_pieces(struct sk_view *v, char *buf, uint64_t base, uint64_t *cur, uint
         uint64_t at = *cur;
         bool covered = false, served = false;
         uint32_t want = UINT32_MAX;
-        /* mirrors flagged prefer (Lustre FLR's read preference) first, then the others, each
-         * in layout order */
-        for (uint32_t i = 0; i < 2 * lov->ncomp && !served; i++) {
+        /* the order the copies are tried in: for a QoS request the least loaded one first
+         * (online retrieval); then mirrors flagged prefer (Lustre FLR's read preference),
+         * then the others, each in layout order */
+        uint32_t order[lov->ncomp + 1], norder = 0;
+        int chosen = qos ? least_loaded_copy(v, at, excluded) : -1;
+        if (chosen >= 0)
+            order[norder++] = (uint32_t)chosen;
+        for (uint32_t i = 0; i < 2 * lov->ncomp; i++) {
             uint32_t k = i % lov->ncomp;
+            if (lov->comps[k].prefer == (i < lov->ncomp) && (int)k != chosen)
+                order[norder++] = k;
+        }
+        for (uint32_t o = 0; o < norder && !served; o++) {
+            uint32_t k = order[o];
             const struct sk_comp *c = &lov->comps[k];
-            if (c->prefer != (i < lov->ncomp) || !c->init || !sk_comp_covers(c, at))
+            if (!c->init || !sk_comp_covers(c, at))
                 continue;
             covered = true;
             uint32_t pos = sk_comp_position(c, at);
@@ -192,6 +227,8 @@ int read_pieces(struct sk_view *v, char *buf, uint64_t base, uint64_t *cur, uint
                     want = ost;
                 continue;
             }
+            if (qos)
+                qos_count_piece(ost);
             *cur = piece_end;
             served = true;
         }
@@ -210,6 +247,25 @@ int read_pieces(struct sk_view *v, char *buf, uint64_t base, uint64_t *cur, uint
         *cur = next;
     }
     return 0;
+}
+
+/* Copies of [off, end) a read can use (mirrors instantiated, not stale, covering `off`) and
+ * the buckets (stripe pieces) the request spans. */
+static unsigned usable_copies(const struct sk_view *v, uint64_t off, uint64_t end,
+                              uint64_t *buckets)
+{
+    unsigned copies = 0;
+    uint64_t stripe = 0;
+    for (uint32_t k = 0; k < v->lov.ncomp; k++) {
+        const struct sk_comp *c = &v->lov.comps[k];
+        if (c->init && !c->stale && sk_comp_covers(c, off)) {
+            copies++;
+            if (!stripe)
+                stripe = c->stripe_size;
+        }
+    }
+    *buckets = stripe ? (end - 1) / stripe - off / stripe + 1 : 0;
+    return copies;
 }
 
 void sk_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
@@ -236,12 +292,24 @@ void sk_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
     }
     uint64_t cur = (uint64_t)off;
     struct sk_wait wait = {0};
+    struct qos_ticket ticket = {0};
+    bool asked = false;
     int rc;
     for (;;) {
         struct sk_view *v;
         uint32_t ost = UINT32_MAX;
         if ((rc = view_get(fh, &v)) < 0)
             break;
+        if (!asked && v->raw && fs.cfg.qos_mode) {
+            asked = true;
+            uint64_t buckets;
+            unsigned copies = usable_copies(v, (uint64_t)off, end, &buckets);
+            if (qos_admit(req, copies, buckets, &ticket) > 0) {
+                view_put(v);   /* it may have waited: the layout as it is now */
+                if ((rc = view_get(fh, &v)) < 0)
+                    break;
+            }
+        }
         if (!v->raw) {
             /* no layout: an empty file, or bytes beyond what any object holds */
             memset(buf + (cur - (uint64_t)off), 0, end - cur);
@@ -255,7 +323,7 @@ void sk_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
             rc = 0;
             break;
         }
-        rc = read_pieces(v, buf, (uint64_t)off, &cur, end, &ost, fh->inode);
+        rc = read_pieces(v, buf, (uint64_t)off, &cur, end, ticket.active, &ost, fh->inode);
         view_put(v);
         if (rc != NEED_RECOVERY)
             break;
@@ -264,6 +332,7 @@ void sk_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
         if ((rc = wait_for_stripe(req, fh, &wait, cur, ost)) < 0)
             break;
     }
+    qos_done(&ticket);
     if (rc < 0)
         fuse_reply_err(req, -rc);
     else {

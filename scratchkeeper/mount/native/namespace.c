@@ -332,10 +332,12 @@ static bool reserved_xattr(const char *name)
     return strncmp(name, SK_XATTR_PREFIX, strlen(SK_XATTR_PREFIX)) == 0;
 }
 
-/* The read dispatch counters (dispatch.c), answered by the mount on its root. */
-static bool dispatch_xattr(fuse_ino_t ino, const char *name)
+/* The read dispatch (dispatch.c) and read QoS (qos.c) counters, answered by the mount on its
+ * root, read-only. */
+static bool stats_xattr(fuse_ino_t ino, const char *name)
 {
-    return ino == FUSE_ROOT_ID && strcmp(name, SK_DISPATCH_XATTR) == 0;
+    return ino == FUSE_ROOT_ID &&
+           (strcmp(name, SK_DISPATCH_XATTR) == 0 || strcmp(name, SK_QOS_XATTR) == 0);
 }
 
 /* user.scratchkeeper.stripe on a directory: its default layout for new files, as the owner
@@ -369,7 +371,7 @@ void sk_setxattr(fuse_req_t req, fuse_ino_t ino, const char *name, const char *v
         fuse_reply_err(req, err);
         return;
     }
-    if (reserved_xattr(name) || dispatch_xattr(ino, name)) {
+    if (reserved_xattr(name) || stats_xattr(ino, name)) {
         fuse_reply_err(req, EPERM);  /* layouts are the store's and the mount's only */
         return;
     }
@@ -378,11 +380,11 @@ void sk_setxattr(fuse_req_t req, fuse_ino_t ino, const char *name, const char *v
     fuse_reply_err(req, setxattr(path, name, value, size, flags) < 0 ? errno : 0);
 }
 
-static void reply_dispatch_stats(fuse_req_t req, size_t size)
+static void reply_stats(fuse_req_t req, size_t size, int (*stats)(char **, size_t *))
 {
     char *text;
     size_t len;
-    int rc = dispatch_stats(&text, &len);
+    int rc = stats(&text, &len);
     if (rc < 0)
         fuse_reply_err(req, -rc);
     else if (size == 0)
@@ -397,8 +399,8 @@ static void reply_dispatch_stats(fuse_req_t req, size_t size)
 
 void sk_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name, size_t size)
 {
-    if (dispatch_xattr(ino, name)) {
-        reply_dispatch_stats(req, size);
+    if (stats_xattr(ino, name)) {
+        reply_stats(req, size, strcmp(name, SK_QOS_XATTR) == 0 ? qos_stats : dispatch_stats);
         return;
     }
     int err;
@@ -466,7 +468,7 @@ void sk_removexattr(fuse_req_t req, fuse_ino_t ino, const char *name)
         fuse_reply_err(req, err ? err : removexattr(path, SK_DIRLOV_XATTR) < 0 ? errno : 0);
         return;
     }
-    if (reserved_xattr(name) || dispatch_xattr(ino, name)) {
+    if (reserved_xattr(name) || stats_xattr(ino, name)) {
         fuse_reply_err(req, EPERM);
         return;
     }

@@ -705,7 +705,7 @@ int skfs_run(const struct skfs_config *config, char *err, size_t errlen)
 
     if ((rc = dispatch_start(config, err, errlen)) < 0)
         goto stop_watcher;
-    if ((rc = reads_start(config, err, errlen)) < 0)
+    if ((rc = reads_start(config, err, errlen)) < 0 || (rc = qos_start(config, err, errlen)) < 0)
         goto stop_pool;
 
     char opts[512];
@@ -766,6 +766,7 @@ restore:
     fs.se = NULL;
 stop_pool:
     reads_stop();  /* its last round records what is left, before the table goes */
+    qos_stop();
     dispatch_stop();
 stop_watcher:
     if (write(fs.stop_pipe[1], "x", 1) != 1)

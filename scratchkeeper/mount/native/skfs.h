@@ -4,6 +4,7 @@
 #define SKFS_H
 
 #include <stdbool.h>
+#include <sys/types.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -46,6 +47,14 @@ struct skfs_config {
     void *recover_ctx;
     skfs_place_fn place;        /* NULL: round-robin */
     void *place_ctx;
+    /* read QoS (qos.c): 0 off, 1 deterministic, 2 statistical admission */
+    int qos_mode;
+    unsigned qos_copies, qos_accesses;
+    double qos_interval, qos_epsilon;
+    unsigned qos_nprob;         /* P_k for k = 1..qos_nprob (statistical) */
+    double *qos_prob;
+    unsigned qos_nusers;        /* the users under QoS; none: every user */
+    uid_t *qos_users;
 };
 
 /* Mount, serve until unmounted or signalled (SIGINT, SIGTERM, SIGHUP), unmount.

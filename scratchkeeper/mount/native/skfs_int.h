@@ -149,7 +149,7 @@ bool some_mirror_covers(const struct sk_lov *lov, const bool *ok, uint64_t lo, u
 int truncate_locked(struct sk_inode *in, int fd, off_t size);
 int chown_objects(struct sk_inode *in, uid_t uid, gid_t gid, mode_t mode, bool set_mode);
 int read_pieces(struct sk_view *v, char *buf, uint64_t base, uint64_t *cur, uint64_t end,
-                uint32_t *ost_out, const struct sk_inode *in);
+                bool qos, uint32_t *ost_out, const struct sk_inode *in);
 void sk_fsync(fuse_req_t req, fuse_ino_t ino, int datasync, struct fuse_file_info *fi);
 void sk_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, struct fuse_file_info *fi);
 void sk_write(fuse_req_t req, fuse_ino_t ino, const char *data, size_t size, off_t off,
@@ -178,6 +178,22 @@ struct sk_wait {
 };
 double monotonic(void);
 bool scratch_path(struct sk_inode *in, char *out, size_t outlen);
+/* qos.c: read QoS admission and online retrieval */
+struct qos_ticket {
+    bool active;
+    int64_t interval;
+    double admitted_at;
+};
+int qos_start(const struct skfs_config *cfg, char *err, size_t errlen);
+void qos_stop(void);
+/* 1: admitted (wait done); 0: the request is not under QoS */
+int qos_admit(fuse_req_t req, unsigned copies, uint64_t buckets, struct qos_ticket *t);
+void qos_done(const struct qos_ticket *t);
+unsigned qos_load(uint32_t ost);        /* pieces of admitted requests on it this interval */
+void qos_count_piece(uint32_t ost);
+int qos_stats(char **out, size_t *len);
+#define SK_QOS_XATTR "user.scratchkeeper.qos"   /* read-only, on the mount's root */
+
 /* reads.c: read records for tiering (reads.log) */
 size_t encode_path(const char *path, char *out);  /* %XX-encoded into out (3x + 1 bytes) */
 void reads_count(struct sk_inode *in, uint64_t bytes);

@@ -1,0 +1,253 @@
+/* Read QoS (seed 001; docs/qos.rst "On the mount"): admission per interval and online
+ * retrieval for reads of files with at least qos.copies mirrors.
+ *
+ * Time is cut into intervals of qos.interval seconds (CLOCK_MONOTONIC). A read request of such
+ * a file by a user under QoS (qos.users, or everyone) asks to be admitted with its buckets, one
+ * per stripe piece it spans. Deterministic admission takes a request while the interval's
+ * buckets stay within S = (c-1)M^2 + cM (c = qos.copies, M = qos.accesses), the count an
+ * (N, c, 1) design reads in M accesses; statistical admission goes beyond S while
+ * Q = sum_k (1 - P_k) R_k over the busy intervals so far, this one included, stays below
+ * qos.epsilon (P_k sampled by the caller for the pool's design, R_k the share of busy intervals
+ * that ended with k buckets). A request that does not fit waits for the next interval, in
+ * arrival order (tickets: no request overtakes one that waits). A request larger than the
+ * limit alone is admitted into an empty interval.
+ *
+ * Online retrieval: each piece of an admitted request is read from the copy whose OST has
+ * served the fewest pieces of admitted requests in this interval (earliest finish with equal
+ * service times, Theorem 1), preferred mirrors on ties.
+ *
+ * A violation: an admitted request that had not been served qos.interval seconds after its
+ * admission (the interval is to be at least the time M accesses take). Counters are the
+ * read-only attribute user.scratchkeeper.qos of the mount's root (JSON); `scratchkeeper store
+ * stats` prints them. */
+#define _GNU_SOURCE
+#define FUSE_USE_VERSION 314
+
+#include "skfs_int.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static const char *const mode_names[] = {"off", "deterministic", "statistical"};
+
+static struct {
+    pthread_mutex_t lock;
+    pthread_cond_t turn;
+    int mode;
+    unsigned copies, accesses;
+    double interval, epsilon;
+    uint64_t limit;
+    /* lock: */
+    int64_t current;          /* the interval now */
+    uint64_t count;           /* its admitted buckets */
+    uint64_t next_ticket, head;
+    uint64_t busy;            /* intervals that admitted something */
+    double failure_mass;      /* sum over busy intervals of (1 - P_k) */
+    uint64_t admitted, delayed, violations, bypassed, buckets;
+    int64_t last_violated;
+    /* per OST: pieces of admitted requests in interval `stamp` */
+    atomic_uint_fast64_t *stamp;
+    atomic_uint *pieces;
+} q = {.lock = PTHREAD_MUTEX_INITIALIZER, .turn = PTHREAD_COND_INITIALIZER,
+       .last_violated = -1};
+
+static double now_seconds(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+static double failure(uint64_t buckets)
+{
+    if (buckets <= q.limit)
+        return 0.0;
+    if (buckets > fs.cfg.qos_nprob)
+        return 1.0;
+    return 1.0 - fs.cfg.qos_prob[buckets - 1];
+}
+
+/* Caller holds q.lock: move to the interval of `t`, closing the one before. */
+static void roll(double t)
+{
+    int64_t index = (int64_t)floor(t / q.interval);
+    if (index == q.current)
+        return;
+    if (q.count > 0) {
+        q.busy++;
+        q.failure_mass += failure(q.count);
+    }
+    q.current = index;
+    q.count = 0;
+    pthread_cond_broadcast(&q.turn);
+}
+
+static bool fits(uint64_t buckets)
+{
+    uint64_t total = q.count + buckets;
+    if (total <= q.limit || q.count == 0)
+        return true;
+    return q.mode == 2 &&
+           (q.failure_mass + failure(total)) / (double)(q.busy + 1) < q.epsilon;
+}
+
+static bool under_qos(uid_t uid)
+{
+    if (fs.cfg.qos_nusers == 0)
+        return true;
+    for (unsigned i = 0; i < fs.cfg.qos_nusers; i++)
+        if (fs.cfg.qos_users[i] == uid)
+            return true;
+    return false;
+}
+
+int qos_admit(fuse_req_t req, unsigned copies, uint64_t buckets, struct qos_ticket *t)
+{
+    t->active = false;
+    if (q.mode == 0 || buckets == 0)
+        return 0;
+    if (copies < q.copies || !under_qos(fuse_req_ctx(req)->uid)) {
+        __atomic_fetch_add(&q.bypassed, 1, __ATOMIC_RELAXED);
+        return 0;
+    }
+    pthread_mutex_lock(&q.lock);
+    roll(now_seconds());
+    uint64_t mine = q.next_ticket++;
+    bool waited = false;
+    while (q.head != mine || !fits(buckets)) {
+        waited = true;
+        double next = ((double)q.current + 1) * q.interval;
+        /* the condition variable runs on CLOCK_REALTIME: wait the same span from now */
+        struct timespec until;
+        clock_gettime(CLOCK_REALTIME, &until);
+        double span = next - now_seconds();
+        if (span < 0)
+            span = 0;
+        double whole = (double)until.tv_nsec / 1e9 + span + 1e-4;
+        until.tv_sec += (time_t)whole;
+        until.tv_nsec = (long)((whole - floor(whole)) * 1e9);
+        pthread_cond_timedwait(&q.turn, &q.lock, &until);
+        roll(now_seconds());
+    }
+    q.count += buckets;
+    q.head++;
+    q.admitted++;
+    q.buckets += buckets;
+    if (waited)
+        q.delayed++;
+    t->active = true;
+    t->interval = q.current;
+    t->admitted_at = now_seconds();
+    pthread_cond_broadcast(&q.turn);
+    pthread_mutex_unlock(&q.lock);
+    return 1;
+}
+
+void qos_done(const struct qos_ticket *t)
+{
+    if (!t->active)
+        return;
+    if (now_seconds() - t->admitted_at <= q.interval)
+        return;
+    pthread_mutex_lock(&q.lock);
+    if (q.last_violated != t->interval) {
+        q.violations++;
+        q.last_violated = t->interval;
+    }
+    pthread_mutex_unlock(&q.lock);
+}
+
+static int64_t current_index(void)
+{
+    return (int64_t)floor(now_seconds() / q.interval);
+}
+
+unsigned qos_load(uint32_t ost)
+{
+    if (!q.pieces || ost >= fs.cfg.ost_count)
+        return 0;
+    if ((int64_t)atomic_load(&q.stamp[ost]) != current_index())
+        return 0;
+    return atomic_load(&q.pieces[ost]);
+}
+
+void qos_count_piece(uint32_t ost)
+{
+    if (!q.pieces || ost >= fs.cfg.ost_count)
+        return;
+    uint64_t index = (uint64_t)current_index();
+    if (atomic_exchange(&q.stamp[ost], index) != index)
+        atomic_store(&q.pieces[ost], 0);
+    atomic_fetch_add(&q.pieces[ost], 1);
+}
+
+int qos_start(const struct skfs_config *cfg, char *err, size_t errlen)
+{
+    q.mode = cfg->qos_mode;
+    if (q.mode == 0)
+        return 0;
+    if (cfg->qos_copies < 2 || cfg->qos_accesses < 1 || !(cfg->qos_interval > 0)) {
+        snprintf(err, errlen, "read QoS: copies >= 2, accesses >= 1 and interval > 0 needed");
+        return -EINVAL;
+    }
+    q.copies = cfg->qos_copies;
+    q.accesses = cfg->qos_accesses;
+    q.interval = cfg->qos_interval;
+    q.epsilon = cfg->qos_epsilon;
+    q.limit = (uint64_t)(cfg->qos_copies - 1) * cfg->qos_accesses * cfg->qos_accesses +
+              (uint64_t)cfg->qos_copies * cfg->qos_accesses;
+    q.current = current_index();
+    q.count = q.next_ticket = q.head = q.busy = 0;
+    q.failure_mass = 0;
+    q.admitted = q.delayed = q.violations = q.bypassed = q.buckets = 0;
+    q.last_violated = -1;
+    q.stamp = calloc(cfg->ost_count, sizeof *q.stamp);
+    q.pieces = calloc(cfg->ost_count, sizeof *q.pieces);
+    if (!q.stamp || !q.pieces) {
+        free(q.stamp);
+        free(q.pieces);
+        q.stamp = NULL;
+        q.pieces = NULL;
+        snprintf(err, errlen, "read QoS: out of memory");
+        return -ENOMEM;
+    }
+    return 0;
+}
+
+void qos_stop(void)
+{
+    free(q.stamp);
+    free(q.pieces);
+    q.stamp = NULL;
+    q.pieces = NULL;
+    q.mode = 0;
+}
+
+int qos_stats(char **out, size_t *len)
+{
+    size_t cap = 1024;
+    char *text = malloc(cap);
+    if (!text)
+        return -ENOMEM;
+    pthread_mutex_lock(&q.lock);
+    roll(now_seconds());
+    double risk = q.busy ? q.failure_mass / (double)q.busy : 0.0;
+    int n = snprintf(text, cap,
+                     "{\"mode\": \"%s\", \"copies\": %u, \"accesses\": %u, \"interval\": %.6g, "
+                     "\"limit\": %" PRIu64 ", \"epsilon\": %.6g, \"admitted\": %" PRIu64
+                     ", \"admitted_buckets\": %" PRIu64 ", \"delayed\": %" PRIu64
+                     ", \"violations\": %" PRIu64 ", \"busy_intervals\": %" PRIu64
+                     ", \"risk\": %.6g, \"bypassed\": %" PRIu64 ", \"users\": %u}\n",
+                     mode_names[q.mode], q.copies, q.accesses, q.interval, q.limit, q.epsilon,
+                     q.admitted, q.buckets, q.delayed, q.violations, q.busy, risk,
+                     __atomic_load_n(&q.bypassed, __ATOMIC_RELAXED), fs.cfg.qos_nusers);
+    pthread_mutex_unlock(&q.lock);
+    *out = text;
+    *len = (size_t)n;
+    return 0;
+}

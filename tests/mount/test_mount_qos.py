@@ -1,0 +1,117 @@
+"""Read QoS on the real mount (qos.admission): admission per interval, waits, online retrieval
+over the copies, the counters of store stats."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+
+from scratchkeeper.config import load_config
+from scratchkeeper.storage import open_backend
+from scratchkeeper.storage.layout import LayoutRequest
+
+PIECE = 65536
+
+
+def qos_mount(make_mount, admission: str, *, users: str = "", interval: float = 0.4):
+    return make_mount(ost_count=9, stripe_count=3, stripe_size=PIECE,
+                      mount_extra="dispatch_min_bytes = 0",
+                      extra=f'[qos]\nadmission = "{admission}"\ncopies = 3\naccesses = 1\n'
+                            f'interval = {interval}\nsamples = 200\n{users}')
+
+
+def three_copies(mnt, name: str, pieces: int = 24) -> tuple[str, bytes]:
+    """A file of ``pieces`` stripe pieces with three mirrors on disjoint OSTs (a parallel class
+    of the (9,3,1) design: {0,1,2}, {3,4,5}, {6,7,8})."""
+    backend = open_backend(load_config(mnt.config))
+    path = str(mnt.root / name)
+    data = os.urandom(pieces * PIECE)
+    backend.create(path, LayoutRequest(ost_list=(0, 1, 2)))
+    backend.write(path, 0, data)
+    backend.add_mirror(path, LayoutRequest(ost_list=(3, 4, 5)))
+    backend.add_mirror(path, LayoutRequest(ost_list=(6, 7, 8)))
+    return path, data
+
+
+def read_pieces(path: str, pieces: int) -> tuple[bytes, float]:
+    """One read request per stripe piece (O_DIRECT: no readahead merges them)."""
+    started = time.monotonic()
+    out = bytearray()
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECT)
+    try:
+        import mmap
+
+        buf = mmap.mmap(-1, PIECE)
+        for n in range(pieces):
+            got = os.preadv(fd, [buf], n * PIECE)
+            out += buf[:got]
+    finally:
+        os.close(fd)
+    return bytes(out), time.monotonic() - started
+
+
+def stats(mnt) -> dict:
+    result = subprocess.run([sys.executable, "-m", "scratchkeeper", "-c", str(mnt.config),
+                             "store", "stats", "--json"], capture_output=True, text=True,
+                            timeout=60)
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout)
+
+
+def test_deterministic_admission_delays_beyond_the_limit_and_spreads_the_copies(make_mount):
+    mnt = qos_mount(make_mount, "deterministic")
+    path, data = three_copies(mnt, "q.dat")
+    read, seconds = read_pieces(path, 24)
+    assert read == data
+    # S = (3-1)*1 + 3*1 = 5 pieces per 0.4 s interval: 24 one-piece requests take 5
+    # intervals, the first of which may have been nearly over
+    assert seconds >= 3 * 0.4 - 0.02, seconds
+    counters = stats(mnt)
+    qos = counters["qos"]
+    assert (qos["mode"], qos["limit"], qos["copies"], qos["accesses"]) == \
+        ("deterministic", 5, 3, 1)
+    assert qos["admitted"] == 24 and qos["admitted_buckets"] == 24
+    assert qos["delayed"] >= 4 and qos["violations"] == 0
+    # online retrieval: a piece goes to the copy whose OST served the fewest pieces in the
+    # interval, so with 5 one-piece requests an interval the second mirror serves too (the
+    # primary alone would read 24 pieces from OSTs 0-2), and no OST serves more than
+    # ceil(24 / 5) * 1 pieces over the 5 intervals' worth of M = 1 accesses each
+    reads = {o["ost"]: o["reads"] for o in counters["dispatch"]["osts"]}
+    assert sum(reads.values()) == 24
+    assert sum(reads.get(ost, 0) for ost in (3, 4, 5)) >= 6, reads
+    assert max(reads.values()) <= 6, reads
+    text = subprocess.run([sys.executable, "-m", "scratchkeeper", "-c", str(mnt.config),
+                           "store", "stats"], capture_output=True, text=True, timeout=60)
+    assert "admitted 24 request(s)" in text.stdout and "violations 0" in text.stdout
+
+
+def test_reads_not_under_qos_are_not_admitted(make_mount):
+    """A file with fewer copies than qos.copies, or a user not in qos.users, is read at once."""
+    mnt = qos_mount(make_mount, "deterministic", users='users = ["12345"]')
+    path, data = three_copies(mnt, "q.dat")
+    read, seconds = read_pieces(path, 24)        # root is not user 12345
+    assert read == data and seconds < 3 * 0.4
+    qos = stats(mnt)["qos"]
+    assert qos["admitted"] == 0 and qos["bypassed"] >= 24 and qos["users"] == 1
+
+
+def test_off_admits_nothing(make_mount):
+    off = qos_mount(make_mount, "off")
+    path, data = three_copies(off, "q.dat")
+    read, _ = read_pieces(path, 12)
+    assert read == data[:12 * PIECE] and stats(off)["qos"]["mode"] == "off"
+
+
+def test_statistical_admission_admits_more_than_s_within_epsilon(make_mount):
+    mnt = qos_mount(make_mount, "statistical")
+    path, data = three_copies(mnt, "s.dat")
+    read, _ = read_pieces(path, 24)
+    assert read == data
+    qos = stats(mnt)["qos"]
+    assert qos["mode"] == "statistical" and qos["admitted"] == 24
+    # P_k of (9,3,1) stays near 1 a little past S = 5: more pieces per interval than S
+    assert qos["admitted_buckets"] / max(1, qos["busy_intervals"]) > 5
+    assert qos["risk"] <= 0.01 + 1e-9
