@@ -103,6 +103,18 @@ def register(subparsers) -> None:
                                         "processes, doomed objects, staging inodes)")
     gc.set_defaults(func=_gc)
 
+    replicate = commands.add_parser(
+        "replicate", help="give a plain file its copies by a read-QoS scheme (seed 001): "
+                          "design-theoretic, RAID-1 mirrored or chained",
+        description="Add the c - 1 mirrors of a plain striped file so that stripe k's copies "
+                    "are the devices of one bucket of the scheme (docs/qos.rst).")
+    replicate.add_argument("path", metavar="PATH")
+    replicate.add_argument("--scheme", choices=("design", "mirrored", "chained"),
+                           default="design")
+    replicate.add_argument("--copies", type=int, help="c (config: qos.copies)")
+    replicate.add_argument("--pool", help="the devices are this pool's OSTs (default: every OST)")
+    replicate.set_defaults(func=_replicate)
+
     stats = commands.add_parser("stats", help="the scratch mount's counters: read QoS "
                                               "(admitted, delayed, violations) and read "
                                               "dispatch")
@@ -396,6 +408,26 @@ def _count_hot(args, rows: list[dict]) -> str:
         row["hot_objects"] = hot.get(row["ost_index"], 0)
     return (f"hot objects: files tierd counts at least {config.tiering.hot_reads} reads "
             f"(half-life {config.tiering.half_life:g} s) with a stripe on the OST")
+
+
+def _replicate(args) -> int:
+    from ..qos.files import replicate
+
+    config = site_config(args)
+    backend = _backend(args)
+    copies = config.qos.copies if args.copies is None else args.copies
+    if copies < 2:
+        raise InputError(f"--copies: expected 2 or more, got {copies}")
+    if args.pool is not None:
+        if args.pool not in getattr(backend, "pools", {}):
+            raise InputError(f"--pool {args.pool!r}: no such pool of the store")
+        osts = list(backend.pools[args.pool])
+    else:
+        osts = [o.ost_index for o in backend.list_osts()]
+    layout = replicate(backend, args.path, osts, scheme=args.scheme, copies=copies)
+    for mirror_id in layout.mirror_ids:
+        print(f"mirror {mirror_id}: OSTs {','.join(map(str, layout.mirror(mirror_id)[0].ost_list))}")
+    return 0
 
 
 def _stats(args) -> int:

@@ -101,3 +101,44 @@ class DataBlockMap:
     def devices_of(self, data_block: int) -> tuple[int, ...]:
         """The devices of the data block's copies, first copy first."""
         return self.allocation.replicas[self.bucket_of(data_block)]
+
+
+def file_copies(allocation: Allocation, primary: tuple[int, ...]) -> list[tuple[int, ...]]:
+    """The devices of a striped file's other c-1 copies, one tuple per copy (a mirror, stripe
+    positions in order), given the devices ``primary`` its stripes are on: stripe k's copies
+    are the other devices of a bucket of ``allocation`` whose copies include ``primary[k]``,
+    and the buckets of the stripes are disjoint, so every mirror's stripes are on distinct
+    devices and no two mirrors share one (Lustre's rule for a file's components). QosError
+    when no such choice exists (too many stripes for the devices, or primary devices no
+    disjoint buckets cover)."""
+    if len(set(primary)) != len(primary):
+        raise QosError(f"primary devices {list(primary)} repeat a device")
+    if len(primary) * allocation.copies > allocation.devices:
+        raise QosError(f"{len(primary)} stripes x {allocation.copies} copies need "
+                       f"{len(primary) * allocation.copies} devices; {allocation.scheme} has "
+                       f"{allocation.devices}")
+    candidates = [[b for b in dict.fromkeys(allocation.replicas) if device in b]
+                  for device in primary]
+    chosen: list[tuple[int, ...]] = []
+    used: set[int] = set(primary)
+
+    def search(k: int) -> bool:
+        if k == len(primary):
+            return True
+        for bucket in candidates[k]:
+            others = [d for d in bucket if d != primary[k]]
+            if used & set(others):
+                continue
+            chosen.append(tuple(others))
+            used.update(others)
+            if search(k + 1):
+                return True
+            chosen.pop()
+            used.difference_update(others)
+        return False
+
+    if not search(0):
+        raise QosError(f"{allocation.scheme}: no disjoint buckets cover the primary devices "
+                       f"{list(primary)}")
+    return [tuple(chosen[k][j] for k in range(len(primary)))
+            for j in range(allocation.copies - 1)]

@@ -24,15 +24,18 @@ def qos_mount(make_mount, admission: str, *, users: str = "", interval: float = 
 
 
 def three_copies(mnt, name: str, pieces: int = 24) -> tuple[str, bytes]:
-    """A file of ``pieces`` stripe pieces with three mirrors on disjoint OSTs (a parallel class
-    of the (9,3,1) design: {0,1,2}, {3,4,5}, {6,7,8})."""
+    """A file of ``pieces`` stripe pieces on OSTs 0-2, given its two other copies by the (9,3,1)
+    design (store replicate): the blocks through 0, 1 and 2, disjoint."""
     backend = open_backend(load_config(mnt.config))
     path = str(mnt.root / name)
     data = os.urandom(pieces * PIECE)
     backend.create(path, LayoutRequest(ost_list=(0, 1, 2)))
     backend.write(path, 0, data)
-    backend.add_mirror(path, LayoutRequest(ost_list=(3, 4, 5)))
-    backend.add_mirror(path, LayoutRequest(ost_list=(6, 7, 8)))
+    replicated = subprocess.run([sys.executable, "-m", "scratchkeeper", "-c", str(mnt.config),
+                                 "store", "replicate", path, "--scheme", "design"],
+                                capture_output=True, text=True, timeout=120)
+    assert replicated.returncode == 0, replicated.stderr
+    assert backend.layout(path).osts() == set(range(9))
     return path, data
 
 
