@@ -122,7 +122,8 @@ def _read(args: argparse.Namespace) -> int:
     config = site_config(args)
     backend = open_backend(config)
     reader = RecoveringReader(backend, _client(config), args.path,
-                              wait_timeout=args.wait_timeout or config.recovery.wait_timeout)
+                              wait_timeout=args.wait_timeout or config.recovery.wait_timeout,
+                              count_reads=config.mount.read_log_interval > 0)
     if args.offset < 0 or (args.length is not None and args.length < 0):
         raise InputError("--offset and --length must be >= 0")
     out = open(args.output, "wb") if args.output else sys.stdout.buffer

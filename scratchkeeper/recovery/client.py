@@ -178,6 +178,10 @@ class RecoveryClient:
     def report(self, path: str, ost_index: int | None = None) -> dict:
         return self.call({"op": "report", "path": path, "ost_index": ost_index})
 
+    def reads(self, path: str, reads: int, nbytes: int) -> dict:
+        """Tell recoveryd this reader read ``path`` (tiering counts it)."""
+        return self.call({"op": "reads", "path": path, "reads": reads, "bytes": nbytes})
+
     def status(self, path: str) -> dict:
         return self.call({"op": "status", "path": path})
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterator
 
-from ..errors import RecoveryError, TargetUnavailable
+from ..errors import RecoveryError, ScratchkeeperError, TargetUnavailable
 from ..storage import StorageBackend
 from ..storage.base import DEFAULT_CHUNK
 from .client import RecoveryClient
@@ -28,13 +28,14 @@ class RecoveringReader:
     """Streams a file; waits for recovery instead of failing on a lost stripe."""
 
     def __init__(self, backend: StorageBackend, client: RecoveryClient, path: str, *,
-                 wait_timeout: float = 3600.0, max_waits: int = 8):
+                 wait_timeout: float = 3600.0, max_waits: int = 8, count_reads: bool = False):
         self.backend = backend
         self.client = client
         self.path = backend.paths.resolve(path)
         self.wait_timeout = wait_timeout
         self.max_waits = max_waits
         self.waits = 0  # how many times reading had to wait for a patch
+        self.count_reads = count_reads  # tell recoveryd the reads when done (tiering)
 
     def chunks(self, offset: int = 0, length: int | None = None,
                chunk_size: int = DEFAULT_CHUNK) -> Iterator[bytes]:
@@ -42,16 +43,27 @@ class RecoveringReader:
         size = self.backend.stat(self.path).size
         end = size if length is None else min(size, offset + length)
         position = offset
+        reads = 0
         while position < end:
             try:
                 for chunk in self.backend.open_reader(self.path, offset=position,
                                                       length=end - position,
                                                       chunk_size=chunk_size):
                     position += len(chunk)
+                    reads += 1
                     yield chunk
-                return
+                break
             except TargetUnavailable as err:
                 self._wait_for_patch(err, position)
+        if self.count_reads and reads:
+            self._tell_reads(reads, position - offset)
+
+    def _tell_reads(self, reads: int, nbytes: int) -> None:
+        """Best effort: a reader without recoveryd still reads."""
+        try:
+            self.client.reads(self.path, min(reads, 1 << 20), nbytes)
+        except (ScratchkeeperError, OSError) as err:
+            log.debug("%s: reads not counted: %s", self.path, err)
 
     def _wait_for_patch(self, err: TargetUnavailable, position: int) -> None:
         self.waits += 1

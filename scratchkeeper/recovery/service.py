@@ -494,6 +494,9 @@ class RecoveryService:
             if not wait:
                 return {"request_id": request_id}
             return self._wait_request(request_id, timeout)
+        if op == "reads":
+            full = self._authorise(message.get("path"), uid)
+            return self._record_reads(full, uid, message)
         if op == "check-job":
             if uid != 0 and uid != _uid_of(self.config.recovery.hook_user):
                 raise PermissionDenied(f"check-job is for the scheduler's hook only (root or "
@@ -508,7 +511,29 @@ class RecoveryService:
                                                         "requested_by", "reason", "created")}
                                  for row in rows]}
         raise InputError(f"unknown op {str(op)[:64]!r} (report, status, wait, recover, "
-                         "check-job, list, stage-commit, stage-fail)")
+                         "reads, check-job, list, stage-commit, stage-fail)")
+
+    def _record_reads(self, full: str, uid: int, message: dict) -> dict:
+        """A reader's reads of one of its user's files (``scratchkeeper read``), written to the
+        store's read records as the mount writes its own (tierd counts both). The user may not
+        write the store's root; recoveryd may, and takes the counts only for the user's own
+        files, bounded."""
+        reads, nbytes = message.get("reads"), message.get("bytes")
+        for name, value, top in (("reads", reads, 1 << 20), ("bytes", nbytes, 1 << 50)):
+            if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= top:
+                raise InputError(f"'{name}' must be a whole number 0..{top}, got "
+                                 f"{str(value)[:32]!r}")
+        if reads == 0:
+            raise InputError("'reads' must be at least 1")
+        file_id = getattr(self.backend, "file_id", None)
+        if file_id is None or self.config.mount.read_log_interval <= 0:
+            return {"recorded": False, "why": "reads are counted only for the local store with "
+                                              "mount.read_log_interval > 0"}
+        from ..storage.mount_logs import append_reads
+
+        append_reads(self.backend.store_root, time=time.time(), object_id=file_id(full),
+                     uid=uid, reads=reads, nbytes=nbytes, path=full)
+        return {"recorded": True}
 
     def _stage_report(self, op: str, message: dict, uid: int) -> dict:
         """A data job's ``stage commit``/``stage fail``, done here because the data job runs as

@@ -377,6 +377,10 @@ class LocalStripedStore(NamespaceMixin, MdtMixin, ObjectsMixin, RebuildMixin, Pl
     def layout(self, path: str) -> FileLayout:
         return self._inode(path).layout
 
+    def file_id(self, path: str) -> int:
+        """The file's MDT inode number: its identity across renames (the read records' key)."""
+        return self._inode(path).st.st_ino
+
     def stat(self, path: str) -> FileStat:
         node = self._inode(path)
         return FileStat(node.path, node.size, node.st.st_uid, node.st.st_gid,

@@ -29,6 +29,32 @@ ROTATE_AT = 16 << 20
 R = TypeVar("R")
 
 
+#: the mount's read records (docs/mount.rst "Read records"), which tierd counts
+READ_LOG = "reads.log"
+_SAFE = frozenset(b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789/._-+~")
+
+
+def encode_path(path: str) -> str:
+    """A path as the mount writes it in its records: bytes outside [A-Za-z0-9/._-+~] as %XX."""
+    return "".join(chr(b) if b in _SAFE else f"%{b:02X}"
+                   for b in path.encode("utf-8", "surrogateescape"))
+
+
+def append_reads(store_root: str | os.PathLike, *, time: float, object_id: int, uid: int,
+                 reads: int, nbytes: int, path: str) -> None:
+    """Append one READS record to ``store_root/reads.log`` as the mount does: one ``write`` to
+    the ``O_APPEND`` file, never through a symbolic link."""
+    line = (f"READS {time:.9f} {object_id} {uid} {reads} {nbytes} "
+            f"{encode_path(path)}\n").encode("ascii")
+    fd = os.open(Path(store_root) / READ_LOG,
+                 os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    try:
+        if os.write(fd, line) != len(line):
+            raise ScratchkeeperError(f"{store_root}/{READ_LOG}: short write")
+    finally:
+        os.close(fd)
+
+
 def decode_path(field: bytes) -> str:
     """A record's %XX-encoded absolute path; ValueError for anything else."""
     path = unquote_to_bytes(field.decode("ascii")).decode("utf-8", "surrogateescape")

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..storage.mount_logs import decode_path
+from ..storage.mount_logs import READ_LOG, decode_path
 
-READ_LOG = "reads.log"
+__all__ = ["READ_LOG", "ReadRecord", "parse_reads"]
 
 
 @dataclass(frozen=True)

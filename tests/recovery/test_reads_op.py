@@ -1,0 +1,67 @@
+"""recoveryd's ``reads`` op: a reader's reads (scratchkeeper read) written to the store's read
+records for tiering, only for the caller's own files, bounded (a private site, no cluster)."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from scratchkeeper.recovery.client import RecoveryClient
+from scratchkeeper.recovery.reader import RecoveringReader
+from scratchkeeper.recovery.service import RecoveryService
+from scratchkeeper.tiering.reads import parse_reads
+
+from .conftest import NOBODY, NoQueue, run_as, stage, write_site
+
+
+@pytest.fixture
+def service(site_dir):
+    if os.geteuid() != 0:
+        pytest.skip("needs root to connect as other users")
+    site = write_site(site_dir, ost_count=4)
+    running = RecoveryService(site.config, scheduler=NoQueue())
+    running.start()
+    yield site, running
+    running.shutdown()
+
+
+def records(site):
+    log = site.root / "store" / "reads.log"
+    return [parse_reads(line) for line in log.read_bytes().splitlines()] if log.exists() else []
+
+
+def test_a_readers_reads_are_recorded_for_its_own_files_only(service):
+    site, running = service
+    backend = site.backend
+    mine = stage(backend, "nobody.dat", b"n" * 300_000, "file:///dev/null", stripe_count=2,
+                 owner=(NOBODY, NOBODY))
+    roots = stage(backend, "root.dat", b"r" * 1000, "file:///dev/null", stripe_count=1)
+    socket_path = site.config.recovery.socket
+
+    def read_own():
+        reader = RecoveringReader(backend, RecoveryClient(socket_path), mine, count_reads=True)
+        return len(reader.read())
+    assert run_as(NOBODY, read_own) == {"ok": True, "value": 300_000}
+    (record,) = records(site)
+    assert (record.path, record.uid, record.bytes) == (mine, NOBODY, 300_000)
+    assert record.reads >= 1 and record.object_id == backend.file_id(mine)
+
+    def claim(path, reads, nbytes):
+        return lambda: RecoveryClient(socket_path).reads(path, reads, nbytes)
+    refused = run_as(NOBODY, claim(roots, 5, 1000))       # not its file: no record
+    assert not refused["ok"] and refused["kind"] == "PermissionDenied"
+    for bad in ((mine, 0, 10), (mine, -1, 10), (mine, 1 << 21, 10), (mine, 1, -5)):
+        answer = run_as(NOBODY, claim(*bad))
+        assert not answer["ok"] and answer["kind"] == "InputError", (bad, answer)
+    assert run_as(NOBODY, claim("/etc/passwd", 1, 1))["ok"] is False
+    assert len(records(site)) == 1
+
+
+def test_a_reader_without_recoveryd_still_reads(site_dir):
+    site = write_site(site_dir, ost_count=4)
+    path = stage(site.backend, "f.dat", b"x" * 5000, "file:///dev/null", stripe_count=1)
+    reader = RecoveringReader(site.backend, RecoveryClient(str(site_dir / "nowhere.sock"),
+                                                           connect_timeout=0.2), path,
+                              count_reads=True)
+    assert reader.read() == b"x" * 5000
