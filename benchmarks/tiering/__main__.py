@@ -7,7 +7,7 @@ A local store with two performance classes: the ``disk`` pool (OSTs 0 and 1) is 
 systems on loop devices whose reads the blkio controller throttles (``read_bps_device`` and
 ``read_iops_device``), the ``flash`` pool (OSTs 2 and 3) two tmpfs mounts, together about a
 quarter of the data. Many files are created in the disk pool and read through
-``scratchkeeper mount`` by fio (``rw=randread``, psync, several jobs, a fixed runtime) whose
+``scratchkeeper mount`` by fio (``rw=randread``, psync, O_DIRECT, several jobs, a fixed runtime) whose
 file choice follows a Zipf popularity (``file_service_type=zipf:THETA``). The mount and fio run
 in a cgroup-v1 memory cgroup with a small limit, so the page cache cannot hold the data, and the
 caches are dropped before every run; the tmpfs data is written from outside that cgroup.
@@ -597,7 +597,8 @@ def job_text(results: dict) -> str:
     lines = []
     for text in results["job"].rstrip().splitlines():
         if text.startswith("filename="):
-            text = f"filename={names[0]}:{names[1]}:...:{names[-1]}   # all {len(names)} files"
+            lines.append(f"; filename= lists all {len(names)} files, colon-separated")
+            text = f"filename={names[0]}:{names[1]}:...:{names[-1]}"
         lines.append(text)
     return "\n".join(lines)
 
@@ -701,8 +702,8 @@ def report(results: dict) -> str:
               f"runs of consecutive names, one run per job (hottest: "
               f"{', '.join(results['hottest'][:8])}): fio does not scatter "
               f"`file_service_type=zipf` ranks over the file list, and each job starts its ranks "
-              f"at its own offset. theta {p['theta']}, not above 1: in a trial at 1.2, 4 files "
-              f"(one per job) took 84 % of the reads, where a Zipf(1.2) over 64 files gives the "
+              f"at its own offset. theta {p['theta']}, not above 1: in a trial run of this "
+              f"benchmark at 1.2 (64 files), 4 files (one per job) took 84 % of the reads, where a Zipf(1.2) over 64 files gives the "
               f"hottest one 29 %.", "",
               f"First `tierd --once` (after the warm-up): {t0['up_done']} up moves done, "
               f"{t0['failed']} failed, {t0['bytes_moved'] / MiB:.0f} MiB copied to flash in "
