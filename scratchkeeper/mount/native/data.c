@@ -144,13 +144,14 @@ void sk_fsync(fuse_req_t req, fuse_ino_t ino, int datasync, struct fuse_file_inf
 
 /* Fill buf (file bytes [base, end)) from *cur on; NEED_RECOVERY with *ost when a stripe no
  * mirror can serve is reached. */
-/* For a QoS request: the usable component covering `at` whose OST served the fewest pieces
- * of admitted requests this interval (preferred, then layout order, on ties); -1 if none. */
+/* For a QoS request: the usable component covering `at` whose OST has the fewest pieces of
+ * admitted requests this interval (preferred, then layout order, on ties), that piece counted
+ * on it at once so that requests choosing at the same time spread (qos_choose); -1 if none. */
 static int least_loaded_copy(const struct sk_view *v, uint64_t at, const bool *excluded)
 {
     const struct sk_lov *lov = &v->lov;
-    int best = -1;
-    unsigned best_load = 0;
+    uint32_t comps[lov->ncomp + 1], osts[lov->ncomp + 1];
+    unsigned n = 0;
     for (uint32_t i = 0; i < 2 * lov->ncomp; i++) {
         uint32_t k = i % lov->ncomp;
         const struct sk_comp *c = &lov->comps[k];
@@ -160,13 +161,12 @@ static int least_loaded_copy(const struct sk_view *v, uint64_t at, const bool *e
         uint32_t pos = sk_comp_position(c, at), ost = c->objs[pos].ost;
         if (v->fds[k][pos] < 0 || ost_failed(ost))
             continue;
-        unsigned load = qos_load(ost);
-        if (best < 0 || load < best_load) {
-            best = (int)k;
-            best_load = load;
-        }
+        comps[n] = k;
+        osts[n++] = ost;
     }
-    return best;
+    if (n == 0)
+        return -1;
+    return (int)comps[qos_choose(osts, n)];
 }
 
 int read_pieces(struct sk_view *v, char *buf, uint64_t base, uint64_t *cur, uint64_t end,
@@ -227,8 +227,6 @@ int read_pieces(struct sk_view *v, char *buf, uint64_t base, uint64_t *cur, uint
                     want = ost;
                 continue;
             }
-            if (qos)
-                qos_count_piece(ost);
             *cur = piece_end;
             served = true;
         }

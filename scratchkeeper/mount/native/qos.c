@@ -13,8 +13,9 @@
  * limit alone is admitted into an empty interval.
  *
  * Online retrieval: each piece of an admitted request is read from the copy whose OST has
- * served the fewest pieces of admitted requests in this interval (earliest finish with equal
- * service times, Theorem 1), preferred mirrors on ties.
+ * been sent the fewest pieces of admitted requests in this interval (earliest finish with
+ * equal service times, Theorem 1), preferred mirrors on ties; the piece is counted on that OST
+ * as it is chosen, so requests choosing at the same moment spread over the copies.
  *
  * A violation: an admitted request that had not been served qos.interval seconds after its
  * admission (the interval is to be at least the time M accesses take). Counters are the
@@ -27,6 +28,7 @@
 
 #include <errno.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -50,11 +52,12 @@ static struct {
     double failure_mass;      /* sum over busy intervals of (1 - P_k) */
     uint64_t admitted, delayed, violations, bypassed, buckets;
     int64_t last_violated;
-    /* per OST: pieces of admitted requests in interval `stamp` */
-    atomic_uint_fast64_t *stamp;
-    atomic_uint *pieces;
+    /* per OST, under `choose`: pieces of admitted requests sent there in interval `stamp` */
+    pthread_mutex_t choose;
+    uint64_t *stamp;
+    unsigned *pieces;
 } q = {.lock = PTHREAD_MUTEX_INITIALIZER, .turn = PTHREAD_COND_INITIALIZER,
-       .last_violated = -1};
+       .choose = PTHREAD_MUTEX_INITIALIZER, .last_violated = -1};
 
 static double now_seconds(void)
 {
@@ -167,23 +170,36 @@ static int64_t current_index(void)
     return (int64_t)floor(now_seconds() / q.interval);
 }
 
-unsigned qos_load(uint32_t ost)
+/* Caller holds q.choose: the pieces counted on `ost` in interval `index`. */
+static unsigned load_of(uint32_t ost, uint64_t index)
 {
-    if (!q.pieces || ost >= fs.cfg.ost_count)
-        return 0;
-    if ((int64_t)atomic_load(&q.stamp[ost]) != current_index())
-        return 0;
-    return atomic_load(&q.pieces[ost]);
+    if (q.stamp[ost] != index) {
+        q.stamp[ost] = index;
+        q.pieces[ost] = 0;
+    }
+    return q.pieces[ost];
 }
 
-void qos_count_piece(uint32_t ost)
+unsigned qos_choose(const uint32_t *osts, unsigned n)
 {
-    if (!q.pieces || ost >= fs.cfg.ost_count)
-        return;
+    if (!q.pieces || n == 0)
+        return 0;
     uint64_t index = (uint64_t)current_index();
-    if (atomic_exchange(&q.stamp[ost], index) != index)
-        atomic_store(&q.pieces[ost], 0);
-    atomic_fetch_add(&q.pieces[ost], 1);
+    unsigned best = 0, best_load = UINT_MAX;
+    pthread_mutex_lock(&q.choose);
+    for (unsigned i = 0; i < n; i++) {
+        if (osts[i] >= fs.cfg.ost_count)
+            continue;
+        unsigned load = load_of(osts[i], index);
+        if (load < best_load) {
+            best = i;
+            best_load = load;
+        }
+    }
+    if (best_load != UINT_MAX)
+        q.pieces[osts[best]]++;
+    pthread_mutex_unlock(&q.choose);
+    return best;
 }
 
 int qos_start(const struct skfs_config *cfg, char *err, size_t errlen)

@@ -189,8 +189,9 @@ void qos_stop(void);
 /* 1: admitted (wait done); 0: the request is not under QoS */
 int qos_admit(fuse_req_t req, unsigned copies, uint64_t buckets, struct qos_ticket *t);
 void qos_done(const struct qos_ticket *t);
-unsigned qos_load(uint32_t ost);        /* pieces of admitted requests on it this interval */
-void qos_count_piece(uint32_t ost);
+/* Of n candidate OSTs, the index of the one sent the fewest admitted pieces this interval
+ * (the first on ties), that piece counted on it. */
+unsigned qos_choose(const uint32_t *osts, unsigned n);
 int qos_stats(char **out, size_t *len);
 #define SK_QOS_XATTR "user.scratchkeeper.qos"   /* read-only, on the mount's root */
 
