@@ -34,6 +34,7 @@ BENCHMARKS = (
     ("dispatch", True, False),
     ("mount_recovery", True, True),
     ("qos", True, False),
+    ("qos_mount", True, False),
     ("placement", True, False),
     ("tiering", True, False),
 )
