@@ -373,6 +373,10 @@ class QosConfig:
                            minimum=0, exclusive_minimum=True, maximum=60)
     epsilon: float = _opt(0.01, "statistical admission: the share of intervals allowed to miss "
                           "the guarantee", minimum=0, maximum=1)
+    batch: float = _opt(0.002, "seconds the first of the requests admitted together waits for "
+                        "the others, so that their pieces' copies are chosen together (at most "
+                        "a quarter of qos.interval; 0: each request on its own)", minimum=0,
+                        maximum=1)
     samples: int = _opt(2000, "statistical admission: random draws per size k when P_k is "
                         "sampled at mount start", minimum=10, maximum=1000000)
     users: list[str] = _opt(None, "the users (names or uids) whose reads are admitted; empty: "

@@ -80,6 +80,8 @@ SIM_KEYS = {"mirrored": "RAID-1 mirrored/natural", "chained": "RAID-1 chained/na
 ACCESSES = (1, 2, 3)
 IOPS = 10             # the one throttle setting that is a queue (see the docstring)
 MARGIN = 0.3          # T = M tau + MARGIN tau
+#: qos.batch: the default
+BATCH = 0.002
 START_OFFSET = 0.003  # a batch starts this long after the mount's interval boundary
 
 
@@ -249,6 +251,7 @@ admission = "{admission}"
 copies = {COPIES}
 accesses = {accesses}
 interval = {interval:.6f}
+batch = {BATCH}
 samples = 10
 [logging]
 level = "WARNING"
@@ -912,7 +915,9 @@ def report(results: dict, a: dict) -> str:
         f"- **Mount**: `scratchkeeper mount`, `mount.threads = {p['threads']}` (every request of "
         f"a batch gets a thread), `mount.dispatch_min_bytes = 0`, `[qos] admission = "
         f"\"deterministic\"`, `copies = 3`, `accesses = M`, `interval = T = M tau + "
-        f"{MARGIN} tau`; a fresh mount per M. The margin: the throttle needs tau after a "
+        f"{MARGIN} tau`, `batch = {BATCH}` s (the default: the first of the requests admitted "
+        f"together waits that long for the others, so that their copies are chosen together); "
+        f"a fresh mount per M. The margin: the throttle needs tau after a "
         f"device's last release before it releases the next at once, so T >= M tau keeps each "
         f"interval's devices fresh; {MARGIN} tau ({ms(MARGIN * tau)} ms) covers the throttle's "
         f"jitter (spacing {ms(min(r['spacing'] for r in cal['per_device'].values()))}-"
@@ -1016,21 +1021,20 @@ def report(results: dict, a: dict) -> str:
               "arrive together, all saw the same counts and took their primary copies: the "
               "design then had a read past M accesses in 63 %, 87 % and 100 % of the intervals "
               "at M = 1, 2, 3, like the RAID-1 layouts. The mount now counts the piece on the "
-              "OST as it chooses the copy (`qos_choose`, under one lock), so requests choosing "
-              "at the same moment spread over the copies; this report measures that build. "
+              "OST as it chooses the copy, and chooses the copies of the requests admitted "
+              "within `qos.batch` together (`qos_assign`); this report measures that build. "
               "`tests/mount/test_mount_qos.py` reads one piece at a time and could not see it.",
               "",
               "Where the real mount differs:", "",
               "- **Retrieval.** The simulation's design uses design-theoretic retrieval: all "
               "buckets of the interval known at its start, remapped along alternating paths "
-              "until no device has more than ceil(b/N) accesses. The mount's online retrieval "
-              "is greedy per request in arrival order: each piece goes to the copy whose OST "
-              "served the fewest pieces of admitted requests in this interval so far (ties to "
-              "the primary), and never moves again, so near full load (k = 27 on 9 devices, "
-              "3 accesses each) an early choice can leave a later piece no copy with room. "
-              "The RAID-1 rows use the same greedy rule "
-              "here; the simulation's RAID-1 rows send a read to the copy whose device finishes "
-              "first, which is the same rule with equal devices.",
+              "until no device has more than ceil(b/N) accesses. The mount assigns the pieces of "
+              "the requests admitted within `qos.batch` of each other together, the same way "
+              "(greedy, then alternating paths from a fullest OST), with the pieces sent earlier "
+              "in the interval counted and never moved; a request that arrives after its batch "
+              "closed starts another, so the k reads of an interval, which reach the mount over "
+              "a few ms, may be split into two batches, and the second cannot undo the first's "
+              "choices. The RAID-1 rows use the same rule.",
               "- **Devices.** A token-bucket throttle, not a flash device: the first read of an "
               "idle device is free, the later ones come one per tau with jitter, and now and "
               "then two together (calibration above).",

@@ -199,7 +199,8 @@ def qos_settings(config: SiteConfig) -> tuple | None:
                                                devices * qos.accesses, qos.samples)
         probabilities = [found[k] for k in range(1, devices * qos.accesses + 1)]
     return (QOS_MODES[qos.admission], qos.copies, qos.accesses, float(qos.interval),
-            float(qos.epsilon), tuple(probabilities), tuple(uids))
+            float(qos.epsilon), min(float(qos.batch), qos.interval / 4),
+            tuple(probabilities), tuple(uids))
 
 
 def serve(config: SiteConfig, mountpoint: str, *, debug: bool = False) -> None:

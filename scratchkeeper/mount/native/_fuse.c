@@ -53,15 +53,19 @@ static int call_place(void *ctx, const char *first_id, int stripe_count, const c
     return n;
 }
 
-/* qos: None or (mode, copies, accesses, interval, epsilon, (P_1, ...), (uid, ...)). 0, or -1
- * with an exception set. */
+/* qos: None or (mode, copies, accesses, interval, epsilon, batch, (P_1, ...), (uid, ...)).
+ * 0, or -1 with an exception set. */
 static int parse_qos(PyObject *qos, struct skfs_config *cfg)
 {
     PyObject *prob, *users;
-    if (!PyArg_ParseTuple(qos, "iIIddOO:qos", &cfg->qos_mode, &cfg->qos_copies,
-                          &cfg->qos_accesses, &cfg->qos_interval, &cfg->qos_epsilon, &prob,
-                          &users))
+    if (!PyArg_ParseTuple(qos, "iIIdddOO:qos", &cfg->qos_mode, &cfg->qos_copies,
+                          &cfg->qos_accesses, &cfg->qos_interval, &cfg->qos_epsilon,
+                          &cfg->qos_batch, &prob, &users))
         return -1;
+    if (!(cfg->qos_batch >= 0 && cfg->qos_batch < 1)) {
+        PyErr_SetString(PyExc_ValueError, "qos batch must be in [0, 1) seconds");
+        return -1;
+    }
     PyObject *p = PySequence_Fast(prob, "qos probabilities must be a sequence");
     PyObject *u = p ? PySequence_Fast(users, "qos users must be a sequence") : NULL;
     if (!u) {

@@ -169,8 +169,79 @@ static int least_loaded_copy(const struct sk_view *v, uint64_t at, const bool *e
     return (int)comps[qos_choose(osts, n)];
 }
 
+/* The copy the plan chose for the piece at `at`, if it is still usable; -1 otherwise. */
+static int planned_copy(const struct sk_view *v, const struct qos_plan *plan, uint64_t at,
+                        const bool *excluded)
+{
+    unsigned lo = 0, hi = plan->n;
+    while (lo < hi) {  /* the items are in file order */
+        unsigned mid = (lo + hi) / 2;
+        if (plan->items[mid].start < at)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    if (lo == plan->n || plan->items[lo].start != at)
+        return -1;
+    const struct qos_item *it = &plan->items[lo];
+    uint32_t k = it->comps[it->chosen];
+    if (k >= v->lov.ncomp || (k < 64 && excluded[k]))
+        return -1;
+    return (int)k;
+}
+
+/* The pieces of [off, end) (cut at the stripes of the first copy covering each) and the usable
+ * copies of each; then a copy for each, assigned with the requests admitted together. */
+static void build_plan(const struct sk_view *v, uint64_t off, uint64_t end,
+                       struct qos_plan *plan)
+{
+    const struct sk_lov *lov = &v->lov;
+    unsigned cap = 0;
+    plan->items = NULL;
+    plan->n = 0;
+    for (uint64_t at = off; at < end;) {
+        uint64_t next = end;
+        struct qos_item item = {.start = at};
+        bool covered = false;
+        for (uint32_t i = 0; i < 2 * lov->ncomp; i++) {
+            uint32_t k = i % lov->ncomp;
+            const struct sk_comp *c = &lov->comps[k];
+            if (c->prefer != (i < lov->ncomp) || !c->init || !sk_comp_covers(c, at))
+                continue;
+            if (!covered) {
+                covered = true;
+                next = (at / c->stripe_size + 1) * c->stripe_size;
+                if (c->end < next)
+                    next = c->end;
+                if (next > end)
+                    next = end;
+            }
+            uint32_t pos = sk_comp_position(c, at), ost = c->objs[pos].ost;
+            if (c->stale || v->fds[k][pos] < 0 || ost_failed(ost) || item.n == QOS_MAX_COPIES)
+                continue;
+            item.comps[item.n] = k;
+            item.osts[item.n++] = ost;
+        }
+        if (!covered)
+            break;  /* a hole: the read path zeroes it */
+        if (item.n > 0) {
+            if (plan->n == cap) {
+                unsigned grown = cap ? cap * 2 : 16;
+                struct qos_item *items = realloc(plan->items, grown * sizeof *items);
+                if (!items)
+                    break;
+                plan->items = items;
+                cap = grown;
+            }
+            plan->items[plan->n++] = item;
+        }
+        at = next;
+    }
+    qos_assign(plan->items, plan->n);
+}
+
 int read_pieces(struct sk_view *v, char *buf, uint64_t base, uint64_t *cur, uint64_t end,
-                bool qos, uint32_t *ost_out, const struct sk_inode *in)
+                const struct qos_plan *plan, uint32_t *ost_out, const struct sk_inode *in)
 {
     const struct sk_lov *lov = &v->lov;
     bool excluded[64] = {false};
@@ -182,7 +253,9 @@ int read_pieces(struct sk_view *v, char *buf, uint64_t base, uint64_t *cur, uint
          * (online retrieval); then mirrors flagged prefer (Lustre FLR's read preference),
          * then the others, each in layout order */
         uint32_t order[lov->ncomp + 1], norder = 0;
-        int chosen = qos ? least_loaded_copy(v, at, excluded) : -1;
+        int chosen = plan ? planned_copy(v, plan, at, excluded) : -1;
+        if (plan && chosen < 0)
+            chosen = least_loaded_copy(v, at, excluded);
         if (chosen >= 0)
             order[norder++] = (uint32_t)chosen;
         for (uint32_t i = 0; i < 2 * lov->ncomp; i++) {
@@ -291,6 +364,7 @@ void sk_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
     uint64_t cur = (uint64_t)off;
     struct sk_wait wait = {0};
     struct qos_ticket ticket = {0};
+    struct qos_plan plan = {0};
     bool asked = false;
     int rc;
     for (;;) {
@@ -306,6 +380,8 @@ void sk_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
                 view_put(v);   /* it may have waited: the layout as it is now */
                 if ((rc = view_get(fh, &v)) < 0)
                     break;
+                if (v->raw)
+                    build_plan(v, (uint64_t)off, end, &plan);
             }
         }
         if (!v->raw) {
@@ -321,7 +397,8 @@ void sk_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
             rc = 0;
             break;
         }
-        rc = read_pieces(v, buf, (uint64_t)off, &cur, end, ticket.active, &ost, fh->inode);
+        rc = read_pieces(v, buf, (uint64_t)off, &cur, end, ticket.active ? &plan : NULL, &ost,
+                         fh->inode);
         view_put(v);
         if (rc != NEED_RECOVERY)
             break;
@@ -331,6 +408,7 @@ void sk_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
             break;
     }
     qos_done(&ticket);
+    free(plan.items);
     if (rc < 0)
         fuse_reply_err(req, -rc);
     else {

@@ -202,6 +202,164 @@ unsigned qos_choose(const uint32_t *osts, unsigned n)
     return best;
 }
 
+/* -- batch assignment ------------------------------------------------------------------- */
+
+struct batch_req {
+    struct qos_item *items;
+    unsigned n;
+    bool done;
+    struct batch_req *next;
+};
+
+static struct {
+    struct batch_req *head;     /* q.choose: requests waiting to be assigned */
+    bool open;                  /* q.choose: a leader is collecting */
+    pthread_cond_t assigned;
+} qb = {.assigned = PTHREAD_COND_INITIALIZER};
+
+/* Caller holds q.choose: the items of every request in `reqs`, each on one of its copies, the
+ * most pieces on one OST this interval (the ones sent before counted) as few as possible:
+ * greedy (fewest copies first), then alternating paths from a fullest OST to one with at
+ * least two pieces fewer, as design-theoretic retrieval remaps. */
+static void assign_batch(struct batch_req *reqs)
+{
+    unsigned total = 0;
+    for (struct batch_req *r = reqs; r; r = r->next)
+        total += r->n;
+    if (total == 0)
+        return;
+    struct qos_item **all = malloc(total * sizeof *all);
+    unsigned *seen = calloc(fs.cfg.ost_count, sizeof *seen);
+    int *via = malloc(fs.cfg.ost_count * sizeof *via);
+    uint32_t *queue = malloc(fs.cfg.ost_count * sizeof *queue);
+    if (!all || !seen || !via || !queue) {
+        free(all);
+        free(seen);
+        free(via);
+        free(queue);
+        for (struct batch_req *r = reqs; r; r = r->next)   /* greedy, one at a time */
+            for (unsigned i = 0; i < r->n; i++)
+                r->items[i].chosen = 0;
+        return;
+    }
+    uint64_t index = (uint64_t)current_index();
+    unsigned m = 0;
+    for (struct batch_req *r = reqs; r; r = r->next)
+        for (unsigned i = 0; i < r->n; i++)
+            all[m++] = &r->items[i];
+    /* greedy, the pieces with the fewest copies first */
+    for (unsigned c = 1; c <= QOS_MAX_COPIES; c++)
+        for (unsigned i = 0; i < m; i++) {
+            struct qos_item *it = all[i];
+            if (it->n != c)
+                continue;
+            unsigned best = 0, best_load = UINT_MAX;
+            for (unsigned j = 0; j < it->n; j++) {
+                unsigned load = load_of(it->osts[j], index);
+                if (load < best_load) {
+                    best = j;
+                    best_load = load;
+                }
+            }
+            it->chosen = best;
+            q.pieces[it->osts[best]]++;
+        }
+    /* alternating paths: move a piece off a fullest OST, shifting others along the way */
+    for (unsigned round = 0; round < 4 * m + 8; round++) {
+        unsigned top = 0;
+        for (unsigned i = 0; i < m; i++) {
+            unsigned load = q.pieces[all[i]->osts[all[i]->chosen]];
+            if (load > top)
+                top = load;
+        }
+        if (top < 2)
+            break;
+        bool moved = false;
+        for (unsigned s = 0; s < m && !moved; s++) {
+            uint32_t start = all[s]->osts[all[s]->chosen];
+            if (q.pieces[start] != top)
+                continue;
+            unsigned stamp = round * (m + 1) + s + 1;   /* a fresh mark per search */
+            unsigned head = 0, tail = 0;
+            seen[start] = stamp;
+            via[start] = -1;
+            queue[tail++] = start;
+            while (head < tail && !moved) {
+                uint32_t u = queue[head++];
+                for (unsigned i = 0; i < m && !moved; i++) {
+                    struct qos_item *it = all[i];
+                    if (it->osts[it->chosen] != u)
+                        continue;
+                    for (unsigned j = 0; j < it->n; j++) {
+                        uint32_t b = it->osts[j];
+                        if (b >= fs.cfg.ost_count || seen[b] == stamp)
+                            continue;
+                        seen[b] = stamp;
+                        via[b] = (int)i;
+                        load_of(b, index);
+                        if (q.pieces[b] + 2 <= top) {
+                            /* shift each piece on the path one step along it */
+                            uint32_t at = b;
+                            while (via[at] >= 0) {
+                                struct qos_item *step = all[via[at]];
+                                uint32_t from = step->osts[step->chosen];
+                                for (unsigned k = 0; k < step->n; k++)
+                                    if (step->osts[k] == at)
+                                        step->chosen = k;
+                                at = from;
+                            }
+                            q.pieces[start]--;
+                            q.pieces[b]++;
+                            moved = true;
+                            break;
+                        }
+                        queue[tail++] = b;
+                    }
+                }
+            }
+        }
+        if (!moved)
+            break;
+    }
+    free(all);
+    free(seen);
+    free(via);
+    free(queue);
+}
+
+void qos_assign(struct qos_item *items, unsigned n)
+{
+    if (!q.pieces || n == 0)
+        return;
+    for (unsigned i = 0; i < n; i++)
+        items[i].chosen = 0;
+    struct batch_req me = {.items = items, .n = n};
+    pthread_mutex_lock(&q.choose);
+    me.next = qb.head;
+    qb.head = &me;
+    if (!qb.open) {
+        /* the leader: collect the requests admitted within qos.batch, then assign them all */
+        qb.open = true;
+        pthread_mutex_unlock(&q.choose);
+        if (fs.cfg.qos_batch > 0) {
+            struct timespec pause = {(time_t)fs.cfg.qos_batch,
+                                     (long)((fs.cfg.qos_batch - floor(fs.cfg.qos_batch)) * 1e9)};
+            nanosleep(&pause, NULL);
+        }
+        pthread_mutex_lock(&q.choose);
+        struct batch_req *reqs = qb.head;
+        qb.head = NULL;
+        qb.open = false;
+        assign_batch(reqs);
+        for (struct batch_req *r = reqs; r; r = r->next)
+            r->done = true;
+        pthread_cond_broadcast(&qb.assigned);
+    }
+    while (!me.done)
+        pthread_cond_wait(&qb.assigned, &q.choose);
+    pthread_mutex_unlock(&q.choose);
+}
+
 int qos_start(const struct skfs_config *cfg, char *err, size_t errlen)
 {
     q.mode = cfg->qos_mode;

@@ -51,6 +51,7 @@ struct skfs_config {
     int qos_mode;
     unsigned qos_copies, qos_accesses;
     double qos_interval, qos_epsilon;
+    double qos_batch;           /* seconds requests admitted together wait to be assigned */
     unsigned qos_nprob;         /* P_k for k = 1..qos_nprob (statistical) */
     double *qos_prob;
     unsigned qos_nusers;        /* the users under QoS; none: every user */

@@ -148,8 +148,9 @@ bool some_mirror_covers(const struct sk_lov *lov, const bool *ok, uint64_t lo, u
 /* data.c */
 int truncate_locked(struct sk_inode *in, int fd, off_t size);
 int chown_objects(struct sk_inode *in, uid_t uid, gid_t gid, mode_t mode, bool set_mode);
+struct qos_plan;
 int read_pieces(struct sk_view *v, char *buf, uint64_t base, uint64_t *cur, uint64_t end,
-                bool qos, uint32_t *ost_out, const struct sk_inode *in);
+                const struct qos_plan *plan, uint32_t *ost_out, const struct sk_inode *in);
 void sk_fsync(fuse_req_t req, fuse_ino_t ino, int datasync, struct fuse_file_info *fi);
 void sk_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, struct fuse_file_info *fi);
 void sk_write(fuse_req_t req, fuse_ino_t ino, const char *data, size_t size, off_t off,
@@ -192,6 +193,21 @@ void qos_done(const struct qos_ticket *t);
 /* Of n candidate OSTs, the index of the one sent the fewest admitted pieces this interval
  * (the first on ties), that piece counted on it. */
 unsigned qos_choose(const uint32_t *osts, unsigned n);
+/* One piece of an admitted request: the copies that can serve it, and the one chosen. */
+#define QOS_MAX_COPIES 8
+struct qos_item {
+    uint64_t start;
+    unsigned n, chosen;
+    uint32_t comps[QOS_MAX_COPIES], osts[QOS_MAX_COPIES];
+};
+struct qos_plan {
+    struct qos_item *items;     /* in file order */
+    unsigned n;
+};
+/* Choose a copy for each item, together with the pieces of requests admitted at the same
+ * moment (qos.batch): the greatest number of pieces on one OST this interval made as small
+ * as it can be (alternating paths, as design-theoretic retrieval). */
+void qos_assign(struct qos_item *items, unsigned n);
 int qos_stats(char **out, size_t *len);
 #define SK_QOS_XATTR "user.scratchkeeper.qos"   /* read-only, on the mount's root */
 
