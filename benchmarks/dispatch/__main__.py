@@ -32,6 +32,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from benchmarks.mount_rig import drop_caches, mounted, sh
+
 ROOT = Path(__file__).resolve().parents[2]
 REPORT_DIR = ROOT / "docs" / "benchmarks" / "dispatch"
 BLKIO = Path("/sys/fs/cgroup/blkio/blkio.throttle.read_bps_device")
@@ -40,20 +42,6 @@ STRIPE = 256 * 1024
 POLICIES = ("solver", "primary", "round-robin")
 SLOW_OST = 1
 STATS = "user.scratchkeeper.dispatch"
-
-
-def sh(argv: list[str], timeout: float = 120, **kwargs) -> subprocess.CompletedProcess:
-    return subprocess.run(argv, check=True, timeout=timeout, **kwargs)
-
-
-def drop_caches() -> None:
-    os.sync()
-    Path("/proc/sys/vm/drop_caches").write_text("3\n")
-
-
-def mounted(path: Path) -> bool:
-    with open("/proc/self/mountinfo", encoding="utf-8") as info:
-        return any(line.split(" ")[4] == str(path) for line in info)
 
 
 class Rig:

@@ -62,6 +62,9 @@ from concurrent.futures import ThreadPoolExecutor
 from itertools import permutations
 from pathlib import Path
 
+from benchmarks.mount_rig import (MemoryCgroup, drop_caches, mounted, say, sh, start_mount,
+                                     stop_mount)
+
 ROOT = Path(__file__).resolve().parents[2]
 REPORT_DIR = ROOT / "docs" / "benchmarks" / "qos_mount"
 SIM_RESULTS = ROOT / "docs" / "benchmarks" / "qos" / "results.json"
@@ -94,24 +97,6 @@ def plan(quick: bool) -> dict:
             "admitted": 4 if quick else 10, "overhead": 5 if quick else 20,
             "calibration": 4 if quick else 10, "cover": 2, "pieces": 8,
             "memory_limit": 112 * MiB, "threads": 64, "seed": 21}
-
-
-def say(text: str) -> None:
-    print(f"[{time.strftime('%H:%M:%S')}] {text}", flush=True)
-
-
-def sh(argv: list[str], timeout: float = 300, **kwargs) -> subprocess.CompletedProcess:
-    return subprocess.run(argv, check=True, timeout=timeout, **kwargs)
-
-
-def drop_caches() -> None:
-    os.sync()
-    Path("/proc/sys/vm/drop_caches").write_text("3\n")
-
-
-def mounted(path: Path) -> bool:
-    with open("/proc/self/mountinfo", encoding="utf-8") as info:
-        return any(line.split(" ")[4] == str(path) for line in info)
 
 
 def summary(values: list[float]) -> dict:
@@ -261,47 +246,21 @@ level = "WARNING"
         set_throttle(self.rules, IOPS if on else 0)
 
     def join_cgroup(self) -> None:
-        with open(self.cgroup / "cgroup.procs", "w") as procs:
-            procs.write(str(os.getpid()))
+        MemoryCgroup(self.cgroup).join()
 
     def reset_peak(self) -> None:
-        (self.cgroup / "memory.max_usage_in_bytes").write_text("0\n")
-        (self.cgroup / "memory.failcnt").write_text("0\n")
+        MemoryCgroup(self.cgroup).reset_peak()
 
     def memory(self) -> dict:
-        read = lambda name: int((self.cgroup / name).read_text())  # noqa: E731
-        stat = dict(line.split() for line in (self.cgroup / "memory.stat").read_text().splitlines())
-        return {"max_usage": read("memory.max_usage_in_bytes"), "failcnt": read("memory.failcnt"),
-                "rss": int(stat.get("total_rss", 0)), "cache": int(stat.get("total_cache", 0))}
+        return MemoryCgroup(self.cgroup).peak()
 
     def start(self, admission: str, accesses: int, interval: float) -> None:
         self.write_config(admission, accesses, interval)
-        with open(self.log, "ab") as log:
-            self.process = subprocess.Popen(
-                [sys.executable, "-m", "scratchkeeper", "mount", str(self.scratch), "-c",
-                 str(self.config)], stdout=log, stderr=subprocess.STDOUT,
-                start_new_session=True, preexec_fn=self.join_cgroup)
-        deadline = time.monotonic() + 30
-        while not mounted(self.scratch):
-            if self.process.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"the mount did not start:\n{self.log.read_text()[-2000:]}")
-            time.sleep(0.05)
-        os.stat(self.scratch)
+        self.process = start_mount(self.scratch, self.config, self.log, self.join_cgroup)
 
     def stop(self) -> None:
-        if mounted(self.scratch):
-            if subprocess.run(["fusermount3", "-u", str(self.scratch)], timeout=60).returncode:
-                time.sleep(1)
-                if subprocess.run(["fusermount3", "-u", str(self.scratch)],
-                                  timeout=60).returncode:
-                    subprocess.run(["fusermount3", "-u", "-z", str(self.scratch)], timeout=60)
-        if self.process is not None:
-            try:
-                self.process.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.process.pid, signal.SIGKILL)
-                self.process.wait(timeout=60)
-            self.process = None
+        stop_mount(self.scratch, self.process)
+        self.process = None
 
     def cli(self, *args: str) -> subprocess.CompletedProcess:
         return subprocess.run([sys.executable, "-m", "scratchkeeper", "-c", str(self.config),

@@ -45,6 +45,9 @@ import tempfile
 import time
 from pathlib import Path
 
+from benchmarks.mount_rig import (MemoryCgroup, drop_caches, mounted, say, sh, start_mount,
+                                     stop_mount)
+
 ROOT = Path(__file__).resolve().parents[2]
 REPORT_DIR = ROOT / "docs" / "benchmarks" / "tiering"
 BLKIO = Path("/sys/fs/cgroup/blkio")
@@ -67,24 +70,6 @@ def plan(quick: bool) -> dict:
             "memory_limit": 80 * MiB, "runtime": 30, "ramp": 2, "warmup": 45,
             "rounds": 3, "jobs": 4, "bs": 64 * 1024, "theta": 0.9,
             "disk_bps": 32 * MiB, "disk_iops": 200, "raw_runtime": 10, "stripe": MiB}
-
-
-def say(text: str) -> None:
-    print(f"[{time.strftime('%H:%M:%S')}] {text}", flush=True)
-
-
-def sh(argv: list[str], timeout: float = 300, **kwargs) -> subprocess.CompletedProcess:
-    return subprocess.run(argv, check=True, timeout=timeout, **kwargs)
-
-
-def drop_caches() -> None:
-    os.sync()
-    Path("/proc/sys/vm/drop_caches").write_text("3\n")
-
-
-def mounted(path: Path) -> bool:
-    with open("/proc/self/mountinfo", encoding="utf-8") as info:
-        return any(line.split(" ")[4] == str(path) for line in info)
 
 
 def sha256(path: Path) -> str:
@@ -194,18 +179,13 @@ level = "WARNING"
 
     def join_cgroup(self) -> None:
         """preexec_fn: the child (the mount, fio) into the memory cgroup."""
-        with open(self.cgroup / "cgroup.procs", "w") as procs:
-            procs.write(str(os.getpid()))
+        MemoryCgroup(self.cgroup).join()
 
     def reset_peak(self) -> None:
-        (self.cgroup / "memory.max_usage_in_bytes").write_text("0\n")
-        (self.cgroup / "memory.failcnt").write_text("0\n")
+        MemoryCgroup(self.cgroup).reset_peak()
 
     def peak(self) -> dict:
-        read = lambda name: int((self.cgroup / name).read_text())  # noqa: E731
-        stat = dict(line.split() for line in (self.cgroup / "memory.stat").read_text().splitlines())
-        return {"max_usage": read("memory.max_usage_in_bytes"), "failcnt": read("memory.failcnt"),
-                "rss": int(stat.get("total_rss", 0)), "cache": int(stat.get("total_cache", 0))}
+        return MemoryCgroup(self.cgroup).peak()
 
     def make_files(self) -> None:
         from scratchkeeper.config import load_config
@@ -248,32 +228,11 @@ level = "WARNING"
 
     # -- the mount -----------------------------------------------------------------------------
     def start(self) -> None:
-        with open(self.log, "ab") as log:
-            self.process = subprocess.Popen(
-                [sys.executable, "-m", "scratchkeeper", "mount", str(self.scratch), "-c",
-                 str(self.config)], stdout=log, stderr=subprocess.STDOUT,
-                start_new_session=True, preexec_fn=self.join_cgroup)
-        deadline = time.monotonic() + 30
-        while not mounted(self.scratch):
-            if self.process.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"the mount did not start:\n{self.log.read_text()[-2000:]}")
-            time.sleep(0.05)
-        os.stat(self.scratch)
+        self.process = start_mount(self.scratch, self.config, self.log, self.join_cgroup)
 
     def stop(self) -> None:
-        if mounted(self.scratch):
-            if subprocess.run(["fusermount3", "-u", str(self.scratch)], timeout=60).returncode:
-                time.sleep(1)
-                if subprocess.run(["fusermount3", "-u", str(self.scratch)],
-                                  timeout=60).returncode:
-                    subprocess.run(["fusermount3", "-u", "-z", str(self.scratch)], timeout=60)
-        if self.process is not None:
-            try:
-                self.process.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.process.pid, signal.SIGKILL)
-                self.process.wait(timeout=60)
-            self.process = None
+        stop_mount(self.scratch, self.process)
+        self.process = None
 
     def stats(self) -> dict:
         return json.loads(os.getxattr(self.scratch, STATS))

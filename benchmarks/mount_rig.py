@@ -1,0 +1,81 @@
+"""What the benchmarks that run ``scratchkeeper mount`` on a rig of their own share (dispatch,
+tiering, qos_mount): commands, caches, mount detection, the mount process, a memory cgroup."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+
+def say(text: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {text}", flush=True)
+
+
+def sh(argv: list[str], timeout: float = 300, **kwargs) -> subprocess.CompletedProcess:
+    return subprocess.run(argv, check=True, timeout=timeout, **kwargs)
+
+
+def drop_caches() -> None:
+    os.sync()
+    Path("/proc/sys/vm/drop_caches").write_text("3\n")
+
+
+def mounted(path: Path) -> bool:
+    with open("/proc/self/mountinfo", encoding="utf-8") as info:
+        return any(line.split(" ")[4] == str(path) for line in info)
+
+
+def start_mount(scratch: Path, config: Path, log: Path, preexec_fn=None) -> subprocess.Popen:
+    """``scratchkeeper mount`` of ``config`` at ``scratch``, once it answers."""
+    with open(log, "ab") as out:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "scratchkeeper", "mount", str(scratch), "-c", str(config)],
+            stdout=out, stderr=subprocess.STDOUT, start_new_session=True, preexec_fn=preexec_fn)
+    deadline = time.monotonic() + 30
+    while not mounted(scratch):
+        if process.poll() is not None or time.monotonic() > deadline:
+            raise RuntimeError(f"the mount did not start:\n{log.read_text()[-2000:]}")
+        time.sleep(0.05)
+    os.stat(scratch)
+    return process
+
+
+def stop_mount(scratch: Path, process: subprocess.Popen | None) -> None:
+    """Unmount (again after a second, lazily at last) and wait for the server."""
+    if mounted(scratch):
+        if subprocess.run(["fusermount3", "-u", str(scratch)], timeout=60).returncode:
+            time.sleep(1)
+            if subprocess.run(["fusermount3", "-u", str(scratch)], timeout=60).returncode:
+                subprocess.run(["fusermount3", "-u", "-z", str(scratch)], timeout=60)
+    if process is not None:
+        try:
+            process.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait(timeout=60)
+
+
+class MemoryCgroup:
+    """A cgroup-v1 memory cgroup bounding the page cache of the processes put in it."""
+
+    def __init__(self, path: Path):
+        self.path = path
+
+    def join(self) -> None:
+        """preexec_fn: the child into the cgroup."""
+        with open(self.path / "cgroup.procs", "w") as procs:
+            procs.write(str(os.getpid()))
+
+    def reset_peak(self) -> None:
+        (self.path / "memory.max_usage_in_bytes").write_text("0\n")
+        (self.path / "memory.failcnt").write_text("0\n")
+
+    def peak(self) -> dict:
+        read = lambda name: int((self.path / name).read_text())  # noqa: E731
+        stat = dict(line.split() for line in (self.path / "memory.stat").read_text().splitlines())
+        return {"max_usage": read("memory.max_usage_in_bytes"), "failcnt": read("memory.failcnt"),
+                "rss": int(stat.get("total_rss", 0)), "cache": int(stat.get("total_cache", 0))}
