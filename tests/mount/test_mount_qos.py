@@ -77,7 +77,9 @@ def test_deterministic_admission_delays_beyond_the_limit_and_spreads_the_copies(
     assert (qos["mode"], qos["limit"], qos["copies"], qos["accesses"]) == \
         ("deterministic", 5, 3, 1)
     assert qos["admitted"] == 24 and qos["admitted_buckets"] == 24
-    assert qos["delayed"] >= 4 and qos["violations"] == 0
+    # 5 + 5 + 5 + 5 + 4 when the reads start early in an interval: 4 waits; when the first
+    # interval ends on its own after 4 or 5 pieces, the other 20 or 19 wait 3 times
+    assert qos["delayed"] >= 3 and qos["violations"] == 0
     # online retrieval: a piece goes to the copy whose OST served the fewest pieces in the
     # interval, so with 5 one-piece requests an interval the second mirror serves too (the
     # primary alone would read 24 pieces from OSTs 0-2), and no OST serves more than
