@@ -14,10 +14,11 @@ import re
 import shlex
 import sys
 import typing
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 from typing import Any, Callable
 
+from .structs import record
 from .errors import ConfigError
 from .inputfiles import open_regular
 
@@ -152,7 +153,7 @@ def _class_name(value: str) -> str | None:
     return None
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class SchedulerConfig:
     kind: str = _opt("slurm", "batch scheduler backend", choices=("slurm", "pbs"))
     batch_queue: str = _opt("batch", "queue (Slurm partition) of compute jobs")
@@ -175,7 +176,7 @@ class SchedulerConfig:
                            choices=("direct", "chain-service"))
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class StorageConfig:
     backend: str = _opt("local", "storage backend", choices=("local", "lustre"))
     scratch_root: str = _opt("/scratch", "root of the scratch file system; nothing is written "
@@ -205,13 +206,13 @@ class StorageConfig:
                           "docs/placement.rst)", choices=("least-loaded", "suora"))
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class StateConfig:
     database: str = _opt("/var/lib/scratchkeeper/state.db", "SQLite state database",
                          path="absolute")
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class TransferConfig:
     globus_url_copy: str = _opt("globus-url-copy", "GridFTP client", expected=_command)
     globus_url_copy_options: list[str] = _opt(None, "extra globus-url-copy options", factory=list)
@@ -225,7 +226,7 @@ class TransferConfig:
                           exclusive_minimum=True, maximum=7 * DAY)
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class RetryConfig:
     attempts: int = _opt(3, "tries of a transfer, the first included", minimum=1, maximum=100)
     delay: float = _opt(5.0, "seconds before the first retry", minimum=0, maximum=DAY)
@@ -234,7 +235,7 @@ class RetryConfig:
     max_delay: float = _opt(300.0, "upper bound of one delay", minimum=0, maximum=DAY)
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class TemplatesConfig:
     directory: str = _opt("", "a folder searched before the built-in job-templates (site "
                           "overrides)", path="absolute or empty")
@@ -244,7 +245,7 @@ class TemplatesConfig:
                         "-m scratchkeeper", expected=_command_line)
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class PartitionReplication:
     alpha: float | None = _opt(None, "alpha for this partition", minimum=0, exclusive_minimum=True,
                                maximum=1000)
@@ -252,7 +253,7 @@ class PartitionReplication:
                                    maximum=1)
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class ReplicationConfig:
     alpha: float = _opt(0.5, "eagerness of replication: window covers max(R, alpha*S) nodes",
                         minimum=0, exclusive_minimum=True, maximum=1000)
@@ -285,7 +286,7 @@ class ReplicationConfig:
     changelog_user: str = _opt("", "lustre: changelog user registered for the daemon (e.g. cl1)")
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class RecoveryConfig:
     socket: str = _opt("/run/scratchkeeper/recoveryd.sock", "Unix socket of the recovery service",
                        path="absolute", expected=_socket_path)
@@ -339,7 +340,7 @@ class RecoveryConfig:
                              maximum=1 << 30)
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class MountConfig:
     recovery_timeout: float = _opt(600.0, "seconds a read through the scratch mount waits for "
                                    "recoveryd to patch a stripe no mirror holds before it fails "
@@ -359,7 +360,7 @@ class MountConfig:
                                     "tierd; 0: record none)", minimum=0, maximum=DAY)
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class QosConfig:
     admission: str = _opt("off", "read QoS on the scratch mount (seed 001): 'deterministic' "
                           "admits at most (c-1)M^2 + cM stripe pieces per interval, "
@@ -383,7 +384,7 @@ class QosConfig:
                             "every user", factory=list)
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class TieringConfig:
     interval: float = _opt(30.0, "seconds between tierd's cycles (read records counted, moves "
                            "decided and made)", minimum=0, exclusive_minimum=True, maximum=DAY)
@@ -401,7 +402,7 @@ class TieringConfig:
                          minimum=1, maximum=1 << 26)
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class StagingConfig:
     start: str = _opt("now", "when a stage-in job starts unless its #STAGEIN -start says: 'now' "
                       "(as soon as the data queue runs it) or 'jit' (held back until the compute "
@@ -429,7 +430,7 @@ class StagingConfig:
                                "(lctl --device MDT changelog_register; not replicad's own)")
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class LayoutConfig:
     # Defaults: seed 002 (Song et al., HPDC'11) Table 3, InfiniBand column, MB read as 10**6
     # bytes; `scratchkeeper layout calibrate DIR` measures them on the target store.
@@ -454,7 +455,7 @@ class LayoutConfig:
                            "`scratchkeeper layout calibrate`); empty: seed 002's values")
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class LoggingConfig:
     level: str = _opt("INFO", "log level", choices=("DEBUG", "INFO", "WARNING", "ERROR"))
     file: str = _opt("", "file the daemons (recoveryd, replicad, spank chain --watch) log to, "
@@ -463,7 +464,7 @@ class LoggingConfig:
                      path="absolute or empty")
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class SiteConfig:
     scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
     storage: StorageConfig = field(default_factory=StorageConfig)

@@ -40,6 +40,11 @@ class ConfigError(InputError):
     """The site configuration is invalid: names file, key and what was expected."""
 
 
+class TemplateError(InputError):
+    """A job template could not be rendered (a value it refuses, an undefined value, a broken
+    site template): names the template file and line."""
+
+
 class TraceError(InputError):
     """A corrupt line in a job or failure trace."""
 

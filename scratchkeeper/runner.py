@@ -12,8 +12,9 @@ import os
 import shlex
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import field
 
+from .structs import record
 from .errors import CommandError, CommandTimeout
 
 log = logging.getLogger(__name__)
@@ -21,7 +22,7 @@ log = logging.getLogger(__name__)
 DEFAULT_TIMEOUT = 60.0
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class CommandResult:
     """What a finished command returned."""
 
@@ -37,7 +38,7 @@ class CommandResult:
         return self.returncode == 0
 
 
-@dataclass
+@record
 class CommandRunner:
     """Runs argv lists with a timeout; ``dry_run`` prints mutating commands instead of running them.
 

@@ -70,11 +70,17 @@ def test_importing_the_command_loads_no_subcommand_and_no_configuration():
 
 def test_plan_dry_run_loads_the_planner_only(site):
     config, script = site
+    from scratchkeeper.planner.render import compile_templates
+
+    compile_templates()  # as the install does: the templates' Python code kept beside them
     modules = _modules_after(f"""
         from scratchkeeper.cli import main
         assert main(["-c", {str(config)!r}, "plan", "--dry-run", {str(script)!r}]) == 0
     """)
-    assert "scratchkeeper.planner.render" in modules and "jinja2" in modules  # it did plan
+    assert "scratchkeeper.planner.compiled_templates" in modules  # it did plan
+    # the compiled templates render without Jinja2 (or its compiler, or hashlib for its tag)
+    assert not _loaded(modules, ("jinja2", "markupsafe", "scratchkeeper.planner.template_compiler",
+                                 "scratchkeeper.planner.template_cache", "hashlib"))
     assert not _loaded(modules, HEAVY)
     assert "scratchkeeper.schedulers.pbs" not in modules  # the configured backend only
     assert "subprocess" not in modules  # a dry run starts no command

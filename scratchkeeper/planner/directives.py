@@ -35,8 +35,9 @@ import os
 import posixpath
 import re
 import shlex
-from dataclasses import dataclass, field, replace
+from dataclasses import field, replace
 
+from ..structs import record
 from ..config import slurm_time_seconds
 from ..errors import ConfigError, DirectiveError
 from .stage_layout import (OPTION_ARITY as _LAYOUT_ARITY, LayoutOptions, check_layout_options,
@@ -68,7 +69,7 @@ _STAGE_OF = {"STAGEIN": STAGE_IN, "STAGEOUT": STAGE_OUT, "stage_in": STAGE_IN,
              "stage_out": STAGE_OUT}
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Transfer:
     """A structured transfer: ``source`` to ``destination``; ``recursive`` for directories."""
 
@@ -77,7 +78,7 @@ class Transfer:
     recursive: bool = False
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class DataStep:
     """One thing a data job does: a literal ``command`` or a structured ``transfer``."""
 
@@ -88,7 +89,7 @@ class DataStep:
     origin: str = "STAGE"  # STAGE, DW or PBS: which directive family wrote it
 
 
-@dataclass
+@record
 class StageOptions:
     """Options of one data stage, from its option lines."""
 
@@ -108,7 +109,7 @@ class StageOptions:
     lines: dict[str, int] = field(default_factory=dict)  # option name -> line it was set on
 
 
-@dataclass
+@record
 class ParsedScript:
     """A batch script split into its compute part and its data stages."""
 
@@ -128,7 +129,7 @@ class ParsedScript:
         return "\n".join(self.compute_lines) + "\n"
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class _Context:
     """Where the script came from: its ``path`` (for errors), the submission directory ``cwd``
     (relative paths) and the ``scratch_root`` its staged data must stay in."""

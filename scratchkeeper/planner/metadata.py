@@ -10,12 +10,12 @@ from __future__ import annotations
 import posixpath
 import re
 import shlex
-from dataclasses import dataclass
 
+from ..structs import record
 from ..transfer.uri import UnknownScheme, parse_location
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class ExtractedTransfer:
     """``source`` URI (or path) and ``destination`` path/URI of one file a command moves."""
 

@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import posixpath
 import re
-from dataclasses import dataclass, field
+from dataclasses import field
 
+from ..structs import record
 from ..config import SiteConfig
 from ..errors import DirectiveError
 from ..transfer.clients import ClientCommand, UnsupportedTransfer, client_command, destination_path
@@ -23,7 +24,7 @@ COMPUTE = "compute"
 PRIORITY_RANGE = {"slurm": (0, 4294967294), "pbs": (-1024, 1023)}
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Dependency:
     """This job starts after job ``key`` reached ``type`` (afterok / afterany)."""
 
@@ -31,7 +32,7 @@ class Dependency:
     type: str
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class StepAction:
     """What a data job runs for one step: a client argv or a literal shell command."""
 
@@ -50,7 +51,7 @@ class StepAction:
         return posixpath.dirname(self.local_path.rstrip("/")) or "/"
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class StagedFile:
     """A file a stage-in job creates, with where it came from: the recovery metadata."""
 
@@ -61,7 +62,7 @@ class StagedFile:
     recursive: bool = False
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class OffloadedFile:
     """A result a stage-out job sends away."""
 
@@ -71,7 +72,7 @@ class OffloadedFile:
     job_key: str
 
 
-@dataclass
+@record
 class PlannedJob:
     """One job of the chain; ``script`` is filled in by the renderer."""
 
@@ -97,7 +98,7 @@ class PlannedJob:
     script: str = ""
 
 
-@dataclass
+@record
 class Plan:
     """The whole chain for one script."""
 

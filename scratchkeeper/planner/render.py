@@ -18,8 +18,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..config import SiteConfig
-from ..errors import ConfigError
+from ..errors import ConfigError, TemplateError
 from ..transfer.classify import grep_pattern
+from . import compiled_templates
 from .plan import COMPUTE, Plan, PlannedJob
 
 if TYPE_CHECKING:
@@ -82,6 +83,12 @@ def builtin_templates() -> str:
     return os.path.dirname(job_templates.__file__)
 
 
+#: the environment's options and filters; the compiled templates are made for exactly these
+_OPTIONS = dict(autoescape=False, keep_trailing_newline=True, trim_blocks=True, lstrip_blocks=True)
+FILTERS = dict(argv=_argv, header=_header, comment=_comment, verbatim=_verbatim, q=_quote)
+_TAG = repr((sorted(_OPTIONS.items()), sorted(FILTERS), "StrictUndefined", _finalize.__qualname__))
+
+
 @functools.lru_cache(maxsize=8)
 def _environment(override: str) -> jinja2.Environment:
     """One environment per override folder, so compiled templates are reused (Jinja2 checks
@@ -95,28 +102,99 @@ def _environment(override: str) -> jinja2.Environment:
 
     builtin = builtin_templates()
     search = [override, builtin] if override else [builtin]
-    options = dict(undefined=jinja2.StrictUndefined, finalize=_finalize, autoescape=False,
-                   keep_trailing_newline=True, trim_blocks=True, lstrip_blocks=True)
-    filters = dict(argv=_argv, header=_header, comment=_comment, verbatim=_verbatim, q=_quote)
     # what the compiled code depends on: Jinja2's version, the options, the filters' names
-    tag = hashlib.sha1(repr((jinja2.__version__, sorted(filters), sorted(
-        (k, getattr(v, "__qualname__", v)) for k, v in options.items()))).encode()).hexdigest()
+    tag = hashlib.sha1(repr((jinja2.__version__, _TAG)).encode()).hexdigest()
     env = jinja2.Environment(
         loader=jinja2.FileSystemLoader(search),
         bytecode_cache=TemplateBytecodeCache(os.path.join(builtin, "__pycache__"), tag[:16]),
-        **options)
-    env.filters.update(filters)
+        undefined=jinja2.StrictUndefined, finalize=_finalize, **_OPTIONS)
+    env.filters.update(FILTERS)
     return env
 
 
+def _compile_builtin() -> dict[str, tuple[str, dict]]:
+    """Every built-in template compiled to Python (:mod:`.template_compiler`, with Jinja2)."""
+    from .template_compiler import compile_template
+
+    env = _environment("")
+    return {name: compile_template(env, name, set(FILTERS))
+            for name in env.list_templates() if name.endswith(".j2")}
+
+
+_compiled_memo: dict[str, tuple[dict, dict]] = {}
+
+
+def _builtin_compiled() -> dict[str, compiled_templates.Template] | None:
+    """The built-in templates compiled to Python: from the file beside them when it is current,
+    else compiled now (and the file written when this caller may); None when a template uses
+    what the compiler does not translate (Jinja2 renders them then)."""
+    folder = builtin_templates()
+    memo = _compiled_memo.get(folder)
+    if memo is not None and compiled_templates.unchanged(folder, memo[0]):
+        return memo[1]
+    found = compiled_templates.load(folder, _TAG, _finalize, FILTERS)
+    if found is None:
+        from .template_compiler import Unsupported
+
+        try:
+            compiled = _compile_builtin()
+        except Unsupported as err:
+            import logging
+
+            logging.getLogger(__name__).debug("job templates rendered by Jinja2: %s", err)
+            return None
+        compiled_templates.store(folder, _TAG, compiled)
+        found = compiled_templates.build(folder, compiled, _finalize, FILTERS)
+    _compiled_memo[folder] = found
+    return found[1]
+
+
 def compile_templates() -> list[str]:
-    """Compile every built-in template into the cache beside them (an installer runs this
-    as the owner of the package, as pip compiles the modules); the names compiled."""
+    """Compile every built-in template into the caches beside them, the Python code the short
+    commands run and Jinja2's bytecode (an installer runs this as the owner of the package, as
+    pip compiles the modules); the names compiled."""
     env = _environment("")
     names = [name for name in env.list_templates() if name.endswith(".j2")]
     for name in names:
         env.get_template(name)
+    _compiled_memo.clear()
+    compiled_templates.store(builtin_templates(), _TAG, _compile_builtin())
     return names
+
+
+def _templates(config: SiteConfig):
+    """``name -> template`` (each with ``render(**values)``): the compiled built-in templates,
+    or Jinja2's environment when the site overrides templates or the compiler cannot help."""
+    if not config.templates.directory:
+        compiled = _builtin_compiled()
+        if compiled is not None:
+            return compiled.__getitem__
+    return template_environment(config).get_template
+
+
+def _render(template, values: dict) -> str:
+    """``template.render(**values)``; a value a template refuses (an unsafe directive value, an
+    undefined or None value) or a broken site template is a :class:`TemplateError` naming the
+    template file and line."""
+    errors: tuple = (ValueError, TypeError, compiled_templates.UndefinedError)
+    if "jinja2" in sys.modules:
+        errors += (sys.modules["jinja2"].TemplateError,)
+    try:
+        return template.render(**values)
+    except errors as err:
+        where = template.where(err.__traceback__) \
+            if isinstance(template, compiled_templates.Template) else None
+        if where is None:  # Jinja2 gives its frames the template's file name and line
+            traceback = err.__traceback__
+            while traceback is not None:
+                if traceback.tb_frame.f_code.co_filename.endswith(".j2"):
+                    where = (traceback.tb_frame.f_code.co_filename, traceback.tb_lineno)
+                traceback = traceback.tb_next
+        if where is None and getattr(err, "lineno", None):   # a syntax error of a site template
+            where = (getattr(err, "filename", None) or template.name, err.lineno)
+        path, line = where if where else (template.name, None)
+        message = getattr(err, "message", None) or str(err)
+        raise TemplateError(message, path=path, line=line) from err
 
 
 def scratchkeeper_argv(config: SiteConfig | None = None) -> list[str]:
@@ -129,20 +207,19 @@ def scratchkeeper_argv(config: SiteConfig | None = None) -> list[str]:
 
 def render_plan(plan: Plan, parsed_shebang: str, compute_script: str, config: SiteConfig) -> None:
     """Fill in ``job.script`` for every job of ``plan``."""
-    env = template_environment(config)
+    templates = _templates(config)
     folder = plan.scheduler
     for job in plan.jobs:
         if job.role == COMPUTE:
-            template = env.get_template(f"{folder}/compute.sh.j2")
             body = compute_script
             if parsed_shebang and body.startswith(parsed_shebang):
                 body = body[len(parsed_shebang):].lstrip("\n")
-            job.script = template.render(
+            job.script = _render(templates(f"{folder}/compute.sh.j2"), dict(
                 shebang=parsed_shebang or "#!/bin/bash", body=body, chain_id=plan.chain_id,
-                script_path=plan.script_path)
+                script_path=plan.script_path))
         else:
-            template = env.get_template(f"{folder}/stage.sh.j2")
-            job.script = template.render(**_stage_context(plan, job, config))
+            job.script = _render(templates(f"{folder}/stage.sh.j2"),
+                                 _stage_context(plan, job, config))
 
 
 def _setstripe_argv(job: PlannedJob, config: SiteConfig, sk: list[str]) -> list[str] | None:

@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass, field
+from dataclasses import field
 
+from ..structs import record
 from ..config import STRIPE_COUNT_MAX, STRIPE_SIZE_MAX, STRIPE_UNIT, SiteConfig
 from ..errors import DirectiveError, InputError
 
@@ -35,7 +36,7 @@ MAX_PROCS = 10_000_000
 XATTR_REASON_MAX = 3000
 
 
-@dataclass
+@record
 class LayoutOptions:
     """The layout options of the ``#STAGEIN`` option lines, as written (checked)."""
 
@@ -54,7 +55,7 @@ class LayoutOptions:
         return any(value is not None for value in vars(self).values())
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class LayoutDecision:
     """The layout of the files a stage-in creates, and why.
 

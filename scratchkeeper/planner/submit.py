@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import logging
 import os
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from ..structs import record
 from ..config import SiteConfig
 from ..errors import DirectiveError, InputError, ScratchkeeperError, SchedulerError
 from ..runner import CommandRunner, get_runner, set_runner
@@ -24,7 +24,7 @@ log = logging.getLogger(__name__)
 MAX_SCRIPT_BYTES = 4 << 20
 
 
-@dataclass
+@record
 class Submission:
     """The commands a submission ran (or would run) and the job ids it got."""
 

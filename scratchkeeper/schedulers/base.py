@@ -16,9 +16,10 @@ import random
 import re
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import field
 from types import ModuleType
 
+from ..structs import record
 from ..errors import CommandError, SchedulerError, UnknownJobError
 from ..runner import get_runner
 
@@ -60,7 +61,7 @@ _FINAL = {JobState.COMPLETED, JobState.FAILED, JobState.CANCELLED, JobState.TIME
           JobState.NODE_FAIL, JobState.OUT_OF_MEMORY, JobState.PREEMPTED, JobState.ENDED}
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class JobRecord:
     """What the scheduler says of one job."""
 
@@ -100,7 +101,7 @@ _JOB_FIELDS = tuple(f.name for f in dataclasses.fields(JobRecord))
 _new_object = object.__new__
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class SubmitSpec:
     """A submission: ``dependencies`` maps a type (afterok, afterany) to job ids."""
 
@@ -115,7 +116,7 @@ class SubmitSpec:
     extra_args: tuple[str, ...] = ()
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class QueueSnapshot:
     """One batched look at the queue: jobs in the scheduler's priority order."""
 
@@ -223,9 +224,9 @@ class Scheduler:
         wanted = list(dict.fromkeys(str(j) for j in job_ids))
         found: dict[str, JobRecord] = {}
         try:
-            for record in self.query(wanted):
-                if record.job_id in wanted:
-                    found[record.job_id] = record
+            for job_record in self.query(wanted):
+                if job_record.job_id in wanted:
+                    found[job_record.job_id] = job_record
         except SchedulerError as err:
             # squeue -j with an id it forgot fails outright; accounting still knows it
             if not self.backend.is_unknown_job_error(str(err)):
@@ -239,10 +240,10 @@ class Scheduler:
                 if not self.backend.is_unknown_job_error(str(err)):
                     raise
                 history = []
-            for record in history:
-                if record.job_id in missing and (record.job_id not in found
-                                                 or record.state.is_final):
-                    found[record.job_id] = record
+            for job_record in history:
+                if job_record.job_id in missing and (job_record.job_id not in found
+                                                     or job_record.state.is_final):
+                    found[job_record.job_id] = job_record
         unknown = [j for j in wanted if j not in found]
         if unknown and not missing_ok:
             raise UnknownJobError(f"unknown job id{'s' if len(unknown) > 1 else ''}: "

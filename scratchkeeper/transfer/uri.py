@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import posixpath
 import re
-from dataclasses import dataclass
+
+from ..structs import record
 from urllib.parse import unquote, urlsplit
 
 #: schemes a structured directive may name, and the client that moves them
@@ -38,7 +39,7 @@ def is_host_name(host: str) -> bool:
     return 0 < len(host) <= 253 and all(_HOST_LABEL_RE.match(label) for label in labels)
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Location:
     """Where data is: a remote URI (``scheme`` set) or a local path (``scheme == "path"``)."""
 

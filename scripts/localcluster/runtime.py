@@ -116,7 +116,7 @@ class Runtime:
                     os.chmod(path, os.stat(path).st_mode | 0o444 |
                              (0o111 if os.stat(path).st_mode & 0o100 else 0))
         # The job templates compiled beside them, as pip compiled the modules: users only
-        # read the cache (scratchkeeper/planner/template_cache.py).
+        # read the caches (scratchkeeper/planner/compiled_templates.py, template_cache.py).
         run([str(release / "bin" / "python"), "-I", "-c",  # -I: not the checkout in the cwd
              "from scratchkeeper.planner.render import compile_templates; compile_templates()"],
             timeout=120)

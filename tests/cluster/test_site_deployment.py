@@ -225,6 +225,9 @@ def test_runtime_is_reinstalled_when_the_sources_change_and_every_user_runs_it(s
         compiled = list(Path(installed).parent.glob("job_templates/__pycache__/*.jinja2c"))
         assert len(compiled) == len(list(Path(installed).parent.glob("job_templates/*/*.j2")))
         assert all(p.stat().st_mode & 0o444 == 0o444 for p in compiled)
+        # and to Python, which a user's plan and submit run without importing Jinja2
+        (python_code,) = Path(installed).parent.glob("job_templates/__pycache__/*.skt")
+        assert python_code.stat().st_mode & 0o444 == 0o444
 
         assert runtime.ensure() == first  # unchanged sources: nothing installed
         (repo / "scratchkeeper" / "deployment_probe.py").write_text("MARK = 'second'\n")

@@ -1,0 +1,127 @@
+"""``record``: a dataclass whose methods are shared functions instead of generated code.
+
+``dataclasses.dataclass`` writes and compiles the source of ``__init__``, ``__repr__``,
+``__eq__``, ``__hash__`` and, when frozen, ``__setattr__``/``__delattr__`` for every class: about
+half a millisecond a class, and a short command (``scratchkeeper plan``) imports some forty of
+them before it does anything. ``record`` lets ``dataclasses`` do the field bookkeeping only (so
+``dataclasses.fields``, ``replace``, ``asdict`` and ``is_dataclass`` work as before) and gives the
+class generic methods with the behaviour of the generated ones: positional and keyword
+arguments, defaults and default factories, ``__post_init__``, ``field(repr=False)``,
+``field(compare=False)``, equality with the same class only, the hash of a frozen class, and
+``FrozenInstanceError`` on assignment. tests/test_structs.py holds it to ``dataclass``.
+Classes needing ``order``, ``slots``, ``kw_only`` or ``InitVar`` use ``dataclass`` itself.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import MISSING, FrozenInstanceError
+from typing import Callable, TypeVar
+
+T = TypeVar("T")
+
+
+def record(cls: type[T] | None = None, /, *, frozen: bool = False) -> Callable | type[T]:
+    """``@record`` or ``@record(frozen=True)``, as ``@dataclass`` / ``@dataclass(frozen=True)``."""
+    def wrap(cls):
+        return _process(cls, frozen)
+    return wrap if cls is None else wrap(cls)
+
+
+def _process(cls, frozen: bool):
+    if cls.__doc__ is None:    # dataclass would work one out with inspect.signature
+        cls.__doc__ = cls.__name__
+    for name in ("__init__", "__repr__", "__eq__"):
+        if name in cls.__dict__:
+            raise TypeError(f"{cls.__name__}: record writes {name}; use dataclass")
+    cls = dataclasses.dataclass(init=False, repr=False, eq=False)(cls)
+    fields = [f for f in dataclasses.fields(cls)]
+    if any(f.kw_only or not f.init for f in fields):
+        raise TypeError(f"{cls.__name__}: record has no kw_only or init=False fields; use dataclass")
+    cls.__record_names__ = tuple(f.name for f in fields)
+    cls.__record_defaults__ = {f.name: (f.default, f.default_factory) for f in fields
+                               if f.default is not MISSING or f.default_factory is not MISSING}
+    cls.__record_repr__ = tuple(f.name for f in fields if f.repr)
+    cls.__record_compare__ = tuple(f.name for f in fields if f.compare)
+    cls.__record_hash__ = tuple(f.name for f in fields
+                                if (f.compare if f.hash is None else f.hash))
+    cls.__init__ = _init
+    cls.__repr__ = _repr
+    cls.__eq__ = _eq
+    if frozen:
+        cls.__setattr__ = _frozen_setattr
+        cls.__delattr__ = _frozen_delattr
+        if "__hash__" not in cls.__dict__ or cls.__dict__["__hash__"] is None:
+            cls.__hash__ = _hash
+    elif "__hash__" not in cls.__dict__:
+        cls.__hash__ = None      # as dataclass: equal by value, so not hashable
+    # what dataclasses reports about the class (a dataclass inheriting from it checks frozen)
+    cls.__dataclass_params__ = _params(frozen)
+    return cls
+
+
+_PARAMS: dict[bool, object] = {}
+
+
+def _params(frozen: bool):
+    """``__dataclass_params__`` of ``@dataclass(frozen=frozen)``, taken from a probe class."""
+    if frozen not in _PARAMS:
+        probe = dataclasses.dataclass(frozen=frozen)(type("_RecordParams", (), {}))
+        _PARAMS[frozen] = probe.__dataclass_params__
+    return _PARAMS[frozen]
+
+
+def _init(self, *args, **kwargs):
+    cls = type(self)
+    names = cls.__record_names__
+    if len(args) > len(names):
+        raise TypeError(f"{cls.__qualname__}.__init__() takes {len(names) + 1} positional "
+                        f"arguments but {len(args) + 1} were given")
+    values = dict(zip(names, args))
+    for name, value in kwargs.items():
+        if name in values:
+            raise TypeError(f"{cls.__qualname__}.__init__() got multiple values for argument "
+                            f"'{name}'")
+        if name not in names:
+            raise TypeError(f"{cls.__qualname__}.__init__() got an unexpected keyword argument "
+                            f"'{name}'")
+        values[name] = value
+    setter = object.__setattr__
+    defaults = cls.__record_defaults__
+    for name in names:
+        if name in values:
+            value = values[name]
+        elif name in defaults:
+            default, factory = defaults[name]
+            value = default if factory is MISSING else factory()
+        else:
+            raise TypeError(f"{cls.__qualname__}.__init__() missing 1 required positional "
+                            f"argument: '{name}'")
+        setter(self, name, value)
+    post_init = getattr(self, "__post_init__", None)
+    if post_init is not None:
+        post_init()
+
+
+def _repr(self) -> str:
+    inner = ", ".join(f"{name}={getattr(self, name)!r}" for name in type(self).__record_repr__)
+    return f"{type(self).__qualname__}({inner})"
+
+
+def _eq(self, other):
+    if other.__class__ is not self.__class__:
+        return NotImplemented
+    names = type(self).__record_compare__
+    return tuple(getattr(self, n) for n in names) == tuple(getattr(other, n) for n in names)
+
+
+def _hash(self) -> int:
+    return hash(tuple(getattr(self, n) for n in type(self).__record_hash__))
+
+
+def _frozen_setattr(self, name, value):
+    raise FrozenInstanceError(f"cannot assign to field {name!r}")
+
+
+def _frozen_delattr(self, name):
+    raise FrozenInstanceError(f"cannot delete field {name!r}")
