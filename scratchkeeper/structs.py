@@ -20,6 +20,8 @@ from typing import Callable, TypeVar
 
 T = TypeVar("T")
 
+_REQUIRED, _DEFAULT, _FACTORY = "required", "default", "factory"
+
 
 def record(cls: type[T] | None = None, /, *, frozen: bool = False) -> Callable | type[T]:
     """``@record`` or ``@record(frozen=True)``, as ``@dataclass`` / ``@dataclass(frozen=True)``."""
@@ -38,9 +40,14 @@ def _process(cls, frozen: bool):
     fields = [f for f in dataclasses.fields(cls)]
     if any(f.kw_only or not f.init for f in fields):
         raise TypeError(f"{cls.__name__}: record has no kw_only or init=False fields; use dataclass")
+    if "__slots__" in cls.__dict__:
+        raise TypeError(f"{cls.__name__}: record sets attributes through __dict__; use dataclass")
     cls.__record_names__ = tuple(f.name for f in fields)
-    cls.__record_defaults__ = {f.name: (f.default, f.default_factory) for f in fields
-                               if f.default is not MISSING or f.default_factory is not MISSING}
+    cls.__record_spec__ = tuple(
+        (f.name, _DEFAULT, f.default) if f.default is not MISSING else
+        (f.name, _FACTORY, f.default_factory) if f.default_factory is not MISSING else
+        (f.name, _REQUIRED, None) for f in fields)
+    cls.__record_post_init__ = hasattr(cls, "__post_init__")
     cls.__record_repr__ = tuple(f.name for f in fields if f.repr)
     cls.__record_compare__ = tuple(f.name for f in fields if f.compare)
     cls.__record_hash__ = tuple(f.name for f in fields
@@ -73,34 +80,41 @@ def _params(frozen: bool):
 
 def _init(self, *args, **kwargs):
     cls = type(self)
-    names = cls.__record_names__
-    if len(args) > len(names):
-        raise TypeError(f"{cls.__qualname__}.__init__() takes {len(names) + 1} positional "
-                        f"arguments but {len(args) + 1} were given")
-    values = dict(zip(names, args))
-    for name, value in kwargs.items():
-        if name in values:
-            raise TypeError(f"{cls.__qualname__}.__init__() got multiple values for argument "
-                            f"'{name}'")
-        if name not in names:
-            raise TypeError(f"{cls.__qualname__}.__init__() got an unexpected keyword argument "
-                            f"'{name}'")
-        values[name] = value
-    setter = object.__setattr__
-    defaults = cls.__record_defaults__
-    for name in names:
-        if name in values:
-            value = values[name]
-        elif name in defaults:
-            default, factory = defaults[name]
-            value = default if factory is MISSING else factory()
+    spec = cls.__record_spec__
+    values = self.__dict__
+    if args:
+        if len(args) > len(spec):
+            raise TypeError(f"{cls.__qualname__}.__init__() takes {len(spec) + 1} positional "
+                            f"arguments but {len(args) + 1} were given")
+        for (name, _, _), value in zip(spec, args):
+            values[name] = value
+        rest = spec[len(args):]
+    else:
+        rest = spec
+    used = 0
+    for name, kind, default in rest:
+        if name in kwargs:
+            values[name] = kwargs[name]
+            used += 1
+        elif kind is _DEFAULT:
+            values[name] = default
+        elif kind is _FACTORY:
+            values[name] = default()
         else:
             raise TypeError(f"{cls.__qualname__}.__init__() missing 1 required positional "
                             f"argument: '{name}'")
-        setter(self, name, value)
-    post_init = getattr(self, "__post_init__", None)
-    if post_init is not None:
-        post_init()
+    if used != len(kwargs):
+        names = [name for name, _, _ in spec]
+        for name in kwargs:
+            if name not in names:
+                problem = "an unexpected keyword argument"
+                break
+        else:
+            problem = "multiple values for argument"
+            name = next(n for n in kwargs if n in names[:len(args)])
+        raise TypeError(f"{cls.__qualname__}.__init__() got {problem} '{name}'")
+    if cls.__record_post_init__:
+        self.__post_init__()
 
 
 def _repr(self) -> str:
