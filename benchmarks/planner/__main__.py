@@ -389,6 +389,19 @@ def goals(start: dict, submit: dict | None) -> list[str]:
                           ("installed", "installed_cli_vs_shell_ratio_median")):
             lines.append(f"- `submit` <= 2x the shell script's sbatch calls ({form}): "
                          f"{submit[key]:.2f}x, {verdict(submit[key] <= submit['cli_vs_shell_goal'])}.")
+        floor = start["installed_python_pass"]["median_ms"] + \
+            submit["installed_cli_scheduler_calls_median_s"] * 1000
+        shell = submit["shell_peer"]["median_ms"]
+        lines.append(f"- What no Python program can go below: the interpreter's start "
+                     f"(`python -c pass`, {start['installed_python_pass']['median_ms']:.1f} ms) and "
+                     f"the same scheduler calls (their sum in the installed runs, "
+                     f"{submit['installed_cli_scheduler_calls_median_s'] * 1000:.1f} ms): "
+                     f"{floor:.1f} ms, {floor / shell:.2f}x the shell script, which leaves "
+                     f"{2 * shell - floor:.1f} ms for reading the configuration, parsing, planning, "
+                     f"rendering and recording the chain within the 2x goal; `plan --dry-run` "
+                     f"alone, which does all but the recording, takes "
+                     f"{start['installed_plan']['median_ms'] - start['installed_python_pass']['median_ms']:.1f} ms "
+                     f"more than `python -c pass`.")
     return lines
 
 
