@@ -1,8 +1,10 @@
 """What the benchmarks that run ``scratchkeeper mount`` on a rig of their own share (dispatch,
-tiering, qos_mount): commands, caches, mount detection, the mount process, a memory cgroup."""
+tiering, qos_mount): commands, caches, mount detection, the mount process, a memory cgroup,
+a file's digest and the rig's teardown."""
 
 from __future__ import annotations
 
+import hashlib
 import os
 import signal
 import subprocess
@@ -57,6 +59,45 @@ def stop_mount(scratch: Path, process: subprocess.Popen | None) -> None:
         except subprocess.TimeoutExpired:
             os.killpg(process.pid, signal.SIGKILL)
             process.wait(timeout=60)
+
+
+def sha256(path: Path) -> str:
+    """The SHA-256 of a file read through the mount (or anywhere), 4 MiB at a time."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(4 << 20):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def tear_down(name: str, stop, unthrottle, mounts: list[Path], devices: list[str],
+              cgroup: Path | None) -> None:
+    """Undo a rig, each step whatever the one before did: ``stop()`` the mount, ``unthrottle()``
+    the devices (None: none were throttled), unmount the OST file systems (last mounted first,
+    lazily at last), detach the loop devices, remove the memory cgroup once it is empty."""
+    try:
+        stop()
+    except Exception as err:  # noqa: BLE001 - go on cleaning up
+        print(f"benchmarks.{name}: stopping the mount: {err}", file=sys.stderr)
+    if unthrottle is not None:
+        try:
+            unthrottle()
+        except OSError as err:
+            print(f"benchmarks.{name}: throttle off: {err}", file=sys.stderr)
+    for path in reversed(mounts):
+        if mounted(path) and subprocess.run(["umount", str(path)], timeout=60).returncode:
+            subprocess.run(["umount", "-l", str(path)], timeout=60)
+    for device in devices:
+        subprocess.run(["losetup", "-d", device], timeout=60)
+    if cgroup is not None and cgroup.exists():
+        for _ in range(50):
+            try:
+                cgroup.rmdir()
+                break
+            except OSError:
+                time.sleep(0.2)
+        else:
+            print(f"benchmarks.{name}: {cgroup} could not be removed", file=sys.stderr)
 
 
 class MemoryCgroup:

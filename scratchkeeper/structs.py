@@ -42,7 +42,6 @@ def _process(cls, frozen: bool):
         raise TypeError(f"{cls.__name__}: record has no kw_only or init=False fields; use dataclass")
     if "__slots__" in cls.__dict__:
         raise TypeError(f"{cls.__name__}: record sets attributes through __dict__; use dataclass")
-    cls.__record_names__ = tuple(f.name for f in fields)
     cls.__record_spec__ = tuple(
         (f.name, _DEFAULT, f.default) if f.default is not MISSING else
         (f.name, _FACTORY, f.default_factory) if f.default_factory is not MISSING else

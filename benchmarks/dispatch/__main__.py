@@ -32,7 +32,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from benchmarks.mount_rig import drop_caches, mounted, sh
+from benchmarks.mount_rig import drop_caches, mounted, sh, sha256
 
 ROOT = Path(__file__).resolve().parents[2]
 REPORT_DIR = ROOT / "docs" / "benchmarks" / "dispatch"
@@ -173,14 +173,6 @@ def timed_dd(path: Path, block: int) -> float:
     sh(["timeout", "600", "dd", f"if={path}", "of=/dev/null", f"bs={block}", "status=none"],
        timeout=620)
     return time.monotonic() - started
-
-
-def sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        while chunk := f.read(4 * MiB):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 def run(work: Path, size: int, repeats: int, blocks: list[int], slow_bps: int) -> dict:

@@ -63,7 +63,7 @@ from itertools import permutations
 from pathlib import Path
 
 from benchmarks.mount_rig import (MemoryCgroup, drop_caches, mounted, say, sh, start_mount,
-                                     stop_mount)
+                                     stop_mount, tear_down)
 
 ROOT = Path(__file__).resolve().parents[2]
 REPORT_DIR = ROOT / "docs" / "benchmarks" / "qos_mount"
@@ -279,30 +279,8 @@ level = "WARNING"
         return out
 
     def close(self) -> None:
-        try:
-            self.stop()
-        except Exception as err:  # noqa: BLE001 - go on cleaning up
-            print(f"benchmarks.qos_mount: stopping the mount: {err}", file=sys.stderr)
-        if self.rules:
-            try:
-                self.throttle(False)
-            except OSError as err:
-                print(f"benchmarks.qos_mount: throttle off: {err}", file=sys.stderr)
-        for path in reversed(self.mounts):
-            if mounted(path) and subprocess.run(["umount", str(path)], timeout=60).returncode:
-                subprocess.run(["umount", "-l", str(path)], timeout=60)
-        for device in self.devices:
-            subprocess.run(["losetup", "-d", device], timeout=60)
-        if self.cgroup is not None and self.cgroup.exists():
-            for _ in range(50):
-                try:
-                    self.cgroup.rmdir()
-                    break
-                except OSError:
-                    time.sleep(0.2)
-            else:
-                print(f"benchmarks.qos_mount: {self.cgroup} could not be removed",
-                      file=sys.stderr)
+        tear_down("qos_mount", self.stop, (lambda: self.throttle(False)) if self.rules else None,
+                  self.mounts, self.devices, self.cgroup)
 
 
 def make_files(rig: Rig, p: dict) -> dict:

@@ -45,8 +45,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from benchmarks.mount_rig import (MemoryCgroup, drop_caches, mounted, say, sh, start_mount,
-                                     stop_mount)
+from benchmarks.mount_rig import (MemoryCgroup, drop_caches, mounted, say, sh, sha256,
+                                     start_mount, stop_mount, tear_down)
 
 ROOT = Path(__file__).resolve().parents[2]
 REPORT_DIR = ROOT / "docs" / "benchmarks" / "tiering"
@@ -70,14 +70,6 @@ def plan(quick: bool) -> dict:
             "memory_limit": 80 * MiB, "runtime": 30, "ramp": 2, "warmup": 45,
             "rounds": 3, "jobs": 4, "bs": 64 * 1024, "theta": 0.9,
             "disk_bps": 32 * MiB, "disk_iops": 200, "raw_runtime": 10, "stripe": MiB}
-
-
-def sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        while chunk := f.read(4 * MiB):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 class Rig:
@@ -287,30 +279,8 @@ group_reporting=1
 
     # -- tear down -----------------------------------------------------------------------------
     def close(self) -> None:
-        try:
-            self.stop()
-        except Exception as err:  # noqa: BLE001 - go on cleaning up
-            print(f"benchmarks.tiering: stopping the mount: {err}", file=sys.stderr)
-        if self.rules:
-            try:
-                self.throttle(False)
-            except OSError as err:
-                print(f"benchmarks.tiering: throttle off: {err}", file=sys.stderr)
-        for path in reversed(self.mounts):
-            if mounted(path) and subprocess.run(["umount", str(path)], timeout=60).returncode:
-                subprocess.run(["umount", "-l", str(path)], timeout=60)
-        for device in self.devices:
-            subprocess.run(["losetup", "-d", device], timeout=60)
-        if self.cgroup is not None and self.cgroup.exists():
-            for _ in range(50):
-                try:
-                    self.cgroup.rmdir()
-                    break
-                except OSError:
-                    time.sleep(0.2)
-            else:
-                print(f"benchmarks.tiering: {self.cgroup} could not be removed",
-                      file=sys.stderr)
+        tear_down("tiering", self.stop, (lambda: self.throttle(False)) if self.rules else None,
+                  self.mounts, self.devices, self.cgroup)
 
 
 def raw_speeds(rig: Rig) -> dict:

@@ -21,6 +21,7 @@ This module is the runtime of the compiled code: lookups that follow Jinja2's
 
 from __future__ import annotations
 
+import functools
 import marshal
 import os
 import stat
@@ -235,7 +236,10 @@ def _sources(compiled: dict[str, tuple[str, dict]]) -> dict[str, str]:
     return sources
 
 
+@functools.lru_cache(maxsize=64)
 def _code(folder: str, name: str, source: str):
+    """The code object of a template's Python source (compiled once: the same source is both
+    stored and run when a process compiles the templates itself)."""
     return compile(source, f"{os.path.join(folder, name)} (compiled)", "exec")
 
 
