@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 from ..structs import record
 from ..config import SiteConfig
-from ..errors import DirectiveError, InputError, ScratchkeeperError, SchedulerError
+from ..errors import DirectiveError, InputError, ScratchkeeperError, SchedulerError, TemplateError
 from ..runner import CommandRunner, get_runner, set_runner
 from ..schedulers import Scheduler, SubmitSpec, get_scheduler
 from .directives import ParsedScript, confine, parse_script
@@ -72,8 +72,9 @@ def prepare(script_path: str, config: SiteConfig, *, scheduler: str | None = Non
                       scheduler=scheduler)
     try:
         render_plan(plan, parsed.shebang, parsed.compute_script, config)
-    except ValueError as err:
-        raise DirectiveError(str(err), path=script_path) from err
+    except TemplateError as err:  # named by the script, with where the template refused it
+        raise DirectiveError(f"{err.message} (rendering {err.path}"
+                             f"{f':{err.line}' if err.line else ''})", path=script_path) from err
     return parsed, plan
 
 

@@ -150,3 +150,15 @@ def test_header_values_with_shell_characters_are_refused(config):
     with pytest.raises(TemplateError, match=r"/slurm/stage\.sh\.j2:2: unsafe value for a "
                                             r"scheduler directive: 'weird name;\$\(x\)"):
         render_plan(plan, parsed.shebang, parsed.compute_script, config)
+
+
+def test_a_refused_value_is_named_by_the_script_when_planning(tmp_path, config):
+    """What `plan` and `submit` print: the user's script, and where the template refused it."""
+    from scratchkeeper.errors import DirectiveError
+    from scratchkeeper.planner.submit import prepare
+
+    script = tmp_path / "weird name;$(x).sh"
+    script.write_text(f"#!/bin/bash\n#STAGEIN http://h/a {config.storage.scratch_root}/a\nrun\n")
+    with pytest.raises(DirectiveError, match=r"weird name;\$\(x\)\.sh: unsafe value for a scheduler "
+                                             r"directive: .* \(rendering .*/slurm/stage\.sh\.j2:2\)"):
+        prepare(str(script), config, workdir=str(tmp_path))
