@@ -46,7 +46,18 @@ def end_stage_in(how: str, job_id: str) -> None:
         soon = datetime.datetime.now() + datetime.timedelta(seconds=2)
         argv = ["scontrol", "update", f"JobId={job_id}", f"EndTime={soon:%Y-%m-%dT%H:%M:%S}"]
     else:
-        argv = ["scancel", "--batch", "--signal=KILL", job_id]
+        # RUNNING comes before slurmd has started the batch shell, and a signal sent then is
+        # lost (CI once saw the stage-in run on for 90 s): send it until the job leaves RUNNING
+        # (the test's assertions then say whether it ended as it should)
+        for _ in range(10):
+            subprocess.run(["scancel", "--batch", "--signal=KILL", job_id], check=False,
+                           capture_output=True, timeout=30)
+            deadline = time.monotonic() + 5
+            while time.monotonic() < deadline and squeue_state(job_id)[0] == "RUNNING":
+                time.sleep(0.2)
+            if squeue_state(job_id)[0] != "RUNNING":
+                return
+        return
     subprocess.run(argv, check=True, capture_output=True, timeout=30)
 
 
