@@ -295,7 +295,12 @@ class RecoveryConfig:
     check_interval: float = _opt(300.0, "seconds between availability checks of staged inputs",
                                  minimum=0, exclusive_minimum=True, maximum=7 * DAY)
     workers: int = _opt(4, "ranges patched at once", minimum=1, maximum=1024)
-    file_workers: int = _opt(2, "files recovered at once by recoveryd", minimum=1, maximum=1024)
+    file_workers: int = _opt(8, "files recovered at once by recoveryd: their probes, rebuild "
+                             "starts and layout switches are made together, and at most "
+                             "patch_streams of them transfer and write at a time",
+                             minimum=1, maximum=1024)
+    patch_streams: int = _opt(2, "files patched (transferred, checked and written) at once",
+                              minimum=1, maximum=1024)
     chunk_size: int = _opt(4 << 20, "largest piece of a lost range fetched in one request",
                            minimum=65536, maximum=1 << 30)
     ftp_method: str = _opt("eret", "how ftp:// ranges are fetched: 'eret' (one control "

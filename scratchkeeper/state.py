@@ -140,6 +140,9 @@ class StateStore:
             raise ValueError("an in-memory database cannot be opened read-only")
         self._local = threading.local()
         self._lock = threading.Lock()
+        # this process's writers queue here, handed the database in turn, instead of polling
+        # for SQLite's lock in its busy handler (sleeps of up to 100 ms each)
+        self._writer = threading.Lock()
         self._checked = False
 
     def _retry(self, action: Callable[[], T], what: str) -> T:
@@ -247,6 +250,15 @@ class StateStore:
             yield conn
             return
         begin = "BEGIN IMMEDIATE" if immediate else "BEGIN"
+        # past lock_wait the database's own lock decides (a DatabaseBusy, as without this one)
+        queued = self._writer.acquire(timeout=self.lock_wait)
+        try:
+            yield from self._transaction(conn, begin)
+        finally:
+            if queued:
+                self._writer.release()
+
+    def _transaction(self, conn: sqlite3.Connection, begin: str) -> Iterator[sqlite3.Connection]:
         try:
             self._retry(lambda: conn.execute(begin), "cannot start a transaction")
         except DatabaseBusy:

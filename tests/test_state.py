@@ -367,3 +367,38 @@ for _ in range(3):
     assert [e for e in errors if e[0] != 0] == []
     count = StateStore(path, journal="persist").query("SELECT COUNT(*) FROM items")[0][0]
     assert count == 12 * 15
+
+
+def test_writers_of_one_process_are_handed_the_database_in_turn(tmp_path):
+    """A thread whose transaction meets another thread's of the same store waits for it in the
+    process, and starts once: it does not poll SQLite's lock in the busy handler."""
+    import threading
+    store = StateStore(tmp_path / "s.db", busy_timeout_ms=1, lock_wait=10)
+    with store.transaction() as conn:
+        conn.execute("CREATE TABLE t (n INTEGER)")
+    inside, release = threading.Event(), threading.Event()
+    begins = []
+
+    def holder():
+        with store.transaction() as conn:
+            conn.execute("INSERT INTO t VALUES (1)")
+            inside.set()
+            release.wait(10)
+
+    def second():
+        conn = store.connection()
+        conn.set_trace_callback(lambda sql: sql.startswith("BEGIN") and begins.append(sql))
+        with store.transaction() as conn:
+            conn.execute("INSERT INTO t VALUES (2)")
+
+    first = threading.Thread(target=holder)
+    first.start()
+    assert inside.wait(10)
+    other = threading.Thread(target=second)
+    other.start()
+    time.sleep(0.3)
+    release.set()
+    first.join(10)
+    other.join(10)
+    assert begins == ["BEGIN IMMEDIATE"]
+    assert [row["n"] for row in store.query("SELECT n FROM t ORDER BY n")] == [1, 2]

@@ -22,7 +22,6 @@ It reports; it never fails on a speed goal. Raw figures go to benchmarks/results
 from __future__ import annotations
 
 import argparse
-import concurrent.futures
 import hashlib
 import json
 import os
@@ -343,11 +342,12 @@ def bench_batch(bench: Bench, count: int, size: int, repeats: int) -> dict:
 
     The files share their four OSTs; one of them fails. recoveryd's periodic check (its probe
     of every OST) finds it and queues the files; ``recovery.file_workers`` workers recover
-    them, as configured and with ``probe_reuse = 0`` (a probe of every OST per file). The peers
-    copy files of the same byte counts from the same server with one ``globus-url-copy -f``
-    (one connection for all, as the Recoverer keeps its connections): into the page cache
-    (plain), and followed by an fsync of each copy (durable: the patch's bytes are on disk
-    before its layout switch). Each repeat runs every variant and both copies once.
+    them (``recovery.patch_streams`` of them patching at once), as configured and with
+    ``probe_reuse = 0`` (a probe of every OST per file). The peers copy files of the same
+    byte counts from the same server with one ``globus-url-copy -f`` (one connection for all,
+    as the Recoverer keeps its connections): into the page cache (plain), and followed by an
+    fsync of each copy (durable: the patch's bytes are on disk before its layout switch).
+    Each repeat runs every variant and both copies once.
     Throughput is lost bytes over the wall time of the whole batch, probes included.
     """
     osts = (0, 1, 2, 3)
@@ -381,6 +381,7 @@ def bench_batch(bench: Bench, count: int, size: int, repeats: int) -> dict:
     total = count * lost
     return {"files": count, "file_size": size, "lost_per_file": lost,
             "workers": bench.config.recovery.file_workers,
+            "streams": bench.config.recovery.patch_streams,
             "rows": {label: _summary(times[label], total) for label, _ in variants},
             "copy": _summary(copy_times["plain"], total),
             "durable": _summary(copy_times["durable"], total)}
@@ -554,7 +555,10 @@ def _batch_report(batch: dict) -> list[str]:
              "MiB lost per file. Recovered as recoveryd does: its periodic check probes every "
              "OST, finds the failure and queues the files; its "
              f"{batch['workers']} file workers claim and recover them (each file's own OSTs "
-             "probed anew, rebuild, patch, commit, the request closed). Timed from the check's "
+             "probed anew, rebuild, patch, commit, the request closed), the probes, rebuild "
+             "starts and commits of files that reach them together made as one, at most "
+             f"{batch.get('streams', batch['workers'])} files patching at once. Timed from the "
+             "check's "
              "start to the last request closed. The peers copy files of the same byte counts "
              "from the same server with one `globus-url-copy -f` (one connection for all, as "
              "the Recoverer keeps its connections): into the page cache (plain), and followed "

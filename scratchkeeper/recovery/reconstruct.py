@@ -46,6 +46,7 @@ from ..transfer.buffers import BufferPool
 from ..transfer.ranged import RangedReader, ReaderPool, measure, open_ranged
 from . import plan as planning
 from .safety import check_inside_scratch
+from .gather import Gathered, PatchSlots, ProbeGroup, RecoveryInterrupted
 from .writer import WRITE_GROUP_BYTES, WRITE_QUEUE_BYTES, RebuildWriter
 
 log = logging.getLogger(__name__)
@@ -88,10 +89,6 @@ class Outcome:
 
 class PatchFailed(RecoveryError):
     """Every source of some chunk failed: the file cannot be recovered now."""
-
-
-class RecoveryInterrupted(RecoveryError):
-    """The service is stopping: the rebuild is left as it is for the next start to resume."""
 
 
 class ChecksumMismatch(RecoveryError):
@@ -161,7 +158,11 @@ class Recoverer:
         # layout switches asked for while one runs are made together (one sync of the
         # namespace for all the files of a failure that finish at about the same time)
         self.commits = Gathered(lambda items: self.backend.commit_rebuilds(items))
+        # and so are their starts (one sync of the namespace for the rebuilds begun together)
+        self.begins = Gathered(lambda items: self.backend.begin_rebuilds(items))
         self.stop = stop or threading.Event()
+        # the files in recovery at once (recovery.file_workers) patch a few at a time
+        self.slots = PatchSlots(config.recovery.patch_streams, self.stop)
 
     # -- entry point ---------------------------------------------------------------------------
     def recover(self, path: str, *, reported_osts: tuple[int, ...] = (),
@@ -259,19 +260,20 @@ class Recoverer:
             outcome.substitutes = dict(rebuild.substitutes)
             checker = _BlockChecker(blocks, full) if blocks is not None else None
             try:
-                verified_ranges, pending = self._patch(rebuild, layout, hints, truly_lost,
-                                                       outcome, progress, measure_sources,
-                                                       checker)
-                if checker is not None:
-                    # blocks checked on arrival need nothing more; the rest (covered in part,
-                    # or patched before a restart) are read back now that they are complete
-                    self._verify_blocks(rebuild, checker)
-                    outcome.verified = "blocks"
-                else:
-                    outcome.verified = "ranges" if verified_ranges else "file"
-                    if not verified_ranges or resumed:
-                        self._verify_file(rebuild, hints)
-                        outcome.verified = "file"
+                with self.slots.held():
+                    verified_ranges, pending = self._patch(rebuild, layout, hints, truly_lost,
+                                                           outcome, progress, measure_sources,
+                                                           checker)
+                    if checker is not None:
+                        # blocks checked on arrival need nothing more; the rest (covered in
+                        # part, or patched before a restart) are read back now they are complete
+                        self._verify_blocks(rebuild, checker)
+                        outcome.verified = "blocks"
+                    else:
+                        outcome.verified = "ranges" if verified_ranges else "file"
+                        if not verified_ranges or resumed:
+                            self._verify_file(rebuild, hints)
+                            outcome.verified = "file"
                 # the last bytes written are recorded by the switch itself (one journal update)
                 self.commits((rebuild, pending))
                 outcome.patch_seconds += time.monotonic() - patch_started
@@ -355,7 +357,7 @@ class Recoverer:
             substitutes[ost] = self.backend.pick_substitute(
                 layout, exclude=set(failed) | set(substitutes.values()) | bad, osts=statuses,
                 failed=ost)
-        rebuild = self.backend.begin_rebuild(full, substitutes)
+        rebuild = self.begins((full, substitutes))  # with the files begun at the same time
         log.info("%s: rebuild %s: %s, %d bytes to patch", full, rebuild.rebuild_id,
                  ", ".join(f"OST {f} -> {s}" for f, s in substitutes.items()),
                  sum(e.length for e in rebuild.lost))
@@ -432,8 +434,8 @@ class Recoverer:
 
         A file that lost bytes is patched from its primary source in all but the rarest plans,
         and a GridFTP connection costs tens of ms (the server forks and logs in): begun now, it
-        overlaps the rebuild's start and planning. A failure here is left for the lane to meet
-        (and retry) itself.
+        overlaps the rebuild's start and planning. Only as many are opened ahead as patch slots
+        are free. A failure here is left for the lane to meet (and retry) itself.
         """
         def run() -> None:
             reader = self.readers.take(uri, owner)
@@ -447,7 +449,9 @@ class Recoverer:
                 self._done(reader, ok)
 
         with self._lock:
-            if uri not in self._warming:
+            # one per patch slot that will be free: the files waiting for one take the
+            # connections the running patches hand back
+            if uri not in self._warming and len(self._warming) < self.slots.free():
                 thread = self._warming[uri] = threading.Thread(target=run, daemon=True,
                                                                name="patch-connect")
                 thread.start()  # under the lock: whoever pops it can join it
@@ -737,117 +741,6 @@ class Recoverer:
             raise ChecksumMismatch(f"{rebuild.path}: the patched file's SHA-256 differs from the "
                                    "one recorded at stage-in (a corrupted range, or the source "
                                    "changed)")
-
-
-class Gathered:
-    """Calls made while one runs are made together, as one call, once it ended.
-
-    ``run`` takes the items of the calls gathered and returns a result (or exception) for
-    each, in order: each caller gets its own, raised if it is an exception. The first caller
-    runs at once; nothing waits for company.
-    """
-
-    def __init__(self, run: Callable[[list], list]):
-        self._run = run
-        self._cond = threading.Condition()
-        self._busy = False
-        self._next: list[dict] = []  # the calls that wait for the running one to end
-
-    def __call__(self, item):
-        with self._cond:
-            batch = self._next
-            slot = {"item": item, "done": False, "result": None}
-            batch.append(slot)
-            while self._busy and not slot["done"]:
-                self._cond.wait()
-            lead = not slot["done"]
-            if lead:
-                self._busy, self._next = True, []
-        if lead:
-            try:
-                results = self._run([s["item"] for s in batch])
-            except BaseException as err:
-                results = [err] * len(batch)
-            with self._cond:
-                for each, result in zip(batch, results, strict=True):
-                    each["result"], each["done"] = result, True
-                self._busy = False
-                self._cond.notify_all()
-        if isinstance(slot["result"], BaseException):
-            raise slot["result"]
-        return slot["result"]
-
-
-class ProbeGroup:
-    """OST probes asked for at about the same time, made as one.
-
-    A caller names the OSTs it needs (``None``: every OST) and ``since``, when its recovery
-    began: a probe that began after that and covers them answers it, whether it is still
-    running (it is waited for) or the last one made. Otherwise it joins the callers of the next
-    probe, which starts once the running one ended and covers all their OSTs. So the files an
-    OST failure hits, started together by recoveryd's file workers, pay one probe, and none is
-    told a state from before its recovery began.
-    """
-
-    def __init__(self, run: Callable[[set[int] | None], list[OstStatus]]):
-        self._run = run
-        self._cond = threading.Condition()
-        self._running: _ProbeRound | None = None
-        self._last: _ProbeRound | None = None  # the last probe that answered
-        self._next = _ProbeRound()  # the callers of the probe that follows the running one
-
-    def probe(self, osts: set[int] | None, since: float | None = None) -> list[OstStatus]:
-        with self._cond:
-            round_ = self._usable(osts, since)
-            if round_ is None:
-                round_ = self._next
-                round_.ask(osts)
-            while not round_.done and (round_ is not self._next or self._running is not None):
-                self._cond.wait()
-            lead = not round_.done  # this caller makes the probe of its round
-            if lead:
-                round_.began = time.monotonic()
-                self._running, self._next = round_, _ProbeRound()
-        if lead:
-            try:
-                round_.statuses = self._run(round_.osts)
-            except BaseException as err:
-                round_.error = err
-            with self._cond:
-                round_.done = True
-                self._running = None
-                if round_.error is None:
-                    self._last = round_
-                self._cond.notify_all()
-        if round_.error is not None:
-            raise round_.error
-        return round_.statuses
-
-    def _usable(self, osts: set[int] | None, since: float | None) -> _ProbeRound | None:
-        if since is None:
-            return None
-        for round_ in (self._running, self._last):
-            if round_ is not None and round_.began > since and round_.covers(osts):
-                return round_
-        return None
-
-
-@dataclass
-class _ProbeRound:
-    osts: set[int] | None = field(default_factory=set)  # None: every OST
-    began: float = 0.0
-    done: bool = False
-    statuses: list[OstStatus] = field(default_factory=list)
-    error: BaseException | None = None
-
-    def ask(self, osts: set[int] | None) -> None:
-        if osts is None or self.osts is None:
-            self.osts = None
-        else:
-            self.osts |= set(osts)
-
-    def covers(self, osts: set[int] | None) -> bool:
-        return self.osts is None or (osts is not None and set(osts) <= self.osts)
 
 
 class _BlockChecker:

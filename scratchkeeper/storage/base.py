@@ -369,6 +369,13 @@ class StorageBackend(abc.ABC):
     def begin_rebuild(self, path: str, substitutes: dict[int, int]) -> Rebuild:
         """Allocate objects on the substitute OSTs and record the rebuild; nothing visible yet."""
 
+    def begin_rebuilds(self, items: list[tuple[str, dict[int, int]]]
+                       ) -> list[Rebuild | ScratchkeeperError]:
+        """Begin several rebuilds (``(path, substitutes)`` pairs); each one's rebuild or error,
+        in order. A store that can records them in one step (fewer syncs); this one begins
+        them one by one."""
+        return _each(self.begin_rebuild, items)
+
     def write_rebuild(self, rebuild: Rebuild, offset: int, data: bytes) -> None:
         """Patch bytes of a lost range into the substitute objects and record them as patched."""
         self.write_rebuild_batch(rebuild, [(offset, data)])
@@ -405,13 +412,7 @@ class StorageBackend(abc.ABC):
         """Commit several rebuilds (``(rebuild, patched)`` pairs); each one's new layout or
         error, in order. A store that can switches them in one step (fewer syncs); this one
         commits them one by one."""
-        results: list[FileLayout | ScratchkeeperError] = []
-        for rebuild, patched in items:
-            try:
-                results.append(self.commit_rebuild(rebuild, patched))
-            except ScratchkeeperError as err:
-                results.append(err)
-        return results
+        return _each(self.commit_rebuild, items)
 
     @abc.abstractmethod
     def abort_rebuild(self, rebuild: Rebuild) -> None:
@@ -476,3 +477,14 @@ def substitute_layout(layout: FileLayout, substitutes: dict[int, int],
                         for position, obj in enumerate(comp.objects))
         components.append(replace(comp, objects=objects))
     return FileLayout(tuple(components), layout.layout_gen + 1, layout.path)
+
+
+def _each(call: Callable, items: list[tuple]) -> list:
+    """``call(*item)`` for every item: its result, or the store error it raised, in order."""
+    results = []
+    for item in items:
+        try:
+            results.append(call(*item))
+        except ScratchkeeperError as err:
+            results.append(err)
+    return results

@@ -31,10 +31,57 @@ class RebuildMixin:
         """``same_ids``: each new object keeps the id of the one it replaces (objects are named
         by OST and id, so no two collide): a move by ``store rebalance`` keeps the file's first
         object id, from which SUORA's key comes."""
+        result, = self._begin_rebuilds([(path, substitutes)], same_ids)
+        if isinstance(result, BaseException):
+            raise result
+        return result
+
+    def begin_rebuilds(self, items: list[tuple[str, dict[int, int]]]
+                       ) -> list[Rebuild | ScratchkeeperError]:
+        """Begin several rebuilds in one namespace transaction (one journal sync for all the
+        files of a failure); a file that cannot be begun gets its error in its place."""
+        return self._begin_rebuilds(items, False)
+
+    def _begin_rebuilds(self, items: list[tuple[str, dict[int, int]]], same_ids: bool
+                        ) -> list[Rebuild | ScratchkeeperError]:
         self._check_writable()
+        results: list[Rebuild | ScratchkeeperError | None] = [None] * len(items)
+        ready = []
+        healthy = self._healthy()
+        for index, (path, substitutes) in enumerate(items):
+            try:
+                ready.append((index, *self._plan_rebuild(path, substitutes, same_ids, healthy)))
+            except ScratchkeeperError as err:
+                results[index] = err
+        if ready:
+            with self.db.transaction() as conn:
+                for _, rebuild, base, new_objects, _ in ready:
+                    conn.execute("INSERT INTO rebuilds(rebuild_id, path, record, base_layout) "
+                                 "VALUES (?, ?, ?, ?)",
+                                 (rebuild.rebuild_id, base.path, json.dumps(rebuild.to_dict()),
+                                  json.dumps(base.to_dict())))
+                    owner = f"rebuild:{rebuild.rebuild_id}"
+                    conn.executemany("INSERT INTO object_intents(ost_index, object_id, owner) "
+                                     "VALUES (?, ?, ?)",
+                                     [(o.ost_index, o.object_id, owner) for o in new_objects])
+        for index, rebuild, _, new_objects, st in ready:
+            try:
+                self._create_objects(new_objects, uid=st.st_uid, gid=st.st_gid, mode=st.st_mode)
+            except OSError as err:  # nothing left behind: the objects made so far go too
+                self.abort_rebuild(rebuild)
+                results[index] = StorageError(f"{rebuild.path}: rebuild: creating the "
+                                              f"substitute objects: {err.strerror or err}")
+                continue
+            results[index] = rebuild
+            log.info("store: rebuild %s of %s begun: %s", rebuild.rebuild_id, rebuild.path,
+                     ", ".join(f"OST {f} -> {s}" for f, s in rebuild.substitutes.items()))
+        return results
+
+    def _plan_rebuild(self, path: str, substitutes: dict[int, int], same_ids: bool,
+                      healthy: set[int]):
+        """A rebuild of ``path`` (not recorded yet), its base layout, new objects and stat."""
         node = self._inode(path)
         layout = node.layout
-        healthy = self._healthy()
         for substitute in substitutes.values():
             self._check_ost_index(substitute)
             if substitute not in healthy:
@@ -44,23 +91,9 @@ class RebuildMixin:
         new_layout = substitute_layout(
             layout, substitutes, (lambda c, p: layout.components[c].objects[p].object_id)
             if same_ids else (lambda c, p: uuid.uuid4().hex))
-        new_objects = added_objects(layout, new_layout)
         rebuild = Rebuild(uuid.uuid4().hex, layout.path, dict(substitutes), node.size,
                           layout.layout_gen, new_layout, lost)
-        owner = f"rebuild:{rebuild.rebuild_id}"
-        with self.db.transaction() as conn:
-            conn.execute("INSERT INTO rebuilds(rebuild_id, path, record, base_layout) "
-                         "VALUES (?, ?, ?, ?)",
-                         (rebuild.rebuild_id, layout.path, json.dumps(rebuild.to_dict()),
-                          json.dumps(layout.to_dict())))
-            conn.executemany("INSERT INTO object_intents(ost_index, object_id, owner) "
-                             "VALUES (?, ?, ?)",
-                             [(o.ost_index, o.object_id, owner) for o in new_objects])
-        self._create_objects(new_objects, uid=node.st.st_uid, gid=node.st.st_gid,
-                             mode=node.st.st_mode)
-        log.info("store: rebuild %s of %s begun: %s", rebuild.rebuild_id, layout.path,
-                 ", ".join(f"OST {f} -> {s}" for f, s in substitutes.items()))
-        return rebuild
+        return rebuild, layout, added_objects(layout, new_layout), node.st
 
     def _load_rebuild(self, conn, rebuild_id: str) -> Rebuild:
         found = conn.execute("SELECT record FROM rebuilds WHERE rebuild_id = ?",

@@ -12,7 +12,7 @@ from dataclasses import replace
 import pytest
 
 from scratchkeeper.errors import StorageError
-from scratchkeeper.recovery import reconstruct
+from scratchkeeper.recovery import gather, reconstruct
 from scratchkeeper.recovery.reconstruct import LOST, PATCHED, Recoverer
 from scratchkeeper.storage import OST_ACTIVE, Extent, LayoutRequest, OstStatus
 
@@ -315,7 +315,7 @@ def test_probes_asked_for_while_one_runs_are_made_as_one_after_it():
             assert release.wait(10)
         return [OstStatus(i, "ost", OST_ACTIVE) for i in sorted(osts or {0, 1, 2, 3, 4, 5})]
 
-    group = reconstruct.ProbeGroup(run)
+    group = gather.ProbeGroup(run)
     answers = {}
 
     def ask(name, osts):
@@ -340,7 +340,7 @@ def test_probes_asked_for_while_one_runs_are_made_as_one_after_it():
 
 def test_a_probe_of_every_ost_asked_for_with_others_covers_them():
     made = []
-    group = reconstruct.ProbeGroup(lambda osts: made.append(osts) or [])
+    group = gather.ProbeGroup(lambda osts: made.append(osts) or [])
     group._next.ask({1})  # a caller waits for a probe of OST 1
     group.probe(None)
     assert made == [None]
@@ -350,7 +350,7 @@ def test_a_probe_of_every_ost_asked_for_with_others_covers_them():
 
 def test_a_probe_begun_after_a_recovery_began_answers_it_and_no_older_one():
     made = []
-    group = reconstruct.ProbeGroup(lambda osts: made.append(osts) or [])
+    group = gather.ProbeGroup(lambda osts: made.append(osts) or [])
     began = time.monotonic()
     group.probe({1, 2})
     group.probe({2}, since=began)  # begun after: it answers
@@ -361,7 +361,7 @@ def test_a_probe_begun_after_a_recovery_began_answers_it_and_no_older_one():
 
 
 def test_a_failed_probe_fails_every_caller_of_its_round():
-    group = reconstruct.ProbeGroup(lambda osts: 1 / 0)
+    group = gather.ProbeGroup(lambda osts: 1 / 0)
     with pytest.raises(ZeroDivisionError):
         group.probe({1})
     with pytest.raises(ZeroDivisionError):  # the next round probes again, and fails again
@@ -422,7 +422,7 @@ def test_calls_made_while_one_runs_are_made_together_after_it():
             assert release.wait(10)
         return [ValueError(item) if item == "bad" else item.upper() for item in items]
 
-    gathered = reconstruct.Gathered(run)
+    gathered = gather.Gathered(run)
     answers = {}
 
     def call(item):

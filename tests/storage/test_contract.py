@@ -258,3 +258,27 @@ def test_rebuilds_committed_together_each_get_their_own_outcome(backend, take_do
     assert isinstance(short, StorageError) and "misses" in str(short)
     assert {r.rebuild_id for r in backend.open_rebuilds()} == {r.rebuild_id for r in rebuilds[1:]}
     assert [backend.layout(layout.path).ost_list for layout in files[1:]] == [(0, 1), (0, 1)]
+
+
+def test_rebuilds_begun_together_each_get_their_own_outcome(backend, take_down):
+    """One start of several rebuilds: each file's rebuild, or its own error in its place (a
+    substitute that is down, a file that is not there), the others begun and committable."""
+    files = [put(backend, f"begun/{name}", payload(200_000, seed=seed),
+                 LayoutRequest(stripe_count=2, stripe_size=65536, ost_list=(0, 1)))
+             for seed, name in enumerate(("a", "b", "c"))]
+    take_down(backend, 1)
+    take_down(backend, 6)
+    first, down, missing, second = backend.begin_rebuilds(
+        [(files[0].path, {1: 5}), (files[1].path, {1: 6}), ("begun/none", {1: 5}),
+         (files[2].path, {1: 7})])
+    assert isinstance(down, StorageError)  # the local store names the OST, lfs its object
+    assert isinstance(missing, InputError) and "begun/none" in str(missing)
+    assert {r.rebuild_id for r in backend.open_rebuilds()} == {first.rebuild_id,
+                                                                second.rebuild_id}
+    for rebuild, substitute in ((first, 5), (second, 7)):
+        assert rebuild.substitutes == {1: substitute}
+        for extent in rebuild.lost:
+            backend.write_rebuild(rebuild, extent.offset, b"\2" * extent.length)
+    assert [layout.ost_list for layout in backend.commit_rebuilds(
+        [(first, []), (second, [])])] == [(0, 5), (0, 7)]
+    assert backend.layout(files[1].path).ost_list == (0, 1) and not backend.open_rebuilds()
