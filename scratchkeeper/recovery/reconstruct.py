@@ -45,8 +45,8 @@ from ..storage.base import XATTR_PREFIX
 from ..transfer.buffers import BufferPool
 from ..transfer.ranged import RangedReader, ReaderPool, measure, open_ranged
 from . import plan as planning
-from .safety import check_inside_scratch
 from .gather import Gathered, PatchSlots, ProbeGroup, RecoveryInterrupted
+from .safety import check_inside_scratch
 from .writer import WRITE_GROUP_BYTES, WRITE_QUEUE_BYTES, RebuildWriter
 
 log = logging.getLogger(__name__)
