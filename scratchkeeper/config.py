@@ -284,6 +284,10 @@ class ReplicationConfig:
                               "close before it counts as closed", minimum=0, maximum=DAY)
     changelog_mdt: str = _opt("", "lustre: MDT whose changelog is read (e.g. scratch-MDT0000)")
     changelog_user: str = _opt("", "lustre: changelog user registered for the daemon (e.g. cl1)")
+    hybrid: bool = _opt(False, "hybrid replicas (seed 002 section 5): a replica is laid out for "
+                        "the requests its file's recorded workload (#STAGEIN -layout auto) has "
+                        "that the primary's layout serves worst; the mount reads each request "
+                        "from the mirror the layout model finds cheapest")
 
 
 @record(frozen=True)

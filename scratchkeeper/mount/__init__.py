@@ -203,6 +203,16 @@ def qos_settings(config: SiteConfig) -> tuple | None:
             tuple(probabilities), tuple(uids))
 
 
+def model_constants(config: SiteConfig) -> tuple[float, ...]:
+    """The seed-002 model's constants for the mount's choice of a hybrid file's mirror
+    (e, v, alpha sequential, alpha random, beta read, beta write; ``[layout]``)."""
+    from ..layout import params_from_config
+
+    params = params_from_config(config.layout)
+    return (params.e, params.v, params.alpha_sequential, params.alpha_random,
+            params.beta_read, params.beta_write)
+
+
 def serve(config: SiteConfig, mountpoint: str, *, debug: bool = False) -> None:
     """Mount the store at ``mountpoint`` and serve it in the foreground until unmounted."""
     if os.geteuid() != 0:
@@ -229,7 +239,7 @@ def serve(config: SiteConfig, mountpoint: str, *, debug: bool = False) -> None:
                   dispatch_min_bytes=mount.dispatch_min_bytes,
                   pools=tuple(pools.items()),
                   read_log_interval=float(mount.read_log_interval),
-                  place=_place_callback(config), qos=qos,
+                  place=_place_callback(config), qos=qos, model=model_constants(config),
                   recover=_recover_callback(config))
     except OSError as err:
         raise StorageError(f"mount {mountpoint}: {err.strerror}") from None

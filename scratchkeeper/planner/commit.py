@@ -106,7 +106,8 @@ def commit_stage(store: StateStore, config: SiteConfig, chain_id: str, job_key: 
     stage-in's layout decision (``#STAGEIN -layout``), kept as ``user.scratchkeeper.layout``.
     """
     if layout is not None:
-        # one line of text: it is a record, never parsed back as anything else
+        # one line of text: a record; only its workload word is read back (replicad, hybrid
+        # replicas: layout.hybrid.parse_workload, strictly, as data)
         layout = " ".join(layout.split())[:4000]
     what = f"chain {chain_id}: commit of {job_key}"
     chain, row = recorded(lambda: (check_owner(store, chain_id, for_uid),

@@ -70,12 +70,20 @@ class LayoutDecision:
     how: str  # "auto", "named" or "explicit"
     estimates: tuple[tuple[str, float], ...] = ()
     notes: tuple[str, ...] = field(default=())
+    #: the workload ``auto`` was advised for (a ``scratchkeeper.layout.Workload``): recorded so
+    #: that a hybrid replica (``replication.hybrid``) can be laid out for it
+    workload: object | None = None
 
     def xattr(self) -> str:
-        """The value of ``user.scratchkeeper.layout``: ``1-DV count=8 size=1048576: reason``."""
-        text = (f"{self.layout or 'explicit'} count={self.stripe_count} "
-                f"size={self.stripe_size}: {self.reason}")
-        return text[:XATTR_REASON_MAX]
+        """The value of ``user.scratchkeeper.layout``: ``1-DV count=8 size=1048576: reason``,
+        with the workload (``workload=...``, ``scratchkeeper.layout.hybrid``) before the colon
+        where ``auto`` chose the layout."""
+        head = f"{self.layout or 'explicit'} count={self.stripe_count} size={self.stripe_size}"
+        if self.workload is not None:
+            from ..layout.hybrid import workload_text
+
+            head += " " + workload_text(self.workload)
+        return f"{head}: {self.reason}"[:XATTR_REASON_MAX]
 
     def to_dict(self) -> dict:
         return {"layout": self.layout, "stripe_count": self.stripe_count,
@@ -187,7 +195,7 @@ def decide_layout(options: LayoutOptions, lines: dict[str, int], compute_job: di
         decision = LayoutDecision(advice.layout, advice.stripe_count, advice.stripe_size,
                                   advice.reason, AUTO,
                                   tuple((e.label, e.cost.total) for e in advice.estimates),
-                                  advice.notes)
+                                  advice.notes, workload)
     else:
         layout = LAYOUT_NAMES[options.layout]
         request_size = options.request_size or DEFAULT_REQUEST_SIZE
@@ -222,7 +230,8 @@ def decide_layout(options: LayoutOptions, lines: dict[str, int], compute_job: di
         size = options.stripe_size if options.stripe_size is not None else decision.stripe_size
         decision = LayoutDecision(decision.layout, count, size,
                                   decision.reason + "; overridden by " + ", ".join(overrides),
-                                  decision.how, decision.estimates, decision.notes)
+                                  decision.how, decision.estimates, decision.notes,
+                                  decision.workload)
     return decision, None
 
 

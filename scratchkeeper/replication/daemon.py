@@ -33,7 +33,7 @@ from ..state import StateStore, daemon_lock
 from ..storage import StorageBackend, open_backend
 from .inputs import KnownInputs
 from .closes import ChangelogReader, CloseTracker, InotifyWatcher
-from .decisions import CycleInput, Decisions, InputFile, JobInputs, decide
+from .decisions import CycleInput, Decisions, InputFile, JobInputs, RemoveReplica, decide
 from .replicas import DATA_JOB_PREFIX, ReplicaOperations
 from .state import FILE_CLOSED, ReplicationState
 from .window import WindowParams
@@ -319,7 +319,13 @@ class ReplicationDaemon:
         if events:
             self.state.drop_events(max(e["event_id"] for e in events))
 
-        for removal in decisions.remove:
+        removals = list(decisions.remove)
+        if self.config.replication.hybrid:
+            leaving = {r.path for r in removals}
+            removals += [RemoveReplica(row.path, "invalidated: a write made the replica stale")
+                         for row in self.state.replicas_in("ready").values()
+                         if row.path not in leaving and self.operations.invalidated(row)]
+        for removal in removals:
             row = self.state.replica(removal.path)
             if row is None:
                 continue

@@ -33,6 +33,8 @@ from .state import ReplicaRow, ReplicationState
 log = logging.getLogger(__name__)
 
 SHA256_XATTR = "user.scratchkeeper.sha256"
+#: the stage-in's layout record (``planner.stage_layout``), with its workload for hybrid replicas
+LAYOUT_XATTR = "user.scratchkeeper.layout"
 DATA_JOB_PREFIX = "skrep-"
 
 
@@ -59,13 +61,42 @@ class ReplicaOperations:
         self.job_dir = Path(job_dir or Path(config.state.database).parent / "replica-jobs")
 
     # -- placement -----------------------------------------------------------------------------
-    def choose_osts(self, layout: FileLayout, size: int = 0) -> tuple[int, ...]:
+    def choose_osts(self, layout: FileLayout, size: int = 0,
+                    count: int | None = None) -> tuple[int, ...]:
         """The storage layer's OSTs for a temporal replica (``StorageBackend.replica_osts``:
         least used outside the primary's; with SUORA, the fastest class with room)."""
         try:
-            return self.backend.replica_osts(layout, size)
+            return self.backend.replica_osts(layout, size, count)
         except TargetUnavailable as err:
             raise ReplicationError(str(err)) from None
+
+    def replica_shape(self, path: str, layout: FileLayout) -> tuple[int | None, int]:
+        """(stripe count, stripe size) of the replica: the primary's (count None: as wide as
+        the primary), or with ``replication.hybrid`` the layout that serves the requests of the
+        file's recorded workload the primary serves worst (``layout.hybrid``, seed 002 5.1)."""
+        plain = (None, layout.stripe_size)
+        if not self.config.replication.hybrid:
+            return plain
+        from ..layout import params_from_config
+        from ..layout.hybrid import hybrid_replica, parse_workload
+
+        record = self.backend.get_xattr(path, LAYOUT_XATTR)
+        try:
+            workload = parse_workload(record.decode("utf-8", "replace")) if record else None
+        except InputError as err:
+            log.warning("%s: %s: %s; a replica in the primary's layout", path, LAYOUT_XATTR, err)
+            return plain
+        if workload is None:
+            log.info("%s: hybrid: no workload recorded (the stage-in had no -layout auto); a "
+                     "replica in the primary's layout", path)
+            return plain
+        room, total = self.backend.replica_room(layout)
+        if room < 1:
+            return plain  # choose_osts says why
+        choice = hybrid_replica(workload, (layout.stripe_count, layout.stripe_size), room,
+                                total, params_from_config(self.config.layout))
+        log.info("%s: hybrid: %s", path, choice.reason)
+        return (choice.stripe_count, choice.stripe_size) if choice.differs else plain
 
     # -- creation ------------------------------------------------------------------------------
     def create(self, path: str, *, job_id: str, reason: str, owner_uid: int | None,
@@ -98,7 +129,8 @@ class ReplicaOperations:
             raise ReplicationError(message)
         token = uuid.uuid4().hex
         try:
-            osts = self.choose_osts(layout, info.size)
+            count, stripe_size = self.replica_shape(path, layout)
+            osts = self.choose_osts(layout, info.size, count)
         except ReplicationError as err:
             self.state.record_refusal(path, job_id=job_id, reason=reason, error=str(err),
                                       attempts=(existing.attempts if existing else 0) + 1)
@@ -111,7 +143,7 @@ class ReplicaOperations:
             return "exists"
         try:
             if self.replica_queue and self.scheduler is not None:
-                data_job = self._submit_data_job(path, token, osts, layout.stripe_size)
+                data_job = self._submit_data_job(path, token, osts, stripe_size)
                 self.state.set_data_job(path, token, data_job)
                 log.info("%s: replica for job %s submitted as data job %s (OSTs %s)", path,
                          job_id, data_job, ",".join(map(str, osts)))
@@ -119,8 +151,7 @@ class ReplicaOperations:
             log.info("%s: copying %d bytes for job %s (%s) to OSTs %s", path, info.size, job_id,
                      reason, ",".join(map(str, osts)))
             started = time.monotonic()
-            self.backend.add_mirror(path, LayoutRequest(ost_list=osts,
-                                                        stripe_size=layout.stripe_size))
+            self.backend.add_mirror(path, LayoutRequest(ost_list=osts, stripe_size=stripe_size))
             row = self.state.replica(path)
             mirror_id, mirror_osts = self.verify(row)
             self.state.mark_ready(path, token, mirror_id, mirror_osts)
@@ -222,6 +253,18 @@ class ReplicaOperations:
                 raise ReplicationError(f"{row.path}: sha256 xattr {stored.decode()[:12]}... is not "
                                        f"the staged {expected[:12]}...; the file was replaced")
         return mirror_id, osts
+
+    def invalidated(self, row: ReplicaRow) -> bool:
+        """A ready replica a write made stale: the mount writes a hybrid file's data to one
+        mirror and marks the others stale (Lustre FLR does the same), so this copy no longer
+        holds the file and is never read."""
+        if row.mirror_id is None:
+            return False
+        try:
+            layout = self.backend.layout(row.path)
+        except ScratchkeeperError:
+            return False
+        return any("stale" in c.flags.split(",") for c in layout.mirror(row.mirror_id))
 
     # -- removal -------------------------------------------------------------------------------
     def remove(self, row: ReplicaRow, why: str) -> None:

@@ -343,17 +343,26 @@ class StorageBackend(abc.ABC):
                                     "to substitute", path=layout.path)
         return min(candidates, key=lambda o: (o.used_bytes or 0, o.ost_index)).ost_index
 
-    def replica_osts(self, layout: FileLayout, size: int) -> tuple[int, ...]:
+    def replica_osts(self, layout: FileLayout, size: int,
+                     count: int | None = None) -> tuple[int, ...]:
         """OSTs for a temporal replica of the file (``size`` bytes): healthy ones outside its
-        stripe set, least used first, as many as the primary's stripes."""
+        stripe set, least used first, ``count`` of them (default: as many as the primary's
+        stripes; fewer where fewer are left)."""
         taken = layout.osts()
         candidates = [o for o in self.list_osts() if o.healthy and o.ost_index not in taken]
         if not candidates:
             raise TargetUnavailable(f"{layout.path}: no healthy OST outside the primary's "
                                     f"{sorted(taken)} for a replica", path=layout.path)
         candidates.sort(key=lambda o: (o.used_bytes or 0, o.ost_index))
-        count = min(layout.stripe_count, len(candidates))
+        count = min(count or layout.stripe_count, len(candidates))
         return tuple(sorted(o.ost_index for o in candidates[:count]))
+
+    def replica_room(self, layout: FileLayout) -> tuple[int, int]:
+        """(healthy OSTs outside the file's stripe set, healthy OSTs): how wide a replica can
+        be, and over how many OSTs files are spread."""
+        healthy = [o.ost_index for o in self.list_osts() if o.healthy]
+        taken = layout.osts()
+        return sum(1 for i in healthy if i not in taken), len(healthy)
 
     # -- mirrors -------------------------------------------------------------------------------
     @abc.abstractmethod

@@ -182,15 +182,16 @@ class PlacementMixin:
                                               self._placement_map(pool))
         return self._suora_osts(request, placement_key(first_id), set(), placement=cached[2])
 
-    def replica_osts(self, layout: FileLayout, size: int) -> tuple[int, ...]:
+    def replica_osts(self, layout: FileLayout, size: int,
+                     count: int | None = None) -> tuple[int, ...]:
         """With SUORA: the file's key in the fastest class whose free space takes the replica
         (a job about to run reads it from the fastest pool with room), the slower ones in turn;
         least used otherwise."""
         if self.placement != "suora":
-            return super().replica_osts(layout, size)
+            return super().replica_osts(layout, size, count)
         placement = self._placement_map(None)
         key = placement_key(layout.components[0].objects[0].object_id)
-        request = LayoutRequest(stripe_count=layout.stripe_count)
+        request = LayoutRequest(stripe_count=count or layout.stripe_count)
         taken = set(layout.osts())
         free = self._bucket_free(placement)
         for bucket in range(len(placement.buckets) - 1, -1, -1):

@@ -193,6 +193,22 @@ def test_the_stage_in_lays_out_each_file_before_its_transfer(fixed_callback):
                                                          "the script asks")
 
 
+def test_auto_records_its_workload_for_a_hybrid_replica(fixed_callback):
+    from scratchkeeper.layout.hybrid import parse_workload
+
+    body = rendered(script("#STAGEIN -layout auto -request-size 4M -pattern random"), site())
+    commit = next(line for line in body.splitlines() if " stage commit " in line)
+    words = shlex.split(commit.split(" || ")[0])
+    recorded = words[words.index("--layout") + 1]
+    assert parse_workload(recorded) == Workload.uniform(64, 16, 4 << 20, shared_file=True,
+                                                        pattern="random")
+    # a named layout has no workload of the model's: none recorded
+    body = rendered(script("#STAGEIN -layout 1dh -request-size 4M"), site())
+    commit = next(line for line in body.splitlines() if " stage commit " in line)
+    words = shlex.split(commit.split(" || ")[0])
+    assert parse_workload(words[words.index("--layout") + 1]) is None
+
+
 def test_lustre_lays_out_with_lfs_after_removing_an_old_file(fixed_callback):
     config = site(backend="lustre")
     body = rendered(script("#STAGEIN -layout 1dv -stripe-count 4 -request-size 1M"), config)

@@ -7,6 +7,7 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
+#include <math.h>
 #include <pthread.h>
 
 #include "skfs.h"
@@ -197,19 +198,31 @@ static PyObject *fuse_run(PyObject *self, PyObject *args, PyObject *kwargs)
                                "stripe_count", "stripe_size", "threads", "attr_timeout",
                                "max_request", "recovery_timeout", "debug", "recover",
                                "dispatch_min_bytes", "pools", "read_log_interval", "place",
-                               "qos", NULL};
+                               "qos", "model", NULL};
     struct skfs_config cfg = {0};
     unsigned long long stripe_size, dispatch_min_bytes = 0;
     int debug = 0;
     PyObject *recover = Py_None, *pools = NULL, *place = Py_None, *qos = Py_None;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "ssssIiKIdIdp|OKOdOO:run", keywords,
+    PyObject *model = Py_None;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "ssssIiKIdIdp|OKOdOOO:run", keywords,
                                      &cfg.mountpoint, &cfg.mdt, &cfg.store_root,
                                      &cfg.scratch_root, &cfg.ost_count, &cfg.stripe_count,
                                      &stripe_size, &cfg.threads, &cfg.attr_timeout,
                                      &cfg.max_request, &cfg.recovery_timeout, &debug, &recover,
                                      &dispatch_min_bytes, &pools, &cfg.read_log_interval, &place,
-                                     &qos))
+                                     &qos, &model))
         return NULL;
+    if (model != Py_None) {
+        if (!PyArg_ParseTuple(model, "dddddd:model", &cfg.model[0], &cfg.model[1],
+                              &cfg.model[2], &cfg.model[3], &cfg.model[4], &cfg.model[5]))
+            return NULL;
+        for (int i = 0; i < 6; i++)
+            if (!(cfg.model[i] >= 0) || !isfinite(cfg.model[i])) {
+                PyErr_SetString(PyExc_ValueError, "model constants must be finite, >= 0");
+                return NULL;
+            }
+        cfg.model_on = true;
+    }
     if ((recover != Py_None && !PyCallable_Check(recover)) ||
         (place != Py_None && !PyCallable_Check(place))) {
         PyErr_SetString(PyExc_TypeError, "recover and place must be callable or None");
@@ -265,7 +278,8 @@ static PyMethodDef methods[] = {
     {"run", (PyCFunction)(void (*)(void))fuse_run, METH_VARARGS | METH_KEYWORDS,
      "run(mountpoint, mdt, store_root, scratch_root, ost_count, stripe_count, stripe_size, "
      "threads, attr_timeout, max_request, recovery_timeout, debug, recover=None, "
-     "dispatch_min_bytes=0, pools=None, read_log_interval=0, place=None, qos=None): mount "
+     "dispatch_min_bytes=0, pools=None, read_log_interval=0, place=None, qos=None, "
+     "model=None): mount "
      "and "
      "serve until unmounted or signalled."},
     {NULL, NULL, 0, NULL},

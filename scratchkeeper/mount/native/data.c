@@ -241,7 +241,8 @@ static void build_plan(const struct sk_view *v, uint64_t off, uint64_t end,
 }
 
 int read_pieces(struct sk_view *v, char *buf, uint64_t base, uint64_t *cur, uint64_t end,
-                const struct qos_plan *plan, uint32_t *ost_out, const struct sk_inode *in)
+                const struct qos_plan *plan, int prefer_mirror, uint32_t *ost_out,
+                const struct sk_inode *in)
 {
     const struct sk_lov *lov = &v->lov;
     bool excluded[64] = {false};
@@ -250,12 +251,16 @@ int read_pieces(struct sk_view *v, char *buf, uint64_t base, uint64_t *cur, uint
         bool covered = false, served = false;
         uint32_t want = UINT32_MAX;
         /* the order the copies are tried in: for a QoS request the least loaded one first
-         * (online retrieval); then mirrors flagged prefer (Lustre FLR's read preference),
-         * then the others, each in layout order */
+         * (online retrieval), for a hybrid file the mirror the model chose (hybrid.c); then
+         * mirrors flagged prefer (Lustre FLR's read preference), then the others, each in
+         * layout order */
         uint32_t order[lov->ncomp + 1], norder = 0;
         int chosen = plan ? planned_copy(v, plan, at, excluded) : -1;
         if (plan && chosen < 0)
             chosen = least_loaded_copy(v, at, excluded);
+        for (uint32_t k = 0; chosen < 0 && prefer_mirror >= 0 && k < lov->ncomp; k++)
+            if ((int)lov->comps[k].mirror == prefer_mirror && sk_comp_covers(&lov->comps[k], at))
+                chosen = (int)k;
         if (chosen >= 0)
             order[norder++] = (uint32_t)chosen;
         for (uint32_t i = 0; i < 2 * lov->ncomp; i++) {
@@ -366,7 +371,11 @@ void sk_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
     struct qos_ticket ticket = {0};
     struct qos_plan plan = {0};
     bool asked = false;
-    int rc;
+    int rc, prefer_mirror = -1;
+    pid_t pid = fuse_req_ctx(req)->pid;
+    struct hybrid_seen seen;
+    hybrid_enter(pid, fh->inode, &seen);
+    bool random = atomic_exchange(&fh->inode->last_end, end) != (uint64_t)off;
     for (;;) {
         struct sk_view *v;
         uint32_t ost = UINT32_MAX;
@@ -391,14 +400,22 @@ void sk_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
             rc = 0;
             break;
         }
-        if (cur == (uint64_t)off && wait.deadline == 0 &&
-            dispatch_read(v, buf, (uint64_t)off, end, fh->inode) == 0) {
-            view_put(v);
-            rc = 0;
-            break;
+        if (cur == (uint64_t)off && wait.deadline == 0 && !ticket.active) {
+            int k = hybrid_choose(v, (uint64_t)off, end, &seen, random, false, fh->inode);
+            if (k >= 0) {
+                prefer_mirror = (int)v->lov.comps[k].mirror;
+                rc = dispatch_mirror(v, buf, (uint64_t)off, end, (uint32_t)prefer_mirror,
+                                     fh->inode);
+            } else {
+                rc = dispatch_read(v, buf, (uint64_t)off, end, fh->inode);
+            }
+            if (rc == 0) {
+                view_put(v);
+                break;
+            }
         }
-        rc = read_pieces(v, buf, (uint64_t)off, &cur, end, ticket.active ? &plan : NULL, &ost,
-                         fh->inode);
+        rc = read_pieces(v, buf, (uint64_t)off, &cur, end, ticket.active ? &plan : NULL,
+                         prefer_mirror, &ost, fh->inode);
         view_put(v);
         if (rc != NEED_RECOVERY)
             break;
@@ -408,6 +425,7 @@ void sk_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
             break;
     }
     qos_done(&ticket);
+    hybrid_leave(pid, fh->inode);
     free(plan.items);
     if (rc < 0)
         fuse_reply_err(req, -rc);
@@ -448,6 +466,18 @@ void sk_write(fuse_req_t req, fuse_ino_t ino, const char *data, size_t size, off
     }
     const struct sk_lov *lov = &v->lov;
     uint64_t lo = (uint64_t)off, hi = (uint64_t)off + size;
+    /* a hybrid file's write goes to the mirror the model finds cheapest for it; the others
+     * are marked stale (seed 002 5.1; Lustre FLR does the same), so after the first write
+     * every later one goes to that mirror, the only one left in sync */
+    int only = -1;
+    if (lov->ncomp > 1) {
+        pid_t pid = fuse_req_ctx(req)->pid;
+        struct hybrid_seen seen;
+        hybrid_enter(pid, in, &seen);
+        int k = hybrid_choose(v, lo, hi, &seen, false, true, in);
+        hybrid_leave(pid, in);
+        only = k >= 0 ? (int)lov->comps[k].mirror : -1;
+    }
     ok = calloc(lov->ncomp, sizeof *ok);
     stale = calloc(lov->ncomp, sizeof *stale);
     if (!ok || !stale) {
@@ -460,6 +490,11 @@ void sk_write(fuse_req_t req, fuse_ino_t ino, const char *data, size_t size, off
         uint64_t b = c->end < hi ? c->end : hi;
         if (!c->init || c->stale || b <= a)
             continue;
+        if (only >= 0 && (int)c->mirror != only) {
+            stale[k] = any_stale = true;
+            hybrid_invalidated();
+            continue;
+        }
         ok[k] = true;
         for (uint64_t at = a; at < b && ok[k];) {
             uint32_t pos = sk_comp_position(c, at);

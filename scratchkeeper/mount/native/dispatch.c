@@ -583,6 +583,66 @@ int dispatch_read(struct sk_view *v, char *buf, uint64_t off, uint64_t end,
     return rc;
 }
 
+int dispatch_mirror(struct sk_view *v, char *buf, uint64_t off, uint64_t end, uint32_t mirror,
+                    const struct sk_inode *in)
+{
+    const struct sk_lov *lov = &v->lov;
+    uint32_t cap = 16, n = 0;
+    struct piece *pieces = malloc(cap * sizeof *pieces);
+    if (!pieces)
+        return 1;
+    for (uint64_t at = off; at < end;) {
+        const struct sk_comp *c = NULL;
+        uint32_t k;
+        for (k = 0; k < lov->ncomp && !c; k++)
+            if (lov->comps[k].mirror == mirror && lov->comps[k].init && !lov->comps[k].stale &&
+                sk_comp_covers(&lov->comps[k], at))
+                c = &lov->comps[k];
+        if (!c)
+            goto no;  /* a hole, or an extent this mirror lacks: the per-piece path */
+        k--;
+        uint32_t pos = sk_comp_position(c, at);
+        if (v->fds[k][pos] < 0 || ost_failed(c->objs[pos].ost))
+            goto no;
+        uint64_t next = (at / c->stripe_size + 1) * c->stripe_size;
+        if (c->end < next)
+            next = c->end;
+        if (end < next)
+            next = end;
+        if (n == cap) {
+            struct piece *grown = realloc(pieces, 2 * cap * sizeof *pieces);
+            if (!grown)
+                goto no;
+            pieces = grown;
+            cap *= 2;
+        }
+        pieces[n++] = (struct piece){.fd = v->fds[k][pos], .dst = buf + (at - off),
+                                     .n = next - at, .oo = (off_t)sk_comp_object_offset(c, at),
+                                     .ost = c->objs[pos].ost};
+        at = next;
+    }
+    for (uint32_t i = 0; i < n; i++)
+        inflight_add(pieces[i].ost, pieces[i].n);
+    if (n == 1) {
+        run_piece(&pieces[0]);
+    } else {
+        struct batch b = {.pieces = pieces, .count = n};
+        run_batch(&b);
+    }
+    int rc = 0;
+    for (uint32_t i = 0; i < n; i++)
+        if (pieces[i].err) {
+            logmsg("MDT inode %ju: OST %u: read of mirror %u: %s: the per-piece path reads "
+                   "again", (uintmax_t)in->ino, pieces[i].ost, mirror, strerror(-pieces[i].err));
+            rc = 1;
+        }
+    free(pieces);
+    return rc;
+no:
+    free(pieces);
+    return 1;
+}
+
 /* -- the counters ---------------------------------------------------------------------------- */
 
 int dispatch_stats(char **out, size_t *len)

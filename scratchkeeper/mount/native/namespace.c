@@ -332,12 +332,13 @@ static bool reserved_xattr(const char *name)
     return strncmp(name, SK_XATTR_PREFIX, strlen(SK_XATTR_PREFIX)) == 0;
 }
 
-/* The read dispatch (dispatch.c) and read QoS (qos.c) counters, answered by the mount on its
+/* The read dispatch (dispatch.c), read QoS (qos.c) and hybrid replica (hybrid.c) counters, answered by the mount on its
  * root, read-only. */
 static bool stats_xattr(fuse_ino_t ino, const char *name)
 {
     return ino == FUSE_ROOT_ID &&
-           (strcmp(name, SK_DISPATCH_XATTR) == 0 || strcmp(name, SK_QOS_XATTR) == 0);
+           (strcmp(name, SK_DISPATCH_XATTR) == 0 || strcmp(name, SK_QOS_XATTR) == 0 ||
+            strcmp(name, SK_HYBRID_XATTR) == 0);
 }
 
 /* user.scratchkeeper.stripe on a directory: its default layout for new files, as the owner
@@ -400,7 +401,8 @@ static void reply_stats(fuse_req_t req, size_t size, int (*stats)(char **, size_
 void sk_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name, size_t size)
 {
     if (stats_xattr(ino, name)) {
-        reply_stats(req, size, strcmp(name, SK_QOS_XATTR) == 0 ? qos_stats : dispatch_stats);
+        reply_stats(req, size, strcmp(name, SK_QOS_XATTR) == 0 ? qos_stats :
+                               strcmp(name, SK_HYBRID_XATTR) == 0 ? hybrid_stats : dispatch_stats);
         return;
     }
     int err;

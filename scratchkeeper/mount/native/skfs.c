@@ -705,6 +705,7 @@ int skfs_run(const struct skfs_config *config, char *err, size_t errlen)
 
     if ((rc = dispatch_start(config, err, errlen)) < 0)
         goto stop_watcher;
+    hybrid_start(config);
     if ((rc = reads_start(config, err, errlen)) < 0 || (rc = qos_start(config, err, errlen)) < 0)
         goto stop_pool;
 
@@ -767,6 +768,7 @@ restore:
 stop_pool:
     reads_stop();  /* its last round records what is left, before the table goes */
     qos_stop();
+    hybrid_stop();
     dispatch_stop();
 stop_watcher:
     if (write(fs.stop_pipe[1], "x", 1) != 1)

@@ -41,6 +41,9 @@ struct sk_inode {
     size_t doomed_len;
     pthread_mutex_t lock;   /* size and layout changes of a regular file */
     atomic_uint_fast64_t reads, read_bytes;  /* served since its last read record */
+    unsigned reading;       /* hybrid.c's lock: reads in flight */
+    atomic_uint_fast64_t last_end;  /* where the last read ended: the next one is sequential */
+    atomic_int hybrid_last; /* 1 + the mirror last chosen (hybrid.c), 0: none */
     struct sk_inode *next;  /* hash chain */
 };
 
@@ -150,7 +153,8 @@ int truncate_locked(struct sk_inode *in, int fd, off_t size);
 int chown_objects(struct sk_inode *in, uid_t uid, gid_t gid, mode_t mode, bool set_mode);
 struct qos_plan;
 int read_pieces(struct sk_view *v, char *buf, uint64_t base, uint64_t *cur, uint64_t end,
-                const struct qos_plan *plan, uint32_t *ost_out, const struct sk_inode *in);
+                const struct qos_plan *plan, int prefer_mirror, uint32_t *ost_out,
+                const struct sk_inode *in);
 void sk_fsync(fuse_req_t req, fuse_ino_t ino, int datasync, struct fuse_file_info *fi);
 void sk_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, struct fuse_file_info *fi);
 void sk_write(fuse_req_t req, fuse_ino_t ino, const char *data, size_t size, off_t off,
@@ -171,6 +175,30 @@ int dispatch_read(struct sk_view *v, char *buf, uint64_t off, uint64_t end,
                   const struct sk_inode *in);
 /* The counters as JSON text (malloc'd). */
 int dispatch_stats(char **out, size_t *len);
+
+/* Fill buf (file bytes [off, end)) from mirror `mirror` alone, its pieces on different OSTs
+ * read in parallel: 0 done, 1 when a piece of it cannot be read (the per-piece path reads). */
+int dispatch_mirror(struct sk_view *v, char *buf, uint64_t off, uint64_t end, uint32_t mirror,
+                    const struct sk_inode *in);
+
+/* hybrid.c: hybrid replicas, a request to the mirror the seed-002 model finds cheapest */
+#define SK_HYBRID_XATTR "user.scratchkeeper.hybrid"  /* read-only, on the mount's root */
+struct hybrid_seen {
+    unsigned readers;       /* processes with a read in flight on the mount */
+    unsigned files;         /* files with a read in flight */
+};
+int hybrid_start(const struct skfs_config *cfg);
+void hybrid_stop(void);
+/* A read by `pid` of `in` starts (what is in flight then, in *seen) and ends. */
+void hybrid_enter(pid_t pid, struct sk_inode *in, struct hybrid_seen *seen);
+void hybrid_leave(pid_t pid, struct sk_inode *in);
+/* The component (of the mirror) with the lowest modelled cost for [off, end) when the usable
+ * mirrors covering `off` differ in layout; -1 when they do not (or hybrid is off). */
+int hybrid_choose(const struct sk_view *v, uint64_t off, uint64_t end,
+                  const struct hybrid_seen *seen, bool random, bool write,
+                  const struct sk_inode *in);
+void hybrid_invalidated(void);
+int hybrid_stats(char **out, size_t *len);
 
 /* wait.c: a read's wait on a stripe no mirror holds */
 struct sk_wait {
