@@ -142,13 +142,19 @@ class LayoutRig:
     """``osts`` OSTs (ext4 on loop devices on a tmpfs), each read-throttled on its own to
     ``read_bps`` bytes/s and ``read_iops`` requests/s (0: that limit off), the store on them and
     ``scratchkeeper mount`` of it with ``threads`` request threads; ``readers`` reader
-    processes for :meth:`read_case`."""
+    processes for :meth:`read_case`, which waits ``settle`` seconds before each run.
+
+    The blkio throttle grants each device its budget in 100 ms slices, a whole slice's worth
+    at once (measured: at 200 reads/s, 20 reads at once, then none for 100 ms); a device idle
+    for more than a slice starts a new one. The pause before each run makes every run start
+    on fresh slices, so that one run does not inherit the debt of the one before."""
 
     def __init__(self, work: Path, *, osts: int = 4, read_bps: int = 0, read_iops: int = 0,
-                 threads: int = 64, readers: int = 16, name: str = "layout"):
+                 threads: int = 64, readers: int = 16, settle: float = 0.2,
+                 name: str = "layout"):
         self.work, self.osts, self.name = Path(work), osts, name
         self.read_bps, self.read_iops = read_bps, read_iops
-        self.threads, self.readers = threads, readers
+        self.threads, self.readers, self.settle = threads, readers, settle
         self.scratch, self.store = self.work / "scratch", self.work / "store"
         self.images = self.work / "images"
         self.config = self.work / "site.toml"
@@ -269,6 +275,7 @@ level = "WARNING"
                 for name in names:
                     fd = os.open(os.path.join(folder, name), os.O_RDONLY)
                     try:
+                        os.fdatasync(fd)    # DONTNEED leaves dirty pages in the cache
                         os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
                     finally:
                         os.close(fd)
@@ -285,12 +292,13 @@ level = "WARNING"
 
     def read_case(self, jobs: list[ReadJob], *, drop: bool = True) -> dict:
         """Run ``jobs`` in parallel, one per reader process (page cache of the objects dropped
-        first unless ``drop`` is false): ``wall`` seconds from the first start to the last end,
+        first unless ``drop`` is false; then ``settle`` seconds idle): ``wall`` seconds from the first start to the last end,
         ``bytes`` read, per-reader ``seconds``, and ``device_reads``/``device_bytes`` per OST."""
         if self.pool is None:
             raise RuntimeError("the rig is not started")
         if drop:
             self.drop()
+        time.sleep(self.settle)
         before = self.counters()
         times = self.pool.run(jobs)
         after = self.counters()

@@ -65,7 +65,8 @@ def plan(quick: bool) -> dict:
             # run of about a second spans many of the throttle's 100 ms slices
             "read_bps": 8 * MiB, "read_iops": 80,
             # one run's nominal seconds if every OST were busy all the time (see budget())
-            "target": 0.8, "readahead": 128 * K, "calibration_size": 16 * MiB, "seed": 2}
+            "target": 0.5, "readahead": 128 * K, "calibration_size": 16 * MiB,
+            "settle": 0.2, "seed": 2}
 
 
 def budget(p: dict, processes: int, size: int, pattern: str) -> int:
@@ -141,10 +142,13 @@ def key_name(key: tuple) -> str:
     return f"{key[0]}-c{key[1]}-S{key[2] // K}k"
 
 
-def jobs_for(case: dict, files: dict, p: dict, rep: int) -> list[ReadJob]:
-    """Each process's reads: its region (the shared file split in p, or its own file), from
-    the start (sequential) or at distinct aligned offsets drawn in it (random); the draw is
-    the same for the three layouts of a case and repeat."""
+def jobs_for(case: dict, files: dict, p: dict, rep: int) -> dict[str, list[ReadJob]]:
+    """Each process's reads, per layout. In the shared file process i of p owns the blocks of
+    s bytes i, i + p, i + 2p, ... (IOR's shared-file pattern with block = transfer size: so a
+    1-DV file, striped with the request size, keeps each process on OST i mod n when p is a
+    multiple of n); with a file per process it owns its file's blocks. Sequential: its first
+    blocks in order; random: distinct blocks drawn at random among its own, in random order
+    (the same draw for the three layouts of a case and repeat)."""
     size, procs, count = case["size"], case["processes"], case["requests"]
     out = {}
     for layout, key in case["keys"].items():
@@ -152,20 +156,19 @@ def jobs_for(case: dict, files: dict, p: dict, rep: int) -> list[ReadJob]:
         jobs = []
         for i in range(procs):
             if key[0] == "shared":
-                path, sizes = paths[0]
-                region = sizes // procs // size
-                start = i * region
+                path, nbytes = paths[0]
+                owned, stride, first = nbytes // size // procs, procs, i
             else:
-                path, sizes = paths[i]
-                region, start = sizes // size, 0
-            if region < count:
-                raise RuntimeError(f"{key_name(key)}: region of {region} requests < {count}")
+                path, nbytes = paths[i]
+                owned, stride, first = nbytes // size, 1, 0
+            if owned < count:
+                raise RuntimeError(f"{key_name(key)}: {owned} blocks of process {i} < {count}")
             if case["pattern"] == "sequential":
-                blocks = range(start, start + count)
+                picks = range(count)
             else:
                 rng = random.Random(f"{p['seed']}/{rep}/{case['mode']}/{size}/{procs}/{i}")
-                blocks = [start + b for b in rng.sample(range(region), count)]
-            jobs.append(ReadJob(path, tuple(b * size for b in blocks), size))
+                picks = rng.sample(range(owned), count)
+            jobs.append(ReadJob(path, tuple((first + j * stride) * size for j in picks), size))
         out[layout] = jobs
     return out
 
@@ -305,14 +308,15 @@ def loss_summary(rows: list[dict], times_key: str = "times") -> dict:
 
 def tie_noise(rows: list[dict]) -> dict:
     """How far apart two physically identical layouts measured (the same file, run
-    separately): |t_a/t_b - 1| over every such pair; the measurement's noise."""
+    separately): the slower / the faster - 1 over every such pair; the measurement's noise."""
     gaps = []
     for r in rows:
         names = list(r["times"])
         for i, a in enumerate(names):
             for b in names[i + 1:]:
                 if r["keys"][a] == r["keys"][b]:
-                    gaps.append(abs(r["times"][a] / r["times"][b] - 1))
+                    ta, tb = r["times"][a], r["times"][b]
+                    gaps.append(max(ta, tb) / min(ta, tb) - 1)
     return {"pairs": len(gaps), "median": statistics.median(gaps) if gaps else 0.0,
             "max": max(gaps) if gaps else 0.0}
 
@@ -360,7 +364,7 @@ def run(work: Path, p: dict) -> dict:
     say(f"{len(cases)} cases x 3 layouts x {p['repeats']} repeats; {len(sizes)} layouts made, "
         f"{total / MiB:.0f} MiB of files")
     rig = LayoutRig(work, osts=p["osts"], read_bps=p["read_bps"], read_iops=p["read_iops"],
-                    readers=max(p["processes"]))
+                    readers=max(p["processes"]), settle=p["settle"])
     out: dict = {"plan": p}
     try:
         rig.build(total // p["osts"] + 2 * p["calibration_size"])
@@ -517,9 +521,10 @@ def report(results: dict, a: dict) -> str:
         "node), one fio run per job with the objects' pages dropped before each read job, and "
         "its `latencies_of` and `constants`.",
         "- The stock command `scratchkeeper layout calibrate SCRATCH` in one fio run gave "
-        + (f"alpha seq {stock['alpha_sequential'] * 1e3:.3f} ms, alpha rand "
-           f"{stock['alpha_random'] * 1e3:.3f} ms, read {stock['read_bandwidth'] / MiB:.0f} "
-           "MiB/s" if "alpha_sequential" in stock else f"no result ({stock})")
+        + (f"alpha seq {stock['startup_sequential_seconds'] * 1e3:.3f} ms, alpha rand "
+           f"{stock['startup_random_seconds'] * 1e3:.3f} ms, read "
+           f"{stock['read_bandwidth'] / MiB:.0f} MiB/s" if "read_bandwidth" in stock
+           else f"no result ({stock})")
         + ": its write jobs leave the objects in the OSTs' page cache (the mount reads "
         "objects through it; fio's `--invalidate` reaches only the mount's side), so its read "
         "jobs measure the cache, not the devices. Not used.",
@@ -552,15 +557,18 @@ def report(results: dict, a: dict) -> str:
         "- Reads: reader processes (forked once, one per process of the case), each `pread` "
         "with O_DIRECT of the request size into an mmap buffer; started together (each opens "
         "its file, then all are told to go); wall time = last end - first start. Before every "
-        "run the objects' pages are dropped (`POSIX_FADV_DONTNEED` on every object file). "
+        "run the objects' pages are dropped (`fdatasync` and `POSIX_FADV_DONTNEED` on every "
+        f"object file) and the devices left idle {p['settle']} s, so that every run starts on "
+        "fresh throttle slices. "
         f"Bytes the devices served / bytes read: min {min(results['device_ratios']):.2f}, "
         f"median {statistics.median(results['device_ratios']):.2f} over all runs "
         "(`blkio.throttle.io_service_bytes`; above 1 is the OSTs' readahead).",
         f"- Requests per process: the run's N = {p['target']} s x {p['osts']} OSTs / "
         "(c/iops + s/bps) (c = 1, or s / 128 KiB for sequential requests below the OSTs' "
         "readahead), shared by the processes, at least 1 each; a process reads its region "
-        "(the shared file split in p parts, or its own file): sequentially from the region's "
-        "start, or at distinct aligned offsets drawn at random in the region. "
+        "(in the shared file, process i of p owns the request-size blocks i, i + p, i + 2p, "
+        "..., IOR's shared-file pattern; with a file per process, its file): its first blocks "
+        "in order (sequential), or distinct blocks of its own drawn at random (random). "
         f"{p['repeats']} repeat(s), the three layouts of a case one after another, their order "
         "rotated, the cases shuffled per repeat; the median per layout.",
         f"- Machine: {results['machine']}. All processes on this one node (m = p): 16 reader "
