@@ -439,8 +439,11 @@ def plot(results: dict, a: dict, path: Path) -> None:
             if r["mode"] != mode or r["pattern"] != pattern:
                 continue
             x, y = p["sizes"].index(r["size"]), p["processes"].index(r["processes"])
-            ax.add_patch(plt.Rectangle((x - 0.5, y - 0.5), 1, 1, color=COLOURS[r["best"]],
-                                       alpha=0.85))
+            shared_best = any(r["keys"][o] == r["keys"][r["best"]] for o in r["keys"]
+                              if o != r["best"])
+            ax.add_patch(plt.Rectangle((x - 0.5, y - 0.5), 1, 1, facecolor=COLOURS[r["best"]],
+                                       alpha=0.85, hatch="//" if shared_best else None,
+                                       edgecolor="white"))
             text = MARKS[r["chosen"]] + {"correct": "", "tie": " =", "wrong": " x"}[r["outcome"]]
             ax.text(x, y, text, ha="center", va="center", color="white", fontsize=11,
                     fontweight="bold")
@@ -453,8 +456,9 @@ def plot(results: dict, a: dict, path: Path) -> None:
         ax.set_title(f"{pattern}, {'one shared file' if mode == 'shared' else 'file per process'}")
     handles = [Patch(color=c, label=f"measured best {lay}") for lay, c in COLOURS.items()]
     fig.legend(handles=handles, loc="lower center", ncol=3)
-    fig.suptitle("Measured-best layout (colour) and the model's choice (letter: V 1-DV, 2 2-D, "
-                 "H 1-DH; x wrong, = physically the same layout as the best)", fontsize=10)
+    fig.suptitle("Measured-best layout (colour; hatched: another layout is physically the same) "
+                 "and the model's choice\n(letter: V 1-DV, 2 2-D, H 1-DH; x wrong, = physically "
+                 "the same layout as the best: a tie)", fontsize=10)
     fig.tight_layout(rect=(0, 0.05, 1, 0.96))
     fig.savefig(path, dpi=110)
     plt.close(fig)
@@ -599,6 +603,12 @@ def doubts(results: dict, a: dict) -> list[str]:
         "by the kernel into 1 MiB requests served in parallel.",
         "- The OSTs are throttled loop devices, not disks: no seek (random costs more only "
         "through lost readahead), a per-slice burst, max(1/iops, s/bps) per read.",
+        "- The blkio throttle grants its budget in 100 ms slices, so the wall times move in "
+        "steps of about 100 ms on runs of 0.3 to 3 s: two layouts within a step of each other "
+        "are not told apart reliably (see the noise of identical layouts above). Lower rates "
+        "(longer runs) would shrink the steps at the cost of the 20-minute budget.",
+        "- 16 reader processes and the mount's threads run on 2 cores shared with another "
+        "engineer's tests; the sequential small-request cases are partly CPU-bound.",
     ]
     if any(results["leftovers"]):
         out.append(f"- Left behind after teardown: {results['leftovers']}")
