@@ -37,6 +37,7 @@ BENCHMARKS = (
     ("qos_mount", True, False),
     ("placement", True, False),
     ("tiering", True, False),
+    ("layout", True, False),
 )
 
 
