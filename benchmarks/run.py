@@ -38,6 +38,7 @@ BENCHMARKS = (
     ("placement", True, False),
     ("tiering", True, False),
     ("layout", True, False),
+    ("layout.hybrid", True, False),
 )
 
 
