@@ -651,6 +651,11 @@ def doubts(results: dict, a: dict) -> list[str]:
         "steps of about 100 ms on runs of 0.3 to 3 s: two layouts within a step of each other "
         "are not told apart reliably (see the noise of identical layouts above). Lower rates "
         "(longer runs) would shrink the steps at the cost of the 20-minute budget.",
+        "- With a shared file and requests of 256 KiB or more, 1-DV (stripe = request size, "
+        "process i on OST i mod 4) measured slower than 2-D or 1-DH at p >= 4 in most cases, "
+        "though every OST serves the same bytes in each layout; the devices did not serve more "
+        "bytes for it (readahead is not the cause). Not explained here; one request's bytes "
+        "all on one throttled device (against 2-4 devices sharing it) is the suspect.",
         "- 16 reader processes and the mount's threads run on 2 cores shared with another "
         "engineer's tests; the sequential small-request cases are partly CPU-bound.",
     ]
