@@ -15,9 +15,9 @@ blkio throttle, tmpfs)
   objects are in the page cache and the per-byte slope between 256 KiB and 1 MiB such reads.
 * **Cases**: p processes (all on one node, m = p), request size s, sequential or random, one
   shared file or a file per process; each in the three layouts of ``advise.stripe_settings``
-  (1-DV, 2-D with g = 2, 1-DH). Each process reads its region of the shared file (or its own
-  file) with ``pread``: sequential from the region's start, random at distinct aligned offsets
-  drawn in the region. Wall time of all processes together, the layouts interleaved, the
+  (1-DV, 2-D with g = 2, 1-DH). Each process reads its own request-size blocks with ``pread``
+  (in the shared file process i of p owns blocks i, i + p, ..., IOR's shared-file pattern; else
+  its own file): sequentially its first ones, or distinct ones drawn at random. Wall time of all processes together, the layouts interleaved, the
   median of the repeats. The model's choice is ``advise(Workload.uniform(p, p, s, ...),
   calibrated params, 4, groups=2)``.
 
