@@ -4,7 +4,7 @@ parallel O_DIRECT readers (``python -m benchmarks.layout``; docs/benchmarks/layo
 :class:`LayoutRig` is meant to be shared by the experiments on layouts (seed 002): the Table 4
 verification in ``__main__`` and others reading files of chosen layouts through the mount::
 
-    rig = LayoutRig(work, osts=4, read_bps=32 << 20, read_iops=320)
+    rig = LayoutRig(work, osts=4, read_bps=8 << 20, read_iops=80, readers=16)
     try:
         rig.build(ost_bytes)                      # loop devices, ext4, throttles set
         path = rig.make_file("a.dat", size, stripe_count=4, stripe_size=1 << 20,
