@@ -400,8 +400,10 @@ void sk_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
             rc = 0;
             break;
         }
-        if (cur == (uint64_t)off && wait.deadline == 0 && !ticket.active) {
-            int k = hybrid_choose(v, (uint64_t)off, end, &seen, random, false, fh->inode);
+        if (cur == (uint64_t)off && wait.deadline == 0) {
+            /* a QoS request's copies are the plan's (docs/qos.rst): no hybrid choice */
+            int k = ticket.active ? -1 : hybrid_choose(v, (uint64_t)off, end, &seen, random,
+                                                       false, fh->inode);
             if (k >= 0) {
                 prefer_mirror = (int)v->lov.comps[k].mirror;
                 rc = dispatch_mirror(v, buf, (uint64_t)off, end, (uint32_t)prefer_mirror,
