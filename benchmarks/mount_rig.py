@@ -61,6 +61,25 @@ def stop_mount(scratch: Path, process: subprocess.Popen | None) -> None:
             process.wait(timeout=60)
 
 
+def loop_ost(image: Path, size: int, mountpoint: Path, devices: list[str],
+             mounts: list[Path]) -> str:
+    """An OST of its own device: a ``size``-byte ext4 image on a loop device mounted at
+    ``mountpoint`` (empty). The device and the mount are appended to ``devices`` and
+    ``mounts`` as soon as they exist, for :func:`tear_down`; returns the device's
+    ``major:minor`` (the blkio throttle's key)."""
+    sh(["truncate", "-s", str(size), str(image)])
+    sh(["mkfs.ext4", "-q", "-F", "-E", "lazy_itable_init=0,lazy_journal_init=0", str(image)],
+       capture_output=True)
+    device = sh(["losetup", "-f", "--show", str(image)], capture_output=True,
+                text=True).stdout.strip()
+    devices.append(device)
+    sh(["mount", "-o", "noatime", device, str(mountpoint)])
+    mounts.append(mountpoint)
+    (mountpoint / "lost+found").rmdir()
+    st = os.stat(device)
+    return f"{os.major(st.st_rdev)}:{os.minor(st.st_rdev)}"
+
+
 def sha256(path: Path) -> str:
     """The SHA-256 of a file read through the mount (or anywhere), 4 MiB at a time."""
     digest = hashlib.sha256()

@@ -41,7 +41,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from benchmarks.mount_rig import mounted, say, sh, start_mount, stop_mount, tear_down
+from benchmarks.mount_rig import (loop_ost, mounted, say, sh, start_mount, stop_mount,
+                                  tear_down)
 
 BLKIO = Path("/sys/fs/cgroup/blkio")
 MiB = 1 << 20
@@ -184,18 +185,9 @@ class LayoutRig:
         self.tmpfs = True
         for index in range(self.osts):
             self.ost(index).mkdir(parents=True)
-            image = self.images / f"ost{index}.img"
-            sh(["truncate", "-s", str(image_bytes), str(image)])
-            sh(["mkfs.ext4", "-q", "-F", "-E", "lazy_itable_init=0,lazy_journal_init=0",
-                str(image)], capture_output=True)
-            device = sh(["losetup", "-f", "--show", str(image)], capture_output=True,
-                        text=True).stdout.strip()
-            self.devices.append(device)
-            sh(["mount", "-o", "noatime", device, str(self.ost(index))])
-            self.mounts.append(self.ost(index))
-            (self.ost(index) / "lost+found").rmdir()
-            st = os.stat(device)
-            self.rules[f"{os.major(st.st_rdev)}:{os.minor(st.st_rdev)}"] = index
+            rule = loop_ost(self.images / f"ost{index}.img", image_bytes, self.ost(index),
+                            self.devices, self.mounts)
+            self.rules[rule] = index
         self.write_config()
         self.throttle(True)
 

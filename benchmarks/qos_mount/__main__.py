@@ -62,8 +62,8 @@ from concurrent.futures import ThreadPoolExecutor
 from itertools import permutations
 from pathlib import Path
 
-from benchmarks.mount_rig import (MemoryCgroup, drop_caches, mounted, say, sh, start_mount,
-                                     stop_mount, tear_down)
+from benchmarks.mount_rig import (MemoryCgroup, drop_caches, loop_ost, mounted, say, sh,
+                                     start_mount, stop_mount, tear_down)
 
 ROOT = Path(__file__).resolve().parents[2]
 REPORT_DIR = ROOT / "docs" / "benchmarks" / "qos_mount"
@@ -199,18 +199,9 @@ class Rig:
         per_ost = data_bytes // OSTS + 64 * MiB
         for index in range(OSTS):
             self.ost(index).mkdir(parents=True)
-            image = self.work / f"ost{index}.img"
-            sh(["truncate", "-s", str(per_ost), str(image)])
-            sh(["mkfs.ext4", "-q", "-F", "-E", "lazy_itable_init=0,lazy_journal_init=0",
-                str(image)], capture_output=True)
-            device = sh(["losetup", "-f", "--show", str(image)], capture_output=True,
-                        text=True).stdout.strip()
-            self.devices.append(device)
-            sh(["mount", "-o", "noatime", device, str(self.ost(index))])
-            self.mounts.append(self.ost(index))
-            (self.ost(index) / "lost+found").rmdir()
-            st = os.stat(device)
-            self.rules[f"{os.major(st.st_rdev)}:{os.minor(st.st_rdev)}"] = index
+            rule = loop_ost(self.work / f"ost{index}.img", per_ost, self.ost(index),
+                            self.devices, self.mounts)
+            self.rules[rule] = index
         self.cgroup = MEMCG / f"sk-qos-mount-bench-{os.getpid()}"
         self.cgroup.mkdir()
         (self.cgroup / "memory.limit_in_bytes").write_text(f"{self.p['memory_limit']}\n")
