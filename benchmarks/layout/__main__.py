@@ -176,34 +176,24 @@ def jobs_for(case: dict, files: dict, p: dict, rep: int) -> dict[str, list[ReadJ
 # ---------------------------------------------------------------- calibration
 
 def calibrate_rig(rig: LayoutRig, p: dict) -> dict:
-    """alpha and beta by the project's calibrate logic (fio_argv's jobs and options, one job per
-    fio run so that the objects' pages can be dropped before each read job; latencies_of and
-    constants on the merged report), in the mount's root directory (site default: 1 stripe)."""
+    """alpha and beta by the project's calibrate with the rig's drop (every object's pages,
+    before each read job; the command drops only the test file's: the same here, the rig holds
+    no other file yet), in the mount's root directory (site default: 1 stripe)."""
     from scratchkeeper.layout import calibrate as cal
 
-    path = str(rig.scratch / f".layout-calibrate.{os.getpid()}")
-    argv = cal.fio_argv("fio", path, p["calibration_size"])
-    starts = [i for i, a in enumerate(argv) if a.startswith("--name=")]
-    prefix = argv[:starts[0]]
-    blocks = [argv[a:b] for a, b in zip(starts, starts[1:] + [len(argv)])]
-    jobs = []
-    try:
-        for block in blocks:
-            if "--rw=write" not in block:
-                rig.drop()
-            done = subprocess.run(prefix + block, capture_output=True, text=True, timeout=600)
-            if done.returncode:
-                raise RuntimeError(f"fio {block[0]}: {done.stderr.strip()[:300]}")
-            jobs += json.loads(done.stdout[done.stdout.index("{"):])["jobs"]
-        latency = cal.latencies_of({"jobs": jobs})
-    finally:
-        if os.path.exists(path):
-            os.unlink(path)
-    a_seq, a_rand, b_read, b_write = cal.constants(latency)
+    path = str(rig.scratch / f".scratchkeeper-calibrate.{os.getpid()}")
+    result = cal.calibrate(str(rig.scratch), size=p["calibration_size"],
+                           drop=lambda _: rig.drop())
+    a_seq, a_rand = result.alpha_sequential, result.alpha_random
+    b_read, b_write = 1 / result.read_bandwidth, 1 / result.write_bandwidth
+    latency = result.latencies
+    prefix = cal.job_argvs("fio", path, p["calibration_size"])[0]
+    prefix = prefix[:next(i for i, a in enumerate(prefix) if a.startswith("--name="))]
     out = {"alpha_sequential": a_seq, "alpha_random": a_rand, "beta_read": b_read,
            "beta_write": b_write, "latencies": latency,
            "command": " ".join(prefix) + " [one --name=... job per run, as in JOBS]"}
-    # the stock command, for comparison: one fio run, no pages dropped between its jobs
+    # the command as a site runs it, for comparison (it drops the test file's objects' pages
+    # before each read job itself: the directory is the scratch root)
     stock = rig.cli("layout", "calibrate", str(rig.scratch), "--size",
                     f"{p['calibration_size'] // MiB}M", "--json")
     try:
@@ -567,14 +557,14 @@ def report(results: dict, a: dict) -> str:
         "root, whose default layout is one stripe: one OST, as the paper measured one storage "
         "node), one fio run per job with the objects' pages dropped before each read job, and "
         "its `latencies_of` and `constants`.",
-        "- The stock command `scratchkeeper layout calibrate SCRATCH` in one fio run gave "
+        "- The command as a site runs it, `scratchkeeper layout calibrate SCRATCH` (it drops "
+        "the test file's objects' pages before each read job itself: SCRATCH is in the "
+        "scratch root), gave "
         + (f"alpha seq {stock['startup_sequential_seconds'] * 1e3:.3f} ms, alpha rand "
            f"{stock['startup_random_seconds'] * 1e3:.3f} ms, read "
            f"{stock['read_bandwidth'] / MiB:.0f} MiB/s" if "read_bandwidth" in stock
            else f"no result ({stock})")
-        + ": its write jobs leave the objects in the OSTs' page cache (the mount reads "
-        "objects through it; fio's `--invalidate` reaches only the mount's side), so its read "
-        "jobs measure the cache, not the devices. Not used.",
+        + " (a run of its own: the throttle's 100 ms slices make single runs differ).",
         f"- e = {hop['e'] * 1e6:.1f} us, v = {hop['v'] * 1e9:.3f} ns/B "
         f"({1 / hop['v'] / MiB if hop['v'] else float('inf'):.0f} MiB/s): there is no network; "
         "the client-to-store hop here is FUSE, measured as the mean latency of a 4 KiB O_DIRECT "

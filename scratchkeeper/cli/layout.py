@@ -56,7 +56,10 @@ def register(subparsers) -> None:
                           "directory and print the [layout] keys",
         description="Runs fio (O_DIRECT, one request at a time) in DIR: 4 KiB sequential and "
                     "random reads give alpha, 1 MiB and 4 MiB reads and writes give beta. The "
-                    "network constants e and v are not measured (kept from the site config).")
+                    "network constants e and v are not measured (kept from the site config). "
+                    "In the scratch root the store's cache of the test file is dropped before "
+                    "each read job (the local store's objects; Lustre: lfs ladvise -a "
+                    "dontneed).")
     calibrate.add_argument("directory", metavar="DIR", help="a directory on the store to "
                            "measure (a Lustre test directory, the scratch mount)")
     calibrate.add_argument("--size", default="64M", help="test file size (default 64M; at "
@@ -241,6 +244,19 @@ def _as_text(advice, workload, log, osts_from) -> str:
     return "\n".join(lines)
 
 
+def _store_drop(config, directory: str):
+    """The store's ``drop_cache`` when ``directory`` is inside the scratch root (the scratch
+    mount, a Lustre directory): the calibration then reads from the disks, not the servers'
+    cache. None for a directory elsewhere."""
+    root = os.path.realpath(config.storage.scratch_root)
+    real = os.path.realpath(directory)
+    if real != root and not real.startswith(root.rstrip("/") + "/"):
+        return None
+    from ..storage import open_backend
+
+    return open_backend(config).drop_cache
+
+
 def _calibrate(args) -> int:
     import shlex
 
@@ -256,7 +272,7 @@ def _calibrate(args) -> int:
         raise InputError("exists already: the calibration is written to a new file",
                          path=args.output)
     result = calibrate(args.directory, fio=args.fio, size=size, direct=not args.buffered,
-                       command=command)
+                       command=command, drop=_store_drop(config, args.directory))
     section = result.toml(connect_seconds=config.layout.connect_seconds,
                           network_bandwidth=config.layout.network_bandwidth)
     if args.output is not None:

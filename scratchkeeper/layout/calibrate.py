@@ -9,6 +9,11 @@ each request waits for the storage) in the directory gives the mean latency of:
 * 1 MiB and 4 MiB sequential reads and writes: ``beta = (latency(4M) - latency(1M)) / 3 MiB``
   (the time of the bytes alone; the start-up cancels out).
 
+In the scratch root (``drop``: the store's ``drop_cache``) fio runs one job at a time and the
+store's cache of the test file is dropped before each read job: fio's ``--invalidate`` reaches
+only the client's cache, and on the scratch mount the OSTs' objects would stay in the page cache
+after the write jobs (the reads would then measure memory).
+
 e and v are network constants: a directory on this machine has no network between the client
 and the store, so they are not measured and keep the values they had.
 """
@@ -19,6 +24,7 @@ import json
 import os
 import shlex
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from ..errors import CommandError, InputError, ScratchkeeperError
@@ -106,42 +112,76 @@ def constants(latency: dict[str, float]) -> tuple[float, float, float, float]:
     return alpha_sequential, alpha_random, beta_read, beta_write
 
 
-def calibrate(directory: str, *, fio: str = "fio", size: int = 64 * M, direct: bool = True,
-              command: str = "", timeout: float = 600.0) -> Calibration:
-    """Run fio in ``directory`` and derive alpha and beta; the test file is removed after."""
-    if not os.path.isdir(directory):
-        raise InputError("not a directory" if os.path.exists(directory) else "no such directory",
-                         path=directory)
-    if size < 4 * M:
-        raise InputError(f"size {size}: at least 4 MiB (one 4 MiB request)")
+def job_argvs(fio: str, path: str, size: int, *, direct: bool = True) -> list[list[str]]:
+    """:func:`fio_argv` as one fio run per job of :data:`JOBS` (the same options and jobs)."""
+    argv = fio_argv(fio, path, size, direct=direct)
+    starts = [i for i, word in enumerate(argv) if word.startswith("--name=")]
+    prefix = argv[:starts[0]]
+    return [prefix + argv[a:b] for a, b in zip(starts, starts[1:] + [len(argv)])]
+
+
+def _run_fio(argv: list[str], timeout: float, direct: bool) -> dict:
+    """One fio run's JSON report, or a CalibrationError saying why there is none."""
     from ..runner import run
 
-    path = os.path.join(directory, f".scratchkeeper-calibrate.{os.getpid()}")
-    argv = fio_argv(fio, path, size, direct=direct)
     try:
         done = run(argv, timeout=timeout, check=False)
     except CommandError as err:
         raise CalibrationError(str(err)) from err
-    finally:
-        try:
-            os.unlink(path)
-        except FileNotFoundError:
-            pass
     if done.returncode != 0:
         detail = " ".join((done.stderr or done.stdout).split())[:300]
         hint = (" (the directory may not take O_DIRECT: --buffered measures through the page "
                 "cache)" if direct and "Invalid argument" in detail else "")
         raise CalibrationError(f"fio failed (exit {done.returncode}): {detail}{hint}")
     try:
-        report = json.loads(done.stdout[done.stdout.index("{"):])
+        return json.loads(done.stdout[done.stdout.index("{"):])
     except ValueError as err:
         raise CalibrationError(f"fio printed no JSON report: {err}") from err
+
+
+def calibrate(directory: str, *, fio: str = "fio", size: int = 64 * M, direct: bool = True,
+              command: str = "", timeout: float = 600.0,
+              drop: Callable[[str], None] | None = None) -> Calibration:
+    """Run fio in ``directory`` and derive alpha and beta; the test file is removed after.
+
+    ``drop(path)``, when given, empties the store's cache of the test file: fio then runs one
+    job at a time and ``drop`` is called before each read job. Without it fio's own
+    ``--invalidate`` is all, which reaches the client's cache only (on the scratch mount the
+    OSTs' objects stay cached and the reads measure memory)."""
+    if not os.path.isdir(directory):
+        raise InputError("not a directory" if os.path.exists(directory) else "no such directory",
+                         path=directory)
+    if size < 4 * M:
+        raise InputError(f"size {size}: at least 4 MiB (one 4 MiB request)")
+    path = os.path.join(directory, f".scratchkeeper-calibrate.{os.getpid()}")
+    argv = fio_argv(fio, path, size, direct=direct)
+    try:
+        if drop is None:
+            report = _run_fio(argv, timeout, direct)
+        else:
+            report = {"jobs": []}
+            for job in job_argvs(fio, path, size, direct=direct):
+                if not any(word.startswith("--rw=write") for word in job):
+                    try:
+                        drop(path)
+                    except ScratchkeeperError as err:
+                        raise CalibrationError(f"cannot drop the test file's cached pages: "
+                                               f"{err}") from err
+                one = _run_fio(job, timeout, direct)
+                report["fio version"] = one.get("fio version", "fio")
+                report["jobs"] += one.get("jobs", [])
+    finally:
+        try:
+            os.unlink(path)
+        except FileNotFoundError:
+            pass
     latency = latencies_of(report)
     alpha_sequential, alpha_random, beta_read, beta_write = constants(latency)
     stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     version = report.get("fio version", "fio")
     how = "O_DIRECT" if direct else "buffered"
-    calibrated = (f"{stamp}: {version}, {how}, psync, {size >> 20} MiB in {directory}"
+    dropped = ", store cache dropped before each read job" if drop is not None else ""
+    calibrated = (f"{stamp}: {version}, {how}, psync, {size >> 20} MiB in {directory}{dropped}"
                   + (f": {command}" if command else f": {shlex.join(argv)}"))
     return Calibration(alpha_sequential, alpha_random, 1 / beta_read, 1 / beta_write, latency,
                        calibrated)

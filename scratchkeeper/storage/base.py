@@ -357,6 +357,13 @@ class StorageBackend(abc.ABC):
         count = min(count or layout.stripe_count, len(candidates))
         return tuple(sorted(o.ost_index for o in candidates[:count]))
 
+    @abc.abstractmethod
+    def drop_cache(self, path: str) -> None:
+        """Drop the file's data from the storage servers' page cache, so that the next reads
+        reach the disks (as a benchmark or ``layout calibrate`` needs). Local store: every object
+        of the file is synced and advised ``POSIX_FADV_DONTNEED``; Lustre: ``lfs ladvise -a
+        dontneed`` over the file (the OSS read cache; Lustre 2.9 and later, the file's owner)."""
+
     def replica_room(self, layout: FileLayout) -> tuple[int, int]:
         """(healthy OSTs outside the file's stripe set, healthy OSTs): how wide a replica can
         be, and over how many OSTs files are spread."""

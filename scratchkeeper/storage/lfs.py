@@ -63,6 +63,12 @@ def mirror_verify_argv(lfs: str, path: str) -> list[str]:
     return [lfs, "mirror", "verify", path]
 
 
+def ladvise_dontneed_argv(lfs: str, path: str, size: int) -> list[str]:
+    """``lfs ladvise -a dontneed -s 0 -e SIZE PATH``: the OSTs may drop the range from their
+    cache (the Lustre manual's example of ladvise)."""
+    return [lfs, "ladvise", "-a", "dontneed", "-s", "0", "-e", str(max(size, 1)), path]
+
+
 def swap_layouts_argv(lfs: str, path: str, other: str) -> list[str]:
     return [lfs, "swap_layouts", path, other]
 

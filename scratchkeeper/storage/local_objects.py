@@ -44,6 +44,23 @@ class ObjectsMixin:
     def _object_path(self, obj: StripeObject) -> Path:
         return self._ost_dir(obj.ost_index) / obj.object_id
 
+    def drop_cache(self, path: str) -> None:
+        """Sync each object of the file and drop its pages (``POSIX_FADV_DONTNEED`` leaves dirty
+        pages cached); objects on a failed OST are skipped (no read reaches them)."""
+        for obj in {o for comp in self.layout(path).components for o in comp.objects}:
+            try:
+                fd = os.open(self._object_path(obj), os.O_RDONLY | os.O_NOFOLLOW)
+            except FileNotFoundError:
+                continue
+            except PermissionError as err:
+                raise PermissionDenied(f"{path}: object {obj.object_id} on OST "
+                                       f"{obj.ost_index}: {err.strerror}") from err
+            try:
+                os.fdatasync(fd)
+                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+            finally:
+                os.close(fd)
+
     def _create_objects(self, objects: Iterable[StripeObject], *, uid: int, gid: int,
                         mode: int) -> None:
         """Create empty objects for a file of owner ``uid:gid`` and permission bits ``mode``.

@@ -276,6 +276,11 @@ class LustreBackend(StorageBackend):
                            if (err.stderr or str(err)).strip() else "ping failed")
         return replace(ost, state=OST_ACTIVE, detail="")
 
+    def drop_cache(self, path: str) -> None:
+        full = self._file(path)
+        self._run(lfs_cmd.ladvise_dontneed_argv(self.lfs, full, os.stat(full).st_size),
+                  mutating=False)
+
     # -- mirrors -------------------------------------------------------------------------------
     def add_mirror(self, path: str, request: LayoutRequest = LayoutRequest()) -> FileLayout:
         request.check()

@@ -90,3 +90,46 @@ def test_bad_input(tmp_path, capsys):
     err = capsys.readouterr().err
     assert code == 2 and err == (f"{tmp_path / 'exists.toml'}: exists already: the "
                                  "calibration is written to a new file\n")
+
+
+@pytest.mark.skipif(shutil.which("fio") is None, reason="fio is not installed")
+def test_with_drop_fio_runs_a_job_at_a_time_and_the_cache_is_dropped_before_each_read(tmp_path):
+    import os
+
+    seen = []
+
+    def drop(path):
+        seen.append((path, os.path.getsize(path)))
+
+    result = calibrate(str(tmp_path), size=8 * M, drop=drop)
+    path = str(tmp_path / f".scratchkeeper-calibrate.{os.getpid()}")
+    # four read jobs (read-1m, read-4m, read-4k, randread-4k), each after the writes
+    assert seen == [(path, 8 * M)] * 4
+    assert set(result.latencies) == {"write-1m", "write-4m", "read-1m", "read-4m", "read-4k",
+                                     "randread-4k"}
+    assert "store cache dropped before each read job" in result.calibrated
+    assert not os.path.exists(path)
+
+
+@pytest.mark.skipif(shutil.which("fio") is None, reason="fio is not installed")
+def test_a_failing_drop_stops_the_calibration_and_removes_the_test_file(tmp_path):
+    from scratchkeeper.errors import StorageError
+
+    def drop(path):
+        raise StorageError("lfs ladvise failed: Operation not supported")
+
+    with pytest.raises(CalibrationError, match="cannot drop the test file's cached pages: "
+                                               "lfs ladvise failed"):
+        calibrate(str(tmp_path), size=4 * M, drop=drop)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_job_argvs_are_fio_argv_one_job_each():
+    from scratchkeeper.layout.calibrate import JOBS, fio_argv, job_argvs
+
+    whole = fio_argv("fio", "/x", 8 * M)
+    runs = job_argvs("fio", "/x", 8 * M)
+    assert len(runs) == len(JOBS)
+    prefix = whole[:whole.index("--name=write-1m")]
+    assert all(run[:len(prefix)] == prefix for run in runs)
+    assert sum((run[len(prefix):] for run in runs), []) == whole[len(prefix):]

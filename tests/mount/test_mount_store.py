@@ -88,3 +88,32 @@ def test_store_rm_of_a_file_the_mount_serves_goes_through_the_mount(mnt):
     while any(obj.exists() for obj in objects) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert not any(obj.exists() for obj in objects)
+
+
+def test_layout_calibrate_on_the_mount_drops_the_objects_cache_before_each_read_job(mnt,
+                                                                                     tmp_path):
+    import json
+    import shutil
+    import subprocess
+    import sys
+
+    import pytest
+
+    if shutil.which("fio") is None:
+        pytest.skip("fio is not installed")
+    (mnt.root / "calib").mkdir()
+    done = subprocess.run([sys.executable, "-m", "scratchkeeper", "-c", str(mnt.config),
+                           "layout", "calibrate", str(mnt.root / "calib"), "--size", "8M",
+                           "--json"], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout)
+    assert "store cache dropped before each read job" in result["calibrated"]
+    assert os.listdir(mnt.root / "calib") == []  # the test file is gone
+    # a directory outside the scratch root: fio's own --invalidate only, no drop
+    elsewhere = tmp_path / "plain"
+    elsewhere.mkdir()
+    done = subprocess.run([sys.executable, "-m", "scratchkeeper", "-c", str(mnt.config),
+                           "layout", "calibrate", str(elsewhere), "--size", "4M", "--json"],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert "dropped" not in json.loads(done.stdout)["calibrated"]

@@ -36,6 +36,7 @@ class FakeLustre(CommandRunner):
         self.next_oid = 0x100
         self.layout_gen: dict[str, int] = {}
         self.calls: list[tuple[str, ...]] = []  # every argv the backend handed over
+        self.advised: list[tuple[str, int, int, str]] = []  # (advice, start, end, file)
 
     # -- the runner interface ------------------------------------------------------------------
     def run(self, argv, *, timeout=None, check=True, input=None, env=None, cwd=None,
@@ -108,6 +109,20 @@ class FakeLustre(CommandRunner):
         self.layouts[path] = {"composite": False, "mirrors": [
             {"id": 1, "size": size, "pool": pool, "objects": self._allocate(count, osts)}]}
         self.layout_gen[path] = 0
+        return 0, "", ""
+
+    def _ladvise(self, args):
+        """``lfs ladvise -a ADVICE -s START -e END FILE`` (silent on success, as documented)."""
+        if len(args) != 7 or args[0] != "-a" or args[2] != "-s" or args[4] != "-e":
+            return 22, "", "lfs ladvise: invalid arguments\n"
+        if args[1] not in ("willread", "dontneed"):
+            return 22, "", f"lfs ladvise: invalid advice type '{args[1]}'\n"
+        if int(args[3]) >= int(args[5]):
+            return 22, "", "lfs ladvise: invalid range: start must be below end\n"
+        path = args[6]
+        if path not in self.layouts:
+            return 2, "", f"lfs ladvise: cannot open '{path}': No such file or directory\n"
+        self.advised.append((args[1], int(args[3]), int(args[5]), path))
         return 0, "", ""
 
     def _getstripe(self, args):

@@ -539,3 +539,38 @@ def test_garbage_collection_forgets_every_deleted_object_in_one_transaction(loca
     assert local_store.db.query("SELECT object_id FROM object_intents") == []
     assert not [name for name in os.listdir(local_store._ost_dir(1)) if name in
                 {row["object_id"] for row in doomed}]
+
+
+def cached_bytes(paths) -> int:
+    """Bytes of ``paths`` in the page cache (util-linux fincore)."""
+    import subprocess
+
+    done = subprocess.run(["fincore", "--bytes", "--noheadings", "--raw", "--output", "RES",
+                           *map(str, paths)], capture_output=True, text=True, check=True)
+    return sum(int(line) for line in done.stdout.split())
+
+
+@pytest.mark.skipif(not os.path.exists("/usr/bin/fincore"), reason="no fincore (util-linux)")
+def test_drop_cache_empties_the_page_cache_of_the_files_objects_only(local_store):
+    data = payload(1 << 20)
+    layout = local_store.create("hot", LayoutRequest(stripe_count=4))
+    local_store.write(layout.path, 0, data)
+    other = local_store.create("other", LayoutRequest(stripe_count=2))
+    local_store.write(other.path, 0, data)
+    local_store.add_mirror(layout.path)  # the mirror's objects are dropped too
+    objects = [local_store._object_path(o) for c in local_store.layout(layout.path).components
+               for o in c.objects]
+    others = [local_store._object_path(o) for c in local_store.layout(other.path).components
+              for o in c.objects]
+    assert len(objects) == 8
+    for path in objects + others:  # into the cache
+        path.read_bytes()
+    assert cached_bytes(objects) >= 2 << 20 and cached_bytes(others) >= 1 << 20
+    local_store.drop_cache("hot")
+    assert cached_bytes(objects) == 0
+    assert cached_bytes(others) >= 1 << 20  # another file's pages stay
+    assert local_store.read(layout.path, 0, len(data)) == data
+    local_store.fail_ost(objects[0].parent.name and int(objects[0].parent.name[3:]))
+    local_store.drop_cache("hot")  # an object on a failed OST is skipped
+    with pytest.raises(InputError):
+        local_store.drop_cache("absent")

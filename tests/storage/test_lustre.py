@@ -6,7 +6,7 @@ import errno
 
 import pytest
 
-from scratchkeeper.errors import StorageError, TargetUnavailable
+from scratchkeeper.errors import InputError, StorageError, TargetUnavailable
 from scratchkeeper.storage import LayoutRequest
 
 
@@ -66,3 +66,17 @@ def test_composite_files_are_not_rebuilt_in_place(lustre_backend):
     lustre_backend.add_mirror(layout.path)
     with pytest.raises(StorageError, match="composite"):
         lustre_backend.begin_rebuild(layout.path, {layout.ost_list[0]: 7})
+
+
+def test_drop_cache_asks_the_osts_with_ladvise_dontneed(fake_lustre, lustre_backend):
+    layout = lustre_backend.create("cached", LayoutRequest(stripe_count=2))
+    lustre_backend.write(layout.path, 0, bytes(300_000))
+    lustre_backend.drop_cache("cached")
+    assert fake_lustre.advised == [("dontneed", 0, 300_000, layout.path)]
+    assert commands(fake_lustre, "ladvise") == [
+        ("lfs", "ladvise", "-a", "dontneed", "-s", "0", "-e", "300000", layout.path)]
+    empty = lustre_backend.create("empty")
+    lustre_backend.drop_cache(empty.path)  # an empty file: the range is [0, 1)
+    assert fake_lustre.advised[-1] == ("dontneed", 0, 1, empty.path)
+    with pytest.raises(InputError, match="no such file"):
+        lustre_backend.drop_cache("absent")
