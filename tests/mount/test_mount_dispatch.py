@@ -41,8 +41,6 @@ def pieces(mnt) -> dict[int, int]:
     return {o["ost"]: o["pieces"] for o in stats(mnt)["osts"]}
 
 
-
-
 def read_whole(path: Path, block: int = MIB) -> bytes:
     """The file read with ``block``-byte reads, its page cache dropped first."""
     fd = os.open(path, os.O_RDONLY)
@@ -101,12 +99,13 @@ def test_the_threshold_is_honoured(make_mount, monkeypatch):
     assert read_whole(mnt.root / "t") == data
     got = stats(mnt)
     assert got["threads"] == 0 and got["requests"] == 0
-    # an unmirrored file is never dispatched, whatever its reads
+    # an unmirrored file is never dispatched by the solver, whatever its reads; its requests
+    # over several objects are read in parallel from its one mirror ("striped")
     configure(mnt, 64 * 1024, "round-robin", monkeypatch)
     plain = os.urandom(2 * MIB)
     (mnt.root / "plain").write_bytes(plain)
     assert read_whole(mnt.root / "plain") == plain
-    assert stats(mnt)["requests"] == 0
+    assert stats(mnt)["requests"] == 0 and stats(mnt)["striped"] > 0
     assert read_whole(mnt.root / "t") == data
     assert stats(mnt)["requests"] > 0
 
@@ -260,3 +259,47 @@ def test_the_solver_sends_fewer_pieces_to_a_slow_ost_than_round_robin(make_mount
         mnt.stop()
         if slow:
             slow.close()
+
+
+def direct_read(path: Path, offset: int, length: int) -> bytes:
+    """One O_DIRECT read (the mount gets it as one request of up to 1 MiB)."""
+    import mmap
+
+    buf = mmap.mmap(-1, length)
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECT)
+    try:
+        got = os.preadv(fd, [buf], offset)
+        return bytes(buf[:got])
+    finally:
+        os.close(fd)
+        buf.close()
+
+
+def test_an_unmirrored_request_over_several_objects_reads_each_object_once(make_mount):
+    mnt = make_mount(ost_count=4, stripe_count=4)
+    data = os.urandom(4 * MIB)
+    (mnt.root / "wide").write_bytes(data)
+    reads = lambda: {o["ost"]: o["reads"] for o in stats(mnt)["osts"]}  # noqa: E731
+    before, start = reads(), stats(mnt)
+    for offset in range(0, 4 * MIB, MIB):  # 16 stripes of 64 KiB, 4 on each OST
+        assert direct_read(mnt.root / "wide", offset, MIB) == data[offset:offset + MIB]
+    after, got = reads(), stats(mnt)
+    assert got["striped"] - start["striped"] == 4 and got["striped_fallbacks"] == 0
+    # each OST's four stripes of a request are adjacent in its object: one preadv each
+    assert {ost: after[ost] - before.get(ost, 0) for ost in after} == {0: 4, 1: 4, 2: 4, 3: 4}
+    # a request not on stripe edges; a read within one stripe is not "striped"
+    offset = 3 * 4096
+    assert direct_read(mnt.root / "wide", offset, MIB - 4096) == data[offset:offset + MIB - 4096]
+    assert stats(mnt)["striped"] - got["striped"] == 1
+    assert direct_read(mnt.root / "wide", 4096, 8192) == data[4096:4096 + 8192]
+    assert stats(mnt)["striped"] - got["striped"] == 1
+    # a sparse file: objects 1 and 2 are empty, object 3 ends early; zeros where nothing is
+    with open(mnt.root / "sparse", "wb") as out:
+        out.write(data[:65536])
+        out.seek(3 * MIB - 65536)
+        out.write(data[:4096])
+        out.truncate(4 * MIB)
+    want = data[:65536] + bytes(3 * MIB - 2 * 65536) + data[:4096] + bytes(MIB + 65536 - 4096)
+    assert len(want) == 4 * MIB
+    for offset in range(0, 4 * MIB, MIB):
+        assert direct_read(mnt.root / "sparse", offset, MIB) == want[offset:offset + MIB]

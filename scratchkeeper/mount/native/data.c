@@ -410,6 +410,8 @@ void sk_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
                                      fh->inode);
             } else {
                 rc = dispatch_read(v, buf, (uint64_t)off, end, fh->inode);
+                if (rc)
+                    rc = dispatch_striped(v, buf, (uint64_t)off, end, fh->inode);
             }
             if (rc == 0) {
                 view_put(v);

@@ -25,12 +25,14 @@
 
 #include <errno.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <math.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #define EWMA_ALPHA 0.1        /* weight of the newest object read in the fit */
@@ -53,6 +55,8 @@ struct piece {
     off_t oo;
     uint32_t ost;
     int err;
+    struct iovec *iov;        /* iovcnt > 0: n bytes of the object from oo into these, in order */
+    int iovcnt;
 };
 
 struct batch {
@@ -75,6 +79,7 @@ static struct {
     uint64_t min_bytes;
     struct ost_stat *osts;    /* fs.cfg.ost_count */
     atomic_uint_fast64_t requests, fallbacks, solver_errors, in_order;
+    atomic_uint_fast64_t striped, striped_fallbacks;  /* dispatch_striped's requests */
     atomic_uint rr;
     pthread_mutex_t lock;     /* the queue */
     pthread_cond_t work;
@@ -135,25 +140,52 @@ static void inflight_sub(uint32_t ost, uint64_t n)
         atomic_fetch_sub(&pool.osts[ost].inflight, n);
 }
 
-int ost_read(int fd, char *dst, uint64_t n, off_t oo, uint32_t ost, bool queued)
+/* The iovecs' first `skip` bytes are read: advance past them (the array is the caller's). */
+static int iov_advance(struct iovec **iov, int *iovcnt, uint64_t skip)
+{
+    while (*iovcnt > 0 && skip >= (*iov)->iov_len) {
+        skip -= (*iov)->iov_len;
+        (*iov)++;
+        (*iovcnt)--;
+    }
+    if (*iovcnt > 0) {
+        (*iov)->iov_base = (char *)(*iov)->iov_base + skip;
+        (*iov)->iov_len -= skip;
+    }
+    return *iovcnt;
+}
+
+/* pread (iovcnt 0: into dst) or preadv of n bytes at oo, zeros past the object's end. */
+static int read_object(int fd, char *dst, struct iovec *iov, int iovcnt, uint64_t n, off_t oo)
+{
+    uint64_t got = 0;
+    while (got < n) {
+        ssize_t r = iovcnt > 0 ? preadv(fd, iov, iovcnt, oo + (off_t)got)
+                               : pread(fd, dst + got, n - got, oo + (off_t)got);
+        if (r > 0) {
+            got += (uint64_t)r;
+            if (iovcnt > 0 && got < n)
+                iov_advance(&iov, &iovcnt, (uint64_t)r);
+        } else if (r == 0) {  /* a hole at the object's end */
+            if (iovcnt == 0)
+                memset(dst + got, 0, n - got);
+            for (int i = 0; i < iovcnt; i++)
+                memset(iov[i].iov_base, 0, iov[i].iov_len);
+            break;
+        } else if (errno != EINTR) {
+            return -errno;
+        }
+    }
+    return 0;
+}
+
+static int ost_read_iov(int fd, char *dst, struct iovec *iov, int iovcnt, uint64_t n, off_t oo,
+                        uint32_t ost, bool queued)
 {
     if (!queued)
         inflight_add(ost, n);
     double t0 = monotonic();
-    uint64_t got = 0;
-    int rc = 0;
-    while (got < n) {
-        ssize_t r = pread(fd, dst + got, n - got, oo + (off_t)got);
-        if (r > 0) {
-            got += (uint64_t)r;
-        } else if (r == 0) {
-            memset(dst + got, 0, n - got);  /* a hole at the object's end */
-            break;
-        } else if (errno != EINTR) {
-            rc = -errno;
-            break;
-        }
-    }
+    int rc = read_object(fd, dst, iov, iovcnt, n, oo);
     double t = monotonic() - t0;
     inflight_sub(ost, n);
     if (rc == 0 && pool.osts && ost < fs.cfg.ost_count) {
@@ -162,6 +194,11 @@ int ost_read(int fd, char *dst, uint64_t n, off_t oo, uint32_t ost, bool queued)
         ost_measured(ost, n, t);
     }
     return rc;
+}
+
+int ost_read(int fd, char *dst, uint64_t n, off_t oo, uint32_t ost, bool queued)
+{
+    return ost_read_iov(fd, dst, NULL, 0, n, oo, ost, queued);
 }
 
 /* -- the pool ------------------------------------------------------------------------------ */
@@ -188,7 +225,7 @@ static struct piece *take(struct batch *b)
 
 static void run_piece(struct piece *p)
 {
-    p->err = ost_read(p->fd, p->dst, p->n, p->oo, p->ost, true);
+    p->err = ost_read_iov(p->fd, p->dst, p->iov, p->iovcnt, p->n, p->oo, p->ost, true);
 }
 
 /* Caller holds pool.lock. */
@@ -583,12 +620,50 @@ int dispatch_read(struct sk_view *v, char *buf, uint64_t off, uint64_t end,
     return rc;
 }
 
+/* Group the pieces (one per stripe, in request order) by object: a piece joins the group of
+ * its object whose bytes it continues (stripes k and k + count of a component are adjacent in
+ * their object), so each group is one preadv, as a Lustre client sends one RPC per OST.
+ * groups[] gets the groups (their iov into iovs[]); returns how many, or 0 when out of
+ * memory. */
+static uint32_t group_pieces(const struct piece *pieces, uint32_t n, struct piece *groups,
+                             struct iovec *iovs)
+{
+    uint32_t *of = malloc(n * sizeof *of), ng = 0;
+    if (!of)
+        return 0;
+    for (uint32_t i = 0; i < n; i++) {
+        const struct piece *p = &pieces[i];
+        uint32_t g = 0;
+        while (g < ng && !(groups[g].fd == p->fd && groups[g].oo + (off_t)groups[g].n == p->oo &&
+                           groups[g].iovcnt < IOV_MAX))
+            g++;
+        if (g == ng)
+            groups[ng++] = (struct piece){.fd = p->fd, .oo = p->oo, .ost = p->ost};
+        groups[g].n += p->n;
+        groups[g].iovcnt++;
+        of[i] = g;
+    }
+    uint32_t at = 0;
+    for (uint32_t g = 0; g < ng; g++) {
+        groups[g].iov = iovs + at;
+        at += (uint32_t)groups[g].iovcnt;
+        groups[g].iovcnt = 0;
+    }
+    for (uint32_t i = 0; i < n; i++) {
+        struct piece *g = &groups[of[i]];
+        g->iov[g->iovcnt++] = (struct iovec){.iov_base = pieces[i].dst, .iov_len = pieces[i].n};
+    }
+    free(of);
+    return ng;
+}
+
 int dispatch_mirror(struct sk_view *v, char *buf, uint64_t off, uint64_t end, uint32_t mirror,
                     const struct sk_inode *in)
 {
     const struct sk_lov *lov = &v->lov;
     uint32_t cap = 16, n = 0;
-    struct piece *pieces = malloc(cap * sizeof *pieces);
+    struct piece *pieces = malloc(cap * sizeof *pieces), *groups = NULL;
+    struct iovec *iovs = NULL;
     if (!pieces)
         return 1;
     for (uint64_t at = off; at < end;) {
@@ -621,26 +696,59 @@ int dispatch_mirror(struct sk_view *v, char *buf, uint64_t off, uint64_t end, ui
                                      .ost = c->objs[pos].ost};
         at = next;
     }
-    for (uint32_t i = 0; i < n; i++)
-        inflight_add(pieces[i].ost, pieces[i].n);
-    if (n == 1) {
-        run_piece(&pieces[0]);
+    groups = calloc(n, sizeof *groups);
+    iovs = malloc(n * sizeof *iovs);
+    uint32_t ng = groups && iovs ? group_pieces(pieces, n, groups, iovs) : 0;
+    if (ng == 0)
+        goto no;
+    for (uint32_t g = 0; g < ng; g++)
+        inflight_add(groups[g].ost, groups[g].n);
+    if (ng == 1) {
+        run_piece(&groups[0]);
     } else {
-        struct batch b = {.pieces = pieces, .count = n};
+        struct batch b = {.pieces = groups, .count = ng};
         run_batch(&b);
     }
     int rc = 0;
-    for (uint32_t i = 0; i < n; i++)
-        if (pieces[i].err) {
+    for (uint32_t g = 0; g < ng; g++)
+        if (groups[g].err) {
             logmsg("MDT inode %ju: OST %u: read of mirror %u: %s: the per-piece path reads "
-                   "again", (uintmax_t)in->ino, pieces[i].ost, mirror, strerror(-pieces[i].err));
+                   "again", (uintmax_t)in->ino, groups[g].ost, mirror, strerror(-groups[g].err));
             rc = 1;
         }
     free(pieces);
+    free(groups);
+    free(iovs);
     return rc;
 no:
     free(pieces);
+    free(groups);
+    free(iovs);
     return 1;
+}
+
+int dispatch_striped(struct sk_view *v, char *buf, uint64_t off, uint64_t end,
+                     const struct sk_inode *in)
+{
+    const struct sk_lov *lov = &v->lov;
+    if (pool.nthreads == 0 || lov->ncomp == 0)
+        return 1;
+    const struct sk_comp *first = NULL;
+    for (uint32_t k = 0; k < lov->ncomp; k++) {
+        const struct sk_comp *c = &lov->comps[k];
+        if (c->mirror != lov->comps[0].mirror)
+            return 1;  /* mirrored: read dispatch or the per-piece path choose the copies */
+        if (!first && c->init && sk_comp_covers(c, off))
+            first = c;
+    }
+    if (!first || first->stale)
+        return 1;
+    uint64_t edge = (off / first->stripe_size + 1) * first->stripe_size;
+    if (end <= edge || (first->count < 2 && end <= first->end))
+        return 1;  /* one object's bytes: one pread, the per-piece path does just that */
+    int rc = dispatch_mirror(v, buf, off, end, first->mirror, in);
+    atomic_fetch_add(rc ? &pool.striped_fallbacks : &pool.striped, 1);
+    return rc;
 }
 
 /* -- the counters ---------------------------------------------------------------------------- */
@@ -655,10 +763,12 @@ int dispatch_stats(char **out, size_t *len)
                              "{\"policy\": \"%s\", \"min_bytes\": %" PRIu64 ", \"threads\": %u, "
                              "\"requests\": %" PRIuFAST64 ", \"fallbacks\": %" PRIuFAST64
                              ", \"solver_errors\": %" PRIuFAST64 ", \"in_order\": %"
+                             PRIuFAST64 ", \"striped\": %" PRIuFAST64 ", \"striped_fallbacks\": %"
                              PRIuFAST64 ", \"osts\": [",
                              policy_names[pool.policy], pool.min_bytes, pool.nthreads,
                              atomic_load(&pool.requests), atomic_load(&pool.fallbacks),
-                             atomic_load(&pool.solver_errors), atomic_load(&pool.in_order));
+                             atomic_load(&pool.solver_errors), atomic_load(&pool.in_order),
+                             atomic_load(&pool.striped), atomic_load(&pool.striped_fallbacks));
     bool first = true;
     for (unsigned i = 0; pool.osts && i < fs.cfg.ost_count; i++) {
         struct ost_stat *s = &pool.osts[i];

@@ -176,10 +176,15 @@ int dispatch_read(struct sk_view *v, char *buf, uint64_t off, uint64_t end,
 /* The counters as JSON text (malloc'd). */
 int dispatch_stats(char **out, size_t *len);
 
-/* Fill buf (file bytes [off, end)) from mirror `mirror` alone, its pieces on different OSTs
- * read in parallel: 0 done, 1 when a piece of it cannot be read (the per-piece path reads). */
+/* Fill buf (file bytes [off, end)) from mirror `mirror` alone, each object's bytes one preadv
+ * and the objects read in parallel: 0 done, 1 when a piece of it cannot be read (the per-piece path reads). */
 int dispatch_mirror(struct sk_view *v, char *buf, uint64_t off, uint64_t end, uint32_t mirror,
                     const struct sk_inode *in);
+/* A request of an unmirrored file over several of its objects: dispatch_mirror of its one
+ * mirror (each object's bytes one preadv, the objects in parallel by the read pool). 0 done,
+ * 1 when not such a request, no pool, or a piece failed (the per-piece path reads). */
+int dispatch_striped(struct sk_view *v, char *buf, uint64_t off, uint64_t end,
+                     const struct sk_inode *in);
 
 /* hybrid.c: hybrid replicas, a request to the mirror the seed-002 model finds cheapest */
 #define SK_HYBRID_XATTR "user.scratchkeeper.hybrid"  /* read-only, on the mount's root */
