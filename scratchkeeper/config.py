@@ -387,6 +387,14 @@ class QosConfig:
                         "the others, so that their pieces' copies are chosen together (at most "
                         "a quarter of qos.interval; 0: each request on its own)", minimum=0,
                         maximum=1)
+    retrieval: str = _opt("online", "'online': an admitted request is read at once, its "
+                          "pieces given copies with those admitted within qos.batch (faster, "
+                          "the M-access guarantee not kept when a full interval's requests "
+                          "arrive spread out); 'interval': the seed's design-theoretic "
+                          "retrieval, the requests admitted in an interval given copies "
+                          "together and read at the start of the next one (the guarantee "
+                          "whatever the arrivals, up to T later)",
+                          choices=("online", "interval"))
     samples: int = _opt(2000, "statistical admission: random draws per size k when P_k is "
                         "sampled at mount start", minimum=10, maximum=1000000)
     users: list[str] = _opt(None, "the users (names or uids) whose reads are admitted; empty: "

@@ -451,14 +451,16 @@ def _stats(args) -> int:
     else:
         print(f"read QoS: {qos['mode']}, c = {qos['copies']}, M = {qos['accesses']}, "
               f"T = {qos['interval']:g} s, S = {qos['limit']} pieces per interval"
-              + (f", epsilon {qos['epsilon']:g}" if qos["mode"] == "statistical" else ""))
+              + (f", epsilon {qos['epsilon']:g}" if qos["mode"] == "statistical" else "")
+              + f", {qos.get('retrieval', 'online')} retrieval")
         print(f"  admitted {qos['admitted']} request(s) ({qos['admitted_buckets']} pieces), "
               f"delayed {qos['delayed']}, violations {qos['violations']} of "
               f"{qos['busy_intervals']} busy interval(s), risk {qos['risk']:.4f}; "
               f"{qos['bypassed']} read(s) not under QoS")
     dispatch = found["dispatch"]
     print(f"read dispatch: {dispatch['policy']}, {dispatch['requests']} request(s), "
-          f"{dispatch['fallbacks']} fallback(s)")
+          f"{dispatch['fallbacks']} fallback(s); {dispatch.get('striped', 0)} striped "
+          "request(s) of unmirrored files read over their objects in parallel")
     return 0
 
 

@@ -160,6 +160,7 @@ def _place_callback(config: SiteConfig):
 
 
 QOS_MODES = {"off": 0, "deterministic": 1, "statistical": 2}
+QOS_RETRIEVALS = {"online": 0, "interval": 1}
 
 
 def qos_settings(config: SiteConfig) -> tuple | None:
@@ -200,7 +201,7 @@ def qos_settings(config: SiteConfig) -> tuple | None:
         probabilities = [found[k] for k in range(1, devices * qos.accesses + 1)]
     return (QOS_MODES[qos.admission], qos.copies, qos.accesses, float(qos.interval),
             float(qos.epsilon), min(float(qos.batch), qos.interval / 4),
-            tuple(probabilities), tuple(uids))
+            QOS_RETRIEVALS[qos.retrieval], tuple(probabilities), tuple(uids))
 
 
 def model_constants(config: SiteConfig) -> tuple[float, ...]:

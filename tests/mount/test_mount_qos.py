@@ -9,6 +9,8 @@ import subprocess
 import sys
 import time
 
+import pytest
+
 from scratchkeeper.config import load_config
 from scratchkeeper.storage import open_backend
 from scratchkeeper.storage.layout import LayoutRequest
@@ -16,11 +18,14 @@ from scratchkeeper.storage.layout import LayoutRequest
 PIECE = 65536
 
 
-def qos_mount(make_mount, admission: str, *, users: str = "", interval: float = 0.4):
-    return make_mount(ost_count=9, stripe_count=3, stripe_size=PIECE,
+def qos_mount(make_mount, admission: str, *, users: str = "", interval: float = 0.4,
+              retrieval: str = "online", threads: int = 4, accesses: int = 1):
+    return make_mount(ost_count=9, stripe_count=3, stripe_size=PIECE, threads=threads,
                       mount_extra="dispatch_min_bytes = 0",
-                      extra=f'[qos]\nadmission = "{admission}"\ncopies = 3\naccesses = 1\n'
-                            f'interval = {interval}\nsamples = 200\n{users}')
+                      extra=f'[qos]\nadmission = "{admission}"\ncopies = 3\n'
+                            f'accesses = {accesses}\n'
+                            f'interval = {interval}\nsamples = 200\n'
+                            f'retrieval = "{retrieval}"\n{users}')
 
 
 def three_copies(mnt, name: str, pieces: int = 24) -> tuple[str, bytes]:
@@ -120,3 +125,63 @@ def test_statistical_admission_admits_more_than_s_within_epsilon(make_mount):
     # P_k of (9,3,1) stays near 1 a little past S = 5: more pieces per interval than S
     assert qos["admitted_buckets"] / max(1, qos["busy_intervals"]) > 5
     assert qos["risk"] <= 0.01 + 1e-9
+
+
+@pytest.mark.parametrize("accesses", [1, 2])
+def test_interval_retrieval_reads_an_intervals_requests_together_at_the_next_one(make_mount,
+                                                                                  accesses):
+    """qos.retrieval = "interval" (the seed's design-theoretic retrieval): the S requests
+    admitted in an interval, arriving spread over it, are given copies together and read at the
+    start of the next interval, at most M pieces per OST. At M = 2, S = 14 waiting requests are
+    more than the kernel's default of 12 asynchronous requests handed to a FUSE server at once:
+    all of them must reach the mount in their interval (mount.threads sets the kernel's
+    max_background), not two of them an interval later."""
+    import mmap
+    import threading
+
+    interval = 0.4
+    limit = 2 * accesses * accesses + 3 * accesses     # S = (c-1)M^2 + cM, c = 3
+    # each waiting request holds a request thread (docs/qos.rst): more than S
+    mnt = qos_mount(make_mount, "deterministic", interval=interval, retrieval="interval",
+                    threads=32, accesses=accesses)
+    path, data = three_copies(mnt, "i.dat", pieces=3 * limit + 3)
+    assert stats(mnt)["qos"]["retrieval"] == "interval"
+    for round_ in range(3):
+        # start just after a boundary, so that the arrivals (spread over 70 % of the interval,
+        # far more than qos.batch) all fall in one interval
+        before = {o["ost"]: o["reads"] for o in stats(mnt)["dispatch"]["osts"]}
+        fds = [os.open(path, os.O_RDONLY | os.O_DIRECT) for _ in range(limit)]
+        now = time.monotonic()
+        time.sleep((int(now / interval) + 1) * interval - now + 0.01)
+        admitted_in = int(time.monotonic() / interval)
+        ends, errors = {}, []
+
+        def reader(n: int) -> None:
+            buf = mmap.mmap(-1, PIECE)
+            fd = fds[n]
+            try:
+                piece = round_ * limit + n
+                got = os.preadv(fd, [buf], piece * PIECE)
+                ends[n] = time.monotonic()
+                if buf[:got] != data[piece * PIECE:(piece + 1) * PIECE]:
+                    errors.append(n)
+            finally:
+                os.close(fd)
+                buf.close()
+
+        threads = []
+        for n in range(limit):
+            threads.append(threading.Thread(target=reader, args=(n,)))
+            threads[-1].start()
+            time.sleep(0.7 * interval / limit)
+        for thread in threads:
+            thread.join(timeout=30)
+        assert not errors and len(ends) == limit
+        # every read waited for the next interval, and none took longer than that one
+        assert all((admitted_in + 1) * interval <= end < (admitted_in + 2) * interval
+                   for end in ends.values()), (admitted_in, sorted(ends.items()))
+        after = {o["ost"]: o["reads"] for o in stats(mnt)["dispatch"]["osts"]}
+        served = {ost: after[ost] - before.get(ost, 0) for ost in after}
+        assert sum(served.values()) == limit and max(served.values()) <= accesses, served
+    qos = stats(mnt)["qos"]
+    assert qos["admitted"] == 3 * limit and qos["violations"] == 0 and qos["delayed"] == 0

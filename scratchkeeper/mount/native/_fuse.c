@@ -54,15 +54,20 @@ static int call_place(void *ctx, const char *first_id, int stripe_count, const c
     return n;
 }
 
-/* qos: None or (mode, copies, accesses, interval, epsilon, batch, (P_1, ...), (uid, ...)).
- * 0, or -1 with an exception set. */
+/* qos: None or (mode, copies, accesses, interval, epsilon, batch, retrieval, (P_1, ...),
+ * (uid, ...)); retrieval 0 online, 1 interval. 0, or -1 with an exception set. */
 static int parse_qos(PyObject *qos, struct skfs_config *cfg)
 {
     PyObject *prob, *users;
-    if (!PyArg_ParseTuple(qos, "iIIdddOO:qos", &cfg->qos_mode, &cfg->qos_copies,
+    if (!PyArg_ParseTuple(qos, "iIIdddiOO:qos", &cfg->qos_mode, &cfg->qos_copies,
                           &cfg->qos_accesses, &cfg->qos_interval, &cfg->qos_epsilon,
-                          &cfg->qos_batch, &prob, &users))
+                          &cfg->qos_batch, &cfg->qos_retrieval, &prob, &users))
         return -1;
+    if (cfg->qos_retrieval != QOS_RETRIEVAL_ONLINE &&
+        cfg->qos_retrieval != QOS_RETRIEVAL_INTERVAL) {
+        PyErr_SetString(PyExc_ValueError, "qos retrieval must be 0 (online) or 1 (interval)");
+        return -1;
+    }
     if (!(cfg->qos_batch >= 0 && cfg->qos_batch < 1)) {
         PyErr_SetString(PyExc_ValueError, "qos batch must be in [0, 1) seconds");
         return -1;

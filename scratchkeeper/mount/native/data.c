@@ -192,7 +192,7 @@ static int planned_copy(const struct sk_view *v, const struct qos_plan *plan, ui
 
 /* The pieces of [off, end) (cut at the stripes of the first copy covering each) and the usable
  * copies of each; then a copy for each, assigned with the requests admitted together. */
-static void build_plan(const struct sk_view *v, uint64_t off, uint64_t end,
+static void build_plan(const struct sk_view *v, uint64_t off, uint64_t end, int64_t admitted,
                        struct qos_plan *plan)
 {
     const struct sk_lov *lov = &v->lov;
@@ -237,7 +237,7 @@ static void build_plan(const struct sk_view *v, uint64_t off, uint64_t end,
         }
         at = next;
     }
-    qos_assign(plan->items, plan->n);
+    qos_assign(plan->items, plan->n, admitted);
 }
 
 int read_pieces(struct sk_view *v, char *buf, uint64_t base, uint64_t *cur, uint64_t end,
@@ -390,7 +390,7 @@ void sk_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
                 if ((rc = view_get(fh, &v)) < 0)
                     break;
                 if (v->raw)
-                    build_plan(v, (uint64_t)off, end, &plan);
+                    build_plan(v, (uint64_t)off, end, ticket.interval, &plan);
             }
         }
         if (!v->raw) {

@@ -155,7 +155,12 @@ void qos_done(const struct qos_ticket *t)
 {
     if (!t->active)
         return;
-    if (now_seconds() - t->admitted_at <= q.interval)
+    /* online: served within T of its admission; interval retrieval: within the interval
+     * after the one that admitted it (its retrieval's) */
+    double deadline = fs.cfg.qos_retrieval == QOS_RETRIEVAL_INTERVAL
+                          ? (double)(t->interval + 2) * q.interval
+                          : t->admitted_at + q.interval;
+    if (now_seconds() <= deadline)
         return;
     pthread_mutex_lock(&q.lock);
     if (q.last_violated != t->interval) {
@@ -207,13 +212,14 @@ unsigned qos_choose(const uint32_t *osts, unsigned n)
 struct batch_req {
     struct qos_item *items;
     unsigned n;
+    int64_t batch;              /* online: 0; interval retrieval: the admission's interval */
+    bool leader;                /* collects the batch's requests and assigns them */
     bool done;
     struct batch_req *next;
 };
 
 static struct {
     struct batch_req *head;     /* q.choose: requests waiting to be assigned */
-    bool open;                  /* q.choose: a leader is collecting */
     pthread_cond_t assigned;
 } qb = {.assigned = PTHREAD_COND_INITIALIZER};
 
@@ -327,31 +333,52 @@ static void assign_batch(struct batch_req *reqs)
     free(queue);
 }
 
-void qos_assign(struct qos_item *items, unsigned n)
+/* Sleep until CLOCK_MONOTONIC reads `t` seconds (at once when it is past). */
+static void sleep_until(double t)
+{
+    struct timespec until = {(time_t)floor(t), (long)((t - floor(t)) * 1e9)};
+    while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &until, NULL) == EINTR)
+        ;
+}
+
+void qos_assign(struct qos_item *items, unsigned n, int64_t admitted)
 {
     if (!q.pieces || n == 0)
         return;
     for (unsigned i = 0; i < n; i++)
         items[i].chosen = 0;
-    struct batch_req me = {.items = items, .n = n};
+    bool by_interval = fs.cfg.qos_retrieval == QOS_RETRIEVAL_INTERVAL;
+    struct batch_req me = {.items = items, .n = n, .batch = by_interval ? admitted : 0,
+                           .leader = true};
     pthread_mutex_lock(&q.choose);
+    for (struct batch_req *r = qb.head; r; r = r->next)
+        if (r->leader && r->batch == me.batch)
+            me.leader = false;  /* a leader of this batch collects it */
     me.next = qb.head;
     qb.head = &me;
-    if (!qb.open) {
-        /* the leader: collect the requests admitted within qos.batch, then assign them all */
-        qb.open = true;
+    if (me.leader) {
+        /* online: collect the requests admitted within qos.batch; interval retrieval (the
+         * seed's design-theoretic retrieval): those admitted in the interval, given their
+         * copies together at the start of the next one */
         pthread_mutex_unlock(&q.choose);
-        if (fs.cfg.qos_batch > 0) {
-            struct timespec pause = {(time_t)fs.cfg.qos_batch,
-                                     (long)((fs.cfg.qos_batch - floor(fs.cfg.qos_batch)) * 1e9)};
-            nanosleep(&pause, NULL);
-        }
+        if (by_interval)
+            sleep_until((double)(admitted + 1) * q.interval);
+        else if (fs.cfg.qos_batch > 0)
+            sleep_until(now_seconds() + fs.cfg.qos_batch);
         pthread_mutex_lock(&q.choose);
-        struct batch_req *reqs = qb.head;
-        qb.head = NULL;
-        qb.open = false;
-        assign_batch(reqs);
-        for (struct batch_req *r = reqs; r; r = r->next)
+        struct batch_req *mine = NULL, **link = &qb.head;
+        while (*link) {
+            struct batch_req *r = *link;
+            if (r->batch == me.batch) {
+                *link = r->next;
+                r->next = mine;
+                mine = r;
+            } else {
+                link = &r->next;
+            }
+        }
+        assign_batch(mine);
+        for (struct batch_req *r = mine; r; r = r->next)
             r->done = true;
         pthread_cond_broadcast(&qb.assigned);
     }
@@ -412,12 +439,15 @@ int qos_stats(char **out, size_t *len)
     roll(now_seconds());
     double risk = q.busy ? q.failure_mass / (double)q.busy : 0.0;
     int n = snprintf(text, cap,
-                     "{\"mode\": \"%s\", \"copies\": %u, \"accesses\": %u, \"interval\": %.6g, "
+                     "{\"mode\": \"%s\", \"retrieval\": \"%s\", \"copies\": %u, "
+                     "\"accesses\": %u, \"interval\": %.6g, "
                      "\"limit\": %" PRIu64 ", \"epsilon\": %.6g, \"admitted\": %" PRIu64
                      ", \"admitted_buckets\": %" PRIu64 ", \"delayed\": %" PRIu64
                      ", \"violations\": %" PRIu64 ", \"busy_intervals\": %" PRIu64
                      ", \"risk\": %.6g, \"bypassed\": %" PRIu64 ", \"users\": %u}\n",
-                     mode_names[q.mode], q.copies, q.accesses, q.interval, q.limit, q.epsilon,
+                     mode_names[q.mode],
+                     fs.cfg.qos_retrieval == QOS_RETRIEVAL_INTERVAL ? "interval" : "online",
+                     q.copies, q.accesses, q.interval, q.limit, q.epsilon,
                      q.admitted, q.buckets, q.delayed, q.violations, q.busy, risk,
                      __atomic_load_n(&q.bypassed, __ATOMIC_RELAXED), fs.cfg.qos_nusers);
     pthread_mutex_unlock(&q.lock);

@@ -173,6 +173,15 @@ static void sk_init(void *userdata, struct fuse_conn_info *conn)
     conn->max_write = fs.max_request;
     conn->max_read = fs.max_request;  /* as the max_read mount option says */
     conn->max_readahead = fs.max_request;
+    /* The kernel hands the mount at most max_background asynchronous requests at once
+     * (readahead, and direct reads: a Python or fio O_DIRECT read is one), 12 by default, and
+     * queues the rest itself. A request that waits in the mount (read QoS's interval, a
+     * recovery) holds one, so with 12 waiting the 13th never reached the mount: a full
+     * interval of 14 or 27 reads came in waves of 12, each wave a whole interval later.
+     * As many as the mount has request threads. */
+    unsigned background = fs.cfg.threads < 12 ? 12 : fs.cfg.threads;
+    conn->max_background = background > 65535 ? 65535 : background;
+    conn->congestion_threshold = conn->max_background * 3 / 4;
 }
 
 void sk_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)

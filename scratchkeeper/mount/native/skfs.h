@@ -49,9 +49,12 @@ struct skfs_config {
     void *place_ctx;
     /* read QoS (qos.c): 0 off, 1 deterministic, 2 statistical admission */
     int qos_mode;
+#define QOS_RETRIEVAL_ONLINE 0
+#define QOS_RETRIEVAL_INTERVAL 1
     unsigned qos_copies, qos_accesses;
     double qos_interval, qos_epsilon;
     double qos_batch;           /* seconds requests admitted together wait to be assigned */
+    int qos_retrieval;          /* QOS_RETRIEVAL_ONLINE or _INTERVAL (qos.retrieval) */
     unsigned qos_nprob;         /* P_k for k = 1..qos_nprob (statistical) */
     double *qos_prob;
     unsigned qos_nusers;        /* the users under QoS; none: every user */

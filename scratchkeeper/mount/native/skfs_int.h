@@ -238,9 +238,11 @@ struct qos_plan {
     unsigned n;
 };
 /* Choose a copy for each item, together with the pieces of requests admitted at the same
- * moment (qos.batch): the greatest number of pieces on one OST this interval made as small
- * as it can be (alternating paths, as design-theoretic retrieval). */
-void qos_assign(struct qos_item *items, unsigned n);
+ * moment (online: within qos.batch; qos.retrieval = "interval": in the same interval,
+ * `admitted`, the call returning at the start of the next one): the greatest number of
+ * pieces on one OST this interval made as small as it can be (alternating paths, as
+ * design-theoretic retrieval). */
+void qos_assign(struct qos_item *items, unsigned n, int64_t admitted);
 int qos_stats(char **out, size_t *len);
 #define SK_QOS_XATTR "user.scratchkeeper.qos"   /* read-only, on the mount's root */
 
