@@ -199,6 +199,16 @@ def qos_settings(config: SiteConfig) -> tuple | None:
         found = sample_retrieval_probabilities(allocation, qos.accesses,
                                                devices * qos.accesses, qos.samples)
         probabilities = [found[k] for k in range(1, devices * qos.accesses + 1)]
+    from ..qos.designs import retrieval_guarantee
+
+    limit = retrieval_guarantee(qos.copies, qos.accesses)
+    if qos.retrieval == "interval" and config.mount.threads < limit:
+        # each admitted read holds a request thread until the next interval: the reads of a
+        # full interval beyond the threads stay in the kernel and are served intervals late
+        log.warning("%s: mount.threads = %d is below S = %d, the reads qos.retrieval = "
+                    "\"interval\" holds until the next interval; a full interval's reads beyond "
+                    "%d are served late", config.source, config.mount.threads, limit,
+                    config.mount.threads)
     return (QOS_MODES[qos.admission], qos.copies, qos.accesses, float(qos.interval),
             float(qos.epsilon), min(float(qos.batch), qos.interval / 4),
             QOS_RETRIEVALS[qos.retrieval], tuple(probabilities), tuple(uids))

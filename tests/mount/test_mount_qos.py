@@ -185,3 +185,27 @@ def test_interval_retrieval_reads_an_intervals_requests_together_at_the_next_one
         assert sum(served.values()) == limit and max(served.values()) <= accesses, served
     qos = stats(mnt)["qos"]
     assert qos["admitted"] == 3 * limit and qos["violations"] == 0 and qos["delayed"] == 0
+
+
+def test_interval_retrieval_with_fewer_threads_than_s_is_warned_at_start(tmp_path, caplog):
+    """Each read interval retrieval admits holds a request thread until the next interval: a
+    mount with fewer threads than S serves a full interval's last reads late, and says so."""
+    import logging
+
+    from scratchkeeper.mount import qos_settings
+
+    def settings(threads: int, retrieval: str):
+        path = tmp_path / f"{threads}-{retrieval}.toml"
+        path.write_text(f'[storage]\nost_count = 9\n[mount]\nthreads = {threads}\n'
+                        f'[qos]\nadmission = "deterministic"\ncopies = 3\naccesses = 3\n'
+                        f'retrieval = "{retrieval}"\n')
+        caplog.clear()
+        with caplog.at_level(logging.WARNING, logger="scratchkeeper.mount"):
+            found = qos_settings(load_config(path))
+        return found, [r.getMessage() for r in caplog.records]
+
+    found, warned = settings(16, "interval")
+    assert found[6] == 1 and any("mount.threads = 16 is below S = 27" in w for w in warned)
+    assert settings(32, "interval")[1] == []
+    found, warned = settings(16, "online")
+    assert found[6] == 0 and warned == []
