@@ -630,11 +630,11 @@ def report(results: dict, a: dict) -> str:
 
 def doubts(results: dict, a: dict) -> list[str]:
     out = [
-        "- The mount reads an unmirrored file's pieces one after another in the request's "
-        "thread (`read_pieces`; read dispatch is only for mirrored files), so a request "
-        "smaller than `max_request` that spans several OSTs gets no parallelism from them, "
-        "which the model's 1-DH and 2-D terms (s beta / n) assume; 4 MiB requests are split "
-        "by the kernel into 1 MiB requests served in parallel.",
+        "- The mount reads a request that spans several objects of an unmirrored file in "
+        "parallel, one `preadv` per object (`dispatch_striped`, docs/mount.rst), as the model's "
+        "1-DH and 2-D terms (s beta / n) assume; its read pool has 8 threads for all the "
+        "mount's requests, so with many readers the parallelism is the pool's, not the "
+        "OSTs'. The previous report (before cfdc164) read the pieces one after another.",
         "- The OSTs are throttled loop devices, not disks: no seek (random costs more only "
         "through lost readahead), a per-slice burst, max(1/iops, s/bps) per read.",
         "- The blkio throttle grants its budget in 100 ms slices, so the wall times move in "
