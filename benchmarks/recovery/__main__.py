@@ -285,20 +285,23 @@ class _EmptyQueue:
 
 def _recoveryd_batch(bench: Bench, config, paths: list[str], failed: int) -> float:
     """Fail ``failed`` and recover as recoveryd does: its check finds the failure and queues
-    the files, its file workers claim and recover them; seconds from the check's start to the
-    last request closed (the last commit)."""
+    the files, its file workers (already waiting, as in the daemon) claim and recover them;
+    seconds from the check's start to the last request closed (the last commit)."""
     service = RecoveryService(config, backend=bench.backend, store=bench.store,
                               scheduler=_EmptyQueue())
     records.open_records(bench.store)
     bench.backend.fail_ost(failed)
     threads = []
     try:
-        started = time.monotonic()
-        queued = service.check_cycle()
+        # the daemon's workers wait for requests before any failure; each takes the first
+        # file the check queues while the check queues the next
         for number in range(config.recovery.file_workers):
             thread = threading.Thread(target=service._work, name=f"recover-{number}")
             thread.start()
             threads.append(thread)
+        time.sleep(0.05)  # every worker found the queue empty and waits
+        started = time.monotonic()
+        queued = service.check_cycle()
 
         def done() -> bool:
             return all(records.active_request(bench.store, path) is None for path in paths)
@@ -554,7 +557,8 @@ def _batch_report(batch: dict) -> list[str]:
              f"OSTs (stripes of 1 MiB), one of them failed: {batch['lost_per_file'] / MiB:.0f} "
              "MiB lost per file. Recovered as recoveryd does: its periodic check probes every "
              "OST, finds the failure and queues the files; its "
-             f"{batch['workers']} file workers claim and recover them (each file's own OSTs "
+             f"{batch['workers']} file workers, waiting before the failure as the daemon's "
+             "do, claim each file as soon as it is queued and recover it (each file's own OSTs "
              "probed anew, rebuild, patch, commit, the request closed), the probes, rebuild "
              "starts and commits of files that reach them together made as one, at most "
              f"{batch.get('streams', batch['workers'])} files patching at once. Timed from the "
@@ -710,10 +714,23 @@ def report(results: dict, quick: bool) -> str:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.recovery")
     parser.add_argument("--quick", action="store_true", help="smaller files, fewer repeats")
+    parser.add_argument("--batch-only", action="store_true",
+                        help="only the OST failure under many files; its figures are printed, "
+                             "the report is not written")
     args = parser.parse_args(argv)
     cluster = _cluster()
     repeats = 3 if args.quick else 7
     workdir = Path(tempfile.mkdtemp(prefix="sk-recovery-bench-"))
+    if args.batch_only:
+        alone = Bench(cluster, workdir / "batch")
+        try:
+            batch = bench_batch(alone, 4 if args.quick else 8, (32 if args.quick else 64) * MiB,
+                                repeats)
+        finally:
+            alone.cleanup()
+            shutil.rmtree(workdir, ignore_errors=True)
+        print("\n".join(_batch_report(batch)))
+        return 0
     bench = Bench(cluster, workdir)
     try:
         results = {"repeats": repeats, "quick": args.quick}

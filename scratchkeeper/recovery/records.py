@@ -84,24 +84,38 @@ def _start_time(pid: int) -> str:
 def enqueue(store: StateStore, path: str, *, reported_osts: list[int], requested_by: int,
             origin: str) -> tuple[int, bool]:
     """Record a request for ``path`` or join the active one; returns (request id, created)."""
+    return enqueue_many(store, [(path, reported_osts)], requested_by=requested_by,
+                        origin=origin)[0]
+
+
+def enqueue_many(store: StateStore, files: list[tuple[str, list[int]]], *, requested_by: int,
+                 origin: str) -> list[tuple[int, bool]]:
+    """:func:`enqueue` for each (path, reported OSTs), in one transaction: the files of one OST
+    failure are queued together, so that the workers waiting for them find them all at once
+    (and recover them together) rather than the first ones alone."""
     now = time.time()
+    out = []
     with store.transaction() as conn:
-        row = conn.execute("SELECT request_id, reported_osts FROM recovery_requests "
-                           "WHERE path = ? AND state IN (?, ?) ORDER BY request_id LIMIT 1",
-                           (path, *ACTIVE)).fetchone()
-        if row is not None:
-            merged = sorted(set(json.loads(row["reported_osts"])) | set(reported_osts))
-            conn.execute("UPDATE recovery_requests SET reported_osts = ?, updated = ? "
-                         "WHERE request_id = ?", (json.dumps(merged), now, row["request_id"]))
-            return row["request_id"], False
-        cursor = conn.execute(
-            "INSERT INTO recovery_requests(path, reported_osts, requested_by, origin, state, "
-            "created, updated) VALUES (?, ?, ?, ?, ?, ?, ?)",
-            (path, json.dumps(sorted(set(reported_osts))), requested_by, origin, QUEUED, now, now))
-        conn.execute("INSERT INTO recovery_files(path, state, updated) VALUES (?, ?, ?) "
-                     "ON CONFLICT(path) DO UPDATE SET state = excluded.state, reason = '', "
-                     "updated = excluded.updated", (path, RECOVERING, now))
-        return cursor.lastrowid, True
+        for path, reported_osts in files:
+            row = conn.execute("SELECT request_id, reported_osts FROM recovery_requests "
+                               "WHERE path = ? AND state IN (?, ?) ORDER BY request_id LIMIT 1",
+                               (path, *ACTIVE)).fetchone()
+            if row is not None:
+                merged = sorted(set(json.loads(row["reported_osts"])) | set(reported_osts))
+                conn.execute("UPDATE recovery_requests SET reported_osts = ?, updated = ? "
+                             "WHERE request_id = ?", (json.dumps(merged), now, row["request_id"]))
+                out.append((row["request_id"], False))
+                continue
+            cursor = conn.execute(
+                "INSERT INTO recovery_requests(path, reported_osts, requested_by, origin, state, "
+                "created, updated) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                (path, json.dumps(sorted(set(reported_osts))), requested_by, origin, QUEUED, now,
+                 now))
+            conn.execute("INSERT INTO recovery_files(path, state, updated) VALUES (?, ?, ?) "
+                         "ON CONFLICT(path) DO UPDATE SET state = excluded.state, reason = '', "
+                         "updated = excluded.updated", (path, RECOVERING, now))
+            out.append((cursor.lastrowid, True))
+    return out
 
 
 def claim_next(store: StateStore, worker: str):

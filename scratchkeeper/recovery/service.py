@@ -256,13 +256,20 @@ class RecoveryService:
 
     # -- work ----------------------------------------------------------------------------------
     def enqueue(self, path: str, osts: list[int], uid: int, origin: str) -> int:
-        request_id, created = records.enqueue(self.store, path, reported_osts=osts,
-                                              requested_by=uid, origin=origin)
-        if created:
-            log.info("request %d: %s (%s, uid %d, OSTs %s)", request_id, path, origin, uid,
-                     osts or "-")
+        return self.enqueue_many([(path, osts)], uid, origin)[0]
+
+    def enqueue_many(self, files: list[tuple[str, list[int]]], uid: int,
+                     origin: str) -> list[int]:
+        """Queue (path, reported OSTs) requests in one transaction, then wake the workers."""
+        ids = []
+        for (path, osts), (request_id, created) in zip(
+                files, records.enqueue_many(self.store, files, requested_by=uid, origin=origin)):
+            if created:
+                log.info("request %d: %s (%s, uid %d, OSTs %s)", request_id, path, origin, uid,
+                         osts or "-")
+            ids.append(request_id)
         self._notify()
-        return request_id
+        return ids
 
     def _work(self) -> None:
         while not self.stop.is_set():
@@ -303,7 +310,7 @@ class RecoveryService:
         ordered = [p for p in self._queued_inputs() if p in affected]
         if self.config.recovery.scope == "all":
             ordered += sorted(affected - set(ordered))
-        queued = []
+        queued: list[tuple[str, list[int]]] = []
         for path in ordered:
             try:
                 if records.active_request(self.store, path) is not None:
@@ -319,9 +326,11 @@ class RecoveryService:
             except (InputError, StorageError) as err:
                 log.warning("check: %s: %s", path, err)
                 continue
-            self.enqueue(path, [o for o in failed if o in layout.osts()], 0, "check")
-            queued.append(path)
-        return queued
+            queued.append((path, [o for o in failed if o in layout.osts()]))
+        # queued together: the workers find the whole failure's files at once
+        if queued:
+            self.enqueue_many(queued, 0, "check")
+        return [path for path, _ in queued]
 
     def _queued_inputs(self) -> list[str]:
         """Staged inputs of queued jobs, in the scheduler's priority order (one queue query)."""

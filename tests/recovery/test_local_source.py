@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import hashlib
+import json
 import os
 import threading
 import time
@@ -410,6 +411,36 @@ def test_the_periodic_check_probe_serves_the_recoveries_it_queues(local_site, tm
     # the check's probe of every OST, then each file's own OSTs: no second probe of all
     assert probes == [None, {0, 1, 2, 3}, {0, 1, 2, 3}]
     assert [read_all(backend, path) for path, _ in files] == [data for _, data in files]
+
+
+def test_the_check_queues_the_files_of_a_failure_together(local_site, tmp_path, monkeypatch):
+    """The workers are woken once, with every file of the failure queued: one woken by the
+    first file alone would recover it alone, outside the probes and rebuilds the others share
+    (benchmarks/recovery: 0.63 s against 0.49 s for 8 files)."""
+    from scratchkeeper.recovery import records
+    from scratchkeeper.recovery.service import RecoveryService
+    from .conftest import NoQueue
+    backend = local_site.backend
+    files = _files_on(backend, tmp_path, (0, 1, 2, 3), 3)
+    backend.fail_ost(1)
+    service = RecoveryService(local_site.config, backend=backend, scheduler=NoQueue())
+    records.open_records(service.store)
+
+    def queued() -> int:
+        with service.store.transaction() as conn:
+            return conn.execute("SELECT COUNT(*) FROM recovery_requests WHERE state = ?",
+                                (records.QUEUED,)).fetchone()[0]
+
+    woken = []
+    monkeypatch.setattr(service, "_notify", lambda: woken.append(queued()))
+    assert sorted(service.check_cycle()) == sorted(path for path, _ in files)
+    assert woken == [3]
+    # a second report of a queued file joins its request, with the OSTs merged
+    path = files[0][0]
+    first = records.active_request(service.store, path)["request_id"]
+    assert records.enqueue_many(service.store, [(path, [2])], requested_by=0,
+                                origin="test") == [(first, False)]
+    assert json.loads(records.active_request(service.store, path)["reported_osts"]) == [1, 2]
 
 
 def test_calls_made_while_one_runs_are_made_together_after_it():
