@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import hashlib
 import logging
 import os
 import posixpath
@@ -44,11 +43,11 @@ from ..state import StateStore
 from .base import OST_ACTIVE, OST_FAILED, OST_UNREACHABLE, FileStat, OstStatus, StorageBackend
 from .layout import DIRLOV_XATTR, LOV_XATTR, DirDefault, FileLayout, LayoutComponent, LayoutRequest, \
     StripeObject
-from .local_mdt import Inode, MdtMixin, fsync_fd_dir
+from .local_mdt import REMOVED, Inode, MdtMixin
 from .local_namespace import (COMPONENT, MIGRATIONS, NAMESPACE, NAMESPACE_JOURNAL,
                               GarbageReport, NamespaceMixin, process_owner)
-from .local_objects import (COPY_CHUNK, ObjectsMixin, directory_bytes, fsync_dir, is_link, span,
-                            unlink_imported)
+from .local_mirrors import MirrorsMixin
+from .local_objects import ObjectsMixin, directory_bytes, fsync_dir, is_link, span, unlink_imported
 from .local_placement import PLACEMENTS, PlacementMixin
 from .local_rebuild import RebuildMixin
 from .sources import open_regular, space_errors
@@ -62,12 +61,12 @@ XATTR_MAX = 65536
 
 
 class LocalStripedStore(NamespaceMixin, MdtMixin, ObjectsMixin, RebuildMixin, PlacementMixin,
-                        StorageBackend):
+                        MirrorsMixin, StorageBackend):
     """Striped object store in a local directory, behaving like a Lustre file system.
 
     The MDT is :mod:`.local_mdt`, the database of intents and rebuilds and the garbage
     collection :mod:`.local_namespace`, the object files :mod:`.local_objects`, the rebuild of
-    lost stripes :mod:`.local_rebuild`, the choice of OSTs :mod:`.local_placement`; this class
+    lost stripes :mod:`.local_rebuild`, the choice of OSTs :mod:`.local_placement`, the mirrors :mod:`.local_mirrors`; this class
     is the file system on top. ``placement``: ``"least-loaded"`` or ``"suora"``; ``tiers``:
     ``[(performance class, [pool, ...]), ...]`` slowest first (``config.tier_pools``).
     """
@@ -226,7 +225,7 @@ class LocalStripedStore(NamespaceMixin, MdtMixin, ObjectsMixin, RebuildMixin, Pl
         size = source[1] if source else 0
         claim = process_owner()
         self._claim_objects(component.objects, claim)
-        staged, linked = None, []
+        staged, linked, removed = None, [], None
         try:
             with space_errors(full):
                 self._create_objects(component.objects, uid=uid, gid=gid, mode=mode)
@@ -237,16 +236,19 @@ class LocalStripedStore(NamespaceMixin, MdtMixin, ObjectsMixin, RebuildMixin, Pl
                     fsync_dir(directory)  # the objects' names, before an inode names them
                 staged = self._stage_inode(layout, size=size, uid=uid, gid=gid, mode=mode,
                                            mtime_ns=mtime_ns, xattrs=xattrs)
-            self._mark_committing(component.objects, claim)
+            self._mark_committing(component.objects, claim, full,
+                                  os.lstat(self.staging_root / staged).st_ino)
 
             with self.db.transaction() as conn:
                 with space_errors(full):
-                    old = self._link_staged(staged, full, (uid, gid),
-                                            replace_old=_any_file if replaces else None,
-                                            on_linked=lambda: linked.append(True))
+                    old, removed = self._link_staged(staged, full, (uid, gid),
+                                                     replace_old=_any_file if replaces else None,
+                                                     on_linked=lambda: linked.append(True))
                 if old is not None:
                     self._doom_file_in(conn, full, old.layout if old.st.st_nlink == 1 else None)
                 self._release_claim(conn, component.objects, claim)
+            if removed is not None:
+                self._unstage(removed)
         except BaseException as err:
             if not linked:
                 if staged is not None:
@@ -400,12 +402,14 @@ class LocalStripedStore(NamespaceMixin, MdtMixin, ObjectsMixin, RebuildMixin, Pl
         self._check_writable()
         if self._remove_through_mount(path):
             return
-        with self.db.transaction() as conn:
-            with self._opened(path) as node:
-                now = os.fstat(node.fd)
-                os.unlink(node.name, dir_fd=node.parent_fd)
+        with self._opened(path) as node:
+            now = os.fstat(node.fd)
+            # the name goes into the staging directory first: a crash from here on leaves an
+            # entry the collector finishes (its objects doomed when it was the last name)
+            staged = self._move_to_staging(node, REMOVED)
+            with self.db.transaction() as conn:
                 self._doom_file_in(conn, node.path, node.layout if now.st_nlink == 1 else None)
-                fsync_fd_dir(node.parent_fd)
+        self._unstage(staged)
         self._collect_garbage()
 
     def _remove_through_mount(self, path: str) -> bool:
@@ -658,105 +662,11 @@ class LocalStripedStore(NamespaceMixin, MdtMixin, ObjectsMixin, RebuildMixin, Pl
                 if err.errno != errno.ENODATA:
                     raise StorageError(f"{node.path}: cannot remove xattr {name}: "
                                        f"{err.strerror}") from None
-
-    # -- mirrors -------------------------------------------------------------------------------
-    def add_mirror(self, path: str, request: LayoutRequest = LayoutRequest()) -> FileLayout:
-        self._check_writable()
-        node = self._inode(path)
-        layout = node.layout
-        if layout.mirror_ids == [0]:
-            # as in Lustre, the first mirror of a plain file becomes mirror 1
-            layout = replace(layout, components=tuple(
-                replace(c, mirror_id=1, comp_id=1 << 16 | 1) for c in layout.components))
-        mirror_id = max(layout.mirror_ids) + 1
-        if request.stripe_size is None:
-            request = replace(request, stripe_size=layout.stripe_size)
-        if request.stripe_count is None and request.ost_list is None:
-            request = replace(request, stripe_count=layout.stripe_count)
-        component, _ = self._new_component(request, mirror_id=mirror_id, exclude=layout.osts(),
-                                           of_layout=layout)
-        claim = process_owner()
-        self._claim_objects(component.objects, claim)
-        switched = False
-        try:
-            self._create_objects(component.objects, uid=node.st.st_uid, gid=node.st.st_gid,
-                                 mode=node.st.st_mode)
-            source_digest, copy_digest = hashlib.sha256(), hashlib.sha256()
-
-            def digested():
-                for offset, chunk in self._chunks(layout.path, node.size):
-                    source_digest.update(chunk)
-                    yield offset, chunk
-            self._fill_objects(component, digested(), layout.path)
-            check = FileLayout((component,), 0, layout.path)
-            for offset in range(0, node.size, COPY_CHUNK):
-                copy_digest.update(self._read_layout(check, offset,
-                                                     min(COPY_CHUNK, node.size - offset)))
-            if copy_digest.digest() != source_digest.digest():
-                raise StorageError(f"{layout.path}: new mirror {mirror_id} does not read back "
-                                   "what was written")
-            self._sync_objects(list(component.objects), layout.path)
-            new_layout = FileLayout(layout.components + (component,), layout.layout_gen + 1,
-                                    layout.path)
-            self._mark_committing(component.objects, claim)
-            with self.db.transaction() as conn:
-                with self._opened(path) as now:
-                    _check_unchanged(node, now)
-                    self._set_layout(now, new_layout)
-                    switched = True
-                self._release_claim(conn, component.objects, claim)
-        except BaseException as err:
-            if not switched:
-                self._drop_objects(component.objects, claim)
-                raise
-            if not isinstance(err, Exception):
-                raise
-            log.warning("store: %s: mirror %d added; its intents are left for the collector "
-                        "(%s)", layout.path, mirror_id, err)
-        return new_layout
-
-    def _set_layout(self, node: Inode, layout: FileLayout) -> None:
-        """Switch the inode to ``layout``: one ``setxattr``, atomic for readers."""
-        try:
-            os.setxattr(node.proc, LOV_XATTR, layout.to_lov())
-        except OSError as err:
-            raise StorageError(f"{node.path}: cannot change its layout: {err.strerror}") \
-                from None
-
-    def _chunks(self, path: str, size: int):
-        for offset in range(0, size, COPY_CHUNK):
-            yield offset, self.read(path, offset, min(COPY_CHUNK, size - offset))
-
-    def remove_mirror(self, path: str, mirror_id: int) -> FileLayout:
-        self._check_writable()
-        node = self._inode(path)
-        layout = node.layout
-        if mirror_id not in layout.mirror_ids:
-            raise InputError(f"{layout.path}: no mirror {mirror_id} (mirrors: "
-                             f"{', '.join(map(str, layout.mirror_ids))})")
-        if len(layout.mirror_ids) == 1:
-            raise InputError(f"{layout.path}: mirror {mirror_id} is the last copy of the file")
-        kept = tuple(c for c in layout.components if c.mirror_id != mirror_id)
-        dropped = [o for c in layout.components if c.mirror_id == mirror_id for o in c.objects]
-        new_layout = FileLayout(kept, layout.layout_gen + 1, layout.path)
-        with self.db.transaction() as conn:
-            with self._opened(path) as now:
-                _check_unchanged(node, now)
-                self._set_layout(now, new_layout)
-            self._doom(conn, dropped)  # after the switch: a crash leaks them, loses nothing
-        self._collect_garbage()
-        return new_layout
-
-
-
 def _any_file(old: Inode) -> None:
+
+
+
     """Any store file may be replaced (``import_file(replace=True)``)."""
-
-
-def _check_unchanged(before: Inode, now: Inode) -> None:
-    if (now.st.st_dev, now.st.st_ino) != (before.st.st_dev, before.st.st_ino) \
-            or now.layout.layout_gen != before.layout.layout_gen or now.size != before.size:
-        raise StorageError(f"{before.path}: the file changed during the operation; retry")
 
 
 def _getxattr(node: Inode, name: str) -> bytes | None:

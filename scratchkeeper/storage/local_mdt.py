@@ -29,6 +29,7 @@ from .layout import DIRLOV_XATTR, LOV_XATTR, DirDefault, FileLayout
 
 MDT = "mdt"
 STAGING = "mdt.staging"
+REMOVED = "-removed"  # the suffix of a staging entry holding a file taken out of the namespace
 _WALK = os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 RENAME_NOREPLACE = 1
 _libc = ctypes.CDLL(None, use_errno=True)
@@ -304,20 +305,35 @@ class MdtMixin:
             os.close(staging_fd)
         return name
 
+    def _move_to_staging(self, node: Inode, suffix: str) -> str:
+        """Move the file's name out of the namespace into the staging directory, synced; its
+        name there (this process's staging name and ``suffix``)."""
+        name = f"{self._staging_name()}{suffix}"
+        staging_fd = os.open(self.staging_root, _WALK)
+        try:
+            os.rename(node.name, name, src_dir_fd=node.parent_fd, dst_dir_fd=staging_fd)
+            fsync_fd_dir(node.parent_fd)
+            fsync_fd_dir(staging_fd)
+        finally:
+            os.close(staging_fd)
+        return name
+
     def _unstage(self, name: str) -> None:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(self.staging_root / name)
 
     def _link_staged(self, staged: str, full: str, owner: tuple[int, int], *,
-                     replace_old=None, on_linked=None) -> Inode | None:
+                     replace_old=None, on_linked=None) -> tuple[Inode | None, str | None]:
         """Put the staged inode at ``full`` (missing directories made for ``owner``): ``link``
         where nothing is, ``rename`` over a store file when ``replace_old(old_inode)`` allows
         it (it raises otherwise). Returns the replaced file, if any. Call under the store's
         lock; the caller has marked the objects' intents committing. ``on_linked()`` is called
-        the moment the inode is in the namespace (what fails after it must not undo it)."""
+        the moment the inode is in the namespace (what fails after it must not undo it).
+        The replaced file's name in the staging directory comes with it, for the caller to
+        remove once the file's objects are doomed."""
         parent_fd, name = self._walk_parent(full, create=owner)
         staging_fd = os.open(self.staging_root, _WALK)
-        replaced = None
+        replaced = removed = None
         try:
             try:
                 os.link(staged, name, src_dir_fd=staging_fd, dst_dir_fd=parent_fd,
@@ -331,7 +347,18 @@ class MdtMixin:
                     raise InputError(f"{full}: already exists in the store and is not a "
                                      "file") from None
                 replace_old(replaced)
-                os.rename(staged, name, src_dir_fd=staging_fd, dst_dir_fd=parent_fd)
+                # the old file keeps a name in the staging directory until the caller has
+                # doomed its objects: a crash after the rename leaves it to the collector
+                removed = f"{self._staging_name()}{REMOVED}"
+                os.link(name, removed, src_dir_fd=parent_fd, dst_dir_fd=staging_fd,
+                        follow_symlinks=False)
+                fsync_fd_dir(staging_fd)
+                try:
+                    os.rename(staged, name, src_dir_fd=staging_fd, dst_dir_fd=parent_fd)
+                except BaseException:
+                    with contextlib.suppress(FileNotFoundError):
+                        os.unlink(removed, dir_fd=staging_fd)
+                    raise
                 if on_linked is not None:
                     on_linked()
             else:
@@ -342,7 +369,7 @@ class MdtMixin:
         finally:
             os.close(staging_fd)
             os.close(parent_fd)
-        return replaced
+        return replaced, removed
 
     # -- walking the tree ----------------------------------------------------------------------
     def _walk_files(self) -> Iterator[tuple[str, str]]:

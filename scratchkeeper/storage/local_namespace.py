@@ -24,14 +24,16 @@ import contextlib
 import json
 import logging
 import os
+import stat as statmod
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from ..errors import PermissionDenied, StateError, StorageError
+from ..errors import PermissionDenied, ScratchkeeperError, StateError, StorageError
 from ..state import DatabaseBusy, StateStore, may_write
 from .base import OST_ACTIVE, OST_FAILED
 from .layout import FileLayout, StripeObject
+from .local_mdt import REMOVED, read_layout
 from .local_objects import make_dir
 
 log = logging.getLogger(__name__)
@@ -85,6 +87,12 @@ MIGRATIONS = [
     DROP TABLE file_osts;
     DROP TABLE files;
     """,
+    # a committing intent names the inode that is to hold (or to stop holding) its object, so
+    # that the collector can tell, after a crash, which side of the layout switch it is on
+    """
+    ALTER TABLE object_intents ADD COLUMN held_by TEXT;
+    ALTER TABLE object_intents ADD COLUMN held_ino INTEGER;
+    """,
 ]
 
 DOOMED = "doomed"
@@ -125,7 +133,7 @@ class NamespaceMixin:
         if not self.staging_root.is_dir():
             with contextlib.suppress(FileExistsError):
                 self.staging_root.mkdir(mode=0o700)  # inodes being prepared: the store's own
-        if 0 < db.schema_version(COMPONENT) < len(MIGRATIONS):
+        if 0 < db.schema_version(COMPONENT) < 2:
             self._migrating = True
             try:
                 self._move_files_to_mdt(db)
@@ -267,24 +275,31 @@ class NamespaceMixin:
         remove the staging entries of dead processes. What was done."""
         self._check_writable()
         report = GarbageReport()
-        rows = self.db.query("SELECT ost_index, object_id, owner, committing FROM "
-                             "object_intents WHERE owner = ? OR owner LIKE 'pid:%'", (DOOMED,))
+        self._doom_removed_in_staging()
+        rows = self.db.query("SELECT ost_index, object_id, owner, committing, held_by, held_ino "
+                             "FROM object_intents WHERE owner = ? OR owner LIKE 'pid:%'",
+                             (DOOMED,))
         forget = []
+        holders: dict[tuple, set | None] = {}
         for row in rows:
             owner = row["owner"]
             if owner != DOOMED and _process_alive(owner):
                 continue
             obj = StripeObject(row["ost_index"], row["object_id"])
             if owner != DOOMED and row["committing"]:
-                report.released.append(obj)  # the file may hold it: keep the object
-            elif not self._ost_dir(obj.ost_index).is_dir():
+                key = (row["held_by"], row["held_ino"], owner)
+                if key not in holders:
+                    holders[key] = self._held_objects(*key)
+                held = holders[key]
+                if held is None or (obj.ost_index, obj.object_id) in held:
+                    report.released.append(obj)  # the file may hold it: keep the object
+                    forget.append((obj.ost_index, obj.object_id, owner))
+                    continue
+            if not self._ost_dir(obj.ost_index).is_dir():
                 continue  # on a failed OST: deleted once it is restored
-            else:
-                try:
-                    self._object_path(obj).unlink()
-                except FileNotFoundError:
-                    pass
-                report.deleted.append(obj)
+            with contextlib.suppress(FileNotFoundError):
+                self._object_path(obj).unlink()
+            report.deleted.append(obj)
             forget.append((obj.ost_index, obj.object_id, owner))
         if forget:  # the intents of every object handled, in one transaction (its syncs once)
             with self.db.transaction() as conn:
@@ -295,10 +310,7 @@ class NamespaceMixin:
         except FileNotFoundError:
             staged = []
         for name in staged:
-            owner = name.rsplit(".", 1)[0]
-            fields = owner.split(":")
-            if len(fields) != 3 or fields[0] != "pid" or not fields[1].isdigit() or \
-                    _process_alive(owner):
+            if _dead_owner_of(name) is None:
                 continue
             entry = self.staging_root / name
             try:
@@ -317,6 +329,68 @@ class NamespaceMixin:
             log.info("store %s: garbage collected: %s", self.store_root, report.summary())
         return report
 
+    def _held_objects(self, full: str | None, ino: int | None, owner: str) -> set | None:
+        """What the inode named by a dead process's committing intents holds, as
+        ``(ost_index, object_id)``: its layout's objects when ``full`` still names that inode;
+        nothing when the inode is still the process's staging entry (never linked); None when
+        it cannot be told (intents from before schema version 3, or the file moved since), and
+        then the objects are kept: a leak, never a lost file."""
+        if full is None or ino is None:
+            return None
+        try:
+            node = self._lookup(full)
+        except (ScratchkeeperError, OSError):
+            node = None
+        if node is not None and node.st.st_ino == ino:
+            return {(o.ost_index, o.object_id) for c in node.layout.components for o in c.objects}
+        try:
+            names = os.listdir(self.staging_root)
+        except FileNotFoundError:
+            names = []
+        for name in names:
+            if not name.startswith(owner + "."):
+                continue
+            try:
+                st = os.lstat(self.staging_root / name)
+            except FileNotFoundError:
+                continue
+            if st.st_ino == ino and statmod.S_ISREG(st.st_mode) and st.st_nlink == 1:
+                return set()
+        return None
+
+    def _doom_removed_in_staging(self) -> None:
+        """Finish the removals dead processes left half-done: a removal first moves the file's
+        name into the staging directory (``…-removed``), then dooms its objects. Those of a
+        file whose last name that was are doomed here, before the entry goes."""
+        try:
+            names = os.listdir(self.staging_root)
+        except FileNotFoundError:
+            return
+        doomed: list[StripeObject] = []
+        for name in names:
+            if not name.endswith(REMOVED) or _dead_owner_of(name) is None:
+                continue
+            try:
+                fd = os.open(self.staging_root / name, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC)
+            except FileNotFoundError:
+                continue
+            try:
+                st = os.fstat(fd)
+                if not statmod.S_ISREG(st.st_mode) or st.st_nlink != 1:
+                    continue  # another name still holds the objects
+                try:
+                    layout = read_layout(fd, name)
+                except StorageError as err:
+                    log.warning("store %s: a removed file's objects cannot be told: %s",
+                                self.store_root, err)
+                    continue
+                doomed += [o for c in layout.components for o in c.objects]
+            finally:
+                os.close(fd)
+        if doomed:
+            with self.db.transaction() as conn:
+                self._doom(conn, doomed)
+
     def _ost_states(self) -> dict[int, str]:
         return {row["ost_index"]: row["state"]
                 for row in self.db.query("SELECT ost_index, state FROM osts")}
@@ -331,13 +405,25 @@ class NamespaceMixin:
                              "VALUES (?, ?, ?)",
                              [(o.ost_index, o.object_id, owner) for o in objects])
 
-    def _mark_committing(self, objects: Iterable[StripeObject], owner: str) -> None:
-        """Before the objects' file enters the namespace: from now on a dead owner's intents
-        are released, not their objects deleted."""
+    def _mark_committing(self, objects: Iterable[StripeObject], owner: str, full: str,
+                         ino: int) -> None:
+        """Before the objects' file (``full``, its MDT inode ``ino``) takes them: from now on a
+        dead owner's intents are released when that inode's layout holds the objects, and the
+        objects deleted when it does not (the switch never happened)."""
         with self.db.transaction() as conn:
-            conn.executemany("UPDATE object_intents SET committing = 1 WHERE ost_index = ? AND "
-                             "object_id = ? AND owner = ?",
-                             [(o.ost_index, o.object_id, owner) for o in objects])
+            conn.executemany("UPDATE object_intents SET committing = 1, held_by = ?, "
+                             "held_ino = ? WHERE ost_index = ? AND object_id = ? AND owner = ?",
+                             [(full, ino, o.ost_index, o.object_id, owner) for o in objects])
+
+    def _claim_dropped(self, objects: Iterable[StripeObject], owner: str, full: str,
+                       ino: int) -> None:
+        """Before the file (``full``, inode ``ino``) lets go of ``objects``: committing intents
+        naming it, so that a crash between the layout switch and the doom is settled by the
+        collector (objects the layout still holds are kept, the others deleted)."""
+        with self.db.transaction() as conn:
+            conn.executemany("INSERT OR IGNORE INTO object_intents(ost_index, object_id, owner, "
+                             "committing, held_by, held_ino) VALUES (?, ?, ?, 1, ?, ?)",
+                             [(o.ost_index, o.object_id, owner, full, ino) for o in objects])
 
     def _drop_objects(self, objects: Iterable[StripeObject], owner: str) -> None:
         """Delete the objects an operation claimed but will not commit, then their intents.
@@ -377,6 +463,16 @@ class NamespaceMixin:
                 self._release_claim(conn, objects, owner)
         except StateError as err:
             log.warning("store %s: committing intents left for the collector: %s",
+                        self.store_root, err)
+
+    def _doom_quietly(self, objects: Iterable[StripeObject]) -> None:
+        """Doom objects no layout holds any more; when the namespace cannot be written, their
+        committing intents stay for the collector, which deletes them by the same test."""
+        try:
+            with self.db.transaction() as conn:
+                self._doom(conn, objects)
+        except StateError as err:
+            log.warning("store %s: dropped objects left for the collector: %s",
                         self.store_root, err)
 
     @staticmethod
@@ -419,6 +515,16 @@ class GarbageReport:
         return (f"{len(self.deleted)} object(s) deleted, {len(self.released)} committing "
                 f"intent(s) released, {len(self.staging)} staging entr"
                 f"{'y' if len(self.staging) == 1 else 'ies'} removed")
+
+
+def _dead_owner_of(staging_name: str) -> str | None:
+    """The process a staging entry is named after (``pid:PID:START.…``), when it is gone."""
+    owner = staging_name.rsplit(".", 1)[0]
+    fields = owner.split(":")
+    if len(fields) != 3 or fields[0] != "pid" or not fields[1].isdigit() or \
+            _process_alive(owner):
+        return None
+    return owner
 
 
 def process_owner() -> str:

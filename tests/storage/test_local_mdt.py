@@ -222,7 +222,7 @@ def test_an_existing_store_keeps_its_files_when_the_namespace_moves_to_the_mdt(t
     tables = {row[0] for row in store.db.query(
         "SELECT name FROM sqlite_master WHERE type = 'table'")}
     assert not tables & {"files", "file_osts", "xattrs"}
-    assert store.db.schema_version("storage-local") == len(MIGRATIONS) == 2
+    assert store.db.schema_version("storage-local") == len(MIGRATIONS) == 3
     assert objects_on_disk(store) == objects_in_layouts(store)
     assert len(store_files(reopen(store))) == 3
 
@@ -245,7 +245,7 @@ def _die_after(step: str, scratch: str, store_root: str, relative: str) -> None:
 @pytest.mark.parametrize("step, committed", [
     ("_copy_in", False),           # objects filled and synced, no inode yet
     ("_stage_inode", False),       # the inode prepared in mdt.staging, intents not committing
-    ("_mark_committing", False),   # intents committing, the inode not linked yet
+    ("_mark_committing", False),   # intents committing (naming the staged inode), not linked
     ("_link_staged", True),        # linked, the intents not released
 ])
 def test_a_commit_killed_after_each_step_loses_no_committed_file_and_leaves_no_half_one(
@@ -278,13 +278,71 @@ def test_a_commit_killed_after_each_step_loses_no_committed_file_and_leaves_no_h
             len(objects_on_disk(store)) == 4  # released, nothing deleted
         store.import_file("k/f.dat")  # finishes: the POSIX file goes
         assert not path.exists()
-    elif marked:
-        # committing, never linked: released without deleting (a leak, never a loss)
-        assert len(objects_on_disk(store)) == 4 and objects_in_layouts(store) == set()
-        assert store_files(store) == []
-    else:
+    else:  # committing or not, never linked (the staged inode was still there): deleted
         assert objects_on_disk(store) == set() and store_files(store) == []
     assert store.db.query("SELECT * FROM object_intents") == []
+
+
+def _change_and_die(operation: str, step: str, scratch: str, store_root: str) -> None:
+    """Run ``operation`` on k/f.dat in a child that dies (no clean-up at all) after ``step``."""
+    backend = LocalStripedStore(scratch, store_root, ost_count=8, default_stripe_count=4,
+                                default_stripe_size=65536)
+    real = getattr(backend, step)
+
+    def then_die(*args, **kwargs):
+        real(*args, **kwargs)
+        os._exit(9)
+    setattr(backend, step, then_die)
+    if operation == "add_mirror":
+        backend.add_mirror("k/f.dat")
+    elif operation == "remove_mirror":
+        backend.remove_mirror("k/f.dat", 2)
+    elif operation == "replace":
+        backend.import_file("k/f.dat", replace=True)
+    else:
+        backend.remove("k/f.dat")
+    os._exit(0)
+
+
+@pytest.mark.parametrize("operation, step, mirrors", [
+    ("add_mirror", "_mark_committing", 1),   # the mirror's objects synced, not switched in
+    ("add_mirror", "_set_layout", 2),        # switched in, the journal not committed
+    ("remove_mirror", "_claim_dropped", 2),  # intents naming the inode, not switched out
+    ("remove_mirror", "_set_layout", 1),     # switched out, the doom not committed
+    ("remove", "_move_to_staging", 0),       # the name gone, the objects not doomed
+    ("replace", "_link_staged", 1),          # the new file renamed over, the old not doomed
+])
+def test_a_layout_change_killed_at_each_step_leaves_no_object_that_no_file_holds(
+        local_store, operation, step, mirrors):
+    """A crash between the layout switch (an xattr) and the namespace's commit (SQLite) is
+    settled by the next open from the inode itself: the objects its layout holds are kept,
+    the others deleted; none leaks, none is lost."""
+    data = payload(700_000, seed=5)
+    write_posix(local_store, "k/f.dat", data)
+    local_store.import_file("k/f.dat")
+    if operation == "remove_mirror":
+        local_store.add_mirror("k/f.dat")
+    if operation == "replace":
+        data = payload(300_000, seed=6)
+        write_posix(local_store, "k/f.dat", data)
+    child = multiprocessing.get_context("fork").Process(
+        target=_change_and_die, args=(operation, step, local_store.scratch_root,
+                                      str(local_store.store_root)))
+    child.start()
+    child.join(60)
+    assert child.exitcode == 9
+    store = reopen(local_store)
+    store.list_osts()
+    assert objects_on_disk(store) == objects_in_layouts(store)
+    assert store.db.query("SELECT * FROM object_intents") == []
+    assert list((Path(local_store.store_root) / "mdt.staging").iterdir()) == []
+    if mirrors:
+        layout = store.layout("k/f.dat")
+        assert len(layout.mirror_ids) == mirrors
+        assert len(objects_on_disk(store)) == 4 * mirrors
+        assert store.read("k/f.dat", 0, len(data)) == data
+    else:
+        assert not store.exists("k/f.dat") and objects_on_disk(store) == set()
 
 
 def _commit_rebuild_and_die(scratch: str, store_root: str, data: bytes) -> None:
