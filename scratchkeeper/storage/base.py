@@ -35,6 +35,10 @@ from .layout import (Extent, FileLayout, LayoutRequest, StripeObject, merge_exte
                      subtract_extents)
 from .sources import read_sized, space_errors
 
+# check_osts: threads probing at first, and how long before the rest get a thread each
+PROBE_LANES = 4
+PROBE_GRACE = 0.05
+
 XATTR_PREFIX = "user.scratchkeeper."
 DEFAULT_CHUNK = 4 << 20
 
@@ -303,19 +307,35 @@ class StorageBackend(abc.ABC):
         """Check one OST now; may block up to ``timeout`` (the caller enforces the deadline)."""
 
     def check_osts(self, timeout: float, only: Collection[int] | None = None) -> list[OstStatus]:
-        """Probe every OST (or those in ``only``) at once; returns after at most ``timeout``
-        seconds whatever their number.
+        """Probe every OST (or those in ``only``); returns after at most ``timeout`` seconds
+        whatever their number.
 
-        An OST whose probe has not answered by the deadline is reported ``unreachable``.
+        The probes run in ``PROBE_LANES`` threads; those not started after ``PROBE_GRACE``
+        seconds (lanes held by probes that hang) get a thread each, so that every OST is
+        probed within the timeout. An OST whose probe has not answered by the deadline is
+        reported ``unreachable``.
         """
         osts = [o for o in self.list_osts() if only is None or o.ost_index in only]
         if not osts:
             return []
-        pool = concurrent.futures.ThreadPoolExecutor(max_workers=len(osts),
-                                                     thread_name_prefix="ost-probe")
+        deadline = time.monotonic() + timeout
+        # a few lanes first: a thread per OST costs more than the probes of healthy OSTs
+        lanes = concurrent.futures.ThreadPoolExecutor(max_workers=min(PROBE_LANES, len(osts)),
+                                                      thread_name_prefix="ost-probe")
+        wide = None
         try:
-            futures = {pool.submit(self._probe_ost, ost, timeout): ost for ost in osts}
-            done, _ = concurrent.futures.wait(futures, timeout=timeout)
+            futures = {lanes.submit(self._probe_ost, ost, timeout): ost for ost in osts}
+            _, pending = concurrent.futures.wait(futures, timeout=min(PROBE_GRACE, timeout))
+            # probes that hang hold their lanes: those not started yet get a thread each
+            moved = [future for future in pending if future.cancel()]
+            if moved:
+                wide = concurrent.futures.ThreadPoolExecutor(max_workers=len(moved),
+                                                             thread_name_prefix="ost-probe")
+                for future in moved:
+                    ost = futures.pop(future)
+                    futures[wide.submit(self._probe_ost, ost, timeout)] = ost
+            done, _ = concurrent.futures.wait(futures,
+                                              timeout=max(0.0, deadline - time.monotonic()))
             results = []
             for future, ost in futures.items():
                 if future in done and future.exception() is None:
@@ -329,7 +349,9 @@ class StorageBackend(abc.ABC):
             return sorted(results, key=lambda o: o.ost_index)
         finally:
             # a hung probe must not hold the caller past the deadline
-            pool.shutdown(wait=False, cancel_futures=True)
+            for pool in (lanes, wide):
+                if pool is not None:
+                    pool.shutdown(wait=False, cancel_futures=True)
 
     def pick_substitute(self, layout: FileLayout, *, exclude: set[int] = frozenset(),
                         osts: list[OstStatus] | None = None, failed: int | None = None) -> int:

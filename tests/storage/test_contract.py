@@ -231,6 +231,20 @@ def test_check_osts_returns_after_one_timeout_with_a_hung_ost(fake_lustre, lustr
     assert elapsed < 0.5 + 1.0
 
 
+def test_check_osts_probes_every_ost_within_one_timeout_when_more_hang_than_lanes(
+        fake_lustre, lustre_backend):
+    """Hung probes hold the first lanes; the OSTs behind them still get probed in time."""
+    from scratchkeeper.storage.base import PROBE_LANES
+    hung = set(range(PROBE_LANES + 2))
+    fake_lustre.hung |= hung
+    started = time.monotonic()
+    osts = lustre_backend.check_osts(timeout=0.5)
+    elapsed = time.monotonic() - started
+    assert len(osts) > len(hung)
+    assert {o.ost_index for o in osts if not o.healthy} == hung
+    assert elapsed < 0.5 + 1.0
+
+
 def test_lost_extent_arithmetic_matches_rebuild(backend):
     layout = put(backend, "ar/f", payload(333_333), LayoutRequest(stripe_count=3,
                                                                   stripe_size=65536))
