@@ -24,6 +24,7 @@ RUNTIME_PYTHON = os.environ.get("SK_RUNTIME_PYTHON", "/usr/bin/python3")
 # What a non-editable install is built from; a change of any of these files reinstalls.
 RUNTIME_SOURCES = ("scratchkeeper", "job-templates", "setup.py", "setup.cfg", "pyproject.toml",
                    "README.rst")
+CLIENT = "scratchkeeper-client"  # what the link points at (scratchkeeper/cli/_client.py)
 RUNTIME_RELEASES_KEPT = 2  # the current one and the one before (jobs may still run it)
 
 
@@ -75,7 +76,7 @@ class Runtime:
     def ensure(self) -> dict:
         """Install the checkout when its sources differ from the installed ones; the link."""
         digest = source_digest(self.repo)
-        if self.installed_digest() != digest or not (self.current / "bin" / "scratchkeeper").exists():
+        if self.installed_digest() != digest or not (self.current / "bin" / CLIENT).exists():
             self.root.mkdir(parents=True, exist_ok=True)
             os.chmod(self.root, 0o755)
             with open(self.root / ".lock", "w") as lock:
@@ -120,9 +121,14 @@ class Runtime:
         run([str(release / "bin" / "python"), "-I", "-c",  # -I: not the checkout in the cwd
              "from scratchkeeper.planner.render import compile_templates; compile_templates()"],
             timeout=120)
+        # The command users type: the C client of the command server (docs/deployment.rst),
+        # which runs the console script above for all it does not hand to the server.
+        run([str(release / "bin" / "python"), "-I", "-m", "scratchkeeper.cli._client",
+             str(release / "bin" / CLIENT)], timeout=180)
         # Proof that a user other than root can run it (not a venv under a 0700 home).
-        run(["runuser", "-u", "nobody", "--", str(release / "bin" / "scratchkeeper"),
-             "--version"], timeout=60)
+        for command in ("scratchkeeper", CLIENT):
+            run(["runuser", "-u", "nobody", "--", str(release / "bin" / command), "--version"],
+                timeout=60)
         (release / ".source-digest").write_text(digest + "\n")
         os.chmod(release / ".source-digest", 0o644)
         switch = self.root / ".current.new"
@@ -143,7 +149,7 @@ class Runtime:
                 shutil.rmtree(release, ignore_errors=True)
 
     def _link(self) -> None:
-        target = self.current / "bin" / "scratchkeeper"
+        target = self.current / "bin" / CLIENT
         if self.link.is_symlink() and Path(os.readlink(self.link)) == target:
             return
         if self.link.exists() or self.link.is_symlink():

@@ -49,10 +49,11 @@ def test_the_services_run_and_log_to_their_files(local_cluster, script):
     for name, log_path in local_cluster.service_logs.items():
         pid = status["pids"][name]
         assert script.process_alive(pid, script.RUNTIME_PYTHON), f"{name} (pid {pid}) not running"
-        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[:-1]
-        assert [a.decode() for a in argv[1:]] == [
-            local_cluster.runtime_command, "-c", str(local_cluster.site_config),
-            *script.MANAGED_SERVICES[name]]
+        argv = [a.decode() for a in Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[:-1]]
+        # the runtime's command (the command server's client) ran the release's console script
+        console_script = Path(local_cluster.runtime_command).resolve().with_name("scratchkeeper")
+        assert Path(argv[1]).resolve() == console_script
+        assert argv[2:] == ["-c", str(local_cluster.site_config), *script.MANAGED_SERVICES[name]]
         assert f"{name}: logging to {log_path} (pid {pid})" in Path(log_path).read_text()
     with socket.socket(socket.AF_UNIX) as sock:
         sock.connect(str(local_cluster.recovery_socket))
