@@ -43,7 +43,9 @@ MAGIC = b"SKC1"
 MAX_REQUEST = 1 << 20
 #: Imported before the first request: what ``plan``, ``submit`` and ``status`` load.
 WARM = ("scratchkeeper.cli.planner", "scratchkeeper.planner.submit", "scratchkeeper.config",
-        "scratchkeeper.schedulers.slurm", "scratchkeeper.schedulers.pbs", "scratchkeeper.state",
+        "scratchkeeper.planner.records", "scratchkeeper.planner.attach",
+        "scratchkeeper.planner.status", "scratchkeeper.layout", "scratchkeeper.schedulers.slurm",
+        "scratchkeeper.schedulers.pbs", "scratchkeeper.state",
         "scratchkeeper.planner.compiled_templates", "tomllib", "argparse", "json")
 
 
