@@ -102,6 +102,17 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     return parser
 
 
+#: Parsers built ahead, by subcommand (the command server builds those it serves before it
+#: forks, cli/_server.py); a parser depends only on the subcommand it is built for.
+_PREBUILT: dict[str, argparse.ArgumentParser] = {}
+
+
+def prebuild_parsers(words: Sequence[str]) -> None:
+    """Build the parsers of the subcommands ``words`` now, for the runs to come."""
+    for word in words:
+        _PREBUILT[word] = build_parser([word])
+
+
 def site_config(args: argparse.Namespace) -> SiteConfig:
     """The validated site configuration named by ``--config`` (loaded once per run)."""
     cached = getattr(args, "_site_config", None)
@@ -187,7 +198,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(format=LOG_FORMAT, level=logging.WARNING, stream=sys.stderr)
     if argv is None:
         argv = sys.argv[1:]
-    parser = build_parser(argv)
+    parser = _PREBUILT.get(command_word(argv)) or build_parser(argv)
     args = parser.parse_args(argv)
     _set_log_level(args, None)
     try:

@@ -189,6 +189,10 @@ def serve(path: str) -> int:
     check_socket_dir(os.path.dirname(path))
     for name in WARM:
         importlib.import_module(name)
+    from ..config import parse_config
+    from . import prebuild_parsers
+    prebuild_parsers(SERVED)
+    parse_config("", "<warm-up>")  # the schema's lazily built parts
     prints = fingerprint()
     groups = sorted(os.getgroups())
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
