@@ -48,6 +48,10 @@ RETRY_PAUSE_MAX = 1.0
 # how long opening waits to leave WAL before it keeps WAL (another connection holds it open)
 JOURNAL_SWITCH_TIMEOUT_MS = 1_000
 JOURNAL_MODES = ("wal", "delete", "persist", "truncate")
+#: ``PRAGMA quick_check`` reads the whole database: a process that may write runs it when the
+#: last check on record (table ``integrity_checks``) is older than this, not at every open
+#: (a ``scratchkeeper submit`` would pay for the size of every chain ever recorded).
+INTEGRITY_INTERVAL = 3600.0
 
 T = TypeVar("T")
 
@@ -185,9 +189,13 @@ class StateStore:
             conn.execute("PRAGMA foreign_keys=ON")
             with self._lock:
                 if not self._checked:
-                    verdict = conn.execute("PRAGMA quick_check").fetchone()[0]
-                    if verdict != "ok":
-                        raise StateError(f"{self.path}: integrity check failed: {verdict}")
+                    if self.read_only or self._integrity_due(conn):
+                        verdict = conn.execute("PRAGMA quick_check").fetchone()[0]
+                        if verdict != "ok":
+                            raise StateError(f"{self.path}: integrity check failed: {verdict}")
+                        if not self.read_only:
+                            conn.execute("INSERT OR REPLACE INTO integrity_checks(id, checked) "
+                                         "VALUES (1, ?)", (time.time(),))
                     if not self.read_only:
                         conn.execute("CREATE TABLE IF NOT EXISTS schema_version ("
                                      " component TEXT PRIMARY KEY, version INTEGER NOT NULL)")
@@ -196,6 +204,15 @@ class StateStore:
             conn.close()
             raise
         return conn
+
+    @staticmethod
+    def _integrity_due(conn: sqlite3.Connection) -> bool:
+        """Whether no integrity check is on record within ``INTEGRITY_INTERVAL`` (one is
+        recorded by whoever runs it; a clock set back makes it due)."""
+        conn.execute("CREATE TABLE IF NOT EXISTS integrity_checks ("
+                     " id INTEGER PRIMARY KEY CHECK (id = 1), checked REAL NOT NULL)")
+        row = conn.execute("SELECT checked FROM integrity_checks WHERE id = 1").fetchone()
+        return row is None or not 0 <= time.time() - row[0] < INTEGRITY_INTERVAL
 
     def _set_journal(self, conn: sqlite3.Connection) -> None:
         """Switch to the requested journal mode.

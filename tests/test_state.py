@@ -86,6 +86,35 @@ def test_corrupt_database_is_reported(tmp_path):
         StateStore(path).query("SELECT 1")
 
 
+def test_the_integrity_check_runs_once_per_interval_not_at_every_open(tmp_path, monkeypatch):
+    import sqlite3
+
+    from scratchkeeper import state
+
+    statements = []
+    real = sqlite3.connect
+
+    def traced(*args, **kwargs):
+        conn = real(*args, **kwargs)
+        conn.set_trace_callback(statements.append)
+        return conn
+    monkeypatch.setattr(state.sqlite3, "connect", traced)
+    path = tmp_path / "s.db"
+    checks = lambda: sum("quick_check" in s for s in statements)  # noqa: E731
+    StateStore(path).query("SELECT 1")
+    StateStore(path).query("SELECT 1")
+    assert checks() == 1
+    conn = real(path)
+    conn.execute("UPDATE integrity_checks SET checked = checked - ?",
+                 (state.INTEGRITY_INTERVAL + 1,))
+    conn.commit()
+    conn.close()
+    StateStore(path).query("SELECT 1")  # the last check on record is too old: checked again
+    assert checks() == 2
+    StateStore(path, read_only=True).query("SELECT 1")  # a reader cannot record: it checks
+    assert checks() == 3
+
+
 # -- journal modes and read-only opening --------------------------------------------------------
 
 @pytest.mark.parametrize("mode", ["delete", "persist", "truncate"])

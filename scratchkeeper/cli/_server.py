@@ -193,6 +193,9 @@ def serve(path: str) -> int:
     from . import prebuild_parsers
     prebuild_parsers(SERVED)
     parse_config("", "<warm-up>")  # the schema's lazily built parts
+    import gc
+    gc.collect()
+    gc.freeze()  # the collector of a child leaves the server's objects (and their pages) alone
     prints = fingerprint()
     groups = sorted(os.getgroups())
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
