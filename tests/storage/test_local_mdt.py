@@ -228,8 +228,8 @@ def test_an_existing_store_keeps_its_files_when_the_namespace_moves_to_the_mdt(t
 
 
 # -- the commit protocol killed at each step ------------------------------------------------------
-def _die_after(step: str, scratch: str, store_root: str, relative: str) -> None:
-    """Import ``relative`` in a child that dies (no clean-up at all) right after ``step``."""
+def _dying_store(step: str, scratch: str, store_root: str) -> LocalStripedStore:
+    """The store of a child that dies (no clean-up at all, exit 9) right after ``step``."""
     backend = LocalStripedStore(scratch, store_root, ost_count=8, default_stripe_count=4,
                                 default_stripe_size=65536)
     real = getattr(backend, step)
@@ -238,7 +238,12 @@ def _die_after(step: str, scratch: str, store_root: str, relative: str) -> None:
         real(*args, **kwargs)
         os._exit(9)
     setattr(backend, step, then_die)
-    backend.import_file(relative)
+    return backend
+
+
+def _die_after(step: str, scratch: str, store_root: str, relative: str) -> None:
+    """Import ``relative`` in a child that dies right after ``step``."""
+    _dying_store(step, scratch, store_root).import_file(relative)
     os._exit(0)
 
 
@@ -284,15 +289,8 @@ def test_a_commit_killed_after_each_step_loses_no_committed_file_and_leaves_no_h
 
 
 def _change_and_die(operation: str, step: str, scratch: str, store_root: str) -> None:
-    """Run ``operation`` on k/f.dat in a child that dies (no clean-up at all) after ``step``."""
-    backend = LocalStripedStore(scratch, store_root, ost_count=8, default_stripe_count=4,
-                                default_stripe_size=65536)
-    real = getattr(backend, step)
-
-    def then_die(*args, **kwargs):
-        real(*args, **kwargs)
-        os._exit(9)
-    setattr(backend, step, then_die)
+    """Run ``operation`` on k/f.dat in a child that dies right after ``step``."""
+    backend = _dying_store(step, scratch, store_root)
     if operation == "add_mirror":
         backend.add_mirror("k/f.dat")
     elif operation == "remove_mirror":
