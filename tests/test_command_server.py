@@ -132,6 +132,15 @@ def test_the_child_runs_in_the_clients_directory_environment_and_umask(client, t
     assert seen == {"on": "0027", "off": "0027"}
 
 
+def test_the_server_holds_no_directory_of_the_command_that_started_it(client, tmp_path):
+    started_in = tmp_path / "started-here"
+    started_in.mkdir()
+    (started_in / "job.sh").write_text(SCRIPT)
+    _run(client, "plan", "--dry-run", "job.sh", cwd=started_in)
+    (pid,) = _server.server_pids(str(_wait_for_server(tmp_path)))
+    assert os.readlink(f"/proc/{pid}/cwd") == "/"
+
+
 def test_other_subcommands_and_other_python_settings_run_as_the_python_command(client, tmp_path):
     _run(client, "plan", "--dry-run", "job.sh", cwd=tmp_path)
     sock = _wait_for_server(tmp_path)

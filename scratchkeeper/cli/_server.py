@@ -128,33 +128,45 @@ def _close_all(fds) -> None:
             pass
 
 
+def _become_client(request: dict, fds: list[int]) -> None:
+    """Take the client's signal dispositions, streams, directory, umask and environment."""
+    # the signal dispositions a Python process started by the client would have
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    for signum in (signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGCHLD):
+        signal.signal(signum, signal.SIG_DFL)
+    signal.signal(signal.SIGPIPE, signal.SIG_IGN)  # as the interpreter sets it
+    for signum in request["ignored"]:
+        if signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT):
+            signal.signal(signum, signal.SIG_IGN)
+    for target, fd in enumerate(fds):
+        os.dup2(fd, target)
+        os.close(fd)
+    os.chdir(request["cwd"])
+    os.umask(request["umask"])
+    os.environ.clear()
+    os.environ.update({str(k): str(v) for k, v in request["env"].items()})
+    import time
+    time.tzset()  # TZ
+    if "tempfile" in sys.modules:
+        sys.modules["tempfile"].tempdir = None  # TMPDIR, looked up again on first use
+    sys.stdin = os.fdopen(0, "r", closefd=False)
+    sys.stdout = os.fdopen(1, "w", closefd=False, buffering=1 if os.isatty(1) else -1)
+    sys.stderr = os.fdopen(2, "w", closefd=False, buffering=1)
+
+
 def run_child(conn: socket.socket, request: dict, fds: list[int]) -> None:
-    """In the forked child: become the client's command, run it, report its exit code."""
+    """In the forked child: become the client's command, run it, report its exit code.
+
+    What cannot be taken over (the client's directory is gone, say) is answered ``R``: the
+    client then runs the command itself, which meets the same condition as it would anyway."""
     code = 255
     try:
+        try:
+            _become_client(request, fds)
+        except OSError:
+            conn.sendall(b"R")
+            os._exit(0)
         conn.sendall(b"P" + struct.pack(">I", os.getpid()))
-        for target, fd in enumerate(fds):
-            os.dup2(fd, target)
-            os.close(fd)
-        os.chdir(request["cwd"])
-        os.umask(request["umask"])
-        os.environ.clear()
-        os.environ.update({str(k): str(v) for k, v in request["env"].items()})
-        import time
-        time.tzset()  # TZ
-        if "tempfile" in sys.modules:
-            sys.modules["tempfile"].tempdir = None  # TMPDIR, looked up again on first use
-        # the signal dispositions a Python process started by the client would have
-        signal.signal(signal.SIGINT, signal.default_int_handler)
-        for signum in (signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGCHLD):
-            signal.signal(signum, signal.SIG_DFL)
-        signal.signal(signal.SIGPIPE, signal.SIG_IGN)  # as the interpreter sets it
-        for signum in request["ignored"]:
-            if signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT):
-                signal.signal(signum, signal.SIG_IGN)
-        sys.stdin = os.fdopen(0, "r", closefd=False)
-        sys.stdout = os.fdopen(1, "w", closefd=False, buffering=1 if os.isatty(1) else -1)
-        sys.stderr = os.fdopen(2, "w", closefd=False, buffering=1)
         sys.argv = ["scratchkeeper", *request["argv"]]
         from . import main
         try:

@@ -214,6 +214,10 @@ static void start_server(const char *path) {
     if (pid == 0) {
         if (setsid() < 0 || fork() != 0)
             _exit(0);
+        /* the server must not hold the directory it was started in (a scratch folder, a
+         * file system to unmount); each command runs in its own client's directory */
+        if (chdir("/") != 0)
+            _exit(1);
         int null = open("/dev/null", O_RDWR);
         if (null < 0)
             _exit(1);
@@ -222,8 +226,10 @@ static void start_server(const char *path) {
         dup2(null, 2);
         for (int fd = 3; fd < 1024; fd++)
             close(fd);
-        char *args[] = {(char *)SK_PYTHON, (char *)"-m", (char *)"scratchkeeper.cli._server",
-                        (char *)"--socket", (char *)path, NULL};
+        /* -P: not the working directory on sys.path */
+        char *args[] = {(char *)SK_PYTHON, (char *)"-P", (char *)"-m",
+                        (char *)"scratchkeeper.cli._server", (char *)"--socket", (char *)path,
+                        NULL};
         execv(SK_PYTHON, args);
         _exit(127);
     }
