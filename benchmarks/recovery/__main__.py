@@ -694,8 +694,9 @@ def report(results: dict, quick: bool) -> str:
     lines.append("")
     d = results["detection"]
     lines += ["", "## 4. Detection time vs OST count", "",
-              f"`check_osts({d['timeout']:g})` on the local store: all OSTs probed at once "
-              "(write, read back, delete a probe object), one timeout for all. \"one failed\": "
+              f"`check_osts({d['timeout']:g})` on the local store: every OST probed (write, "
+              "read back, delete a probe object) in 4 lanes, those not started after 50 ms in a "
+              "thread each, one timeout for all. \"one failed\": "
               "an OST failed with `fail-ost` (its probe fails at once); \"one dead\": in addition "
               "one OST whose probe never answers, as a dead OSS.", "",
               "| OSTs | all healthy s | one failed s | one dead s | dead - timeout s |",
