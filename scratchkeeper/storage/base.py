@@ -144,6 +144,20 @@ def pwrite_all(handle: int, data, offset: int) -> None:
         written += os.pwrite(handle, view[written:], offset + written)
 
 
+def pwritev_all(handle: int, buffers: list, offset: int) -> None:
+    """Write ``buffers`` one after another from ``offset`` in as few ``pwritev`` calls as the
+    kernel takes (it may write fewer bytes than asked; the rest follows)."""
+    views = [memoryview(b) for b in buffers]
+    while views:
+        written = os.pwritev(handle, views, offset)
+        offset += written
+        while views and written >= len(views[0]):
+            written -= len(views[0])
+            views.pop(0)
+        if written:
+            views[0] = views[0][written:]
+
+
 class ScratchPaths:
     """Confines paths to the scratch root: relative paths are taken from it, ``..`` is refused."""
 

@@ -19,7 +19,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from ..errors import PermissionDenied, StorageError, TargetUnavailable
-from .base import pwrite_all
+from .base import pwrite_all, pwritev_all
 from .layout import FileLayout, LayoutComponent, StripeObject
 from .sources import read_sized
 
@@ -28,6 +28,8 @@ log = logging.getLogger(__name__)
 COPY_CHUNK = 4 << 20
 DIRECT_ALIGN = 4096  # O_DIRECT offsets, lengths and buffers: a multiple of any logical block
 DIRECT_BUFFER = 4 << 20  # the aligned staging buffer of each writing thread
+DIRECT_RUN_BYTES = 16 << 20  # most contiguous aligned bytes written in one pwritev
+DIRECT_RUN_BUFFERS = 64  # and most buffers in it (far below IOV_MAX)
 _direct_buffers = threading.local()
 
 
@@ -222,6 +224,12 @@ class PatchWriter:
     cache, their writeback started at once. Bytes in memory that starts on a page boundary
     (``aligned``) are written as they are, others through a reused aligned buffer.
 
+    Aligned pieces that follow each other in the object (a lost stripe's chunks, which are
+    apart in the file and side by side in its substitute object) are gathered into one
+    ``pwritev`` of up to :data:`DIRECT_RUN_BYTES`: the disk gets a few large requests at
+    once instead of one chunk at a time. :meth:`flush` writes what is gathered; the caller
+    flushes before it hands the buffers back.
+
     ``open_object(flags)`` opens the object (and raises the store's errors).
     """
 
@@ -231,31 +239,71 @@ class PatchWriter:
         self.direct: int | None = None
         self.direct_refused = not hasattr(os, "O_DIRECT")
         self.span: tuple[int, int] | None = None  # object bytes written through the page cache
+        self.run: list[memoryview] = []  # aligned pieces gathered, contiguous in the object
+        self.run_offset = 0
+        self.run_bytes = 0
 
     def write(self, data: memoryview, object_offset: int, *, aligned: bool = False) -> None:
         if (not self.direct_refused and object_offset % DIRECT_ALIGN == 0
                 and len(data) % DIRECT_ALIGN == 0):
+            if aligned:
+                self._gather(data, object_offset)
+                return
+            self.flush()
             try:
-                self._write_direct(data, object_offset, aligned)
+                self._write_staged(data, object_offset)
                 return
             except OSError as err:
-                if err.errno != errno.EINVAL:
-                    raise
-                log.info("store: O_DIRECT refused (%s); patching through the page cache",
-                         err.strerror)
-                self.direct_refused = True
+                self._refuse_direct(err)
+        self.flush()
+        self._write_buffered(data, object_offset)
+
+    def _gather(self, data: memoryview, object_offset: int) -> None:
+        if self.run and (object_offset != self.run_offset + self.run_bytes
+                         or len(self.run) >= DIRECT_RUN_BUFFERS
+                         or self.run_bytes + len(data) > DIRECT_RUN_BYTES):
+            self.flush()
+        if not self.run:
+            self.run_offset = object_offset
+        self.run.append(data)
+        self.run_bytes += len(data)
+
+    def flush(self) -> None:
+        """Write the aligned pieces gathered (with ``O_DIRECT``, or through the page cache
+        where the file system refuses it)."""
+        run, offset = self.run, self.run_offset
+        if not run:
+            return
+        self.run, self.run_bytes = [], 0
+        if not self.direct_refused:
+            try:
+                if self.direct is None:
+                    self.direct = self.open_object(os.O_WRONLY | os.O_DIRECT)
+                pwritev_all(self.direct, run, offset)
+                return
+            except OSError as err:
+                self._refuse_direct(err)
+        for data in run:
+            self._write_buffered(data, offset)
+            offset += len(data)
+
+    def _refuse_direct(self, err: OSError) -> None:
+        if err.errno != errno.EINVAL:
+            raise err
+        log.info("store: O_DIRECT refused (%s); patching through the page cache", err.strerror)
+        self.direct_refused = True
+
+    def _write_buffered(self, data: memoryview, object_offset: int) -> None:
         if self.buffered is None:
             self.buffered = self.open_object(os.O_WRONLY)
         pwrite_all(self.buffered, data, object_offset)
         low, high = self.span or (object_offset, object_offset)
         self.span = (min(low, object_offset), max(high, object_offset + len(data)))
 
-    def _write_direct(self, data: memoryview, object_offset: int, aligned: bool) -> None:
+    def _write_staged(self, data: memoryview, object_offset: int) -> None:
+        """``O_DIRECT`` from memory that does not start on a page: through an aligned buffer."""
         if self.direct is None:
             self.direct = self.open_object(os.O_WRONLY | os.O_DIRECT)
-        if aligned:
-            pwrite_all(self.direct, data, object_offset)
-            return
         buffer = getattr(_direct_buffers, "buffer", None)
         if buffer is None:  # page-aligned, and reused: no fresh pages per write
             buffer = _direct_buffers.buffer = mmap.mmap(-1, DIRECT_BUFFER)
@@ -271,10 +319,13 @@ class PatchWriter:
             staging.release()
 
     def start_writeback(self) -> None:
+        self.flush()
         if self.buffered is not None and self.span is not None:
             _start_writeback(self.buffered, self.span[0], self.span[1] - self.span[0])
 
     def close(self) -> None:
+        """Close the object (pieces gathered and not flushed are dropped: the caller failed)."""
+        self.run, self.run_bytes = [], 0
         for handle in (self.buffered, self.direct):
             if handle is not None:
                 os.close(handle)

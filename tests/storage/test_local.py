@@ -270,11 +270,7 @@ def test_page_aligned_buffers_are_written_direct_without_a_staging_copy(local_st
     from scratchkeeper.storage import local_objects as local
     data, rebuild = _rebuild_tail_holder(local_store, 4 * 4 * 64 * 1024)
     monkeypatch.setattr(local, "_direct_buffers", threading.local())
-    pieces = []
-    for extent in rebuild.lost:
-        buffer = mmap.mmap(-1, extent.length)  # as the receive-buffer pool hands them out
-        buffer[:] = data[extent.offset:extent.end]
-        pieces.append((extent.offset, buffer))
+    pieces = _aligned_pieces(rebuild, data)
     opened = _spy_opens(monkeypatch)
     local_store.write_rebuild_batch(rebuild, pieces)
     assert any(flags & os.O_DIRECT for _, flags in opened)
@@ -286,22 +282,75 @@ def test_page_aligned_buffers_are_written_direct_without_a_staging_copy(local_st
     assert local_store.read("tail.bin", 0, len(data)) == data
 
 
-@pytest.mark.parametrize("refusal", ["open", "write"])
+def _aligned_pieces(rebuild, data):
+    """The lost ranges in page-aligned buffers, as the receive-buffer pool hands them out."""
+    pieces = []
+    for extent in rebuild.lost:
+        buffer = mmap.mmap(-1, extent.length)
+        buffer[:] = data[extent.offset:extent.end]
+        pieces.append((extent.offset, buffer))
+    return pieces
+
+
+def test_aligned_pieces_side_by_side_in_the_object_go_in_one_pwritev(local_store, monkeypatch):
+    """A lost stripe's chunks are apart in the file and contiguous in the substitute object:
+    one vectored write for all of them, and the bytes land where they belong."""
+    data, rebuild = _rebuild_tail_holder(local_store, 4 * 4 * 64 * 1024)
+    calls, real_pwritev = [], os.pwritev
+
+    def pwritev(handle, buffers, offset):
+        calls.append((len(buffers), offset))
+        return real_pwritev(handle, buffers, offset)
+    monkeypatch.setattr(os, "pwritev", pwritev)
+    pieces = _aligned_pieces(rebuild, data)
+    assert len(pieces) == 4
+    local_store.write_rebuild_batch(rebuild, pieces)
+    assert calls == [(4, 0)]
+    local_store.commit_rebuild(rebuild)
+    assert local_store.read("tail.bin", 0, len(data)) == data
+
+
+def test_a_short_pwritev_is_continued_where_it_stopped(tmp_path, monkeypatch):
+    from scratchkeeper.storage.base import pwritev_all
+    buffers = [bytes([n]) * 5000 for n in range(1, 5)]
+    real_pwritev = os.pwritev
+
+    def short(handle, views, offset):  # at most 3000 bytes per call, as a signal may cut it
+        taken, left = [], 3000
+        for view in views:
+            if left <= 0:
+                break
+            taken.append(view[:left])
+            left -= len(taken[-1])
+        return real_pwritev(handle, taken, offset)
+    monkeypatch.setattr(os, "pwritev", short)
+    fd = os.open(tmp_path / "f", os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        pwritev_all(fd, buffers, 100)
+        assert os.pread(fd, 30000, 0) == bytes(100) + b"".join(buffers)
+    finally:
+        os.close(fd)
+
+
+@pytest.mark.parametrize("refusal", ["open", "write", "writev"])
 def test_rebuild_falls_back_to_the_page_cache_where_o_direct_is_refused(local_store, monkeypatch,
                                                                         refusal):
     data, rebuild = _rebuild_tail_holder(local_store, 4 * 4 * 64 * 1024)
+    pieces = [(e.offset, data[e.offset:e.end]) for e in rebuild.lost]
     if refusal == "open":
         opened = _spy_opens(monkeypatch, refuse_direct=True)
     else:  # a device with larger logical blocks than DIRECT_ALIGN refuses the write itself
-        opened, real_pwrite = _spy_opens(monkeypatch), os.pwrite
+        name = "pwrite" if refusal == "write" else "pwritev"
+        opened, real_write = _spy_opens(monkeypatch), getattr(os, name)
 
-        def pwrite(handle, buffer, offset):
+        def write(handle, buffer, offset):
             if os.get_blocking(handle) and fcntl.fcntl(handle, fcntl.F_GETFL) & os.O_DIRECT:
                 raise OSError(errno.EINVAL, "Invalid argument")
-            return real_pwrite(handle, buffer, offset)
-        monkeypatch.setattr(os, "pwrite", pwrite)
-    local_store.write_rebuild_batch(rebuild, [(e.offset, data[e.offset:e.end])
-                                              for e in rebuild.lost])
+            return real_write(handle, buffer, offset)
+        monkeypatch.setattr(os, name, write)
+        if refusal == "writev":
+            pieces = _aligned_pieces(rebuild, data)
+    local_store.write_rebuild_batch(rebuild, pieces)
     assert any(flags & os.O_DIRECT for _, flags in opened)
     assert any(not flags & os.O_DIRECT for _, flags in opened)
     local_store.commit_rebuild(rebuild)
