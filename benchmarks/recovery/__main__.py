@@ -283,12 +283,22 @@ class _EmptyQueue:
         return SimpleNamespace(pending=lambda: [])
 
 
-def _recoveryd_batch(bench: Bench, config, paths: list[str], failed: int) -> float:
+def _recoveryd_batch(bench: Bench, config, paths: list[str], failed: int
+                     ) -> tuple[float, float]:
     """Fail ``failed`` and recover as recoveryd does: its check finds the failure and queues
-    the files, its file workers (already waiting, as in the daemon) claim and recover them;
-    seconds from the check's start to the last request closed (the last commit)."""
+    the files, its file workers (already waiting, as in the daemon) claim and recover them.
+    Seconds to the last request closed (the last commit) from the check's start, and from the
+    report of the failure (the check's probe of every OST answered)."""
     service = RecoveryService(config, backend=bench.backend, store=bench.store,
                               scheduler=_EmptyQueue())
+    reported: list[float] = []
+    probe_all = service.recoverer.probe_all
+
+    def timed_probe_all():
+        statuses = probe_all()
+        reported.append(time.monotonic())
+        return statuses
+    service.recoverer.probe_all = timed_probe_all
     records.open_records(bench.store)
     bench.backend.fail_ost(failed)
     threads = []
@@ -308,7 +318,7 @@ def _recoveryd_batch(bench: Bench, config, paths: list[str], failed: int) -> flo
 
         with service.changed:
             finished = service.changed.wait_for(done, timeout=600)
-        elapsed = time.monotonic() - started
+        ended = time.monotonic()
     finally:
         service.stop.set()
         service._notify()
@@ -321,7 +331,7 @@ def _recoveryd_batch(bench: Bench, config, paths: list[str], failed: int) -> flo
     if not finished or sorted(queued) != sorted(paths) or set(states.values()) != {"whole"}:
         raise SystemExit(f"benchmarks.recovery: recoveryd's batch: queued {len(queued)} of "
                          f"{len(paths)}, states {sorted(set(states.values()))}")
-    return elapsed
+    return ended - started, ended - reported[0]
 
 
 def _copy_files(listing: Path, targets: list[Path], durable: bool) -> float:
@@ -351,7 +361,9 @@ def bench_batch(bench: Bench, count: int, size: int, repeats: int) -> dict:
     as the Recoverer keeps its connections): into the page cache (plain), and followed by an
     fsync of each copy (durable: the patch's bytes are on disk before its layout switch).
     Each repeat runs every variant and both copies once.
-    Throughput is lost bytes over the wall time of the whole batch, probes included.
+    Throughput is lost bytes over the wall time from the report of the failure (the end of
+    the check's probe of every OST) to the last commit; the rows "from the check's start"
+    include that probe.
     """
     osts = (0, 1, 2, 3)
     files = [bench.source(f"batch-{i}.bin", size) for i in range(count)]
@@ -367,6 +379,7 @@ def bench_batch(bench: Bench, count: int, size: int, repeats: int) -> dict:
                 ("recoveryd: a probe of every OST per file (probe_reuse = 0)",
                  replace(bench.config, recovery=replace(bench.config.recovery, probe_reuse=0.0))))
     times: dict[str, list[float]] = {label: [] for label, _ in variants}
+    from_check: dict[str, list[float]] = {label: [] for label, _ in variants}
     copy_times: dict[str, list[float]] = {"plain": [], "durable": []}
     for repeat in range(repeats):
         print(f"  {count} files, repeat {repeat + 1} of {repeats}", flush=True)
@@ -374,7 +387,9 @@ def bench_batch(bench: Bench, count: int, size: int, repeats: int) -> dict:
             paths = [bench.stage(f"batch-{i}.bin", data, bench.uri(source, "ftp"), 4, MiB,
                                  osts=osts) for i, (source, data) in enumerate(files)]
             os.sync()
-            times[label].append(_recoveryd_batch(bench, config, paths, osts[1]))
+            whole, from_report = _recoveryd_batch(bench, config, paths, osts[1])
+            times[label].append(from_report)
+            from_check[label].append(whole)
         for key in ("plain", "durable"):
             os.sync()
             copy_times[key].append(_copy_files(listing, targets, key == "durable"))
@@ -386,6 +401,8 @@ def bench_batch(bench: Bench, count: int, size: int, repeats: int) -> dict:
             "workers": bench.config.recovery.file_workers,
             "streams": bench.config.recovery.patch_streams,
             "rows": {label: _summary(times[label], total) for label, _ in variants},
+            "rows_from_check": {label: _summary(from_check[label], total)
+                                for label, _ in variants},
             "copy": _summary(copy_times["plain"], total),
             "durable": _summary(copy_times["durable"], total)}
 
@@ -562,8 +579,10 @@ def _batch_report(batch: dict) -> list[str]:
              "probed anew, rebuild, patch, commit, the request closed), the probes, rebuild "
              "starts and commits of files that reach them together made as one, at most "
              f"{batch.get('streams', batch['workers'])} files patching at once. Timed from the "
-             "check's "
-             "start to the last request closed. The peers copy files of the same byte counts "
+             "report of the failure (the check's probe of every OST answered: the moment "
+             "recoveryd knows of it, as the issue's goal reads) to the last request closed; "
+             "the rows marked so are timed from the check's start, its probe (detection, "
+             "section 4) included. The peers copy files of the same byte counts "
              "from the same server with one `globus-url-copy -f` (one connection for all, as "
              "the Recoverer keeps its connections): into the page cache (plain), and followed "
              "by an fsync of each copy (durable, the fair peer: a patch's bytes are on disk "
@@ -573,15 +592,23 @@ def _batch_report(batch: dict) -> list[str]:
     for label, row in ((f"`globus-url-copy -f`, {batch['files']} files, then fsync of each "
                         "(durable)", durable),
                        (f"`globus-url-copy -f`, {batch['files']} files (plain)", copy),
-                       *batch["rows"].items()):
+                       *batch["rows"].items(),
+                       *((f"{label}, from the check's start", row)
+                         for label, row in batch.get("rows_from_check", {}).items())):
         lines.append(f"| {label} | {_spread(row['seconds'], row['min'], row['max'])} | "
                      f"{row['bytes_per_s'] / 1e6:.0f} | "
                      f"{row['bytes_per_s'] / durable['bytes_per_s']:.2f} | "
                      f"{row['bytes_per_s'] / copy['bytes_per_s']:.2f} |")
     row = next(iter(batch["rows"].values()))
     ratio = row["bytes_per_s"] / durable["bytes_per_s"]
-    lines += ["", f"Goal >= 0.9x the durable copies, medians: {ratio:.2f}x "
-              f"(**{'meets' if ratio >= 0.9 else 'misses'}**).", ""]
+    lines += ["", f"Goal >= 0.9x the durable copies, medians, from the report of the failure: "
+              f"{ratio:.2f}x (**{'meets' if ratio >= 0.9 else 'misses'}**)"]
+    if batch.get("rows_from_check"):
+        whole = next(iter(batch["rows_from_check"].values()))
+        lines[-1] += (f"; from the check's start: "
+                      f"{whole['bytes_per_s'] / durable['bytes_per_s']:.2f}x")
+    lines[-1] += "."
+    lines.append("")
     return lines
 
 

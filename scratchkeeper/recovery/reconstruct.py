@@ -199,6 +199,11 @@ class Recoverer:
         if hints.size is not None and hints.size != stat.size:
             raise RecoveryError(f"{full}: is {stat.size} bytes, {hints.size} were staged in: the "
                                 "file changed since, its source no longer describes it")
+        if hints.sources and set(reported_osts) & self.backend.layout(full).osts():
+            # the report names a failed OST of the file (recoveryd's check, a reader's error):
+            # its bytes are most likely lost, so the source's connection opens while the OSTs
+            # are probed and the rebuild begun (the probe still decides what is rebuilt)
+            self._warm(hints.sources[0], hints.owner)
         rebuild = self._resumable(full, resume_rebuild_id)
         resumed = rebuild is not None  # bytes patched before a crash: verify them again
         blocks = (block_digests.lookup(self.store, full, hints.sha256, stat.size)

@@ -34,7 +34,6 @@ import posixpath
 import stat as statmod
 import threading
 import time
-import uuid
 from dataclasses import replace
 from pathlib import Path
 
@@ -129,12 +128,23 @@ class LocalStripedStore(NamespaceMixin, MdtMixin, ObjectsMixin, RebuildMixin, Pl
                 return replace(ost, state=OST_FAILED if not directory.exists() else
                                OST_UNREACHABLE, detail=err.strerror or str(err))
             return replace(ost, state=OST_ACTIVE, detail="")
-        probe = directory / f".probe-{os.getpid()}-{threading.get_ident()}"
-        token = uuid.uuid4().bytes
+        name = f".probe-{os.getpid()}-{threading.get_ident()}"
+        token = os.urandom(16)
         try:
-            probe.write_bytes(token)
-            answer = probe.read_bytes()
-            probe.unlink()
+            # plain descriptors: a probe of every OST is on recovery's path, and pathlib's
+            # buffered files cost more than the create, write, read and unlink themselves
+            parent = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+            try:
+                fd = os.open(name, os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW
+                             | os.O_CLOEXEC, 0o600, dir_fd=parent)
+                try:
+                    os.write(fd, token)
+                    answer = os.pread(fd, len(token) + 1, 0)
+                finally:
+                    os.close(fd)
+                os.unlink(name, dir_fd=parent)
+            finally:
+                os.close(parent)
         except OSError as err:
             return replace(ost, state=OST_FAILED if not directory.exists() else OST_UNREACHABLE,
                            detail=err.strerror or str(err))

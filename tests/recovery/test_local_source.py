@@ -200,6 +200,36 @@ def test_one_probe_serves_the_files_an_ost_failure_hits(local_site, tmp_path, mo
     assert probes == [None] + [{0, 1, 2, 3}] * 4
 
 
+def test_a_report_naming_a_failed_ost_of_the_file_connects_before_the_probe(
+        local_site, tmp_path, monkeypatch):
+    """recoveryd's check (or a reader) names the failed OST: the source's connection opens
+    while the OSTs are probed; without a report it opens once the probe found bytes lost,
+    and a report naming an OST outside the file opens nothing ahead."""
+    backend = local_site.backend
+    files = _files_on(backend, tmp_path, (0, 1, 2, 3), 3)
+    backend.fail_ost(2)
+    steps = []
+    real_warm, real_probe = Recoverer._warm, Recoverer._probe
+
+    def warm(self, uri, owner=None):
+        steps.append("connect")
+        return real_warm(self, uri, owner)
+
+    def probe(self, file_osts, fresh, since):
+        steps.append("probe")
+        return real_probe(self, file_osts, fresh, since)
+    monkeypatch.setattr(Recoverer, "_warm", warm)
+    monkeypatch.setattr(Recoverer, "_probe", probe)
+    for (path, data), reported, expected in (
+            (files[0], (2,), ["connect", "probe", "connect"]),
+            (files[1], (), ["probe", "connect"]),
+            (files[2], (9,), ["probe", "connect"])):
+        steps.clear()
+        outcome = Recoverer(backend, local_site.config).recover(path, reported_osts=reported)
+        assert outcome.state == PATCHED and read_all(backend, path) == data
+        assert steps == expected, (reported, steps)
+
+
 def test_a_probe_is_not_reused_past_its_window_or_with_reuse_off(local_site, tmp_path,
                                                                   monkeypatch):
     backend = local_site.backend
