@@ -233,6 +233,7 @@ def bench_start(repeats: int, installed: Path) -> dict:
     result["ratio_median"] = statistics.median(wall["plan"]) / statistics.median(wall["python_pass"])
     result["importtime"] = importtime([installed_python, "-X", "importtime", *argvs["installed_plan"]],
                                       env, str(work))
+    shutil.rmtree(work, ignore_errors=True)
     return result
 
 
@@ -296,6 +297,7 @@ true
 """)
     in_process, commands_sum, cli_wall, cli_sum, shell_wall = [], [], [], [], []
     installed_wall, installed_sum = [], []
+    previous = os.getcwd()
     os.chdir(work)
     _, plan = prepare(str(script), config, workdir=str(work))
     peer = shell_peer(plan, config, work)
@@ -328,24 +330,27 @@ true
         _server.stop_servers(str(Path(served_env["XDG_RUNTIME_DIR"]) / "scratchkeeper"))
     ratio = [w / c for w, c in zip(in_process, commands_sum)]
     cli_ratio = [w / c for w, c in zip(cli_wall, cli_sum)]
-    return {"repeats": repeats, "jobs_per_submit": 3,
-            "in_process_median_s": statistics.median(in_process),
-            "scheduler_calls_median_s": statistics.median(commands_sum),
-            "in_process_ratio_median": statistics.median(ratio),
-            "cli_wall_median_s": statistics.median(cli_wall),
-            "cli_scheduler_calls_median_s": statistics.median(cli_sum),
-            "cli_ratio_median": statistics.median(cli_ratio), "goal_ratio": 1.2,
-            "cli": _spread(cli_wall), "shell_peer": _spread(shell_wall),
-            "cli_vs_shell_ratio_median": statistics.median(cli_wall) / statistics.median(shell_wall),
-            "cli_vs_shell_goal": 2.0, "shell_peer_script": peer.read_text(),
-            "installed_cli": _spread(installed_wall),
-            "installed_cli_scheduler_calls_median_s": statistics.median(installed_sum),
-            "installed_cli_vs_shell_ratio_median":
-                statistics.median(installed_wall) / statistics.median(shell_wall),
-            "client_cli": _spread(client_wall),
-            "client_cli_scheduler_calls_median_s": statistics.median(client_sum),
-            "client_cli_vs_shell_ratio_median":
-                statistics.median(client_wall) / statistics.median(shell_wall)}
+    result = {"repeats": repeats, "jobs_per_submit": 3,
+              "in_process_median_s": statistics.median(in_process),
+              "scheduler_calls_median_s": statistics.median(commands_sum),
+              "in_process_ratio_median": statistics.median(ratio),
+              "cli_wall_median_s": statistics.median(cli_wall),
+              "cli_scheduler_calls_median_s": statistics.median(cli_sum),
+              "cli_ratio_median": statistics.median(cli_ratio), "goal_ratio": 1.2,
+              "cli": _spread(cli_wall), "shell_peer": _spread(shell_wall),
+              "cli_vs_shell_ratio_median": statistics.median(cli_wall) / statistics.median(shell_wall),
+              "cli_vs_shell_goal": 2.0, "shell_peer_script": peer.read_text(),
+              "installed_cli": _spread(installed_wall),
+              "installed_cli_scheduler_calls_median_s": statistics.median(installed_sum),
+              "installed_cli_vs_shell_ratio_median":
+                  statistics.median(installed_wall) / statistics.median(shell_wall),
+              "client_cli": _spread(client_wall),
+              "client_cli_scheduler_calls_median_s": statistics.median(client_sum),
+              "client_cli_vs_shell_ratio_median":
+                  statistics.median(client_wall) / statistics.median(shell_wall)}
+    os.chdir(previous)
+    shutil.rmtree(work, ignore_errors=True)  # the chains were cancelled
+    return result
 
 
 def _submit_runs(repeats, script, config, store, work, peer, env, served_env, cancel, argvs,
