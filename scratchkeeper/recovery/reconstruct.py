@@ -199,7 +199,8 @@ class Recoverer:
         if hints.size is not None and hints.size != stat.size:
             raise RecoveryError(f"{full}: is {stat.size} bytes, {hints.size} were staged in: the "
                                 "file changed since, its source no longer describes it")
-        if hints.sources and set(reported_osts) & self.backend.layout(full).osts():
+        layout = self.backend.layout(full)  # read again before each retry below
+        if hints.sources and set(reported_osts) & layout.osts():
             # the report names a failed OST of the file (recoveryd's check, a reader's error):
             # its bytes are most likely lost, so the source's connection opens while the OSTs
             # are probed and the rebuild begun (the probe still decides what is rebuilt)
@@ -215,7 +216,8 @@ class Recoverer:
         fresh = False  # the first look may reuse a recent probe; a retry always probes again
         while True:
             outcome.attempts += 1
-            layout = self.backend.layout(full)
+            if outcome.attempts > 1:
+                layout = self.backend.layout(full)
             statuses = self._probe(layout.osts() | set(reported_osts), fresh, started)
             fresh = True
             patch_started = time.monotonic()
