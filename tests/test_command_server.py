@@ -223,3 +223,231 @@ def test_the_client_runs_the_command_itself_when_the_socket_directory_is_not_pri
     assert ran.returncode == 0 and "served" in ran.stdout
     time.sleep(0.5)
     assert _socket(tmp_path) is None  # no server was started there
+
+
+# --- the command server behaves exactly like the command (issue 30) ---------------------------
+
+FAKE_SBATCH = """#!/bin/sh
+# who ran me: the command (my parent) and its parent (the server, when served)
+echo $PPID > "$RECORD.command"
+sed -n 's/^PPid:[[:space:]]*//p' /proc/$PPID/status > "$RECORD.parent"
+echo $$ > "$RECORD.sbatch"
+if [ -n "$HOLD" ]; then
+    while [ ! -e "$HOLD" ]; do sleep 0.02; done
+fi
+echo 4242
+"""
+
+
+def _scheduler_env(tmp_path: Path, record: str, mode: str = "on", **extra) -> dict:
+    """An environment whose ``sbatch`` records which process ran it (``RECORD.command``, its
+    parent ``RECORD.parent``) and, with ``HOLD=PATH``, waits until PATH exists."""
+    fakes = tmp_path / "recording-bin"
+    if not fakes.exists():
+        fakes.mkdir()
+        (fakes / "sbatch").write_text(FAKE_SBATCH)
+        (fakes / "sbatch").chmod(0o755)
+    return {**os.environ, "PATH": f"{fakes}:{os.environ['PATH']}",
+            "RECORD": str(tmp_path / record), "SCRATCHKEEPER_COMMAND_SERVER": mode, **extra}
+
+
+def _wait_for_file(path: Path, timeout: float = 30.0) -> str:
+    """``path``'s text once written (the fake ``sbatch`` writes ``RECORD.sbatch`` last)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if path.exists() and path.read_text().strip():
+            return path.read_text().strip()
+        time.sleep(0.02)
+    raise AssertionError(f"{path} was not written")
+
+
+def _gone(pid: int, timeout: float = 10.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except (FileNotFoundError, ProcessLookupError):
+            return True
+        if state == "Z":
+            return True
+        time.sleep(0.02)
+    return False
+
+
+def _kill_quietly(pid_file: Path) -> None:
+    try:
+        os.kill(int(pid_file.read_text()), signal.SIGKILL)
+    except (FileNotFoundError, ValueError, ProcessLookupError):
+        pass
+
+
+def test_output_that_cannot_be_written_fails_the_same_way_served_or_not(client, tmp_path):
+    _run(client, "plan", "--dry-run", "job.sh", cwd=tmp_path)
+    (server,) = _server.server_pids(str(_wait_for_server(tmp_path)))
+    outcomes = {}
+    for mode in ("on", "off"):
+        env = _scheduler_env(tmp_path, f"full-{mode}", mode)
+        with open("/dev/full", "w") as full:
+            ran = subprocess.run([str(client), "submit", "job.sh"], cwd=tmp_path, stdout=full,
+                                 stderr=subprocess.PIPE, text=True, timeout=60, env=env)
+        read, write = os.pipe()
+        os.close(read)  # a reader that has gone: `| head -0`
+        try:
+            piped = subprocess.run([str(client), "plan", "--dry-run", "--json", "job.sh"],
+                                   cwd=tmp_path, stdout=write, stderr=subprocess.PIPE,
+                                   text=True, timeout=60, env=env)
+        finally:
+            os.close(write)
+        outcomes[mode] = (ran.returncode, ran.stderr, piped.returncode, piped.stderr)
+    assert (tmp_path / "full-on.parent").read_text().strip() == str(server)  # it was served
+    assert outcomes["on"] == outcomes["off"] == (
+        1, "scratchkeeper: writing the output: No space left on device\n", 1, ""), outcomes
+
+
+def test_a_signal_ends_a_served_command_as_it_ends_the_python_command(client, tmp_path):
+    _run(client, "plan", "--dry-run", "job.sh", cwd=tmp_path)
+    (server,) = _server.server_pids(str(_wait_for_server(tmp_path)))
+    hold = tmp_path / "never"
+    for signum in (signal.SIGTERM, signal.SIGHUP):
+        outcomes = {}
+        for mode in ("on", "off"):
+            record = f"sig{signum}-{mode}"
+            proc = subprocess.Popen([str(client), "submit", "job.sh"], cwd=tmp_path,
+                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                    env=_scheduler_env(tmp_path, record, mode, HOLD=str(hold)))
+            try:
+                _wait_for_file(tmp_path / f"{record}.sbatch")
+                command = int((tmp_path / f"{record}.command").read_text())
+                proc.send_signal(signum)
+                proc.communicate(timeout=30)
+            finally:
+                if proc.poll() is None:
+                    proc.kill()
+                _kill_quietly(tmp_path / f"{record}.sbatch")
+            outcomes[mode] = proc.returncode
+            assert _gone(command), "the command's process outlived its signal"
+        served_by = (tmp_path / f"sig{signum}-on.parent").read_text().strip()
+        assert served_by == str(server)
+        # killed by the signal both ways: a shell reports 128+signal (143 for SIGTERM)
+        assert outcomes == {"on": -signum, "off": -signum}, outcomes
+
+
+def test_a_client_killed_outright_takes_its_served_command_with_it(client, tmp_path):
+    _run(client, "plan", "--dry-run", "job.sh", cwd=tmp_path)
+    (server,) = _server.server_pids(str(_wait_for_server(tmp_path)))
+    proc = subprocess.Popen([str(client), "submit", "job.sh"], cwd=tmp_path,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            env=_scheduler_env(tmp_path, "killed",
+                                               HOLD=str(tmp_path / "never")))
+    try:
+        _wait_for_file(tmp_path / "killed.sbatch")
+        command = int((tmp_path / "killed.command").read_text())
+        assert (tmp_path / "killed.parent").read_text().strip() == str(server)
+        proc.kill()  # SIGKILL: nothing the client can forward
+        proc.wait(timeout=30)
+        assert _gone(command), "the served command ran on without its client"
+    finally:
+        _kill_quietly(tmp_path / "killed.sbatch")
+
+
+def test_a_silent_client_delays_no_other_command(client, tmp_path):
+    _run(client, "plan", "--dry-run", "job.sh", cwd=tmp_path)
+    sock = _wait_for_server(tmp_path)
+    (server,) = _server.server_pids(str(sock))
+    silent, half = socket.socket(socket.AF_UNIX), socket.socket(socket.AF_UNIX)
+    try:
+        silent.connect(str(sock))  # connects and sends nothing
+        half.connect(str(sock))
+        half.sendall(_server.MAGIC + (100).to_bytes(4, "big"))  # a header, then nothing
+        started = time.monotonic()
+        ran = _run(client, "submit", "job.sh", cwd=tmp_path,
+                   env=_scheduler_env(tmp_path, "beside"))
+        took = time.monotonic() - started
+    finally:
+        silent.close()
+        half.close()
+    assert ran.returncode == 0, ran.stderr
+    assert (tmp_path / "beside.parent").read_text().strip() == str(server)  # served
+    assert took < _server.REQUEST_SECONDS, f"waited {took:.1f} s behind a silent client"
+
+
+@pytest.fixture
+def bounded_server(client, tmp_path):
+    """The user's server replaced by one with small bounds (the client's socket name)."""
+    _run(client, "plan", "--dry-run", "job.sh", cwd=tmp_path)
+    sock = _wait_for_server(tmp_path)
+    (first,) = _server.server_pids(str(sock))
+    os.kill(first, signal.SIGTERM)
+    assert _gone(first)
+    code = ("import sys; from scratchkeeper.cli import _server; _server.REQUEST_SECONDS = 2.0; "
+            "_server.MAX_PENDING = 2; _server.MAX_RUNNING = 1; "
+            "sys.exit(_server.main(sys.argv[1:]))")
+    proc = subprocess.Popen([sys.executable, "-P", "-c", code, "--socket", str(sock)], cwd="/",
+                            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 30
+        while not _listening(sock):  # not probed by connecting: a probe would hold a place
+            assert time.monotonic() < deadline and proc.poll() is None, proc.stderr.read()
+            time.sleep(0.05)
+        yield sock, proc.pid
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+
+
+def _listening(sock: Path) -> bool:
+    """Whether a socket listens on ``sock`` (/proc/net/unix: flag __SO_ACCEPTCON)."""
+    for line in Path("/proc/net/unix").read_text().splitlines()[1:]:
+        fields = line.split()
+        if len(fields) >= 8 and fields[7] == str(sock) and int(fields[3], 16) & 0x10000:
+            return True
+    return False
+
+
+def _closed_within(conn: socket.socket, seconds: float) -> bool:
+    conn.settimeout(seconds)
+    try:
+        return conn.recv(1) == b""
+    except TimeoutError:
+        return False
+    except ConnectionResetError:
+        return True
+
+
+def test_what_one_user_holds_on_the_server_is_bounded(client, tmp_path, bounded_server):
+    sock, server = bounded_server
+    waiting = [socket.socket(socket.AF_UNIX) for _ in range(3)]
+    try:
+        for conn in waiting:
+            conn.connect(str(sock))
+        # two connections may wait for their request; the third is closed at once
+        assert _closed_within(waiting[2], 0.4)
+        # a command meanwhile runs as the Python command
+        crowded = _run(client, "submit", "job.sh", cwd=tmp_path,
+                       env=_scheduler_env(tmp_path, "crowded"))
+        assert crowded.returncode == 0 and "4242" in crowded.stdout, crowded.stderr
+        assert (tmp_path / "crowded.parent").read_text().strip() != str(server)
+        # and the silent ones are dropped after REQUEST_SECONDS
+        assert _closed_within(waiting[0], 10.0) and _closed_within(waiting[1], 10.0)
+    finally:
+        for conn in waiting:
+            conn.close()
+    # one command running at once: the next runs as the Python command, as fast as it can
+    hold = tmp_path / "release"
+    first = subprocess.Popen([str(client), "submit", "job.sh"], cwd=tmp_path,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                             env=_scheduler_env(tmp_path, "held", HOLD=str(hold)))
+    try:
+        _wait_for_file(tmp_path / "held.sbatch")  # written last
+        assert (tmp_path / "held.parent").read_text().strip() == str(server)
+        second = _run(client, "submit", "job.sh", cwd=tmp_path,
+                      env=_scheduler_env(tmp_path, "second"))
+        assert second.returncode == 0, second.stderr
+        assert (tmp_path / "second.parent").read_text().strip() != str(server)
+        hold.touch()
+        out, err = first.communicate(timeout=30)
+        assert first.returncode == 0 and "4242" in out, err
+    finally:
+        if first.poll() is None:
+            first.kill()

@@ -13,7 +13,9 @@ here; ``tests/test_cli_imports.py`` checks the table against the modules).
 from __future__ import annotations
 
 import argparse
+import errno
 import importlib
+import io
 import logging
 import os
 import sys
@@ -195,6 +197,24 @@ def loop_config(args: argparse.Namespace, section: str) -> SiteConfig:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run the command ``argv`` names; its exit code.
+
+    Its standard output and error are checked (:class:`_Output`): output the command could not
+    write (``> /dev/full``, a closed pipe, an I/O error) makes the exit code non-zero, the same
+    served or not, with one line, never a traceback nor the interpreter's error at exit."""
+    output = _Output()
+    try:
+        code = _run(argv)
+    except BaseException as exc:
+        if not output.lost():
+            output.restore()
+            raise
+        # the command ended because its output failed (or raised something else after it did)
+        code = exc.code if isinstance(exc, SystemExit) and isinstance(exc.code, int) else 1
+    return output.finish(code)
+
+
+def _run(argv: list[str] | None) -> int:
     logging.basicConfig(format=LOG_FORMAT, level=logging.WARNING, stream=sys.stderr)
     if argv is None:
         argv = sys.argv[1:]
@@ -204,13 +224,97 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return int(args.func(args) or 0)
     except ScratchkeeperError as err:
-        print(f"scratchkeeper: {err}" if not _names_a_place(err) else str(err), file=sys.stderr)
+        _say(f"scratchkeeper: {err}" if not _names_a_place(err) else str(err))
         return err.exit_code
     except KeyboardInterrupt:
-        print("scratchkeeper: interrupted", file=sys.stderr)
+        _say("scratchkeeper: interrupted")
         return 130
-    except BrokenPipeError:
-        return 1
+
+
+def _say(line: str) -> None:
+    """One line on standard error; a failing standard error is recorded by :class:`_Output`
+    (and makes the exit code non-zero), not raised over the message's own exit code."""
+    try:
+        print(line, file=sys.stderr)
+    except OSError:
+        pass
+
+
+class _CheckedFile(io.FileIO):
+    """Descriptor 1 or 2 as the command writes it: the first write error is kept for the exit
+    code and what is written after it is dropped, so that neither the command's later prints
+    nor the interpreter's flush at exit raise it again (a traceback, exit code 120)."""
+
+    error: OSError | None = None
+
+    def write(self, data) -> int | None:
+        if self.error is not None:
+            return memoryview(data).nbytes
+        try:
+            return super().write(data)
+        except OSError as err:
+            self.error = err
+            raise
+
+
+class _Output:
+    """The command's standard output and error replaced by checked ones for one run of
+    :func:`main` (only when they are the process's own descriptors 1 and 2: a test's captured
+    streams are left alone)."""
+
+    def __init__(self) -> None:
+        self.saved = (sys.stdout, sys.stderr)
+        self.files: list[_CheckedFile | None] = []
+        for name, fd in (("stdout", 1), ("stderr", 2)):
+            stream = getattr(sys, name)
+            checked = _checked_stream(stream, fd)
+            self.files.append(checked.buffer.raw if checked is not None else None)
+            if checked is not None:
+                setattr(sys, name, checked)
+
+    def _flush(self) -> None:
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except (OSError, ValueError, AttributeError):
+                pass  # recorded by its _CheckedFile, or not a stream of ours
+
+    def lost(self) -> bool:
+        """Whether output was lost (after flushing what is buffered)."""
+        self._flush()
+        return any(f is not None and f.error is not None for f in self.files)
+
+    def restore(self) -> None:
+        sys.stdout, sys.stderr = self.saved
+
+    def finish(self, code: int) -> int:
+        """``code``, or 1 when output was lost and the command had not failed already; one
+        line naming the error unless it is a closed pipe (the reader stopped: ``| head``),
+        which ends the command quietly as a command killed by SIGPIPE would."""
+        out, err = self.files
+        if self.lost():
+            error = (out.error if out is not None and out.error is not None else err.error)
+            if error.errno != errno.EPIPE and (err is None or err.error is None):
+                _say(f"scratchkeeper: writing the output: {error.strerror or error}")
+                self._flush()
+            code = code or 1
+        self.restore()
+        return code
+
+
+def _checked_stream(stream, fd: int) -> io.TextIOWrapper | None:
+    """A checked stream on ``fd`` with ``stream``'s settings, if ``stream`` writes to ``fd``."""
+    try:
+        if stream is None or stream.fileno() != fd or isinstance(
+                getattr(stream.buffer, "raw", None), _CheckedFile):
+            return None
+        stream.flush()
+        raw = _CheckedFile(fd, "w", closefd=False)
+    except (AttributeError, OSError, ValueError):
+        return None
+    return io.TextIOWrapper(io.BufferedWriter(raw), encoding=stream.encoding,
+                            errors=stream.errors, line_buffering=stream.line_buffering,
+                            write_through=getattr(stream, "write_through", False))
 
 
 def _names_a_place(err: ScratchkeeperError) -> bool:

@@ -38,8 +38,26 @@ extern char **environ;
 
 static char **g_argv;
 static volatile pid_t g_child = 0;
+/* a signal received before the child's pid was known: forwarded once it is */
+static volatile sig_atomic_t g_pending = 0;
+
+/* End as a process killed by `signum` (what the Python command would have done): the shell
+ * sees 128+signum, a parent's waitpid sees WIFSIGNALED. */
+static void die_by(int signum) {
+    struct sigaction dfl = {.sa_handler = SIG_DFL};
+    sigemptyset(&dfl.sa_mask);
+    sigaction(signum, &dfl, NULL);
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, signum);
+    sigprocmask(SIG_UNBLOCK, &set, NULL);
+    raise(signum);
+    _exit(128 + signum);  /* a signal whose default is not to end a process */
+}
 
 static void fallback(void) {
+    if (g_pending)
+        die_by(g_pending);  /* the user's signal came before anything ran */
     g_argv[0] = (char *)"scratchkeeper";
     execv(SK_FALLBACK, g_argv);
     fprintf(stderr, "scratchkeeper: cannot run %s: %s\n", SK_FALLBACK, strerror(errno));
@@ -251,10 +269,12 @@ static int read_full(int fd, void *into, size_t n) {
     return 0;
 }
 
-static int write_full(int fd, const void *from, size_t n) {
+/* A server that is busy closes the connection: EPIPE, then the Python command (MSG_NOSIGNAL:
+ * not a SIGPIPE that would end the command before it ran). */
+static int send_full(int fd, const void *from, size_t n) {
     const char *p = from;
     while (n) {
-        ssize_t put_ = write(fd, p, n);
+        ssize_t put_ = send(fd, p, n, MSG_NOSIGNAL);
         if (put_ < 0 && errno == EINTR)
             continue;
         if (put_ <= 0)
@@ -268,6 +288,8 @@ static int write_full(int fd, const void *from, size_t n) {
 static void forward(int signum) {
     if (g_child > 0)
         kill(g_child, signum);
+    else
+        g_pending = signum;
 }
 
 int main(int argc, char **argv) {
@@ -299,6 +321,14 @@ int main(int argc, char **argv) {
     struct buf body = {0};
     if (build_request(&body, argc, argv) != 0)
         fallback();
+
+    /* the signals a user sends the command go to the child running it (from here on: the
+     * server may start it as soon as the request is sent) */
+    struct sigaction action = {.sa_handler = forward};
+    sigemptyset(&action.sa_mask);
+    for (size_t i = 0; i < N_FORWARDED; i++)
+        if (!ignored(forwarded[i]))
+            sigaction(forwarded[i], &action, NULL);
     char header[8] = {'S', 'K', 'C', '1'};
     uint32_t length = (uint32_t)body.len;
     header[4] = (char)(length >> 24);
@@ -320,30 +350,27 @@ int main(int argc, char **argv) {
     do
         sent = sendmsg(sock, &msg, MSG_NOSIGNAL);
     while (sent < 0 && errno == EINTR);
-    if (sent != (ssize_t)sizeof header || write_full(sock, body.data, body.len) != 0)
+    if (sent != (ssize_t)sizeof header || send_full(sock, body.data, body.len) != 0)
         fallback();
     free(body.data);
 
-    /* the signals a user sends the command go to the child running it */
-    struct sigaction action = {.sa_handler = forward};
-    sigemptyset(&action.sa_mask);
-    for (size_t i = 0; i < N_FORWARDED; i++)
-        if (!ignored(forwarded[i]))
-            sigaction(forwarded[i], &action, NULL);
-
     unsigned char answer[5];
     if (read_full(sock, answer, 1) != 0 || answer[0] != 'P')
-        fallback();  /* refused, stale, or not started: nothing has run */
+        fallback();  /* refused, stale, busy, or killed before it started: nothing has run */
     if (read_full(sock, answer + 1, 4) != 0) {
         fprintf(stderr, "scratchkeeper: the command server's child ended before it started\n");
         return 255;
     }
     g_child = (pid_t)((uint32_t)answer[1] << 24 | (uint32_t)answer[2] << 16
                       | (uint32_t)answer[3] << 8 | answer[4]);
+    if (g_pending)
+        kill(g_child, g_pending);
     unsigned char end[2];
-    if (read_full(sock, end, 2) != 0 || end[0] != 'X') {
+    if (read_full(sock, end, 2) != 0 || (end[0] != 'X' && end[0] != 'K')) {
         fprintf(stderr, "scratchkeeper: the command ended without an exit code (killed?)\n");
         return 255;
     }
+    if (end[0] == 'K')  /* the child was killed by this signal: so is the command */
+        die_by(end[1]);
     return end[1];
 }
