@@ -45,7 +45,7 @@ mount_native = Extension(
     "scratchkeeper.mount._fuse",
     sources=[f"{_MOUNT_NATIVE}/{name}.c"
              for name in ("lov", "skfs", "namespace", "layout", "data", "dispatch", "wait", "reads",
-                          "qos", "hybrid", "_fuse")]
+                          "qos", "hybrid", "access", "logs", "_fuse")]
     # read dispatch calls the replica-selection solver's C core directly (docs/mount.rst)
     + [f"{_SOLVER_NATIVE}/replica_select.c"],
     depends=[f"{_MOUNT_NATIVE}/{name}.h" for name in ("lov", "skfs", "skfs_int")]

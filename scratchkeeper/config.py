@@ -20,7 +20,7 @@ from typing import Any, Callable
 
 from .structs import record
 from .errors import ConfigError
-from .inputfiles import open_regular
+from .inputfiles import read_limited
 
 DEFAULT_PATH = "/etc/scratchkeeper/site.toml"
 ENV_VAR = "SCRATCHKEEPER_CONFIG"
@@ -113,6 +113,14 @@ def _socket_path(value: str) -> str | None:
     if len(os.fsencode(value)) > SOCKET_PATH_MAX:
         return f"a socket path of at most {SOCKET_PATH_MAX} bytes"
     return None
+
+
+def normal_path(path: str) -> str:
+    """An absolute path as every key holds it, so that each check below sees one spelling:
+    ``//``, ``/.`` and ``///`` are ``/``, ``/scratch/./x//`` is ``/scratch/x`` (``..`` is
+    refused before, not resolved: through a symbolic link it goes elsewhere)."""
+    normal = os.path.normpath(path)
+    return "/" + normal.lstrip("/") if normal.startswith("/") else normal
 
 
 def _not_the_root(value: str) -> str | None:
@@ -290,6 +298,24 @@ class ReplicationConfig:
                         "from the mirror the layout model finds cheapest")
 
 
+#: schemes recovery fetches from (scratchkeeper.transfer.ranged), and what a pattern looks like
+SOURCE_SCHEMES = ("ftp", "gsiftp", "http", "https")
+_SOURCE_PATTERN = re.compile(r"(?:file://|(?P<scheme>[a-z]+)://(?P<host>[A-Za-z0-9*.-]{1,253}|"
+                             r"\[[0-9A-Fa-f:.*]{1,64}\])(?::(?P<port>\*|\d{1,5}))?)/?", re.ASCII)
+
+
+def _source_patterns(values: list[str]) -> str | None:
+    """``recovery.allowed_sources``: each ``scheme://host[:port]`` or ``file://``."""
+    for value in values:
+        match = _SOURCE_PATTERN.fullmatch(value)
+        if match is None or (match["scheme"] is not None and (
+                match["scheme"] not in SOURCE_SCHEMES
+                or (match["port"] not in (None, "*") and not 0 < int(match["port"]) < 65536))):
+            return (f"entries \"scheme://host[:port]\" ({', '.join(SOURCE_SCHEMES)}; '*' "
+                    f"wildcards in the host, port '*' for any) or \"file://\" ({value!r} is not)")
+    return None
+
+
 @record(frozen=True)
 class RecoveryConfig:
     socket: str = _opt("/run/scratchkeeper/recoveryd.sock", "Unix socket of the recovery service",
@@ -347,6 +373,14 @@ class RecoveryConfig:
                              "bytes; a patch checks each block it fetched against them instead "
                              "of asking the server (0: record none)", minimum=0,
                              maximum=1 << 30)
+    allowed_sources: list[str] = _opt(None, "where recovery may fetch from, as "
+                                      "\"scheme://host[:port]\" (ftp, gsiftp, http, https; a "
+                                      "host may hold '*' wildcards, a port '*' for any; without "
+                                      "a port the scheme's default) or \"file://\" (local "
+                                      "files, read with the owner's rights). Empty: the "
+                                      "scheme://host:port of the sources the site's data jobs "
+                                      "staged from (recorded by stage commit)",
+                                      factory=list, expected=_source_patterns)
 
 
 @record(frozen=True)
@@ -367,6 +401,10 @@ class MountConfig:
     read_log_interval: float = _opt(5.0, "seconds between the mount's read records in "
                                     "store_root/reads.log, which feed tiering (scratchkeeper "
                                     "tierd; 0: record none)", minimum=0, maximum=DAY)
+    log_max_bytes: int = _opt(64 << 20, "most bytes of store_root/closes.log and of "
+                              "store_root/reads.log each; records beyond it, or beyond a user's "
+                              "1/16 share of it, are dropped (docs/mount.rst \"Bounded logs\")",
+                              minimum=4096, maximum=1 << 40)
 
 
 @record(frozen=True)
@@ -502,7 +540,11 @@ class SiteConfig:
 
 #: A site configuration is a few KiB; anything far larger is not one.
 CONFIG_SIZE_MAX = 1 << 20
-_CONTROL_CHARACTER = re.compile(r"[\x00-\x1f\x7f]")
+#: What no string of the configuration holds: C0 and C1 controls (NUL, newline, ESC, U+0085
+#: NEL...), DEL, the Unicode line and paragraph separators, and the bidirectional overrides
+#: and isolates. Each of them breaks or disguises a line where the value is shown or used (a
+#: log record, a job script, a command line): one rule for every string key and list item.
+_CONTROL_CHARACTER = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
 
 
 def load_config(path: str | os.PathLike | None = None) -> SiteConfig:
@@ -518,14 +560,7 @@ def load_config(path: str | os.PathLike | None = None) -> SiteConfig:
         if explicit:
             raise ConfigError("no such configuration file", path=str(chosen))
         return SiteConfig()
-    try:
-        with open_regular(chosen) as stream:
-            data = stream.read(CONFIG_SIZE_MAX + 1)
-    except OSError as err:
-        raise ConfigError(f"cannot read: {err.strerror or err}", path=str(chosen)) from err
-    if len(data) > CONFIG_SIZE_MAX:
-        raise ConfigError(f"larger than {CONFIG_SIZE_MAX >> 20} MiB: not a site configuration",
-                          path=str(chosen))
+    data = read_limited(chosen, CONFIG_SIZE_MAX, what="site configuration", error=ConfigError)
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as err:
@@ -716,7 +751,8 @@ def _convert(hint, value, dotted, meta, source, locator):
         if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
             fail("a list of strings")
         if any(_CONTROL_CHARACTER.search(v) for v in value):
-            fail("strings without control characters (NUL, newline, ...)")
+            fail("strings without control or line-breaking characters (NUL, newline, U+0085, "
+                 "U+2028, ...)")
         return list(value)
     if hint is bool:
         if not isinstance(value, bool):
@@ -737,7 +773,8 @@ def _convert(hint, value, dotted, meta, source, locator):
         if not isinstance(value, str):
             fail("a string")
         if _CONTROL_CHARACTER.search(value):
-            fail("a string without control characters (NUL, newline, ...)")
+            fail("a string without control or line-breaking characters (NUL, newline, U+0085, "
+                 "U+2028, ...)")
     choices = meta.get("choices")
     if choices and value not in choices:
         fail("one of " + ", ".join(repr(c) for c in choices))
@@ -752,6 +789,7 @@ def _convert(hint, value, dotted, meta, source, locator):
             fail(f"an {kind} path")
         if ".." in value.split("/"):
             fail("a path without '..'")
+        value = normal_path(value)
     check = meta.get("expected")
     if check is not None and (expected := check(value)):
         fail(expected)

@@ -146,17 +146,44 @@ def test_every_number_key_has_a_sane_upper_bound(dotted, kind):
 
 
 @pytest.mark.parametrize("dotted", STRING_KEYS)
-@pytest.mark.parametrize("value", [r'"a\u0000b"', r'"a\nb"', r'"a\rb"', r'"\u001b[2J"'])
+@pytest.mark.parametrize("value", [r'"a\u0000b"', r'"a\nb"', r'"a\rb"', r'"\u001b[2J"',
+                                   # C1 controls and Unicode line breaks (issue 30): NEL, CSI,
+                                   # line and paragraph separators, a right-to-left override
+                                   r'"a\u0085b"', r'"a\u009bb"', r'"a\u2028b"', r'"a\u2029b"',
+                                   r'"x\u202ehs.bat"'])
 def test_no_string_key_takes_control_characters(dotted, value):
     message = _rejected(_setting(dotted, value))
     assert message.startswith(f"site.toml:3: key '{dotted}': expected ")
-    assert "control characters" in message
+    assert "control or line-breaking characters" in message
 
 
 @pytest.mark.parametrize("dotted", [k for k, h, _ in _keys() if _kind(h) == "list"])
-def test_no_option_list_takes_control_characters(dotted):
-    message = _rejected(_setting(dotted, r'["-q", "x\ny"]'))
+@pytest.mark.parametrize("item", [r'"x\ny"', r'"x\u0085y"', r'"x\u2028y"'])
+def test_no_option_list_takes_control_characters(dotted, item):
+    message = _rejected(_setting(dotted, f'["-q", {item}]'))
     assert message.startswith(f"site.toml:3: key '{dotted}': expected strings without control")
+
+
+def test_ordinary_unicode_is_still_a_string():
+    config = parse_config('[scheduler]\ndata_queue = "daten-\u00fcbertragung"\n', "site.toml")
+    assert config.scheduler.data_queue == "daten-\u00fcbertragung"
+
+
+@pytest.mark.parametrize("root", ["/", "//", "///", "/.", "/./", "//./.", "/./."])
+@pytest.mark.parametrize("dotted", ["storage.scratch_root", "storage.store_root"])
+def test_no_spelling_of_the_root_is_a_scratch_or_store_root(dotted, root):
+    """``//`` once passed the ``/`` check and turned confinement to the scratch root off."""
+    message = _rejected(_setting(dotted, f'"{root}"'))
+    assert message.startswith(f"site.toml:3: key '{dotted}': expected a folder other than /")
+
+
+@pytest.mark.parametrize("dotted", PATH_KEYS)
+def test_every_path_key_is_held_normalised(dotted):
+    section, _, key = dotted.rpartition(".")
+    value = "//run/./sk//x.sock/" if dotted == "recovery.socket" else "//srv/./sk//data/"
+    config = parse_config(_setting(dotted, f'"{value}"'), "site.toml")
+    held = getattr(getattr(config, section), key)
+    assert held == ("/run/sk/x.sock" if dotted == "recovery.socket" else "/srv/sk/data")
 
 
 @pytest.mark.parametrize("dotted", PATH_KEYS)
@@ -273,8 +300,11 @@ def test_only_a_regular_file_is_read(tmp_path, special):
 def test_a_file_far_larger_than_a_config_is_refused(tmp_path):
     path = tmp_path / "site.toml"
     path.write_text("# padding\n" * 200_000)
-    with pytest.raises(ConfigError, match="larger than 1 MiB"):
+    with pytest.raises(ConfigError) as info:
         load_config(path)
+    # named by the line the 1 MiB limit falls on: 10 bytes a line
+    assert str(info.value) == (f"{path}:{(1 << 20) // 10 + 1}: larger than 1 MiB: not a site "
+                               "configuration")
 
 
 @pytest.mark.parametrize("content, expected", [

@@ -48,6 +48,7 @@ from pathlib import Path
 
 from scratchkeeper import digests
 from scratchkeeper.config import load_config
+from scratchkeeper.planner import records as planner_records
 from scratchkeeper.recovery import records
 from scratchkeeper.state import StateStore
 from scratchkeeper.storage import LayoutRequest, open_backend
@@ -207,6 +208,9 @@ level = "INFO"
         backend.set_xattr(name, XATTR_PREFIX + "source", uri.encode())
         backend.set_xattr(name, XATTR_PREFIX + "sha256", sha256.encode())
         backend.set_xattr(name, XATTR_PREFIX + "size", str(len(data)).encode())
+        # the record recovery trusts (trusted.*, the source's endpoint), as stage commit does
+        planner_records.write_recovery_record(backend, planner_records.open_records(self.store),
+                                              name, source=uri, sha256=sha256, size=len(data))
         full = backend.paths.resolve(name)
         digests.record(self.store, full, sha256, blocks)
         return full, backend.layout(name)

@@ -39,6 +39,7 @@ from types import SimpleNamespace
 
 from scratchkeeper import digests
 from scratchkeeper.config import parse_config
+from scratchkeeper.planner import records as planner_records
 from scratchkeeper.recovery import records
 from scratchkeeper.recovery.reconstruct import PATCHED, Recoverer
 from scratchkeeper.recovery.service import RecoveryService
@@ -117,6 +118,9 @@ class Bench:
         backend.set_xattr(name, XATTR_PREFIX + "source", uri.encode())
         backend.set_xattr(name, XATTR_PREFIX + "sha256", sha256.encode())
         backend.set_xattr(name, XATTR_PREFIX + "size", str(len(data)).encode())
+        # the record recovery trusts (trusted.*, the source's endpoint), as stage commit does
+        planner_records.write_recovery_record(backend, planner_records.open_records(self.store),
+                                              name, source=uri, sha256=sha256, size=len(data))
         full = backend.paths.resolve(name)
         if with_digests:
             digests.record(self.store, full, sha256, blocks)

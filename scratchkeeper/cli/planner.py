@@ -46,6 +46,7 @@ def _script_options(parser) -> None:
 
 
 def _plan_json(plan, commands) -> dict:
+    roles = {job.key: job.role for job in plan.jobs}  # not plan.job(): once per dependency
     return {
         "chain_id": plan.chain_id,
         "scheduler": plan.scheduler,
@@ -54,7 +55,7 @@ def _plan_json(plan, commands) -> dict:
                   "walltime": j.walltime, "start": j.start,
                   "layout": j.layout.to_dict() if j.layout else None,
                   "layout_skipped": j.layout_skipped,
-                  "depends_on": [{"role": plan.job(d.key).role, "key": d.key, "type": d.type}
+                  "depends_on": [{"role": roles[d.key], "key": d.key, "type": d.type}
                                  for d in j.depends_on]} for j in plan.jobs],
         "staged_files": [{"path": f.path, "source": f.source, "line": f.line} for f in plan.staged_files],
         "offloaded_files": [{"path": f.path, "destination": f.destination, "line": f.line}

@@ -7,8 +7,11 @@ import math
 import sys
 
 from ..errors import SolverInputError
-from ..inputfiles import open_regular
+from ..inputfiles import read_limited
 from ..solver import ALGORITHMS, DiskTable
+
+#: Largest request read: a million buckets of a few replicas is ~30 MB of JSON.
+REQUEST_SIZE_MAX = 256 << 20
 
 
 def register(subparsers) -> None:
@@ -46,11 +49,7 @@ def _run(args) -> int:
 
 def load_request(path: str) -> tuple[DiskTable, list[list[int]]]:
     """Parse and check a solve request file; errors name the file and the disk or bucket."""
-    try:
-        with open_regular(path) as stream:
-            data = stream.read()
-    except OSError as err:
-        raise SolverInputError(f"cannot read: {err.strerror or err}", path=path) from err
+    data = read_limited(path, REQUEST_SIZE_MAX, what="solve request", error=SolverInputError)
     try:
         text = data.decode("utf-8")
         document = json.loads(text, parse_constant=_reject_constant, parse_int=_parse_int,

@@ -205,10 +205,15 @@ def _import(args) -> int:
 
 def _get(args) -> int:
     backend = _backend(args)
+    chunks = backend.open_reader(args.path, chunk_size=COPY_CHUNK)
+    # the first chunk before any local file: a file the caller may not read is refused as
+    # such, and leaves nothing behind
+    first = next(chunks, b"")
     temp = f"{args.local}.part-{os.getpid()}"
     try:
         with open(temp, "wb") as target:
-            for chunk in backend.open_reader(args.path, chunk_size=COPY_CHUNK):
+            target.write(first)
+            for chunk in chunks:
                 target.write(chunk)
     except OSError as err:
         _unlink_quietly(temp)

@@ -36,6 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import InputError
+from ..inputfiles import open_regular
 from .advise import AccessClass, Workload
 from .model import RANDOM, READ, SEQUENTIAL, WRITE
 
@@ -90,14 +91,15 @@ def extract_counters(path: str) -> dict:
         raise InputError("reading a Darshan log needs PyDarshan: pip install darshan "
                          "(or the project's extra: pip install 'scratchkeeper[darshan]')",
                          path=path)
-    if not os.path.isfile(path):
-        raise InputError("no such Darshan log" if not os.path.exists(path)
-                         else "not a regular file", path=path)
+    # checked on a descriptor opened without waiting (a FIFO named as the log is refused, not
+    # waited on); the child reads the file by name, within EXTRACT_TIMEOUT
     try:
-        with open(path, "rb"):
+        with open_regular(path, "rb"):
             pass
+    except FileNotFoundError:
+        raise InputError("no such Darshan log", path=path) from None
     except OSError as err:
-        raise InputError(f"cannot read: {err.strerror}", path=path) from err
+        raise InputError(f"cannot read: {err.strerror or err}", path=path) from None
     from ..runner import run
 
     package_root = str(Path(__file__).resolve().parents[2])

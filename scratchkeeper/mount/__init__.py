@@ -73,25 +73,53 @@ def detach_stale(mountpoint: str) -> None:
     run(["fusermount3", "-u", "-z", mountpoint], timeout=30)
 
 
+#: what the mount's root shows ("mode=O uid=U gid=G"), kept on the MDT directory, which is
+#: root's and 0700 itself (docs/mount.rst "Permissions and ACLs"; native/access.c)
+ROOT_XATTR = "trusted.scratchkeeper.root"
+ROOT_DEFAULT = (0o755, 0, 0)
+
+
 def prepare_store(config: SiteConfig) -> tuple[Path, dict[str, tuple[int, ...]]]:
-    """Open the store once (OST directories, garbage collection); its MDT and its pools."""
+    """Open the store once (OST directories, garbage collection; the store closes the MDT
+    directory to 0700); its MDT and its pools."""
     if config.storage.backend != "local":
         raise ConfigError(f"key 'storage.backend': the scratch mount serves the local store, "
                           f"not {config.storage.backend!r}", path=config.source)
     from ..storage import open_backend
 
+    mdt = Path(config.storage.store_root) / MDT
+    shown = _root_shown(mdt)  # before the open closes a directory of an older store
     backend = open_backend(config)
     backend.db  # opening creates the OST directories and runs garbage collection
     if backend.read_only:
         raise StorageError(f"the store at {config.storage.store_root} cannot be written by this "
                            f"process (uid {os.geteuid()}): the mount runs as the store's owner")
-    mdt = Path(config.storage.store_root) / MDT
     try:
-        mdt.mkdir(mode=0o755)
-        os.chmod(mdt, 0o755)
+        mdt.mkdir(mode=0o700)
+        os.chmod(mdt, 0o700)
     except FileExistsError:
         pass
+    if shown is not None:
+        os.setxattr(mdt, ROOT_XATTR, "mode={:04o} uid={} gid={}".format(*shown).encode())
     return mdt, backend.pools
+
+
+def _root_shown(mdt: Path) -> tuple[int, int, int] | None:
+    """The mode, owner and group the mount's root is to show when the MDT directory has no
+    ``ROOT_XATTR`` yet (None when it has one): the directory's own when others could enter it
+    (a store from before directories were closed: what users saw), else 0755 root's."""
+    try:
+        os.getxattr(mdt, ROOT_XATTR)
+        return None
+    except FileNotFoundError:
+        return ROOT_DEFAULT
+    except OSError as err:
+        if err.errno != errno.ENODATA:
+            raise StorageError(f"{mdt}: {ROOT_XATTR}: {err.strerror}") from None
+    info = os.stat(mdt)
+    if not info.st_mode & 0o077:
+        return ROOT_DEFAULT
+    return stat.S_IMODE(info.st_mode), info.st_uid, info.st_gid
 
 
 def _recover_callback(config: SiteConfig):
@@ -250,6 +278,7 @@ def serve(config: SiteConfig, mountpoint: str, *, debug: bool = False) -> None:
                   dispatch_min_bytes=mount.dispatch_min_bytes,
                   pools=tuple(pools.items()),
                   read_log_interval=float(mount.read_log_interval),
+                  log_max_bytes=mount.log_max_bytes,
                   place=_place_callback(config), qos=qos, model=model_constants(config),
                   recover=_recover_callback(config))
     except OSError as err:

@@ -1,10 +1,15 @@
 """What a data job does when its transfers end: record the staged files, or the failure.
 
 ``stage commit`` (run by the data job after its last transfer) checks every staged file exists,
-measures size, SHA-256 and per-block CRC-32 (one read), hands it to the storage backend (the local striped store takes it
-in; Lustre keeps it where it is) and writes the recovery metadata as extended attributes and
-in the state store. ``stage fail`` records why the data job failed and, for a stage-in, cancels
-the compute and stage-out jobs with that reason, so nothing waits on a dead dependency.
+measures size, SHA-256 and per-block CRC-32 (one read), hands it to the storage backend (the
+local striped store takes it in; Lustre keeps it where it is) and writes the recovery metadata
+as extended attributes and in the state store: ``user.scratchkeeper.*`` for users to read, and,
+when it runs as root, the record recovery trusts (``trusted.scratchkeeper.*``, which no user
+can write, and the source's endpoint; :func:`records.write_recovery_record`). Committing for a
+user (recoveryd, for a data job that runs as them), every path is looked at as that user, and a
+path they cannot reach gets the same answer as a missing one. ``stage fail`` records why the
+data job failed and, for a stage-in, cancels the compute and stage-out jobs with that reason,
+so nothing waits on a dead dependency.
 
 Many data jobs end at once: the state database and the store's namespace are then busy. Each
 step of a commit is retried while they stay locked (:func:`recorded`, for up to
@@ -16,8 +21,12 @@ records are upserts).
 
 from __future__ import annotations
 
+import json
 import logging
 import os
+import pwd
+import select
+import stat
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -27,7 +36,7 @@ from .. import digests
 from ..config import SiteConfig
 from ..errors import InputError, PermissionDenied, ScratchkeeperError, UnknownJobError
 from ..schedulers import get_scheduler
-from ..ownership import open_owned
+from ..ownership import Owner, _reap, open_owned
 from ..state import DatabaseBusy, StateStore, retry_busy
 from ..storage import open_backend
 from ..storage.sources import open_regular
@@ -70,9 +79,21 @@ def _job_row(store: StateStore, chain_id: str, job_key: str):
     raise UnknownJobError(f"chain {chain_id} has no job {job_key!r}")
 
 
-def _files_of(staged_row) -> list[tuple[str, str]]:
-    """(path, source) of a staged row; a directory contributes every file below it."""
+def _files_of(staged_row, owner: Owner | None = None, script: str = "") -> list[tuple[str, str]]:
+    """(path, source) of a staged row; a directory contributes every file below it.
+
+    ``owner``: a privileged service commits for that user, so the row's path is looked at, and
+    a directory walked, with the user's rights (in a child running as them): a name the user
+    may not reach is answered as a missing one (:func:`_unreachable`), and no name inside a
+    directory the user may not read is ever listed.
+    """
     path, source = staged_row["path"], staged_row["source"]
+    if owner is not None:
+        found = _walk_as(owner, path, bool(staged_row["recursive"]))
+        if found is None:
+            raise _unreachable(path, owner.uid, staged_row["line"], script)
+        return [(f, source if f == path else
+                 source.rstrip("/") + "/" + os.path.relpath(f, path)) for f in found]
     if not staged_row["recursive"] and not os.path.isdir(path):
         return [(path, source)]
     found = []
@@ -82,6 +103,65 @@ def _files_of(staged_row) -> list[tuple[str, str]]:
             relative = os.path.relpath(full, path)
             found.append((full, source.rstrip("/") + "/" + relative))
     return found
+
+
+def _unreachable(path: str, uid: int, line: int, script: str) -> InputError:
+    """The one answer for a staged path that is missing, not the user's, a link, or not
+    reachable by them: the same words whatever the case, so a commit tells nothing of other
+    users' files."""
+    return InputError(f"line {line}: {path}: no file of uid {uid} there (the transfer reported "
+                      "success, but the user cannot reach a regular file of their own at that "
+                      "path)", path=script)
+
+
+def _walk_as(owner: Owner, path: str, recursive: bool, timeout: float = 600.0) -> list[str] | None:
+    """The regular files at ``path`` as ``owner`` sees it, in a forked child running as them:
+    ``[path]`` for a file, the files below it for a directory (links not followed, folders
+    they may not read passed over); None when they cannot reach ``path`` or it is a link."""
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child lists names as the user, then exits
+        answer = b"null"
+        try:
+            os.setgroups(list(owner.groups) or [owner.gid])
+            os.setresgid(owner.gid, owner.gid, owner.gid)
+            os.setresuid(owner.uid, owner.uid, owner.uid)
+            info = os.lstat(path)
+            if stat.S_ISREG(info.st_mode):
+                answer = json.dumps([path]).encode()
+            elif stat.S_ISDIR(info.st_mode):
+                found = [os.path.join(folder, name) for folder, _, names in os.walk(path)
+                         for name in sorted(names)]
+                answer = json.dumps(found).encode()
+            elif not recursive:
+                answer = json.dumps([path]).encode()  # a FIFO...: refused when it is opened
+        except BaseException:
+            pass
+        finally:
+            try:
+                view = memoryview(answer)
+                while view:
+                    view = view[os.write(write_end, view):]
+            finally:
+                os._exit(0)
+    os.close(write_end)
+    chunks = []
+    deadline = time.monotonic() + timeout
+    try:
+        while True:
+            ready, _, _ = select.select([read_end], [], [], max(0.0, deadline - time.monotonic()))
+            chunk = os.read(read_end, 1 << 20) if ready else b""
+            if not chunk:
+                break
+            chunks.append(chunk)
+    finally:
+        os.close(read_end)
+        _reap(pid)
+    try:
+        found = json.loads(b"".join(chunks) or b"null")
+    except ValueError:
+        return None
+    return found if isinstance(found, list) else None
 
 
 def check_owner(store: StateStore, chain_id: str, for_uid: int | None):
@@ -118,10 +198,11 @@ def commit_stage(store: StateStore, config: SiteConfig, chain_id: str, job_key: 
         jobs = recorded(lambda: records.chain_jobs(store, chain_id), what)
         compute = [r for r in jobs if r["role"] == "compute"]
         compute_id = compute[0]["job_id"] if compute else ""
+        user = Owner.of(for_uid, _primary_gid(for_uid)) if for_uid not in (None, 0) else None
         for staged in recorded(lambda: records.staged_files(store, chain_id, job_key), what):
             if staged["state"] == "staged":
                 continue  # a re-run of the data job: already recorded
-            for path, source in _files_of(staged):
+            for path, source in _files_of(staged, user, chain["script_path"]):
                 committed.append(_commit_file(store, config, backend, chain, staged, path,
                                               source, compute_id or "", for_uid, layout))
             recorded(lambda: _mark_staged(store, chain_id, staged["path"]), what)
@@ -176,22 +257,25 @@ def _mark_staged(store: StateStore, chain_id: str, path: str) -> None:
 def _commit_file(store, config, backend, chain, staged, path, source, compute_id, for_uid,
                  layout=None):
     chain_id, script = chain["chain_id"], chain["script_path"]
-    if not os.path.lexists(path):
+    on_behalf = for_uid not in (None, 0)
+    if not on_behalf and not os.path.lexists(path):
         raise InputError(f"line {staged['line']}: the transfer reported success but {path} "
                          "does not exist", path=script)
-    if os.path.islink(path):
+    if not on_behalf and os.path.islink(path):
         raise InputError(f"line {staged['line']}: {path} is a symbolic link; refusing to follow it",
                          path=script)
     inside = _inside(path, config.storage.scratch_root)
     block = config.recovery.digest_block if inside else 0
-    on_behalf = for_uid not in (None, 0)
     # One descriptor for everything read or set here, so a path swapped meanwhile cannot
-    # redirect it; acting for a user, the file must be that user's (open_owned).
+    # redirect it; acting for a user, the file must be that user's (open_owned), and whatever
+    # keeps it from being one (missing, another's, a link...) gets the one answer.
     # Either way a FIFO or a device put there is refused, not waited on or read without end.
     try:
         fd = open_owned(path, for_uid) if on_behalf else \
             open_regular(path, follow_links=False)[0]
-    except InputError as err:
+    except ScratchkeeperError as err:
+        if on_behalf:
+            raise _unreachable(path, for_uid, staged["line"], script) from None
         raise InputError(str(err), path=script, line=staged["line"]) from None
     try:
         info = os.fstat(fd)
@@ -220,6 +304,15 @@ def _commit_file(store, config, backend, chain, staged, path, source, compute_id
             **({"expect_uid": for_uid} if on_behalf else {})), what)
         recorded(lambda: backend.set_xattrs(path, {XATTR + name: value.encode()
                                                    for name, value in metadata.items()}), what)
+        if os.geteuid() == 0:
+            # what recovery trusts: attributes only root can write (the user.* ones above are
+            # the user's to read, and to change), and the source's endpoint
+            recorded(lambda: records.write_recovery_record(
+                backend, store, path, source=source, sha256=checksum, size=info.st_size), what)
+        else:
+            log.warning("%s: committed by uid %d, not root: no trusted recovery record (the "
+                        "file cannot be patched from its source until root commits it)", path,
+                        os.geteuid())
     recorded(lambda: _record_staged(store, chain_id, path, staged, source, info, checksum), what)
     if blocks is not None:
         resolved = backend.paths.resolve(path)
@@ -239,6 +332,13 @@ def _record_staged(store: StateStore, chain_id: str, path: str, staged, source: 
             " owner_gid=excluded.owner_gid, staged_at=excluded.staged_at, source=excluded.source",
             (chain_id, path, staged["job_key"], source, staged["line"], 0, "staged", info.st_size,
              "sha256:" + checksum, info.st_uid, info.st_gid, time.time()))
+
+
+def _primary_gid(uid: int) -> int:
+    try:
+        return pwd.getpwuid(uid).pw_gid
+    except KeyError:
+        return uid
 
 
 def _inside(path: str, root: str) -> bool:

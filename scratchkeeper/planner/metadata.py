@@ -125,7 +125,17 @@ def _operands(args: list[str], tool: str) -> tuple[list[str], dict[str, str], se
     return operands, values, flags
 
 
+#: characters that ``bash -c`` (unquoted) or the tool itself (curl's URL globs, the wildcards of
+#: globus-url-copy, scp and rsync's far side) may expand: a word holding one may name other files
+#: than it spells, so what it moves is not recorded (in an HTTP URL a ``?`` starts the query)
+_EXPANDED = re.compile(r"[*?\[\]{}]")
+_EXPANDED_HTTP = re.compile(r"[*\[\]{}]")
+
+
 def _uri(token: str, cwd: str) -> str | None:
+    http = token[:8].lower().startswith(("http://", "https://"))
+    if (_EXPANDED_HTTP if http else _EXPANDED).search(token):
+        return None
     try:
         return parse_location(token, cwd=cwd).uri
     except (ValueError, UnknownScheme):
@@ -133,6 +143,8 @@ def _uri(token: str, cwd: str) -> str | None:
 
 
 def _local(token: str, cwd: str) -> str | None:
+    if _EXPANDED.search(token):
+        return None
     try:
         location = parse_location(token, cwd=cwd)
     except (ValueError, UnknownScheme):

@@ -118,12 +118,37 @@ class Plan:
         return [j for j in self.jobs if j.role == role]
 
 
+#: longest job name derived from a script's name: Slurm takes any length, PBS Pro 236
+#: characters; the data jobs add ``.stage-out-256`` and keep well inside both
+JOB_NAME_MAX = 64
+_NOT_IN_JOB_NAME = re.compile(r"[^A-Za-z0-9._+-]+")
+
+
+def job_name_of(script_path: str) -> str:
+    """The jobs' name when the script names none (``#SBATCH --job-name``, ``#PBS -N``): its
+    file name, with each run of characters a job name cannot hold (a blank, brackets, a
+    quote, anything not ASCII) made one ``_``, starting with a letter or digit and at most
+    JOB_NAME_MAX characters: ``my job.sh`` is ``my_job.sh``, ``run(2).sh`` ``run_2.sh``.
+    These characters (letters, digits, ``. _ + -``) are what Slurm's ``--job-name``, PBS's
+    ``-N`` and the templates' ``header`` filter all take."""
+    base = posixpath.basename(script_path)
+
+    def replace(found: re.Match) -> str:  # nothing beside a dot or at an end: run(2).sh
+        start, end = found.span()
+        edge = start == 0 or end == len(base) or base[start - 1] == "." or base[end:end + 1] == "."
+        return "" if edge else "_"
+
+    name = _NOT_IN_JOB_NAME.sub(replace, base)
+    name = re.sub(r"^[^A-Za-z0-9]+", "", name)[:JOB_NAME_MAX].rstrip("._+-")
+    return name or "job"
+
+
 def build_plan(parsed: ParsedScript, config: SiteConfig, *, chain_id: str, workdir: str,
                scheduler: str | None = None) -> Plan:
     """Decide the jobs of ``parsed``; raises DirectiveError for what no client can do."""
     sched = config.scheduler
     kind = scheduler or sched.kind
-    base_name = parsed.compute_job.get("name") or posixpath.basename(parsed.path) or "job"
+    base_name = parsed.compute_job.get("name") or job_name_of(parsed.path)
     jobs: list[PlannedJob] = []
     staged: list[StagedFile] = []
     offloaded: list[OffloadedFile] = []
@@ -135,8 +160,7 @@ def build_plan(parsed: ParsedScript, config: SiteConfig, *, chain_id: str, workd
                                            config, parsed.path)
     in_keys = _data_jobs(parsed, STAGE_IN, config, base_name, chain_id, workdir, jobs, staged,
                          offloaded, kind=kind)
-    for key in in_keys:
-        job = next(j for j in jobs if j.key == key)
+    for job in jobs:  # only stage-in jobs so far
         job.layout, job.layout_skipped = layout, layout_skipped
     compute = PlannedJob(key=COMPUTE, role=COMPUTE, queue=sched.batch_queue,
                          name=parsed.compute_job.get("name") or base_name,

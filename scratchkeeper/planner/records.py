@@ -1,9 +1,18 @@
-"""The planner's tables in the state store: chains, their jobs, staged files (recovery metadata)."""
+"""The planner's tables in the state store: chains, their jobs, staged files (recovery metadata).
+
+Also the record of a staged file's sources that recovery trusts (:func:`write_recovery_record`):
+``trusted.scratchkeeper.*`` extended attributes on the file's inode, which only root can write
+or read (the kernel refuses ``trusted.*`` to anyone without ``CAP_SYS_ADMIN``, through the
+mount and on the MDT alike), and the ``scheme://host:port`` of every source a data job staged
+from (table ``source_endpoints``, recovery's default allow-list).
+"""
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import time
+import urllib.parse
 from dataclasses import asdict
 from typing import Iterable
 
@@ -63,6 +72,14 @@ MIGRATIONS = [
         PRIMARY KEY (chain_id, path)
     );
     """,
+    # where the site's data jobs staged from: recovery's allow-list when the site sets none
+    """
+    CREATE TABLE source_endpoints (
+        endpoint    TEXT PRIMARY KEY,
+        first_used  REAL NOT NULL,
+        last_used   REAL NOT NULL
+    );
+    """,
 ]
 
 # chain states
@@ -74,8 +91,105 @@ JOB_DONE, JOB_FAILED = "done", "failed"
 
 
 def open_records(store: StateStore) -> StateStore:
+    before = store.schema_version(COMPONENT)
     store.ensure_schema(COMPONENT, MIGRATIONS)
+    if 0 < before < 2:
+        # the endpoints of what was committed before the table existed (idempotent: two
+        # processes migrating at once insert the same rows)
+        sources = {row["source"] for row in store.query(
+            "SELECT DISTINCT source FROM staged_files WHERE state = 'staged'")}
+        record_endpoints(store, sources)
     return store
+
+
+# -- the record recovery trusts -------------------------------------------------------------------
+#: only root reads or writes these (CAP_SYS_ADMIN); the user.scratchkeeper.* copies are for users
+TRUSTED_PREFIX = "trusted.scratchkeeper."
+#: the names recovery reads: primary source, further sources (whitespace-separated), digest, size
+RECORD_NAMES = ("source", "sources", "sha256", "size")
+#: ports of a scheme when a URI names none
+DEFAULT_PORTS = {"ftp": 21, "gsiftp": 2811, "http": 80, "https": 443}
+LOCAL = "file://"
+
+
+def recovery_record(source: str, sha256: str | None, size: int,
+                    sources: Iterable[str] = ()) -> dict[str, bytes]:
+    """The trusted attributes of a staged file (what :func:`write_recovery_record` sets)."""
+    record = {TRUSTED_PREFIX + "source": source.encode(), TRUSTED_PREFIX + "size": str(size).encode()}
+    if sha256:
+        record[TRUSTED_PREFIX + "sha256"] = sha256.encode()
+    extra = [s for s in sources if s and s != source]
+    if extra:
+        record[TRUSTED_PREFIX + "sources"] = "\n".join(extra).encode()
+    return record
+
+
+def write_recovery_record(backend, store: StateStore | None, path: str, *, source: str,
+                          sha256: str | None, size: int, sources: Iterable[str] = ()) -> None:
+    """Record, as root, where ``path`` came from: the attributes recovery reads (and nothing a
+    user can change), and the sources' endpoints in ``store``. ``stage commit`` calls it; so
+    do tools and tests that stage a file the way it does."""
+    sources = list(sources)
+    backend.set_xattrs(path, recovery_record(source, sha256, size, sources))
+    if store is not None:
+        record_endpoints(store, [source, *sources])
+
+
+def source_endpoint(uri: str) -> str | None:
+    """``scheme://host:port`` of a source URI (lower case, the scheme's port when it names
+    none); ``file://`` for a local file; None for what recovery cannot fetch from."""
+    if uri.startswith("/") or uri.startswith(LOCAL):
+        return LOCAL
+    try:
+        parts = urllib.parse.urlsplit(uri)
+        port = parts.port
+    except ValueError:
+        return None
+    scheme, host = parts.scheme.lower(), parts.hostname
+    if scheme not in DEFAULT_PORTS or not host:
+        return None
+    if ":" in host:
+        host = f"[{host}]"
+    return f"{scheme}://{host}:{port or DEFAULT_PORTS[scheme]}"
+
+
+def is_loopback(endpoint: str) -> bool:
+    """Whether an endpoint names this machine (a data job's loopback is its node's, not the
+    head node's)."""
+    host = urllib.parse.urlsplit(endpoint).hostname or ""
+    if host == "localhost" or host.endswith(".localhost"):
+        return True
+    try:
+        address = ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    return address.is_loopback or address.is_unspecified or address.is_link_local
+
+
+def record_endpoints(store: StateStore, sources: Iterable[str]) -> None:
+    endpoints = {e for e in map(source_endpoint, sources) if e is not None}
+    if not endpoints:
+        return
+    now = time.time()
+    with store.transaction() as conn:
+        for endpoint in sorted(endpoints):
+            conn.execute("INSERT INTO source_endpoints VALUES (?, ?, ?) ON CONFLICT(endpoint) "
+                         "DO UPDATE SET last_used = excluded.last_used", (endpoint, now, now))
+
+
+def endpoint_used(store: StateStore, endpoint: str) -> bool:
+    """Whether a data job of the site staged from ``endpoint`` (recorded by stage commit)."""
+    return bool(store.query("SELECT 1 FROM source_endpoints WHERE endpoint = ?", (endpoint,)))
+
+
+def staged_record(store: StateStore, path: str, uid: int, size: int):
+    """The newest committed row of ``path`` (source, checksum) for a file of ``uid`` of
+    ``size`` bytes, or None: what recovery takes for a file committed before the trusted
+    attributes existed (a row only root's commit writes; the owner and size must still match)."""
+    rows = store.query("SELECT source, checksum FROM staged_files WHERE path = ? AND "
+                       "state = 'staged' AND owner_uid = ? AND size = ? "
+                       "ORDER BY staged_at DESC LIMIT 1", (path, uid, size))
+    return rows[0] if rows else None
 
 
 def record_plan(store: StateStore, plan: Plan, owner_uid: int, log_paths: dict[str, str]) -> None:

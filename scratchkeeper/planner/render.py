@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 from ..config import SiteConfig
 from ..errors import ConfigError, TemplateError
 from ..transfer.classify import grep_pattern
+from ..transfer.clients import file_url
 from . import compiled_templates
 from .plan import COMPUTE, Plan, PlannedJob
 
@@ -263,13 +264,15 @@ def _changed_only(plan: Plan, job: PlannedJob) -> dict:
     dirs, argvs = [], []
     for action in job.actions:
         local = (action.local_path or "").rstrip("/")
-        source = f"file://{local}/"
+        # the URL the client builder gave the folder (percent-encoded: no wildcard expands)
+        source = file_url(local, folder=True) if local else ""
         if job.role == "stage-out" and job.start == "close" and local and action.argv and \
                 "globus-url-copy" in os.path.basename(action.argv[0]) and source in action.argv:
             parent, name = os.path.split(local)
             folder = os.path.join(parent, f".{name}.sk-changed-{plan.chain_id}")
             dirs.append(folder)
-            argvs.append(tuple(f"file://{folder}/" if a == source else a for a in action.argv))
+            changed = file_url(folder, folder=True)
+            argvs.append(tuple(changed if a == source else a for a in action.argv))
         else:
             dirs.append("")
             argvs.append(())

@@ -249,9 +249,20 @@ def _workload(options: LayoutOptions, lines: dict[str, int], compute_job: dict[s
     and the compute job's task counts. A stage-in stages what the job reads: reads."""
     from ..layout import READ, SEQUENTIAL, Workload
 
+    def header_count(key: str, what: str) -> int | None:
+        # a count of 0 in the job's header (--nodes=0, ppn=0) is no count to divide by
+        text = compute_job.get(key)
+        if text is None:
+            return None
+        if int(text) < 1:
+            raise error(f"#STAGEIN: -layout auto: the job asks for {text} {what} in its "
+                        f"#SBATCH/#PBS header; the model needs at least 1 (give -procs and "
+                        "-per-node to describe the workload)")
+        return int(text)
+
     per_node = options.per_node
-    if per_node is None and compute_job.get("ntasks_per_node"):
-        per_node = int(compute_job["ntasks_per_node"])
+    if per_node is None:
+        per_node = header_count("ntasks_per_node", "tasks per node")
     if options.darshan is not None:
         from ..layout.darshan import read_workload
 
@@ -267,13 +278,13 @@ def _workload(options: LayoutOptions, lines: dict[str, int], compute_job: dict[s
         return log.workload
     procs = options.procs
     if procs is None:
-        if not compute_job.get("ntasks"):
+        procs = header_count("ntasks", "tasks")
+        if procs is None:
             raise error("#STAGEIN: -layout auto needs the job's task count: give --ntasks "
                         "(or -n, PBS -l nodes=N:ppn=M) or -procs")
-        procs = int(compute_job["ntasks"])
     if per_node is None:
         # no per-node count anywhere: the tasks over the job's nodes, else all on one node
-        nodes = int(compute_job.get("nodes") or 1)
+        nodes = header_count("nodes", "nodes") or 1
         per_node = -(-procs // nodes)
     if per_node > procs:
         raise error(f"#STAGEIN: -layout auto: {per_node} processes per node is more than the "

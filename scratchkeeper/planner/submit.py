@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 from ..structs import record
 from ..config import SiteConfig
 from ..errors import DirectiveError, InputError, ScratchkeeperError, SchedulerError, TemplateError
+from ..inputfiles import read_text
 from ..runner import CommandRunner, get_runner, set_runner
 from ..schedulers import Scheduler, SubmitSpec, get_scheduler
 from .directives import ParsedScript, confine, parse_script
@@ -40,19 +41,9 @@ def new_chain_id() -> str:
 
 
 def read_script(path: str) -> str:
-    try:
-        data = Path(path).read_bytes()
-    except FileNotFoundError as err:
-        raise InputError("no such batch script", path=path) from err
-    except OSError as err:
-        raise InputError(f"cannot read the batch script: {err.strerror}", path=path) from err
-    if len(data) > MAX_SCRIPT_BYTES:
-        raise InputError(f"the script is larger than {MAX_SCRIPT_BYTES >> 20} MiB", path=path)
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError as err:
-        line = data[: err.start].count(b"\n") + 1
-        raise DirectiveError("the script is not UTF-8 text", path=path, line=line) from err
+    """The batch script at ``path`` as text: a regular file of at most MAX_SCRIPT_BYTES of
+    UTF-8 (a FIFO or ``/dev/zero`` is refused, not read); errors name the script and line."""
+    return read_text(path, MAX_SCRIPT_BYTES, what="batch script", error=DirectiveError)
 
 
 def prepare(script_path: str, config: SiteConfig, *, scheduler: str | None = None,

@@ -26,6 +26,7 @@ import time
 
 from ..errors import (InputError, PermissionDenied, RecoveryError, ScratchkeeperError,
                       StorageError)
+from ..ownership import Owner
 
 MAX_LINE = 1 << 20
 
@@ -48,6 +49,22 @@ def peer_credentials(conn: socket.socket) -> tuple[int, int, int]:
     """(pid, uid, gid) of the process at the other end of a Unix socket."""
     raw = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
     return struct.unpack("3i", raw)
+
+
+#: Linux's SO_PEERGROUPS (4.13+): the peer's supplementary groups when it connected
+SO_PEERGROUPS = getattr(socket, "SO_PEERGROUPS", 59)
+
+
+def peer_owner(conn: socket.socket) -> Owner:
+    """The peer's uid, gid and supplementary groups (SO_PEERCRED, SO_PEERGROUPS); the groups
+    the system gives the uid where the kernel cannot say (more than 256 of them)."""
+    _, uid, gid = peer_credentials(conn)
+    try:
+        raw = conn.getsockopt(socket.SOL_SOCKET, SO_PEERGROUPS, 1024)
+    except OSError:
+        return Owner.of(uid, gid)
+    groups = struct.unpack(f"{len(raw) // 4}I", raw[:len(raw) // 4 * 4])
+    return Owner(uid, gid, tuple(sorted({gid, *groups})))
 
 
 def read_message(stream) -> dict:

@@ -38,15 +38,17 @@ from ..config import SiteConfig
 from ..errors import (InputError, RecoveryError, ScratchkeeperError, StorageError,
                       TargetUnavailable, TransferError)
 from ..ownership import Owner
+from ..planner import records as planner_records
 from ..state import StateStore
 from ..storage import (Extent, FileLayout, OstStatus, Rebuild, StorageBackend,
                        subtract_extents)
-from ..storage.base import XATTR_PREFIX
 from ..transfer.buffers import BufferPool
 from ..transfer.ranged import RangedReader, ReaderPool, measure, open_ranged
 from . import plan as planning
+from . import trust
 from .gather import Gathered, PatchSlots, ProbeGroup, RecoveryInterrupted
 from .safety import check_inside_scratch
+from .trust import FileHints
 from .writer import WRITE_GROUP_BYTES, WRITE_QUEUE_BYTES, RebuildWriter
 
 log = logging.getLogger(__name__)
@@ -95,28 +97,6 @@ class ChecksumMismatch(RecoveryError):
     """The rebuilt file's SHA-256 is not the one recorded at stage-in."""
 
 
-@dataclass(frozen=True)
-class FileHints:
-    """The recovery metadata of a file (extended attributes written at stage-in)."""
-
-    sources: tuple[str, ...]
-    sha256: str | None
-    size: int | None
-    #: whose rights a local (file://) source is read with: the file's owner
-    owner: Owner | None = None
-
-    @classmethod
-    def read(cls, backend: StorageBackend, path: str, owner: Owner | None = None) -> FileHints:
-        xattrs = backend.list_xattrs(path)
-        primary = xattrs.get(XATTR_PREFIX + "source", b"").decode().strip()
-        extra = xattrs.get(XATTR_PREFIX + "sources", b"").decode().split()
-        sources = tuple(dict.fromkeys(s for s in [primary, *extra] if s))
-        sha = xattrs.get(XATTR_PREFIX + "sha256", b"").decode().strip() or None
-        size_text = xattrs.get(XATTR_PREFIX + "size", b"").decode().strip()
-        return cls(sources, sha.removeprefix("sha256:") if sha else None,
-                   int(size_text) if size_text.isdigit() else None, owner)
-
-
 class SourceLoad:
     """Bytes still to be fetched from each source by all recoveries in flight (``X_d``)."""
 
@@ -142,6 +122,10 @@ class Recoverer:
         self.backend = backend
         self.config = config
         self.store = store  # where stage-in recorded block digests (None: verify without them)
+        if store is not None:
+            planner_records.open_records(store)  # staged files and their sources' endpoints
+        # where recovery may fetch from; every reader is opened through it (_open_reader)
+        self.policy = trust.SourcePolicy(config.recovery, store)
         self.load = load or SourceLoad()
         # GridFTP connections cost tens of ms (the server forks and logs in): reuse them
         self.readers = ReaderPool(self._open_reader)
@@ -194,8 +178,10 @@ class Recoverer:
         full = self.backend.paths.resolve(path)
         check_inside_scratch(full, self.backend.scratch_root)
         stat = self.backend.stat(full)
-        # a daemon acting for the file's owner reads its sources with no more rights than theirs
-        hints = FileHints.read(self.backend, full, Owner.of(stat.uid, stat.gid))
+        # a daemon acting for the file's owner reads its sources with no more rights than theirs;
+        # the sources are root's record of the stage-in, those the site allows
+        hints = self.policy.filter(full, FileHints.read(
+            self.backend, full, Owner.of(stat.uid, stat.gid), size=stat.size, store=self.store))
         if hints.size is not None and hints.size != stat.size:
             raise RecoveryError(f"{full}: is {stat.size} bytes, {hints.size} were staged in: the "
                                 "file changed since, its source no longer describes it")
@@ -246,7 +232,7 @@ class Recoverer:
                 if not hints.sources:
                     raise RecoveryError(f"{full}: lost {sum(e.length for e in truly_lost)} bytes "
                                         f"on OST {', '.join(map(str, failed))} and has no "
-                                        f"recovery source ({XATTR_PREFIX}source is not set)")
+                                        f"recovery source {hints.why_none()}")
                 # connects while the rebuild is begun and planned
                 self._warm(hints.sources[0], hints.owner)
                 try:
@@ -471,6 +457,11 @@ class Recoverer:
             reader.close()
 
     def _open_reader(self, uri: str, owner: Owner | None = None) -> RangedReader:
+        # every connection recovery opens comes through here (ReaderPool.take asks for a new
+        # reader before it reuses an idle one): no source outside the allow-list is reached
+        why = self.policy.why_refused(uri)
+        if why is not None:
+            raise TransferError(why, permanent=True)
         return open_ranged(uri, self.config.transfer, ftp_method=self.config.recovery.ftp_method,
                            spool_dir=self.backend.scratch_root,
                            range_checksum=self.config.recovery.range_checksum, owner=owner)

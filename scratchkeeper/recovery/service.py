@@ -36,15 +36,19 @@ from ..state import StateStore
 from ..storage import StorageBackend, open_backend
 from ..storage.base import XATTR_PREFIX
 from . import records
+from ..ownership import Owner
 from ..transfer.ranged import remove_stale_spools
 from .client import (ERROR_KINDS, RequestTimeout, decode_message, encode, peer_credentials,
-                     receive_request)
+                     peer_owner, receive_request)
 from .reconstruct import LOST, Recoverer, RecoveryInterrupted, SourceLoad
-from .safety import check_inside_scratch
+from . import trust
+from .safety import check_inside_scratch, reaches_own_file
 
 log = logging.getLogger(__name__)
 
 MAX_BACKOFF = 300.0
+#: lines a minute recoveryd logs of one uid's refused requests (the rest are counted)
+REFUSALS_PER_MINUTE = 30
 
 
 def process_request(store: StateStore, recoverer: Recoverer, row) -> dict:
@@ -166,6 +170,7 @@ class RecoveryService:
         self._handlers: concurrent.futures.ThreadPoolExecutor | None = None
         self._connections_lock = threading.Lock()
         self._connections: dict[int, int] = {}  # open connections by uid
+        self._refusal_logs: dict[int, trust.RateLimitedLog] = {}  # by uid
         self.failures = 0
 
     # -- life cycle ----------------------------------------------------------------------------
@@ -318,10 +323,13 @@ class RecoveryService:
                 last = records.file_state(self.store, path)
                 if last is not None and last["state"] == records.LOST:
                     continue  # reported lost: only a new report or `recover` tries again
-                if self.backend.get_xattr(path, XATTR_PREFIX + "source") is None:
+                stat = self.backend.stat(path)
+                # root's record of the stage-in, not the user's copy of it
+                if not trust.read_record(self.backend, path, stat.uid, stat.size,
+                                         self.store).sources:
                     continue
                 layout = self.backend.layout(path)
-                if not layout.lost_extents(failed, self.backend.stat(path).size):
+                if not layout.lost_extents(failed, stat.size):
                     continue
             except (InputError, StorageError) as err:
                 log.warning("check: %s: %s", path, err)
@@ -435,10 +443,20 @@ class RecoveryService:
             conn.settimeout(timeout)
             conn.sendall(encode(reply))
 
-    @staticmethod
-    def _refuse(uid: int, op, path, reason: str) -> None:
-        log.warning("refused: uid %d, op %s, path %s: %s", uid, str(op)[:64],
-                    str(path)[:4096] if path is not None else "-", reason)
+    def _refuse(self, uid: int, op, path, reason: str) -> None:
+        # A user sends as many refused requests as they like: the lines are rate-limited per
+        # uid (REFUSALS_PER_MINUTE each, the rest counted), so no user fills root's log and
+        # one user's flood hides no other user's refusals.
+        with self._connections_lock:
+            limiter = self._refusal_logs.get(uid)
+            if limiter is None:
+                if len(self._refusal_logs) >= 4096:  # uids are real peers: a bound all the same
+                    self._refusal_logs.clear()
+                limiter = self._refusal_logs[uid] = trust.RateLimitedLog(
+                    interval=0.0, budget=REFUSALS_PER_MINUTE)
+        shown = str(path)[:512] if path is not None else "-"
+        limiter.note(f"{op}", f"refused: uid {uid}, op {str(op)[:64]}, path {shown}: "
+                              f"{reason[:512]}")
 
     def _handle(self, conn: socket.socket, uid: int) -> dict | None:
         """The reply to one connection's request (None: nothing to answer)."""
@@ -446,7 +464,7 @@ class RecoveryService:
         try:
             message = decode_message(receive_request(conn, self.request_timeout))
             op, path = message.get("op", "-"), message.get("path", "-")
-            return {**self._dispatch(message, uid), "ok": True}
+            return {**self._dispatch(message, peer_owner(conn)), "ok": True}
         except EOFError:
             return None
         except ScratchkeeperError as err:
@@ -462,28 +480,44 @@ class RecoveryService:
             return {"ok": False, "error": f"internal error ({type(err).__name__}); see "
                                           "recoveryd's log", "kind": "RecoveryError"}
 
-    def _authorise(self, path, uid: int) -> str:
+    def _authorise(self, path, caller: Owner) -> str:
+        """The scratch path of a request's file, if the caller may ask about it.
+
+        A user may ask only about a file of their own that they can reach: every directory on
+        the way searchable by them (mode and ACLs, judged by the kernel in a child running as
+        them), no symbolic link. Whatever else is there (nothing, another user's file, a link,
+        a directory they may not search) gets one answer, the same words and kind, after the
+        same work, so that the socket tells nothing about names inside others' directories.
+        """
         if not isinstance(path, str) or not path:
             raise InputError("request without a 'path'")
-        full = self.backend.paths.resolve(path)
-        check_inside_scratch(full, self.backend.scratch_root)
+        full = self.backend.paths.resolve(path)  # lexical: the request's words only
+        uid = caller.uid
         if uid == 0:
+            check_inside_scratch(full, self.backend.scratch_root)
             return full
+        relative = self.backend.paths.relative(full)
+        reached = bool(relative) and reaches_own_file(_namespace_root(self.backend), relative,
+                                                       caller)
         try:
-            owner = self.backend.stat(full).uid
-        except StorageError:
+            # and as root, on the path the store resolves, now (a name swapped since the child
+            # looked is still the caller's own file, or refused)
+            owner = self.backend.stat(full).uid if reached else None
+            if owner == uid:
+                check_inside_scratch(full, self.backend.scratch_root)
+        except (InputError, StorageError):
             owner = None
         if owner != uid:
-            # the same answer for another user's file and a missing one: no oracle on either
             raise PermissionDenied(f"{full}: no file of uid {uid} there; uid {uid} may ask only "
                                    "about its own files")
         return full
 
-    def _dispatch(self, message: dict, uid: int) -> dict:
+    def _dispatch(self, message: dict, caller: Owner) -> dict:
+        uid = caller.uid
         op = message.get("op")
         timeout = _number(message.get("timeout", self.config.recovery.wait_timeout), "timeout")
         if op in ("report", "status", "wait", "recover"):
-            full = self._authorise(message.get("path"), uid)
+            full = self._authorise(message.get("path"), caller)
             if op == "status":
                 return file_status(self.store, self.backend, full)
             if op == "report":
@@ -504,7 +538,7 @@ class RecoveryService:
                 return {"request_id": request_id}
             return self._wait_request(request_id, timeout)
         if op == "reads":
-            full = self._authorise(message.get("path"), uid)
+            full = self._authorise(message.get("path"), caller)
             return self._record_reads(full, uid, message)
         if op == "check-job":
             if uid != 0 and uid != _uid_of(self.config.recovery.hook_user):
@@ -580,6 +614,11 @@ class RecoveryService:
                 return {"request_id": request_id, "state": row["state"], "timed_out": True}
             with self.changed:
                 self.changed.wait(timeout=min(remaining, 2.0))
+
+
+def _namespace_root(backend: StorageBackend) -> str:
+    """The directory users see as the scratch root: the local store's MDT, else the root."""
+    return str(getattr(backend, "mdt_root", backend.scratch_root))
 
 
 def _uid_of(user: str) -> int | None:

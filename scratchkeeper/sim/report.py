@@ -9,12 +9,14 @@ factor (fig. 4.6). Needs matplotlib (the ``plots`` extra).
 from __future__ import annotations
 
 import csv
+import io
 import math
 import os
 from collections import defaultdict
 from dataclasses import dataclass
 
 from ..errors import InputError, ScratchkeeperError
+from ..inputfiles import read_text
 
 POLICY_LABELS = {"ideal": "ideal (no failure)", "none": "without recovery",
                  "pre-execution": "pre-execution recovery", "on-the-fly": "on-the-fly recovery"}
@@ -53,17 +55,26 @@ class Row:
         return self.values.get(key, "") or ""
 
 
+#: Largest results.csv read: a row is a few hundred bytes, a sweep of 100,000 runs ~50 MB.
+RESULTS_SIZE_MAX = 256 << 20
+
+
 def read_results(path: str) -> list[Row]:
+    """The rows of a sweep's results.csv: a regular file of at most RESULTS_SIZE_MAX bytes of
+    UTF-8 CSV; every problem is one InputError naming the file and, where there is one, the
+    line."""
+    text = read_text(path, RESULTS_SIZE_MAX, what="sweep results.csv")
+    reader = csv.DictReader(io.StringIO(text, newline=""))
     try:
-        with open(path, newline="") as stream:
-            reader = csv.DictReader(stream)
-            needed = {"policy", "stripe_count", "wait_mean"}
-            if not reader.fieldnames or not needed <= set(reader.fieldnames):
-                raise InputError("not a sweep results.csv (missing policy/stripe_count/wait_mean)",
-                                 path=path, line=1)
-            rows = [Row(dict(r), path) for r in reader]
-    except OSError as err:
-        raise InputError(f"cannot read results: {err.strerror or err}", path=path) from err
+        needed = {"policy", "stripe_count", "wait_mean"}
+        if not reader.fieldnames or not needed <= set(reader.fieldnames):
+            raise InputError("not a sweep results.csv (missing policy/stripe_count/wait_mean)",
+                             path=path, line=1)
+        rows = [Row(dict(r), path) for r in reader]
+    except csv.Error as err:
+        # DictReader.line_num is set only after a row is read whole: the csv reader's, not it
+        raise InputError(f"not a CSV record: {err}", path=path,
+                         line=reader.reader.line_num) from err
     if not rows:
         raise InputError("no result row", path=path)
     return rows

@@ -20,6 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 from ..errors import InputError, ScratchkeeperError
+from ..inputfiles import read_text
 from . import DATA_DIR, sweep
 from .run import ReplayConfig, run_replay
 
@@ -30,6 +31,8 @@ QUEUE_TARGETS = (1.5, 27.5, 45.5)
 UTILISATION_TOLERANCE = 0.5         # percentage points
 QUEUE_TOLERANCE = 0.1               # relative
 MAX_PROBES = 12
+#: Largest record of a run read back (a task's results, the timings): a few KiB each.
+JSON_SIZE_MAX = 64 << 20
 
 FULL_TRACE = "RICC-2010-2.swf.gz"
 FULL_FAILURES = "LA-UR-05-7318-failure-data-1996-2005.csv.xz"
@@ -384,12 +387,14 @@ def reproduce(setup: Setup, output: str, work: str = "", workers: int = 1,
 
 
 def _read_json(path: str) -> dict:
-    try:
-        with open(path) as stream:
-            return json.load(stream)
-    except FileNotFoundError:
+    """A JSON file this run or an earlier one wrote in the output folder ({} while there is
+    none); read through the shared bounded reader, since the folder is the user's to name."""
+    if not os.path.lexists(path):
         return {}
-    except (OSError, ValueError) as err:
+    text = read_text(path, JSON_SIZE_MAX, what="reproduction record")
+    try:
+        return json.loads(text)
+    except (ValueError, RecursionError) as err:
         raise InputError(f"unreadable: {err}", path=path) from err
 
 

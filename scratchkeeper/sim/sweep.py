@@ -32,10 +32,13 @@ from dataclasses import dataclass
 from multiprocessing import get_context
 
 from ..errors import InputError, ScratchkeeperError
+from ..inputfiles import read_text
 from ..runner import get_runner
 from .metrics import filtered_wait_stats
 from .run import ReplayConfig, run_replay
 
+#: A sweep file is a few lines of TOML; anything far larger is not one.
+SWEEP_SIZE_MAX = 1 << 20
 CONFIG_FIELDS = [f.name for f in dataclasses.fields(ReplayConfig)]
 METRIC_FIELDS = ["jobs", "model_system_nodes", "ost_failures", "node_mtbf_days", "utilisation_pct",
                  "wait_mean", "wait_sd", "filtered_jobs", "filtered_wait_mean",
@@ -57,11 +60,9 @@ class SweepPlan:
 
 def load_sweep(path: str) -> SweepPlan:
     """Read a sweep file and expand its grid into tasks; errors name the file and the key."""
+    text = read_text(path, SWEEP_SIZE_MAX, what="sweep file")
     try:
-        with open(path, "rb") as stream:
-            document = tomllib.load(stream)
-    except OSError as err:
-        raise InputError(f"cannot read sweep file: {err.strerror or err}", path=path) from err
+        document = tomllib.loads(text)
     except tomllib.TOMLDecodeError as err:
         # Python 3.11 puts the place only in the text: "Invalid value (at line 2, column 9)".
         found = re.search(r"^(.*) \(at line (\d+), column \d+\)$", str(err))

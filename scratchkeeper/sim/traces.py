@@ -6,7 +6,9 @@ log (LA-UR-06-0803, ``job_end_time user_id nprocs submit_time ... / node ranges 
 CSV for a site's own job log. A corrupt line raises :class:`TraceError` naming file and line, or,
 with ``strict=False``, is skipped and counted in the :class:`ReadReport` (``nan``, ``inf`` and
 numbers beyond 2**53 are corrupt values). A compressed trace that is truncated or corrupt, a
-device or a FIFO is one :class:`TraceError` naming the file, whatever ``strict`` says.
+device or a FIFO, or a line longer than :data:`MAX_LINE` (a decompression bomb: 45 KB of
+``.xz`` that is one 600 MB line) is one :class:`TraceError` naming the file, whatever
+``strict`` says.
 """
 
 from __future__ import annotations
@@ -39,6 +41,11 @@ _SWF_FLOAT_FIELDS = {5, 6}
 VALUE_LIMIT = 2 ** 53
 #: Skipped lines quoted in a report (the rest are counted).
 FIRST_ERRORS = 5
+#: Longest line of a trace, in characters: a record of any of the formats is a few hundred
+#: (a LANL job's node list a few thousand); a line is never held longer than this.
+MAX_LINE = 1 << 20
+#: Largest node number or node count of a failure record (and of a system id).
+NODE_LIMIT = 2 ** 31 - 1
 
 
 @dataclass(slots=True)
@@ -185,8 +192,11 @@ def read_lines(stream: TraceText, name: str,
     size)`` is called as the file is read, and once at its end."""
     count = 0
     try:
-        for line in stream:
+        while line := stream.readline(MAX_LINE + 1):
             count += 1
+            if len(line) > MAX_LINE:
+                raise TraceError(f"a line longer than {MAX_LINE:,} characters: not a trace "
+                                 "(or a corrupt one)", path=name, line=count)
             if progress is not None and count % PROGRESS_LINES == 0:
                 progress(stream.consumed(), stream.size)
             yield line
@@ -335,6 +345,17 @@ class FailureTrace:
         return [r for r in self.records if r.system == system]
 
 
+def _whole_number(text: str, column: str, low: int) -> int:
+    """A count or a node number of a failure record: decimal digits, ``low``..NODE_LIMIT;
+    ValueError naming the column otherwise (``-3``, ``0`` nodes, 500 digits)."""
+    digits = text.strip()
+    if not (digits.isascii() and digits.isdigit() and len(digits) <= 10
+            and low <= int(digits) <= NODE_LIMIT):
+        shown = digits if len(digits) <= 20 else digits[:20] + "..."
+        raise ValueError(f"{column} {shown!r} is not a whole number from {low} to {NODE_LIMIT}")
+    return int(digits)
+
+
 def _lanl_time(text: str) -> float:
     """``m/d/YYYY H:MM`` as Unix seconds; the source gives no zone, UTC is assumed."""
     moment = datetime.strptime(text.strip(), "%m/%d/%Y %H:%M")
@@ -372,16 +393,17 @@ def read_lanl_failures(path: str | os.PathLike, *, strict: bool = True,
                               f"{len(head)}", name, number, "column count")
                 continue
             try:
-                sys_id = int(row[col["System"]])
-            except ValueError:
-                _fail_or_skip(report, strict, f"System is not a number: {row[col['System']]!r}",
-                              name, number, "not a number")
+                sys_id = _whole_number(row[col["System"]], "System", 0)
+            except ValueError as err:
+                _fail_or_skip(report, strict, f"bad failure record: {err}", name, number,
+                              "not a number")
                 continue
             if system is not None and sys_id != system:
                 continue
             try:
-                nodes = int(row[col["nodes"]])
-                node = int(row[col["nodenum"]])
+                # a system of 0 nodes would divide the failure rate by zero
+                nodes = _whole_number(row[col["nodes"]], "nodes", 1)
+                node = _whole_number(row[col["nodenum"]], "nodenum", 0)
                 started = _lanl_time(row[col["Prob Started"]])
                 down = finite_number(row[col["Down Time"]]) * 60.0
             except ValueError as err:
@@ -544,16 +566,18 @@ def read_site_csv(path: str | os.PathLike, *, strict: bool = True,
 def _csv_rows(reader, report: ReadReport, strict: bool, name: str):
     """``(line number, row)`` of a csv reader; a line the csv module cannot split (a field past
     its size limit) is a corrupt line like any other."""
+    # a DictReader's own line_num is set only once a row is read whole: its reader's is current
+    lines = getattr(reader, "reader", reader)
     while True:
         try:
             row = next(reader)
         except StopIteration:
             return
         except csv.Error as err:
-            _fail_or_skip(report, strict, f"not a CSV record: {err}", name, reader.line_num,
+            _fail_or_skip(report, strict, f"not a CSV record: {err}", name, lines.line_num,
                           "not CSV")
             continue
-        yield reader.line_num, row
+        yield lines.line_num, row
 
 
 def iter_records(report: ReadReport) -> Iterator[str]:

@@ -7,13 +7,16 @@ Lustre the changelog's own CLOSE records are read instead, :func:`lustre_closes`
 
     CLOSE <time> <inode> <uid> <size> <mtime> <scratch path, %XX-encoded>
 
-The chain service reads the records it has not read (its offset is in the state database) and,
-for each file of a running chain whose stage-out says ``-when close`` (the file itself, or a
-file under a listed directory), submits an *offload job* to the data queue as the file's owner
-(``sbatch --uid``): the same client, retries and checksum as the stage-out, for that file only.
-The stage-out job is made to wait for the offload jobs (its dependency is extended), and once
-an offload job completed and the file is still what was closed (size, mtime), the file's
-SHA-256 is recorded and written to the chain's ``offloaded.list`` in its spool folder. The
+The chain service reads the records it has not read (the log moved aside first, its offset in
+the state database) and, for each file of a running chain whose stage-out says ``-when close``
+(the file itself, or a file under a listed directory), submits an *offload job* to the data
+queue as the file's owner (``sbatch --uid``): the same client, retries and checksum as the
+stage-out, for that file only. The mount writes one record per file until its log is read
+(docs/mount.rst "Bounded logs"), so a record says "closed after writing since the last read",
+and the file is offloaded as it is when the record is read (its size and mtime then). The
+stage-out job is made to wait for the offload jobs (its dependency is extended), and once an
+offload job completed and the file is still what was sent (size, mtime), the file's SHA-256 is
+recorded and written to the chain's ``offloaded.list`` in its spool folder. The
 stage-out job at the end skips every result listed there that is unchanged (size, mtime,
 digest: ``scratchkeeper stage unchanged``), so nothing is sent twice.
 
@@ -34,7 +37,7 @@ import pwd
 import stat
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ..config import SiteConfig
 from ..errors import ScratchkeeperError
@@ -87,8 +90,11 @@ def mtime_text(info: os.stat_result) -> str:
 def read_closes(store: StateStore, store_root: str) -> tuple[list[CloseRecord], Callable[[], None]]:
     """The CLOSE records not read before, and the function that saves how far they were read,
     to call once they were acted on: a crash in between reads them again, which submits
-    nothing twice (an offload is keyed by chain, path, size, mtime)."""
-    return MountLog(store, "close_log", store_root, CLOSE_LOG, parse_close).read()
+    nothing twice (an offload is keyed by chain, path, size, mtime). The log is moved aside
+    before it is read (``move_first``): the mount's next record of a file it has a record of
+    goes to a new log, never one already read."""
+    return MountLog(store, "close_log", store_root, CLOSE_LOG, parse_close,
+                    move_first=True).read()
 
 
 def lustre_closes(config: SiteConfig, chains) -> list[CloseRecord]:
@@ -241,7 +247,10 @@ def _resume(config: SiteConfig, store: StateStore, chains) -> list[str]:
     return said
 
 
-def _current(record: CloseRecord, owner_uid: int) -> tuple[os.stat_result | None, str]:
+def _current(record: CloseRecord, owner_uid: int) -> tuple[CloseRecord | None, str]:
+    """The record with the file's size and mtime now, when it is the chain owner's regular
+    file: the mount leaves out later closes of a file whose record is not read yet (one
+    record per file and log), so the record's own are those of its first close."""
     try:
         info = os.lstat(record.path)
     except OSError as err:
@@ -250,17 +259,16 @@ def _current(record: CloseRecord, owner_uid: int) -> tuple[os.stat_result | None
         return None, "not a regular file"
     if info.st_uid != owner_uid or record.uid != owner_uid:
         return None, f"not the chain owner's (uid {info.st_uid}, closed by uid {record.uid})"
-    if info.st_size != record.size or mtime_text(info) != record.mtime:
-        return None, "changed since this close (a later close follows)"
-    return info, ""
+    return replace(record, size=info.st_size, mtime=mtime_text(info)), ""
 
 
 def _submit(config: SiteConfig, store: StateStore, record: CloseRecord, target: Target,
             chains) -> str:
-    info, why = _current(record, target.owner_uid)
-    if info is None:
+    current, why = _current(record, target.owner_uid)
+    if current is None:
         log.info("chain %s: %s closed, not offloaded: %s", target.chain_id, record.path, why)
         return ""
+    record = current  # sent as it is now; _finish lists it only if it is still that
     key = (target.chain_id, record.path, record.size, record.mtime)
     if store.query("SELECT 1 FROM offloads WHERE chain_id=? AND path=? AND size=? AND mtime=?",
                    key):

@@ -42,6 +42,40 @@ PROBE_GRACE = 0.05
 XATTR_PREFIX = "user.scratchkeeper."
 DEFAULT_CHUNK = 4 << 20
 
+#: The extended attributes a caller may name through a backend's ``set_xattr``,
+#: ``get_xattr``, ``list_xattrs`` and ``remove_xattr``: every ``user.*`` name, and these
+#: ``trusted.*`` names (docs/storage.rst, "Extended attributes"): the record of a staged
+#: file's sources that ``stage commit`` writes as root and recovery trusts
+#: (``planner.records.write_recovery_record``). Every other ``trusted.*`` name and every
+#: ``security.*`` name is refused: the daemons calling these methods run as root, and a name
+#: that came from a user (``security.selinux``, ``trusted.overlay.*``) must not become a change
+#: only root may make. The store's own attributes (``security.scratchkeeper.lov``, ``.dirlov``,
+#: ``.placement``) are set by the store and the mount directly on the MDT, never through these.
+XATTR_USER_PREFIX = "user."
+XATTR_TRUSTED_NAMES: frozenset[str] = frozenset(
+    f"trusted.scratchkeeper.{name}" for name in ("source", "sources", "sha256", "size"))
+XATTR_NAME_MAX = 255
+
+
+def check_xattr_name(name: str) -> None:
+    """Refuse (``InputError``) an attribute name outside :data:`XATTR_USER_PREFIX` and
+    :data:`XATTR_TRUSTED_NAMES`, or one the kernel could not hold."""
+    if not isinstance(name, str) or not (
+            (name.startswith(XATTR_USER_PREFIX) and len(name) > len(XATTR_USER_PREFIX))
+            or name in XATTR_TRUSTED_NAMES):
+        allowed = "a 'user.' name" + "".join(f" or {n!r}" for n in sorted(XATTR_TRUSTED_NAMES))
+        raise InputError(f"xattr name {str(name)[:60]!r}: expected {allowed} (security.* and "
+                         "trusted.* attributes are the store's own)")
+    if len(name.encode()) > XATTR_NAME_MAX or "\x00" in name:
+        raise InputError(f"xattr name {name[:40]!r}...: longer than {XATTR_NAME_MAX} bytes or "
+                         "holding a NUL")
+
+
+def xattr_name_listed(name: str) -> bool:
+    """Whether ``list_xattrs`` shows the attribute (the names :func:`check_xattr_name` takes)."""
+    return (name.startswith(XATTR_USER_PREFIX) and len(name) > len(XATTR_USER_PREFIX)) or \
+        name in XATTR_TRUSTED_NAMES
+
 OST_ACTIVE = "active"          # answering
 OST_FAILED = "failed"          # known dead (local store: failed by ``fail-ost``)
 OST_UNREACHABLE = "unreachable"  # did not answer within the probe timeout
@@ -295,7 +329,10 @@ class StorageBackend(abc.ABC):
         """Set an extended attribute such as ``user.scratchkeeper.source``."""
 
     def set_xattrs(self, path: str, values: dict[str, bytes]) -> None:
-        """Set several extended attributes (a backend may do it in one step)."""
+        """Set several extended attributes (a backend may do it in one step); a name outside
+        the list refuses them all, before any is set."""
+        for name in values:
+            check_xattr_name(name)
         for name, value in values.items():
             self.set_xattr(path, name, value)
 

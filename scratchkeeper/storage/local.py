@@ -17,11 +17,11 @@ one.
 Failing an OST renames its directory to ``ostNNNN.failed``: its objects really cannot be
 opened, as on a dead OSS, until ``restore_ost`` puts it back.
 
-Several users: every object carries its file's owner and permission bits (without exec bits), so
-the kernel lets a user open the objects of the files it may read and no others, as Lustre's OSTs
-do; the MDT's inodes carry them too. A process that cannot write the namespace database (a
-user's job, the store being root's) opens the store read-only: it reads, and every change is
-refused.
+Several users: as on Lustre, users never reach an OST object. The MDT and OST directories are
+the store owner's (0700), every object is 0600 with its file's owner; a process of another user
+(a user's job, the store being root's) reads through the scratch mount, whose every lookup and
+open the kernel checks against the MDT inode's mode and ACL (:mod:`.local_users`), and every
+change it asks is refused.
 """
 
 from __future__ import annotations
@@ -39,7 +39,8 @@ from pathlib import Path
 
 from ..errors import InputError, PermissionDenied, StateError, StorageError, TargetUnavailable
 from ..state import StateStore
-from .base import OST_ACTIVE, OST_FAILED, OST_UNREACHABLE, FileStat, OstStatus, StorageBackend
+from .base import (OST_ACTIVE, OST_FAILED, OST_UNREACHABLE, FileStat, OstStatus, StorageBackend,
+                   check_xattr_name, xattr_name_listed)
 from .layout import DIRLOV_XATTR, LOV_XATTR, DirDefault, FileLayout, LayoutComponent, LayoutRequest, \
     StripeObject
 from .local_mdt import REMOVED, Inode, MdtMixin
@@ -49,6 +50,7 @@ from .local_mirrors import MirrorsMixin
 from .local_objects import ObjectsMixin, directory_bytes, fsync_dir, is_link, span, unlink_imported
 from .local_placement import PLACEMENTS, PlacementMixin
 from .local_rebuild import RebuildMixin
+from .local_users import UsersMixin
 from .sources import open_regular, space_errors
 
 __all__ = ["COMPONENT", "MIGRATIONS", "NAMESPACE", "NAMESPACE_JOURNAL", "GarbageReport",
@@ -60,14 +62,16 @@ XATTR_MAX = 65536
 
 
 class LocalStripedStore(NamespaceMixin, MdtMixin, ObjectsMixin, RebuildMixin, PlacementMixin,
-                        MirrorsMixin, StorageBackend):
+                        MirrorsMixin, UsersMixin, StorageBackend):
     """Striped object store in a local directory, behaving like a Lustre file system.
 
     The MDT is :mod:`.local_mdt`, the database of intents and rebuilds and the garbage
     collection :mod:`.local_namespace`, the object files :mod:`.local_objects`, the rebuild of
-    lost stripes :mod:`.local_rebuild`, the choice of OSTs :mod:`.local_placement`, the mirrors :mod:`.local_mirrors`; this class
-    is the file system on top. ``placement``: ``"least-loaded"`` or ``"suora"``; ``tiers``:
-    ``[(performance class, [pool, ...]), ...]`` slowest first (``config.tier_pools``).
+    lost stripes :mod:`.local_rebuild`, the choice of OSTs :mod:`.local_placement`, the mirrors
+    :mod:`.local_mirrors`, other users' reads through the scratch mount :mod:`.local_users`;
+    this class is the file system on top. ``placement``: ``"least-loaded"`` or ``"suora"``;
+    ``tiers``: ``[(performance class, [pool, ...]), ...]`` slowest first
+    (``config.tier_pools``).
     """
 
     def __init__(self, scratch_root: str, store_root: str, *, ost_count: int,
@@ -91,6 +95,7 @@ class LocalStripedStore(NamespaceMixin, MdtMixin, ObjectsMixin, RebuildMixin, Pl
         self._map_cache: dict = {}  # pool -> (built at, OST states, SUORA map): place_new_file
         self._ready_lock = threading.Lock()
         self._read_only = False  # set on open: this process may not write the namespace
+        self._through_mount = False  # set on open: another user's process, reading the mount
         self._owner_uid: int | None = None
 
     # -- OSTs ----------------------------------------------------------------------------------
@@ -110,16 +115,22 @@ class LocalStripedStore(NamespaceMixin, MdtMixin, ObjectsMixin, RebuildMixin, Pl
             if states[index] == OST_FAILED:
                 result.append(OstStatus(index, name, OST_FAILED, detail="failed by fail-ost"))
                 continue
-            result.append(OstStatus(index, name, states[index], total,
-                                    directory_bytes(self._ost_dir(index)), available))
+            # the bytes its objects take: counted in its directory, which only the owner reads
+            used = None if self._through_mount else directory_bytes(self._ost_dir(index))
+            result.append(OstStatus(index, name, states[index], total, used, available))
         return result
 
     def _probe_ost(self, ost: OstStatus, timeout: float) -> OstStatus:
         """Write, read back and delete a small probe object, as an OST ping touches the disk.
 
-        A process that opened the store read-only may not write there: it lists the OST.
+        A process that opened the store read-only may not write there: it lists the OST; one
+        reading through the scratch mount, which may not list it, looks for its name.
         """
         directory = self._ost_dir(ost.ost_index)
+        if self.through_mount:
+            state = self._ost_states_by_name().get(ost.ost_index)
+            return replace(ost, state=state or OST_FAILED,
+                           detail="" if state == OST_ACTIVE else "no such OST directory")
         if self.read_only:
             try:
                 with os.scandir(directory) as entries:
@@ -238,7 +249,7 @@ class LocalStripedStore(NamespaceMixin, MdtMixin, ObjectsMixin, RebuildMixin, Pl
         staged, linked, removed = None, [], None
         try:
             with space_errors(full):
-                self._create_objects(component.objects, uid=uid, gid=gid, mode=mode)
+                self._create_objects(component.objects, uid=uid, gid=gid)
                 if source:
                     self._copy_in(source[0], size, component, source[2])
                 for directory in sorted({str(self._ost_dir(o.ost_index))
@@ -456,7 +467,15 @@ class LocalStripedStore(NamespaceMixin, MdtMixin, ObjectsMixin, RebuildMixin, Pl
         if not statmod.S_ISDIR(entry.st_mode):
             return [posixpath.basename(full)]
         if full == self.scratch_root:
-            directory = os.open(self.mdt_root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+            root = self._open_mdt_root(full)
+            try:
+                directory = os.open(".", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC,
+                                    dir_fd=root)
+            except PermissionError:
+                raise PermissionDenied(f"{full}: permission denied (uid {os.geteuid()} may not "
+                                       "list it)") from None
+            finally:
+                os.close(root)
         else:
             parent_fd, name = self._walk_parent(full)
             try:
@@ -478,7 +497,7 @@ class LocalStripedStore(NamespaceMixin, MdtMixin, ObjectsMixin, RebuildMixin, Pl
         """Every file whose layout has an object on the OST: the MDT walked, each layout read
         (``lfs find --ost``). A file whose layout is corrupt is logged and passed over."""
         self._check_ost_index(ost_index)
-        self.db  # the store opened (and migrated) first
+        self._ensure_open()  # the store opened (and migrated) first
         found = []
         for full, mdt_path in self._walk_files():
             try:
@@ -542,8 +561,24 @@ class LocalStripedStore(NamespaceMixin, MdtMixin, ObjectsMixin, RebuildMixin, Pl
     def read(self, path: str, offset: int, length: int) -> bytes:
         if offset < 0 or length < 0:
             raise InputError(f"{path}: negative offset or length")
-        node = self._inode(path)
-        return self._read_through(node.layout, node.size, offset, length, self._healthy())
+        if not self.through_mount:
+            node = self._inode(path)
+            return self._read_through(node.layout, node.size, offset, length, self._healthy())
+        with self._opened(path) as node:
+            end = min(node.size, offset + length)
+            if end <= offset:
+                return b""
+            # a stripe no mirror serves is TargetUnavailable, as below (the mount would wait
+            # for recoveryd instead): the caller knows which OST and may ask recovery itself
+            for _ in self._served_pieces(node.layout, offset, end, self._healthy()):
+                pass
+            try:
+                return self._read_mounted(node, offset, end)
+            except StorageError:
+                # an OST failed meanwhile and the mount gave up on it: say which one
+                for _ in self._served_pieces(node.layout, offset, end, self._healthy()):
+                    pass
+                raise
 
     def _read_through(self, layout: FileLayout, size: int, offset: int, length: int,
                       healthy: set[int]) -> bytes:
@@ -554,17 +589,7 @@ class LocalStripedStore(NamespaceMixin, MdtMixin, ObjectsMixin, RebuildMixin, Pl
         out = bytearray()
         handles: dict[StripeObject, int] = {}
         try:
-            position = offset
-            while position < end:
-                # one stripe piece at a time, each from whichever mirror can serve it
-                component = self._serving_component(layout, position, healthy)
-                stop = end if component.extent_end is None else min(end, component.extent_end)
-                piece = next(component.pieces(position, stop - position))
-                obj = component.objects[piece.position]
-                if obj.ost_index not in healthy:
-                    raise TargetUnavailable(f"{layout.path}: OST {obj.ost_index} is unavailable "
-                                            f"(byte {piece.file_offset})",
-                                            ost_index=obj.ost_index, path=layout.path)
+            for piece, obj in self._served_pieces(layout, offset, end, healthy):
                 handle = handles.get(obj)
                 if handle is None:
                     handle = handles[obj] = self._open_object(obj, os.O_RDONLY, layout.path)
@@ -572,11 +597,27 @@ class LocalStripedStore(NamespaceMixin, MdtMixin, ObjectsMixin, RebuildMixin, Pl
                 out += data
                 if len(data) < piece.length:  # a hole the writer never filled reads as zeros
                     out += bytes(piece.length - len(data))
-                position += piece.length
         finally:
             for handle in handles.values():
                 os.close(handle)
         return bytes(out)
+
+    def _served_pieces(self, layout: FileLayout, offset: int, end: int, healthy: set[int]):
+        """``(piece, object)`` of ``[offset, end)`` in order, one stripe piece at a time, each
+        from whichever mirror can serve it; :class:`TargetUnavailable` at the first piece no
+        mirror on a healthy OST holds."""
+        position = offset
+        while position < end:
+            component = self._serving_component(layout, position, healthy)
+            stop = end if component.extent_end is None else min(end, component.extent_end)
+            piece = next(component.pieces(position, stop - position))
+            obj = component.objects[piece.position]
+            if obj.ost_index not in healthy:
+                raise TargetUnavailable(f"{layout.path}: OST {obj.ost_index} is unavailable "
+                                        f"(byte {piece.file_offset})",
+                                        ost_index=obj.ost_index, path=layout.path)
+            yield piece, obj
+            position += piece.length
 
     @staticmethod
     def _serving_component(layout: FileLayout, offset: int, healthy: set[int]) -> LayoutComponent:
@@ -623,7 +664,7 @@ class LocalStripedStore(NamespaceMixin, MdtMixin, ObjectsMixin, RebuildMixin, Pl
         ones set already are put back)."""
         self._check_writable()
         for name, value in values.items():
-            _check_xattr_name(name)
+            check_xattr_name(name)
             if len(value) > XATTR_MAX:
                 raise InputError(f"{path}: xattr {name} value is {len(value)} bytes, over the "
                                  f"{XATTR_MAX}-byte limit")
@@ -647,7 +688,7 @@ class LocalStripedStore(NamespaceMixin, MdtMixin, ObjectsMixin, RebuildMixin, Pl
                 raise
 
     def get_xattr(self, path: str, name: str) -> bytes | None:
-        _check_xattr_name(name)
+        check_xattr_name(name)
         with self._opened(path) as node:
             return _getxattr(node, name)
 
@@ -658,13 +699,16 @@ class LocalStripedStore(NamespaceMixin, MdtMixin, ObjectsMixin, RebuildMixin, Pl
             except PermissionError:
                 raise PermissionDenied(f"{node.path}: permission denied (uid {os.geteuid()} "
                                        "may not read its attributes)") from None
+            # trusted.* are root's (CAP_SYS_ADMIN): another process has none to list
+            privileged = os.geteuid() == 0
             values = {name: _getxattr(node, name) for name in sorted(names)
-                      if name.startswith(("user.", "trusted."))}
+                      if xattr_name_listed(name)
+                      and (privileged or not name.startswith("trusted."))}
             return {name: value for name, value in values.items() if value is not None}
 
     def remove_xattr(self, path: str, name: str) -> None:
         self._check_writable()
-        _check_xattr_name(name)
+        check_xattr_name(name)
         with self._opened(path) as node:
             try:
                 os.removexattr(node.proc, name)
@@ -672,10 +716,9 @@ class LocalStripedStore(NamespaceMixin, MdtMixin, ObjectsMixin, RebuildMixin, Pl
                 if err.errno != errno.ENODATA:
                     raise StorageError(f"{node.path}: cannot remove xattr {name}: "
                                        f"{err.strerror}") from None
+
+
 def _any_file(old: Inode) -> None:
-
-
-
     """Any store file may be replaced (``import_file(replace=True)``)."""
 
 
@@ -704,12 +747,3 @@ def _served_by_mount(fd: int | None, opened: os.stat_result, mdt: os.stat_result
     except OSError:
         return False
     return True
-
-
-def _check_xattr_name(name: str) -> None:
-    """``user.*`` and ``trusted.*`` only: the layout attributes (``security.*``) are the
-    store's and the mount's, never set, read or listed as a file's attributes."""
-    if not name.startswith(("user.", "trusted.")) or len(name.split(".", 1)[1]) == 0:
-        raise InputError(f"xattr name {name!r}: expected a 'user.' or 'trusted.' name")
-    if len(name) > 255:
-        raise InputError(f"xattr name {name[:40]}...: longer than 255 bytes")

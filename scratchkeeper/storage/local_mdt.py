@@ -9,7 +9,9 @@ that garbage collection can remove those of dead processes.
 
 The tree is walked one component at a time with ``O_PATH|O_NOFOLLOW`` descriptors, relative to
 the previous directory: users change the MDT through the mount (symbolic links included), and
-the store, running as root, must never be led out of it by a link.
+the store, running as root, must never be led out of it by a link. The MDT is the store
+owner's alone (0700): a process of another user walks the same tree through the scratch mount
+(:mod:`.local_users`), where the kernel checks its rights at every step.
 """
 
 from __future__ import annotations
@@ -29,6 +31,9 @@ from .layout import DIRLOV_XATTR, LOV_XATTR, DirDefault, FileLayout
 
 MDT = "mdt"
 STAGING = "mdt.staging"
+#: what the scratch mount's root shows (``mode=O uid=U gid=G``), kept on the MDT directory,
+#: which is the store owner's and 0700 itself (docs/mount.rst; the mount's native/access.c)
+ROOT_XATTR = "trusted.scratchkeeper.root"
 REMOVED = "-removed"  # the suffix of a staging entry holding a file taken out of the namespace
 _WALK = os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 RENAME_NOREPLACE = 1
@@ -78,6 +83,28 @@ def fsync_fd_dir(dir_fd: int) -> None:
         os.close(fd)
 
 
+def keep_root_shown(mdt_root: Path) -> None:
+    """Before the MDT directory of an older store is closed: record the mode, owner and group
+    users saw at the scratch root (the directory's own) as :data:`ROOT_XATTR`, unless it is
+    recorded already or the directory is closed already (the mount then shows its default).
+    Only root sets a ``trusted.*`` attribute, and only root runs the mount."""
+    if os.geteuid() != 0:
+        return
+    try:
+        os.getxattr(mdt_root, ROOT_XATTR)
+        return
+    except FileNotFoundError:
+        return
+    except OSError as err:
+        if err.errno != errno.ENODATA:
+            raise StorageError(f"{mdt_root}: {ROOT_XATTR}: {err.strerror}") from None
+    info = os.stat(mdt_root)
+    if not info.st_mode & 0o077:
+        return
+    os.setxattr(mdt_root, ROOT_XATTR, f"mode={statmod.S_IMODE(info.st_mode):04o} "
+                                      f"uid={info.st_uid} gid={info.st_gid}".encode())
+
+
 def read_layout(fd: int, full: str) -> FileLayout:
     try:
         data = os.getxattr(fd_path(fd), LOV_XATTR)
@@ -107,10 +134,14 @@ class MdtMixin:
     def _mdt_ready(self) -> None:
         """Open the store (which creates and migrates the MDT) before using the MDT."""
         if self._db is None and not getattr(self, "_migrating", False):
-            self.db
+            self._ensure_open()
 
     def _open_mdt_root(self, full: str) -> int:
+        """An ``O_PATH`` descriptor of the namespace's root: the MDT's, or the scratch mount's
+        for a process that reads through it."""
         self._mdt_ready()
+        if self._through_mount:
+            return self._mount_root()
         try:
             return os.open(self.mdt_root, _WALK)
         except FileNotFoundError:
@@ -258,11 +289,14 @@ class MdtMixin:
     def _mdt_entry(self, full: str) -> os.stat_result | None:
         """What is at ``full`` in the MDT (not followed), or None."""
         if full == self.scratch_root:
-            self._mdt_ready()
             try:
-                return os.stat(self.mdt_root)
-            except FileNotFoundError:
+                fd = self._open_mdt_root(full)
+            except InputError:
                 return None
+            try:
+                return os.fstat(fd)
+            finally:
+                os.close(fd)
         try:
             parent_fd, name = self._walk_parent(full)
         except InputError:
@@ -374,9 +408,20 @@ class MdtMixin:
     # -- walking the tree ----------------------------------------------------------------------
     def _walk_files(self) -> Iterator[tuple[str, str]]:
         """``(scratch path, MDT path)`` of every regular file of the MDT, in name order;
-        directories this process may not read are passed over, links not followed."""
+        directories this process may not read are passed over, links not followed. Through
+        the scratch mount, the MDT path is one below the mount's root descriptor, valid while
+        the walk goes on."""
         self._mdt_ready()
-        root = str(self.mdt_root)
+        if not self._through_mount:
+            yield from self._walk_files_from(str(self.mdt_root))
+            return
+        root_fd = self._mount_root()
+        try:
+            yield from self._walk_files_from(fd_path(root_fd))
+        finally:
+            os.close(root_fd)
+
+    def _walk_files_from(self, root: str) -> Iterator[tuple[str, str]]:
         stack = [(root, self.scratch_root)]
         while stack:
             directory, scratch = stack.pop()

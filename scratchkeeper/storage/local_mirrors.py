@@ -42,8 +42,7 @@ class MirrorsMixin:
         self._claim_objects(component.objects, claim)
         switched = False
         try:
-            self._create_objects(component.objects, uid=node.st.st_uid, gid=node.st.st_gid,
-                                 mode=node.st.st_mode)
+            self._create_objects(component.objects, uid=node.st.st_uid, gid=node.st.st_gid)
             source_digest, copy_digest = hashlib.sha256(), hashlib.sha256()
 
             def digested():

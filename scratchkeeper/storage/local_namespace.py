@@ -1,9 +1,11 @@
 """The local store's namespace database and garbage collection.
 
 The files themselves live in the MDT (:mod:`.local_mdt`); ``store_root/namespace.db`` keeps the
-OSTs' states, the object *intents* and the rebuilds, in a rollback journal (a process that may
-not write it reads it without creating anything next to it, and opens it read-only). Its
-``BEGIN IMMEDIATE`` transactions are also the store's mutex for changes of the MDT.
+OSTs' states, the object *intents* and the rebuilds, in a rollback journal. Its ``BEGIN
+IMMEDIATE`` transactions are also the store's mutex for changes of the MDT. It is the store
+owner's alone (0600): its intents and rebuilds name files, which another user may not see. A
+process of the owner (or root) that may not write it opens it read-only; any other user's
+process never opens it, and reads through the scratch mount (:mod:`.local_users`).
 
 Crash safety without a lock server (docs/mount.rst, "Crash safety"): every object is created
 under an intent row written before the object exists (owned by a live process, or by a
@@ -33,8 +35,8 @@ from ..errors import PermissionDenied, ScratchkeeperError, StateError, StorageEr
 from ..state import DatabaseBusy, StateStore, may_write
 from .base import OST_ACTIVE, OST_FAILED
 from .layout import FileLayout, StripeObject
-from .local_mdt import REMOVED, read_layout
-from .local_objects import make_dir
+from .local_mdt import REMOVED, keep_root_shown, read_layout
+from .local_objects import close_dir, close_file, make_dir
 
 log = logging.getLogger(__name__)
 
@@ -93,7 +95,15 @@ MIGRATIONS = [
     ALTER TABLE object_intents ADD COLUMN held_by TEXT;
     ALTER TABLE object_intents ADD COLUMN held_ino INTEGER;
     """,
+    # no table changes: every object was made 0600 and the store's directories 0700 (by
+    # NamespaceMixin._close_store, before this version is recorded: an interrupted pass is
+    # run again by the next open)
+    """
+    -- objects closed to other users (issue 30)
+    """,
 ]
+#: the first version whose objects are all 0600 (earlier ones carried their file's read bits)
+OBJECTS_CLOSED_VERSION = 4
 
 DOOMED = "doomed"
 # a rollback journal, not WAL: readers that may not write (users' jobs) need no -shm/-wal files
@@ -107,33 +117,44 @@ class NamespaceMixin:
 
     @property
     def db(self) -> StateStore:
-        """The namespace database, created with the OST directories on first use."""
+        """The namespace database, created with the OST directories on first use. A process
+        reading through the scratch mount has none: :class:`PermissionDenied`."""
         if self._db is None:
-            with self._ready_lock:
-                if self._db is None:
-                    self._db = self._open()
+            self._ensure_open()
+            if self._db is None:
+                raise PermissionDenied(f"the store at {self.store_root} keeps its namespace for "
+                                       f"its owner (uid {self._owner_uid}); uid {os.geteuid()} "
+                                       "reads the store through the scratch mount only")
         return self._db
+
+    def _ensure_open(self) -> None:
+        """Open the store once: the namespace database, or (another user) the scratch mount."""
+        if self._db is None and not self._through_mount:
+            with self._ready_lock:
+                if self._db is None and not self._through_mount:
+                    self._db = self._open()
 
     @property
     def read_only(self) -> bool:
         """Whether this process opened the store read-only (it may not write the namespace)."""
-        self.db
+        self._ensure_open()
         return self._read_only
 
-    def _open(self) -> StateStore:
+    def _open(self) -> StateStore | None:
         namespace = self.store_root / NAMESPACE
         if namespace.exists():
             if not may_write(namespace):
                 return self._open_read_only(namespace)
         else:
             self._create_namespace(namespace)
-        self._owner_uid = os.stat(namespace).st_uid
+        info = os.stat(namespace)
+        self._owner_uid = info.st_uid
         db = StateStore(namespace, journal=NAMESPACE_JOURNAL)
-        make_dir(self.mdt_root)  # 0755: users reach their files' inodes
-        if not self.staging_root.is_dir():
-            with contextlib.suppress(FileExistsError):
-                self.staging_root.mkdir(mode=0o700)  # inodes being prepared: the store's own
-        if 0 < db.schema_version(COMPONENT) < 2:
+        make_dir(self.mdt_root)  # 0700, as the staging and OST directories: the owner's alone
+        make_dir(self.staging_root)
+        version = db.schema_version(COMPONENT)
+        self._close_store((info.st_uid, info.st_gid), objects=version < OBJECTS_CLOSED_VERSION)
+        if 0 < version < 2:
             self._migrating = True
             try:
                 self._move_files_to_mdt(db)
@@ -166,32 +187,63 @@ class NamespaceMixin:
 
     def garbage_collected_at_open(self) -> GarbageReport:
         """What the collection this process ran when it opened the store did."""
-        self.db
+        self._ensure_open()
         return getattr(self, "_opening_garbage", None) or GarbageReport()
 
+    def _close_store(self, owner: tuple[int, int], *, objects: bool) -> None:
+        """Close what an older store left open to other users, on a read-write open by the
+        store's owner (or root): the MDT, staging and OST directories 0700 (the owner's), the
+        namespace and its journal 0600; with ``objects``, every object 0600 as well (once: the
+        caller records version :data:`OBJECTS_CLOSED_VERSION` after it). ``store_root`` itself
+        stays 0755: which OSTs exist and which failed is for everyone to see. Another writer
+        (not the owner) cannot change the owner's modes; it meets an older store with a
+        refusal, as a read-only open of another version does."""
+        if os.geteuid() not in (0, owner[0]):
+            if objects:
+                raise StorageError(f"{self.store_root}: the store's objects are still open to "
+                                   f"other users; the store needs opening by its owner (uid "
+                                   f"{owner[0]}) first")
+            return
+        keep_root_shown(self.mdt_root)  # what users saw at the scratch root stays what they see
+        directories = [self.mdt_root, self.staging_root]
+        for index in range(self.ost_count):
+            directories += [self._ost_dir(index), self._failed_dir(index)]
+        for directory in directories:
+            close_dir(directory, owner)
+        for suffix in ("", "-journal", "-wal", "-shm"):
+            close_file(self.store_root / f"{NAMESPACE}{suffix}")
+        if objects:
+            self._close_objects()
+
     def _create_namespace(self, namespace: Path) -> None:
-        """Create the store directory and an empty namespace file, readable by every user (the
-        journal SQLite creates next to it takes its mode)."""
+        """Create the store directory (0755: its entry names are for everyone) and an empty
+        namespace file, the owner's alone (the journal SQLite creates next to it takes its
+        mode)."""
         refusal = (f"{self.store_root}: the store has no namespace yet and this process (uid "
                    f"{os.geteuid()}) cannot create it; the store's owner must open it first")
         if self.store_root.is_dir() and not may_write(namespace):
             raise StorageError(refusal)
         try:
-            make_dir(self.store_root, parents=True)
-            fd = os.open(namespace, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+            make_dir(self.store_root, mode=0o755, parents=True)
+            fd = os.open(namespace, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
         except FileExistsError:
             return  # another process created it first
         except PermissionError as err:
             raise StorageError(f"{refusal} ({err.strerror})") from None
         try:
-            os.fchmod(fd, 0o644)
+            os.fchmod(fd, 0o600)
         finally:
             os.close(fd)
 
-    def _open_read_only(self, namespace: Path) -> StateStore:
+    def _open_read_only(self, namespace: Path) -> StateStore | None:
         """Open the namespace of a store this process may not change: no migration, no fixup of
-        OST directories, no garbage collection; reads only."""
+        OST directories, no garbage collection; reads only. A process that is neither the
+        store's owner nor root reads through the scratch mount instead (None: no database)."""
         self._owner_uid = os.stat(namespace).st_uid
+        self._read_only = True
+        if os.geteuid() not in (0, self._owner_uid):
+            self._open_through_mount()
+            return None
         db = StateStore(namespace, journal=NAMESPACE_JOURNAL, read_only=True)
         try:
             version = db.schema_version(COMPONENT)
@@ -208,14 +260,13 @@ class NamespaceMixin:
             raise StorageError(f"{self.store_root}: the store has {known} OSTs, the "
                                f"configuration says storage.ost_count = {self.ost_count}; "
                                "OSTs cannot be removed")
-        self._read_only = True
         log.debug("store %s: opened read-only (uid %d; the store is uid %d's)", self.store_root,
                   os.geteuid(), self._owner_uid)
         return db
 
     def _check_writable(self) -> None:
         """Refuse a change when this process opened the store read-only."""
-        self.db
+        self._ensure_open()
         if self._read_only:
             if self._owner_uid == os.geteuid():
                 raise PermissionDenied(f"the store at {self.store_root} cannot be written by this "
@@ -392,6 +443,9 @@ class NamespaceMixin:
                 self._doom(conn, doomed)
 
     def _ost_states(self) -> dict[int, str]:
+        self._ensure_open()
+        if self._through_mount:
+            return self._ost_states_by_name()
         return {row["ost_index"]: row["state"]
                 for row in self.db.query("SELECT ost_index, state FROM osts")}
 

@@ -2,9 +2,14 @@
 filled exactly as Lustre's RAID-0 fills its objects (see :mod:`.layout`).
 
 Failing an OST renames its directory to ``ostNNNN.failed``: its objects really cannot be
-opened, as on a dead OSS, until ``restore_ost`` puts it back. Every object carries its file's
-owner and permission bits (without exec bits), so the kernel lets a user open the objects of
-the files it may read and no others, as Lustre's OSTs do.
+opened, as on a dead OSS, until ``restore_ost`` puts it back.
+
+Users never reach an object, as Lustre's users never reach an OST: the OST directories are the
+store owner's, mode 0700, so no other process can resolve a name in them, and an object id
+(which every user may read in a layout) names nothing a user can open. Every object is mode
+0600 with its file's owner and group (the backing file system charges the owner). Users read
+the data through the scratch mount, whose permission check is the kernel's (docs/storage.rst,
+"Several users").
 """
 
 from __future__ import annotations
@@ -30,6 +35,8 @@ DIRECT_ALIGN = 4096  # O_DIRECT offsets, lengths and buffers: a multiple of any 
 DIRECT_BUFFER = 4 << 20  # the aligned staging buffer of each writing thread
 DIRECT_RUN_BYTES = 16 << 20  # most contiguous aligned bytes written in one pwritev
 DIRECT_RUN_BUFFERS = 64  # and most buffers in it (far below IOV_MAX)
+OBJECT_MODE = 0o600  # every object, whatever its file's mode (the module's docstring)
+CLOSED_DIR_MODE = 0o700  # the MDT, its staging directory and the OST directories
 _direct_buffers = threading.local()
 
 
@@ -48,8 +55,14 @@ class ObjectsMixin:
 
     def drop_cache(self, path: str) -> None:
         """Sync each object of the file and drop its pages (``POSIX_FADV_DONTNEED`` leaves dirty
-        pages cached); objects on a failed OST are skipped (no read reaches them)."""
-        for obj in {o for comp in self.layout(path).components for o in comp.objects}:
+        pages cached); objects on a failed OST are skipped (no read reaches them). The objects
+        are the store owner's to open: a user reading through the scratch mount is refused."""
+        layout = self.layout(path)
+        if self.through_mount:
+            raise PermissionDenied(f"{layout.path}: dropping the cache of its objects needs the "
+                                   f"store's owner (uid {self._owner_uid}): the objects are "
+                                   "closed to other users")
+        for obj in {o for comp in layout.components for o in comp.objects}:
             try:
                 fd = os.open(self._object_path(obj), os.O_RDONLY | os.O_NOFOLLOW)
             except FileNotFoundError:
@@ -63,24 +76,49 @@ class ObjectsMixin:
             finally:
                 os.close(fd)
 
-    def _create_objects(self, objects: Iterable[StripeObject], *, uid: int, gid: int,
-                        mode: int) -> None:
-        """Create empty objects for a file of owner ``uid:gid`` and permission bits ``mode``.
+    def _create_objects(self, objects: Iterable[StripeObject], *, uid: int, gid: int) -> None:
+        """Create empty objects for a file of owner ``uid:gid``.
 
-        Each object gets the file's owner (when the store runs as root) and its read/write bits
-        (never exec; the owner's read and write always): the kernel then lets a user open the
-        objects of the files it may read, and no others, as a Lustre OST does.
+        Each object gets the file's owner when the store runs as root (the backing file
+        system's quota charges the owner) and mode 0600 whatever the file's mode: the file's
+        permissions, ACLs included, are checked on its MDT inode by the scratch mount; an
+        object's own mode could say neither an ACL nor a directory's search permission, and a
+        mode copied here went stale at the next ``chmod`` (the leak of issue 30).
         """
-        object_mode = (mode & 0o666) | 0o600
         as_root = os.geteuid() == 0
         for obj in objects:
-            fd = os.open(self._object_path(obj), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            fd = os.open(self._object_path(obj), os.O_WRONLY | os.O_CREAT | os.O_EXCL |
+                         os.O_NOFOLLOW | os.O_CLOEXEC, OBJECT_MODE)
             try:
                 if as_root:
                     os.fchown(fd, uid, gid)
-                os.fchmod(fd, object_mode)  # exact, whatever the umask
+                os.fchmod(fd, OBJECT_MODE)  # exact, whatever the umask
             finally:
                 os.close(fd)
+
+    def _close_objects(self) -> int:
+        """Make every object of the store mode :data:`OBJECT_MODE` (objects made before
+        namespace version 4 carried their file's read bits); the number changed.
+
+        One pass over the OST directories (failed ones too), one ``lstat`` per object: bounded
+        by the object count, and idempotent, so an interrupted pass is simply run again. The
+        directories are closed first (:func:`close_dir`), so no user can swap an entry meanwhile.
+        """
+        changed = 0
+        for index in range(self.ost_count):
+            for directory in (self._ost_dir(index), self._failed_dir(index)):
+                try:
+                    dir_fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+                except FileNotFoundError:
+                    continue
+                try:
+                    changed += _close_objects_in(dir_fd, directory)
+                finally:
+                    os.close(dir_fd)
+        if changed:
+            log.info("store %s: %d object(s) made %o (closed to other users)", self.store_root,
+                     changed, OBJECT_MODE)
+        return changed
 
     def _copy_in(self, fd: int, size: int, component: LayoutComponent, label: str) -> None:
         """Copy the ``size`` bytes of the regular file ``fd`` (named ``label``) into the
@@ -344,13 +382,65 @@ def _start_writeback(handle: int, offset: int, length: int) -> None:
         pass
 
 
-def make_dir(directory: Path, *, parents: bool = False) -> None:
-    """Create a store directory, 0755 whatever the umask: users traverse it to their objects."""
+def make_dir(directory: Path, *, mode: int = CLOSED_DIR_MODE, parents: bool = False) -> None:
+    """Create a store directory with exactly ``mode`` whatever the umask: the MDT and OST
+    directories 0700 (the store owner's alone), ``store_root`` 0755 (its entry names, which
+    OSTs exist and which failed, are for everyone)."""
     try:
-        directory.mkdir(parents=parents)
+        directory.mkdir(mode=0o700, parents=parents)
     except FileExistsError:
         return
-    os.chmod(directory, 0o755)
+    os.chmod(directory, mode)
+
+
+def close_dir(directory: Path, owner: tuple[int, int] | None) -> None:
+    """Give an existing store directory mode :data:`CLOSED_DIR_MODE` and (when this process is
+    root) ``owner``: the fix of a store made before directories were closed, on every
+    read-write open by the store's owner (an ``fstat`` when there is nothing to fix)."""
+    try:
+        fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return
+    try:
+        st = os.fstat(fd)
+        if owner is not None and os.geteuid() == 0 and (st.st_uid, st.st_gid) != owner:
+            os.fchown(fd, *owner)
+        if statmod.S_IMODE(st.st_mode) != CLOSED_DIR_MODE:
+            os.fchmod(fd, CLOSED_DIR_MODE)
+            log.info("store: %s closed (mode %o)", directory, CLOSED_DIR_MODE)
+    finally:
+        os.close(fd)
+
+
+def close_file(path: Path) -> None:
+    """Give an existing file of the store (``namespace.db`` and its journal) mode 0600."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return
+    try:
+        if statmod.S_IMODE(os.fstat(fd).st_mode) != 0o600:
+            os.fchmod(fd, 0o600)
+    finally:
+        os.close(fd)
+
+
+def _close_objects_in(dir_fd: int, directory: Path) -> int:
+    changed = 0
+    with os.scandir(dir_fd) as entries:
+        for entry in entries:
+            try:
+                st = entry.stat(follow_symlinks=False)
+                if statmod.S_ISREG(st.st_mode) and statmod.S_IMODE(st.st_mode) != OBJECT_MODE:
+                    # by name in a directory no other user can enter: nothing swaps it
+                    os.chmod(entry.name, OBJECT_MODE, dir_fd=dir_fd)
+                    changed += 1
+            except FileNotFoundError:
+                continue  # deleted meanwhile (a collection, a probe)
+            except OSError as err:
+                raise StorageError(f"{directory}/{entry.name}: cannot make the object "
+                                   f"{OBJECT_MODE:o}: {err.strerror}") from None
+    return changed
 
 
 def is_link(name: str, dir_fd: int) -> bool:

@@ -299,6 +299,7 @@ class PlacementMixin:
     def placement_report(self) -> list[dict]:
         """Per OST: state, pools, performance class, objects and bytes on it. Hot objects are
         ``None``: nothing feeds the hotness table yet."""
+        self._owner_only("counting the objects on each OST")
         tier_of = {pool: tier for tier, names in self.tiers for pool in names}
         rows = []
         for index, state in sorted(self._ost_states().items()):
@@ -317,6 +318,8 @@ class PlacementMixin:
         """The files SUORA placed whose primary stripes it would now place on other OSTs
         (OSTs added, an OST failed): by SUORA's construction, only those of the segments the
         change touched."""
+        # every file's placement: a user's walk would see only the files it may reach
+        self._owner_only("planning the moves of every file")
         plan = RebalancePlan()
         maps: dict[str | None, PlacementMap] = {}
         for path, mdt_path in self._walk_files():

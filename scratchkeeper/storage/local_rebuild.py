@@ -66,7 +66,7 @@ class RebuildMixin:
                                      [(o.ost_index, o.object_id, owner) for o in new_objects])
         for index, rebuild, _, new_objects, st in ready:
             try:
-                self._create_objects(new_objects, uid=st.st_uid, gid=st.st_gid, mode=st.st_mode)
+                self._create_objects(new_objects, uid=st.st_uid, gid=st.st_gid)
             except OSError as err:  # nothing left behind: the objects made so far go too
                 self.abort_rebuild(rebuild)
                 results[index] = StorageError(f"{rebuild.path}: rebuild: creating the "

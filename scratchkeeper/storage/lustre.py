@@ -28,7 +28,7 @@ from ..runner import get_runner
 from ..state import StateStore
 from . import lfs as lfs_cmd
 from .base import (OST_ACTIVE, OST_UNREACHABLE, FileStat, OstStatus, Rebuild, StorageBackend,
-                   pwrite_all, substitute_layout)
+                   check_xattr_name, pwrite_all, substitute_layout, xattr_name_listed)
 from .layout import Extent, FileLayout, LayoutRequest, merge_extents, subtract_extents
 
 log = logging.getLogger(__name__)
@@ -225,6 +225,7 @@ class LustreBackend(StorageBackend):
 
     # -- extended attributes -------------------------------------------------------------------
     def set_xattr(self, path: str, name: str, value: bytes) -> None:
+        check_xattr_name(name)
         full = self._file(path)
         try:
             os.setxattr(full, name, value, follow_symlinks=False)
@@ -232,6 +233,7 @@ class LustreBackend(StorageBackend):
             raise _xattr_error(full, name, err) from err
 
     def get_xattr(self, path: str, name: str) -> bytes | None:
+        check_xattr_name(name)
         full = self._file(path)
         try:
             return os.getxattr(full, name, follow_symlinks=False)
@@ -242,10 +244,11 @@ class LustreBackend(StorageBackend):
 
     def list_xattrs(self, path: str) -> dict[str, bytes]:
         full = self._file(path)
-        names = [n for n in os.listxattr(full, follow_symlinks=False) if n.startswith("user.")]
+        names = [n for n in os.listxattr(full, follow_symlinks=False) if xattr_name_listed(n)]
         return {n: os.getxattr(full, n, follow_symlinks=False) for n in sorted(names)}
 
     def remove_xattr(self, path: str, name: str) -> None:
+        check_xattr_name(name)
         full = self._file(path)
         try:
             os.removexattr(full, name, follow_symlinks=False)

@@ -6,6 +6,12 @@ database and saves it only once it acted on what it read, so a crash reads recor
 rather than losing them. A log read to its end and longer than :data:`ROTATE_AT` is moved
 aside (``NAME.old``; the mount opens the log per write, so its next record starts a new one)
 and the moved-aside file is read to its end and removed at the next read.
+
+``closes.log`` is read the other way round (``move_first``): the log is moved aside *before*
+it is read, at every read. The mount writes one CLOSE record per file for as long as the log
+it wrote it to is the current one (docs/mount.rst "Bounded logs"), and a reader that moved
+that log away before reading it sees each of its files as it is *after* every close the mount
+left out; the next close of such a file goes to the new log.
 """
 
 from __future__ import annotations
@@ -68,12 +74,13 @@ class MountLog(Generic[R]):
     reader's own, never a user's) holds the offsets."""
 
     def __init__(self, store: StateStore, table: str, store_root: str, name: str,
-                 parse: Callable[[bytes], R]):
+                 parse: Callable[[bytes], R], *, move_first: bool = False):
         if not re.fullmatch(r"[a-z_]+", table):
             raise ValueError(f"bad offset table name {table!r}")
         self.store, self.table, self.parse = store, table, parse
         self.name, self.rotated_name = name, name + ".old"
         self.root = Path(store_root)
+        self.move_first = move_first
 
     def read(self) -> tuple[list[R], Callable[[], None]]:
         """The records not read before (a moved-aside log first), and the function that saves
@@ -81,6 +88,8 @@ class MountLog(Generic[R]):
         found: list[R] = []
         offsets = {r["name"]: r["offset"] for r in self.store.query(
             f"SELECT name, offset FROM {self.table}")}
+        if self.move_first:
+            return self._read_moved(offsets, found)
         rotated, current = self.root / self.rotated_name, self.root / self.name
         drained = rotated.exists()
         if drained:
@@ -99,14 +108,46 @@ class MountLog(Generic[R]):
                 if end > ROTATE_AT and not rotated.exists():
                     updates[self.rotated_name], updates[self.name] = end, 0
             if updates:
-                with self.store.transaction() as conn:
-                    for name, offset in updates.items():
-                        conn.execute(f"INSERT INTO {self.table} (name, offset) VALUES (?, ?) "
-                                     "ON CONFLICT(name) DO UPDATE SET offset=excluded.offset",
-                                     (name, offset))
+                self._save(updates)
             if end is not None and updates.get(self.rotated_name):
                 os.replace(current, rotated)     # drained at the next read
         return found, commit
+
+    def _read_moved(self, offsets: dict[str, int], found: list[R]
+                    ) -> tuple[list[R], Callable[[], None]]:
+        """``move_first``: the log moved aside (unless a moved-aside one is still there: a
+        read not acted on, or records a writer added after the move), then read."""
+        rotated, current = self.root / self.rotated_name, self.root / self.name
+        if rotated.exists():
+            start = offsets.get(self.rotated_name, 0)
+        elif current.exists():
+            # saved before the move: a crash after it reads the moved log from there again
+            # (from where the log was read before, for a log of the older, unmoved kind)
+            start = offsets.get(self.name, 0)
+            self._save({self.rotated_name: start, self.name: 0})
+            os.replace(current, rotated)
+        else:
+            return found, lambda: None
+        end = self._read_from(rotated, start, found)
+
+        def commit() -> None:
+            try:
+                size = os.lstat(rotated).st_size
+            except FileNotFoundError:
+                size = end
+            if size > end:  # a writer that opened it before the move: read next time
+                self._save({self.rotated_name: end})
+            else:
+                rotated.unlink(missing_ok=True)
+                self._save({self.rotated_name: 0})
+        return found, commit
+
+    def _save(self, updates: dict[str, int]) -> None:
+        with self.store.transaction() as conn:
+            for name, offset in updates.items():
+                conn.execute(f"INSERT INTO {self.table} (name, offset) VALUES (?, ?) "
+                             "ON CONFLICT(name) DO UPDATE SET offset=excluded.offset",
+                             (name, offset))
 
     def _read_from(self, path: Path, offset: int, found: list[R]) -> int:
         """Append the whole records of ``path`` after ``offset``; the offset after the last."""

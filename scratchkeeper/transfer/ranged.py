@@ -10,8 +10,11 @@ One reader per source URI, chosen by scheme:
   ``globus-url-copy -partial-offset O -partial-length L`` per range into a private spool file
   (the client writes the range at offset O of a sparse file), then ``pread``. GSI needs the
   real client, so no range checksum here: the caller verifies against the whole-file checksum.
+  A source URL with a raw wildcard is refused and the spool is a percent-encoded ``file://``
+  URL (:mod:`.clients`), so the client reads and writes exactly the files named.
 * ``http(s)://``: ``curl -r A-B`` with ``--next`` between ranges, so one process and one
-  kept-alive connection serve a whole batch; each answer must be ``206 Partial Content``.
+  kept-alive connection serve a whole batch; each answer must be ``206 Partial Content``. The
+  planner's curl options apply (``--globoff``: a ``{a,b}`` or ``[1-9]`` is part of the name).
 * ``file://`` and plain paths: ``pread``, the file opened with its owner's rights when the
   caller acts for a user (:class:`PosixRangedReader`).
 
@@ -43,6 +46,7 @@ from ..runner import get_runner
 from ..storage.layout import Extent
 from .buffers import BufferPool
 from .classify import is_permanent
+from .clients import ExpandedName, curl_argv, curl_url_options, file_url, globus_url, http_url
 from .uri import Location, UnknownScheme, parse_location
 
 log = logging.getLogger(__name__)
@@ -298,10 +302,12 @@ class CurlRangedReader(RangedReader):
         self.config = config
 
     def _per_url(self) -> list[str]:
-        return ["--fail", "--silent", "--show-error", "--location", *self.config.curl_options]
+        # the planner's curl options (--globoff...): the URL is fetched as the name it is
+        return curl_url_options(self.config)
 
     def size(self) -> int:
-        argv = [self.config.curl, *self._per_url(), "--head", "--url", self.location.text]
+        argv = [*curl_argv(self.config), *self._per_url(), "--head", "--url",
+                http_url(self.location)]
         result = self._run(argv, text=True)
         lengths = re.findall(r"^content-length:\s*(\d+)", result.stdout, re.IGNORECASE | re.MULTILINE)
         if not lengths:
@@ -324,12 +330,13 @@ class CurlRangedReader(RangedReader):
 
     def _fetch(self, extents: Sequence[Extent], *, server_checksums: bool = True,
                buffers: BufferPool | None = None) -> Iterator[RangeData]:
-        argv = [self.config.curl]
+        argv = curl_argv(self.config)
+        url = http_url(self.location)
         for index, extent in enumerate(extents):
             if index:
                 argv.append("--next")
             argv += [*self._per_url(), "--range", f"{extent.offset}-{extent.end - 1}",
-                     "--write-out", _WRITE_OUT, "--url", self.location.text]
+                     "--write-out", _WRITE_OUT, "--url", url]
         result = self._run(argv, text=False)
         answers = _WRITE_OUT_RE.findall(result.stderr.decode(errors="replace"))
         if len(answers) != len(extents):
@@ -386,13 +393,18 @@ class GlobusRangedReader(RangedReader):
 
     def _fetch(self, extents: Sequence[Extent], *, server_checksums: bool = True,
                buffers: BufferPool | None = None) -> Iterator[RangeData]:
+        try:
+            # a wildcard would read another file than the one recorded: refused, not expanded
+            source = globus_url(self.location)
+        except ExpandedName as err:
+            raise TransferError(str(err), permanent=True) from None
         target = self._spool_file()
         for extent in extents:
             _remove(target)
             self._run([self.config.globus_url_copy, *self.config.globus_url_copy_options,
                        "-partial-offset", str(extent.offset),
                        "-partial-length", str(extent.length),
-                       self.location.text, "file://" + target])
+                       source, file_url(target)])
             try:
                 fd = os.open(target, os.O_RDONLY)
             except FileNotFoundError:

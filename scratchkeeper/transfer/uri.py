@@ -25,6 +25,7 @@ _HOSTPATH_RE = re.compile(r"^(?:(?P<user>[^@/]*)@)?(?P<host>\[[^\]/]*\]|[^@/:]+)
 # underscore that many sites' internal names carry)
 _HOST_LABEL_RE = re.compile(r"^[A-Za-z0-9_](?:[A-Za-z0-9_-]{0,61}[A-Za-z0-9_])?$")
 _USER_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._-]*$")
+_CONTROL_RE = re.compile(r"[\x00-\x1f\x7f]")
 
 
 def is_host_name(host: str) -> bool:
@@ -120,7 +121,11 @@ def parse_location(token: str, *, cwd: str | None = None) -> Location:
             raise ValueError(f"'{host}' is not a host name: {token}")
         if not parts.path or parts.path == "/":
             raise ValueError(f"URI without a path: {token}")
-        return Location(token, scheme, parts.netloc, unquote(parts.path))
+        path = unquote(parts.path)
+        if _CONTROL_RE.search(path) or _CONTROL_RE.search(token):
+            # a %0D%0A would end an FTP command and start another; no server takes one
+            raise ValueError(f"URI with a control character (such as %0A): {token!r}")
+        return Location(token, scheme, parts.netloc, path)
     hostpath = _HOSTPATH_RE.match(token)
     if hostpath and not token.startswith(("/", "./", "../", "~")):
         path = hostpath.group("path")

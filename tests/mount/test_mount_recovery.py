@@ -35,8 +35,10 @@ import pytest
 
 from scratchkeeper.config import load_config
 from scratchkeeper.errors import SchedulerError
+from scratchkeeper.planner import records as planner_records
 from scratchkeeper.recovery import records
 from scratchkeeper.recovery.service import RecoveryService
+from scratchkeeper.state import StateStore
 from scratchkeeper.storage import LayoutRequest, open_backend
 from scratchkeeper.storage.base import XATTR_PREFIX
 from scratchkeeper.storage.layout import FileLayout
@@ -80,6 +82,10 @@ def stage(mnt, name: str, data: bytes, uri: str, *, owner=(0, 0), mode=0o644,
     backend.set_xattr(name, XATTR_PREFIX + "source", uri.encode())
     backend.set_xattr(name, XATTR_PREFIX + "sha256", hashlib.sha256(data).hexdigest().encode())
     backend.set_xattr(name, XATTR_PREFIX + "size", str(len(data)).encode())
+    # and the record recovery trusts (trusted.*, the source's endpoint), as stage commit does
+    store = planner_records.open_records(StateStore(load_config(mnt.config).state.database))
+    planner_records.write_recovery_record(backend, store, name, source=uri, size=len(data),
+                                          sha256=hashlib.sha256(data).hexdigest())
     return backend.layout(name)
 
 

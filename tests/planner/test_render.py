@@ -146,17 +146,30 @@ def test_header_values_with_shell_characters_are_refused(config):
     parsed = parse_script(text, "weird name;$(x).sh", cwd="/w",
                           scratch_root=config.storage.scratch_root)
     plan = build_plan(parsed, config, chain_id="skx", workdir="/w")
-    # named by the built-in template's file and line (the compiled templates keep them)
+    # the script's name becomes a job name a header takes (planner.plan.job_name_of) ...
+    assert plan.jobs[0].name == "weird_name_x.sh.stage-in"
+    # ... and a value that did not would be refused by the header filter, named by the
+    # built-in template's file and line (the compiled templates keep them)
+    plan.jobs[0].name = "weird name;$(x).stage-in"
     with pytest.raises(TemplateError, match=r"/slurm/stage\.sh\.j2:2: unsafe value for a "
                                             r"scheduler directive: 'weird name;\$\(x\)"):
         render_plan(plan, parsed.shebang, parsed.compute_script, config)
 
 
 def test_a_refused_value_is_named_by_the_script_when_planning(tmp_path, config):
-    """What `plan` and `submit` print: the user's script, and where the template refused it."""
+    """What `plan` and `submit` print: the user's script, and where the template refused it
+    (here a site template that puts the script's path in a header)."""
+    import dataclasses
+
     from scratchkeeper.errors import DirectiveError
     from scratchkeeper.planner.submit import prepare
 
+    site = tmp_path / "templates"
+    (site / "slurm").mkdir(parents=True)
+    (site / "slurm" / "stage.sh.j2").write_text("#!/bin/bash\n#SBATCH --comment="
+                                                "{{ script_path | header }}\n")
+    config = dataclasses.replace(config, templates=dataclasses.replace(
+        config.templates, directory=str(site)))
     script = tmp_path / "weird name;$(x).sh"
     script.write_text(f"#!/bin/bash\n#STAGEIN http://h/a {config.storage.scratch_root}/a\nrun\n")
     with pytest.raises(DirectiveError, match=r"weird name;\$\(x\)\.sh: unsafe value for a scheduler "

@@ -20,8 +20,13 @@ import pytest
 from scratchkeeper import digests
 from scratchkeeper.config import SiteConfig, load_config
 from scratchkeeper.errors import SchedulerError
+from scratchkeeper.planner import records as planner_records
 from scratchkeeper.storage import LayoutRequest, open_backend
 from scratchkeeper.storage.base import XATTR_PREFIX
+
+
+#: where the tests' sources are: the local cluster's GridFTP and nginx, and local files
+TEST_SOURCES = '["file://", "ftp://127.0.0.1:*", "gsiftp://127.0.0.1:*", "http://127.0.0.1:*"]'
 
 
 @dataclass
@@ -53,7 +58,10 @@ def write_site(root: Path, *, ost_count: int = 40, extra: str = "",
         "state": {"database": f'"{root}/state.db"'},
         # journal after every chunk, so progress callbacks (and kills) land between chunks
         "recovery": {"socket": f'"{root}/recoveryd.sock"', "probe_timeout": "2.0",
-                     "check_interval": "0.5", "sync_bytes": "1", "journal_interval": "0"},
+                     "check_interval": "0.5", "sync_bytes": "1", "journal_interval": "0",
+                     # the cluster's loopback servers and local files (the tests of the
+                     # allow-list set their own)
+                     "allowed_sources": TEST_SOURCES},
         "retry": {"attempts": "3", "delay": "0.2", "backoff": "2.0"},
     }
     section = None
@@ -131,22 +139,32 @@ def stage(backend, path: str, data: bytes, uri: str, *, stripe_count: int = 4,
           stripe_size: int = 1 << 20, owner: tuple[int, int] | None = None,
           extra_sources: list[str] | None = None, record_checksum: bool = True,
           digest_store=None, digest_block: int = 1 << 20,
-          osts: tuple[int, ...] | None = None) -> str:
+          osts: tuple[int, ...] | None = None, trusted: bool = True) -> str:
     """Put ``data`` in the store as a staged input: layout, bytes and the stage-in xattrs.
 
-    With ``digest_store`` (a StateStore), also the block digests ``stage commit`` records;
-    with ``osts``, on those OSTs (``lfs setstripe -o``).
+    The record recovery trusts (``trusted.scratchkeeper.*``, as ``stage commit`` writes it)
+    and the users' copies (``user.scratchkeeper.*``); ``trusted=False``: the users' copies
+    only (a file committed before the trusted record existed). With ``digest_store`` (a
+    StateStore), also the block digests ``stage commit`` records; with ``osts``, on those
+    OSTs (``lfs setstripe -o``).
     """
     backend.create(path, LayoutRequest(stripe_count=stripe_count, stripe_size=stripe_size,
                                        ost_list=osts), owner=owner)
     for offset in range(0, len(data), 8 << 20):
         backend.write(path, offset, data[offset:offset + (8 << 20)])
+    sha256 = hashlib.sha256(data).hexdigest() if record_checksum else None
     backend.set_xattr(path, XATTR_PREFIX + "source", uri.encode())
-    if record_checksum:
-        backend.set_xattr(path, XATTR_PREFIX + "sha256", hashlib.sha256(data).hexdigest().encode())
+    if sha256:
+        backend.set_xattr(path, XATTR_PREFIX + "sha256", sha256.encode())
     backend.set_xattr(path, XATTR_PREFIX + "size", str(len(data)).encode())
     if extra_sources:
         backend.set_xattr(path, XATTR_PREFIX + "sources", "\n".join(extra_sources).encode())
+    if trusted:
+        if digest_store is not None:
+            planner_records.open_records(digest_store)
+        planner_records.write_recovery_record(backend, digest_store, path, source=uri,
+                                              sha256=sha256, size=len(data),
+                                              sources=extra_sources or ())
     if digest_store is not None:
         digests.record(digest_store, backend.paths.resolve(path), hashlib.sha256(data).hexdigest(),
                        digests.digest_bytes(data, digest_block))

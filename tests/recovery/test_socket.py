@@ -13,6 +13,7 @@ import time
 import pytest
 
 from scratchkeeper.recovery.client import RecoveryClient
+from scratchkeeper.recovery import service as service_module
 from scratchkeeper.recovery.service import RecoveryService
 from user_runtime import plain_user
 
@@ -229,3 +230,17 @@ def test_a_malformed_request_gets_a_clear_input_error(service, caplog, request_l
     assert "internal error" not in answer["error"]
     assert not [r for r in caplog.records if r.exc_info or r.levelno >= logging.ERROR]
     assert any(r.getMessage().startswith("refused: uid 0, op ") for r in caplog.records)
+
+
+def test_refused_requests_cannot_fill_roots_log(service, caplog):
+    """A user sending refused requests in a loop gets a bounded number of log lines a minute,
+    and another user's refusal is still logged meanwhile."""
+    caplog.set_level(logging.WARNING, logger="scratchkeeper.recovery")
+    for _ in range(500):
+        service._refuse(NOBODY, "status", "/x" * 5000, "no file of uid 65534 there")
+    service._refuse(1234, "status", "/y", "no file of uid 1234 there")
+    lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("refused")]
+    flood = [line for line in lines if line.startswith(f"refused: uid {NOBODY},")]
+    assert len(flood) == service_module.REFUSALS_PER_MINUTE
+    assert all(len(line) < 1200 for line in flood)  # a long path is cut
+    assert any(line.startswith("refused: uid 1234,") for line in lines)

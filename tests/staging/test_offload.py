@@ -47,38 +47,73 @@ def read(store, root) -> list[str]:
 
 
 def test_records_are_read_once_and_a_half_written_one_waits(tmp_path, store):
-    log = tmp_path / "closes.log"
+    log, moved = tmp_path / "closes.log", tmp_path / "closes.log.old"
     log.write_bytes(line("/s/a") + b"CLOSE 17955")
     assert read(store, tmp_path) == ["/s/a"]
+    # moved aside before it was read; kept while a record is being written into it
+    assert not log.exists() and moved.exists()
     assert read(store, tmp_path) == []
-    with open(log, "ab") as stream:   # the rest of the record being written, then another
+    with open(moved, "ab") as stream:   # the rest of the record being written, then another
         stream.write(line("/s/b")[len(b"CLOSE 17955"):] + b"garbage line\n" + line("/s/c"))
+    log.write_bytes(line("/s/d"))       # the mount's next records: a new log
     assert read(store, tmp_path) == ["/s/b", "/s/c"]
+    assert not moved.exists()
+    assert read(store, tmp_path) == ["/s/d"]
+    assert read(store, tmp_path) == []
+    assert not log.exists() and not moved.exists()
 
 
 def test_records_not_marked_read_are_read_again(tmp_path, store):
     (tmp_path / "closes.log").write_bytes(line("/s/a"))
     found, _ = read_closes(store, str(tmp_path))       # killed before acting on them
     assert [r.path for r in found] == ["/s/a"]
+    (tmp_path / "closes.log").write_bytes(line("/s/b"))  # written after the move
     assert read(store, tmp_path) == ["/s/a"]
+    assert read(store, tmp_path) == ["/s/b"]
+
+
+def test_the_close_log_is_moved_aside_before_it_is_read(tmp_path, store):
+    """The mount writes one CLOSE record per file and log (docs/mount.rst "Bounded logs"):
+    every read takes the log away first, so that the next close of a file already recorded
+    goes to a new log rather than being left out of one already read."""
+    log = tmp_path / "closes.log"
+    log.write_bytes(line("/s/a"))
+    found, commit = read_closes(store, str(tmp_path))
+    assert [r.path for r in found] == ["/s/a"]
+    assert not log.exists(), "the log was read where the mount still appends to it"
+    commit()
+    # a log of the older kind, read in place up to an offset: what was read is not read again
+    log.write_bytes(line("/s/seen") + line("/s/unseen"))
+    with store.transaction() as conn:
+        conn.execute("UPDATE close_log SET offset=? WHERE name='closes.log'",
+                     (len(line("/s/seen")),))
+    assert read(store, tmp_path) == ["/s/unseen"]
 
 
 def test_a_long_log_is_moved_aside_and_drained(tmp_path, store, monkeypatch):
+    """The other logs (reads.log) are read in place and moved aside past ROTATE_AT."""
     from scratchkeeper.storage import mount_logs
 
     monkeypatch.setattr(mount_logs, "ROTATE_AT", 10)
-    log = tmp_path / "closes.log"
+
+    def read_other() -> list[str]:
+        found, commit = mount_logs.MountLog(store, "close_log", str(tmp_path), "other.log",
+                                            parse_close).read()
+        commit()
+        return [r.path for r in found]
+
+    log = tmp_path / "other.log"
     log.write_bytes(line("/s/a"))
-    assert read(store, tmp_path) == ["/s/a"]
-    assert not log.exists() and (tmp_path / "closes.log.old").exists()
+    assert read_other() == ["/s/a"]
+    assert not log.exists() and (tmp_path / "other.log.old").exists()
     # a mount that opened the log before the move appends to the moved file
-    with open(tmp_path / "closes.log.old", "ab") as stream:
+    with open(tmp_path / "other.log.old", "ab") as stream:
         stream.write(line("/s/late"))
     log.write_bytes(line("/s/new"))
-    assert read(store, tmp_path) == ["/s/late", "/s/new"]
+    assert read_other() == ["/s/late", "/s/new"]
     # the new log was long enough to be moved aside in turn; the next read drains it
-    assert read(store, tmp_path) == []
-    assert not (tmp_path / "closes.log.old").exists()
+    assert read_other() == []
+    assert not (tmp_path / "other.log.old").exists()
 
 
 def test_which_listed_result_a_close_is():
@@ -135,8 +170,10 @@ def test_a_close_is_acted_on_only_for_the_chain_owner(tmp_path):
     record = CloseRecord(0.0, info.st_ino, info.st_uid, 4, mtime_text(info), str(path))
     assert offload._current(record, info.st_uid)[0] is not None
     assert "not the chain owner's" in offload._current(record, info.st_uid + 1)[1]
-    changed = CloseRecord(0.0, info.st_ino, info.st_uid, 5, mtime_text(info), str(path))
-    assert "changed since" in offload._current(changed, info.st_uid)[1]
+    # a record of an earlier close (a later one the mount left out): the file as it is now
+    earlier = CloseRecord(0.0, info.st_ino, info.st_uid, 1, "1.000000000", str(path))
+    current = offload._current(earlier, info.st_uid)[0]
+    assert (current.size, current.mtime) == (4, mtime_text(info))
 
 
 def test_the_stage_out_waits_for_an_offload_in_flight(tmp_path):

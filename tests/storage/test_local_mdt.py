@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from scratchkeeper.errors import InputError, StorageError
-from scratchkeeper.storage import FileLayout, LayoutRequest
+from scratchkeeper.storage import XATTR_TRUSTED_NAMES, FileLayout, LayoutRequest
 from scratchkeeper.storage.layout import DIRLOV_XATTR, LOV_XATTR, DirDefault
 from scratchkeeper.storage.local import LocalStripedStore
 from scratchkeeper.storage.local_namespace import MIGRATIONS
@@ -53,8 +53,9 @@ def test_a_store_file_is_a_sparse_mdt_inode_with_its_layout_attribute(local_stor
     directory = os.lstat(mdt(local_store, "u1"))
     assert (directory.st_uid, directory.st_gid, stat.S_IMODE(directory.st_mode)) == \
         (1234, 5678, 0o755)
+    # the MDT itself is the store owner's alone (users go through the scratch mount)
     root = os.lstat(mdt(local_store, ""))
-    assert (root.st_uid, stat.S_IMODE(root.st_mode)) == (0, 0o755)
+    assert (root.st_uid, stat.S_IMODE(root.st_mode)) == (0, 0o700)
     # a write past the end grows the inode and moves its mtime
     local_store.write(str(path), len(data) + 10, b"tail")
     assert os.lstat(inode).st_size == len(data) + 14 and \
@@ -65,15 +66,30 @@ def test_a_store_file_is_a_sparse_mdt_inode_with_its_layout_attribute(local_stor
 def test_xattrs_are_the_inodes_and_the_layout_attribute_is_never_exposed(local_store):
     local_store.create("x")
     local_store.set_xattrs("x", {"user.scratchkeeper.source": b"http://h/x",
-                                 "trusted.scratchkeeper.note": b"n"})
+                                 "user.note": b"n"})
     assert os.getxattr(mdt(local_store, "x"), "user.scratchkeeper.source") == b"http://h/x"
-    assert local_store.list_xattrs("x") == {"trusted.scratchkeeper.note": b"n",
+    assert local_store.list_xattrs("x") == {"user.note": b"n",
                                             "user.scratchkeeper.source": b"http://h/x"}
-    for action in (lambda: local_store.set_xattr("x", LOV_XATTR, b"lov 1 gen=9\n"),
-                   lambda: local_store.get_xattr("x", LOV_XATTR),
-                   lambda: local_store.remove_xattr("x", LOV_XATTR)):
-        with pytest.raises(InputError, match="expected a 'user.' or 'trusted.' name"):
-            action()
+    # security.* and trusted.* names are the store's own (none is listed for callers): a name
+    # that came from a user never becomes a change only root may make (issue 30)
+    refused = ("expected a 'user.' name.* \\(security.\\* and trusted.\\* attributes are the "
+               "store's own\\)")
+    for name in (LOV_XATTR, "security.selinux", "trusted.scratchkeeper.note", "trusted.x",
+                 "user.", "system.posix_acl_access", "lov"):
+        for action in (lambda: local_store.set_xattr("x", name, b"lov 1 gen=9\n"),
+                       lambda: local_store.set_xattrs("x", {"user.ok": b"1", name: b"v"}),
+                       lambda: local_store.get_xattr("x", name),
+                       lambda: local_store.remove_xattr("x", name)):
+            with pytest.raises(InputError, match=f"^xattr name .*: {refused}$"):
+                action()
+    assert local_store.get_xattr("x", "user.ok") is None  # nothing of a refused set was set
+    # one the admin set on the MDT directly is not a caller's to see either
+    os.setxattr(mdt(local_store, "x"), "trusted.site.note", b"t")
+    assert set(local_store.list_xattrs("x")) == {"user.note", "user.scratchkeeper.source"}
+    # the trusted names the docs list are the store's callers' (root's records)
+    for name in sorted(XATTR_TRUSTED_NAMES):
+        local_store.set_xattr("x", name, b"recorded")
+        assert local_store.list_xattrs("x")[name] == b"recorded"
     assert FileLayout.from_lov(os.getxattr(mdt(local_store, "x"), LOV_XATTR), "x") == \
         local_store.layout("x")
     # a value the file system cannot hold: an error, and the attributes set first put back
@@ -222,7 +238,7 @@ def test_an_existing_store_keeps_its_files_when_the_namespace_moves_to_the_mdt(t
     tables = {row[0] for row in store.db.query(
         "SELECT name FROM sqlite_master WHERE type = 'table'")}
     assert not tables & {"files", "file_osts", "xattrs"}
-    assert store.db.schema_version("storage-local") == len(MIGRATIONS) == 3
+    assert store.db.schema_version("storage-local") == len(MIGRATIONS) == 4
     assert objects_on_disk(store) == objects_in_layouts(store)
     assert len(store_files(reopen(store))) == 3
 

@@ -1,5 +1,7 @@
-"""The local store shared by several users: objects carry their file's owner and mode, a process
-that may not write the namespace opens it read-only, and the kernel enforces permissions.
+"""The local store shared by several users (issue 30): the MDT and OST directories are root's
+0700 and every object 0600 with its file's owner, so no other user reaches an object or an MDT
+inode; a process that may not write the namespace opens it read-only, and another user's
+process reads through the scratch mount only (tests/mount/test_mount_privacy.py), else nothing.
 
 The plain-user tests run a child process as the unprivileged user ``skplain`` (created when
 missing; they need root) with the system Python and a world-readable copy of the package: the
@@ -8,7 +10,6 @@ venv lives under /root, which other users cannot enter.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import random
@@ -23,7 +24,7 @@ import pytest
 
 from scratchkeeper.errors import PermissionDenied, StorageError
 from scratchkeeper.storage import LayoutRequest
-from scratchkeeper.storage import local_namespace
+from scratchkeeper.storage import local_namespace, local_objects
 from scratchkeeper.storage.local import LocalStripedStore
 from user_runtime import DEPENDENCIES, PLAIN_USER, plain_python, plain_user, world_readable_copy
 
@@ -56,10 +57,14 @@ def data(size: int, seed: int) -> bytes:
     return random.Random(seed).randbytes(size)
 
 
-# -- objects carry their file's owner and mode --------------------------------------------------
-def test_objects_carry_the_owner_and_mode_of_their_file(tmp_path):
+# -- closed directories, objects 0600 -----------------------------------------------------------
+@pytest.mark.parametrize("umask", [0o077, 0o000])
+def test_objects_are_0600_with_their_files_owner_in_directories_only_root_enters(tmp_path, umask):
+    """Users never reach an object (issue 30): the MDT, staging and OST directories are root's
+    0700 and every object 0600, whatever the file's mode and the umask; the objects keep
+    their file's owner (the backing file system charges the owner)."""
     uid, gid = plain_user()
-    previous = os.umask(0o077)  # a daemon's strict umask must not close the store to users
+    previous = os.umask(umask)
     try:
         store = new_store(tmp_path)
         store.create("u/created", owner=(uid, gid), mode=0o640)
@@ -72,40 +77,188 @@ def test_objects_carry_the_owner_and_mode_of_their_file(tmp_path):
         store.create("root/private", mode=0o600)
         store.create("root/public")  # mode 0644 by default
         store.create("u/write-only", owner=(uid, gid), mode=0o200)
+        with open(source.parent / "put", "wb") as handle:
+            handle.write(data(100_000, 2))
+        with open(source.parent / "put", "rb") as handle:
+            store.put_file("u/put", handle.fileno(), 100_000, owner=(uid, gid), mode=0o666)
     finally:
         os.umask(previous)
-    assert owner_and_mode(object_files(store, "u/created")) == {(uid, gid, 0o640)}
-    # never exec bits
-    assert owner_and_mode(object_files(store, "u/imported")) == {(uid, gid, 0o644)}
-    assert owner_and_mode(object_files(store, "root/private")) == {(0, 0, 0o600)}
-    assert owner_and_mode(object_files(store, "root/public")) == {(0, 0, 0o644)}
-    # the owner keeps read and write on its objects
-    assert owner_and_mode(object_files(store, "u/write-only")) == {(uid, gid, 0o600)}
+    for path, owner in (("u/created", (uid, gid)), ("u/imported", (uid, gid)),
+                        ("root/private", (0, 0)), ("root/public", (0, 0)),
+                        ("u/write-only", (uid, gid)), ("u/put", (uid, gid))):
+        assert owner_and_mode(object_files(store, path)) == {(*owner, 0o600)}, path
     for ost in range(8):
-        info = store._ost_dir(ost).stat()
-        assert (info.st_uid, stat.S_IMODE(info.st_mode)) == (0, 0o755)
+        assert owner_and_mode([store._ost_dir(ost)]) == {(0, 0, 0o700)}
+    for name in ("mdt", "mdt.staging"):
+        assert owner_and_mode([store.store_root / name]) == {(0, 0, 0o700)}
+    # the store's own entry names (which OSTs exist, which failed) are for everyone
     assert stat.S_IMODE(store.store_root.stat().st_mode) == 0o755
-    assert stat.S_IMODE((store.store_root / "namespace.db").stat().st_mode) == 0o644
-    mdt = (store.store_root / "mdt").stat()
-    assert (mdt.st_uid, stat.S_IMODE(mdt.st_mode)) == (0, 0o755)
-    assert stat.S_IMODE((store.store_root / "mdt.staging").stat().st_mode) == 0o700
-    # the MDT inodes carry them too, and the directories made for a file are its owner's
+    # the namespace names files (intents, rebuilds): the owner's alone, journal included
+    for name in ("namespace.db", "namespace.db-journal"):
+        assert stat.S_IMODE((store.store_root / name).stat().st_mode) == 0o600, name
+    # the MDT inodes carry the files' owners and modes (the mount checks them), and the
+    # directories made for a file are its owner's
     for path, expected in (("u/created", (uid, gid, 0o640)), ("root/private", (0, 0, 0o600)),
                            ("u", (uid, gid, 0o755)), ("root", (0, 0, 0o755))):
         assert owner_and_mode([store.store_root / "mdt" / path]) == {expected}
 
-    # a mirror and the substitute objects of a rebuild are the file's too
+    # a mirror and the substitute objects of a rebuild are 0600 and the file's too
     store.add_mirror("u/imported")
-    assert owner_and_mode(object_files(store, "u/imported")) == {(uid, gid, 0o644)}
+    assert owner_and_mode(object_files(store, "u/imported")) == {(uid, gid, 0o600)}
     layout = store.layout("u/created")
     failed = layout.ost_list[0]
     store.fail_ost(failed)
+    assert owner_and_mode([store._failed_dir(failed)]) == {(0, 0, 0o700)}
     substitute = store.pick_substitute(layout)
     rebuild = store.begin_rebuild("u/created", {failed: substitute})
     store.commit_rebuild(rebuild)  # an empty file: nothing was lost
     store.restore_ost(failed)
     new = [f for f in object_files(store, "u/created") if f.parent.name == f"ost{substitute:04d}"]
-    assert len(new) == 1 and owner_and_mode(new) == {(uid, gid, 0o640)}
+    assert len(new) == 1 and owner_and_mode(new) == {(uid, gid, 0o600)}
+
+
+def _open_store_of_before(store: LocalStripedStore, uid: int, gid: int) -> dict:
+    """Make ``store`` look as a store of namespace version 3 left it: directories 0755,
+    the namespace 0644, objects with their file's read bits. What each object's mode was."""
+    with store.db.transaction() as conn:
+        conn.execute("UPDATE schema_version SET version = 3 WHERE component = 'storage-local'")
+    store.db.close()
+    for directory in [store.store_root / "mdt"] + [store._ost_dir(i) for i in range(8)]:
+        directory.chmod(0o755)
+    for name in ("namespace.db", "namespace.db-journal"):
+        if (store.store_root / name).exists():
+            (store.store_root / name).chmod(0o644)
+    modes = {}
+    for path, mode in (("u/open", 0o644), ("u/group", 0o640), ("root/world", 0o666)):
+        for obj in object_files(store, path):
+            obj.chmod(mode)
+            modes[obj] = mode
+    return modes
+
+
+def test_a_store_made_before_is_closed_at_its_next_open_by_root(tmp_path):
+    uid, gid = plain_user()
+    store = new_store(tmp_path)
+    for path, mode, owner in (("u/open", 0o644, (uid, gid)), ("u/group", 0o640, (uid, gid)),
+                              ("root/world", 0o666, (0, 0))):
+        store.write(store.create(path, owner=owner, mode=mode).path, 0, data(70_000, 3))
+    modes = _open_store_of_before(store, uid, gid)
+    (store.store_root / "mdt").chmod(0o1777)  # what users saw at the scratch root
+    assert {stat.S_IMODE(o.stat().st_mode) for o in modes} == {0o644, 0o640, 0o666}
+    owners = {o: (o.stat().st_uid, o.stat().st_gid) for o in modes}
+    assert set(owners.values()) == {(uid, gid), (0, 0)}
+
+    reopened = new_store(tmp_path)
+    assert reopened.read("u/open", 0, 10) == data(70_000, 3)[:10]  # any open closes it
+    assert owner_and_mode(modes) == {(*owner, 0o600) for owner in owners.values()}
+    assert {o: (o.stat().st_uid, o.stat().st_gid) for o in modes} == owners
+    for directory in [reopened.store_root / "mdt", reopened.store_root / "mdt.staging"] + \
+            [reopened._ost_dir(i) for i in range(8)]:
+        assert owner_and_mode([directory]) == {(0, 0, 0o700)}, directory
+    for name in ("namespace.db", "namespace.db-journal"):
+        assert stat.S_IMODE((reopened.store_root / name).stat().st_mode) == 0o600
+    assert reopened.db.schema_version("storage-local") == len(local_namespace.MIGRATIONS) == 4
+    # the mount's root shows what users saw before, though the MDT directory is closed now
+    assert os.getxattr(reopened.store_root / "mdt", "trusted.scratchkeeper.root") == \
+        b"mode=1777 uid=0 gid=0"
+
+
+def test_the_objects_walk_runs_once_and_an_interrupted_one_is_run_again(tmp_path, monkeypatch):
+    uid, gid = plain_user()
+    store = new_store(tmp_path)
+    for path, mode, owner in (("u/open", 0o644, (uid, gid)), ("u/group", 0o640, (uid, gid)),
+                              ("root/world", 0o666, (0, 0))):
+        store.create(path, owner=owner, mode=mode)
+    modes = _open_store_of_before(store, uid, gid)
+
+    # killed in the middle of the walk: some objects fixed, the version not recorded
+    real = local_objects._close_objects_in
+    calls = []
+
+    def dies_on_the_third_directory(dir_fd, directory):
+        calls.append(directory)
+        if len(calls) == 3:
+            raise KeyboardInterrupt
+        return real(dir_fd, directory)
+    monkeypatch.setattr(local_objects, "_close_objects_in", dies_on_the_third_directory)
+    with pytest.raises(KeyboardInterrupt):
+        new_store(tmp_path).list_osts()
+    monkeypatch.undo()
+    left_open = [o for o in modes if stat.S_IMODE(o.stat().st_mode) != 0o600]
+    assert left_open and len(left_open) < len(modes)
+    check = sqlite3.connect(store.store_root / "namespace.db")
+    assert check.execute("SELECT version FROM schema_version WHERE component = "
+                         "'storage-local'").fetchone()[0] == 3
+    check.close()
+
+    again = new_store(tmp_path)
+    again.list_osts()
+    assert {stat.S_IMODE(o.stat().st_mode) for o in modes} == {0o600}
+    assert again.db.schema_version("storage-local") == 4
+    again.db.close()
+
+    # once recorded, the walk is not run again (an open costs what it did): bounded work
+    walked = []
+    monkeypatch.setattr(LocalStripedStore, "_close_objects",
+                        lambda self: walked.append(True) or 0)
+    new_store(tmp_path).list_osts()
+    assert walked == []
+
+
+def test_a_plain_user_who_knows_object_ids_opens_no_object_by_any_name(shared_dir):
+    """The layout attribute names every object (ids are no secret); no name under the closed
+    directories resolves for another user, so knowing one opens nothing, and ``grep -r`` over
+    ``store_root`` finds no byte of any file."""
+    user = plain_user()
+    store = new_store(shared_dir)
+    secret = b"the-secret-" + data(200_000, 7).hex().encode()[:1000]
+    store.write(store.create("pub/open.dat", LayoutRequest(ost_list=(1, 2)), owner=user,
+                             mode=0o644).path, 0, secret)  # even the user's own, world-readable
+    store.fail_ost(2)  # one in ostNNNN.failed
+    ids = [(o.ost_index, o.object_id) for c in store.layout("pub/open.dat").components
+           for o in c.objects]
+    store.db.close()
+    names = []
+    for index, oid in ids:
+        for directory in (f"ost{index:04d}", f"ost{index:04d}.failed"):
+            names += [f"{store.store_root}/{directory}/{oid}",
+                      f"{store.store_root}/./{directory}//{oid}",
+                      f"{store.store_root}/mdt/../{directory}/{oid}"]
+    names += [f"{store.store_root}/mdt/pub/open.dat", f"{store.store_root}/namespace.db",
+              f"{store.store_root}/namespace.db-journal"]
+    script = f"""
+import json, os, subprocess
+refused = {{}}
+for name in {names!r}:
+    try:
+        os.close(os.open(name, os.O_RDONLY))
+        refused[name] = "opened"
+    except OSError as err:
+        refused[name] = type(err).__name__
+listed = {{}}
+for entry in sorted(os.listdir({str(store.store_root)!r})):
+    try:
+        listed[entry] = sorted(os.listdir(os.path.join({str(store.store_root)!r}, entry)))
+    except OSError as err:
+        listed[entry] = type(err).__name__
+grep = subprocess.run(["grep", "-r", "-l", "the-secret-", {str(store.store_root)!r}],
+                      capture_output=True, text=True)
+print(json.dumps({{"refused": refused, "listed": listed, "grep": grep.stdout}}))
+"""
+    results = json.loads(run_as(user, script, shared_dir, shared_dir))
+    assert set(results["refused"].values()) <= {"PermissionError", "FileNotFoundError"}
+    assert "opened" not in results["refused"].values()
+    assert {name: results["refused"][name] for name in names
+            if "ost0001/" in name or "ost0002.failed/" in name} == \
+        dict.fromkeys([n for n in names if "ost0001/" in n or "ost0002.failed/" in n],
+                      "PermissionError")
+    # the names of store_root are for everyone (OST states), what is below them for root
+    assert results["listed"] == {
+        "mdt": "PermissionError", "mdt.staging": "PermissionError",
+        "namespace.db": "NotADirectoryError", "namespace.db-journal": "NotADirectoryError",
+        **{f"ost{i:04d}" + (".failed" if i == 2 else ""): "PermissionError" for i in range(8)}}
+    assert results["grep"] == ""
+    assert store.read("pub/open.dat", 0, len(secret)) == secret  # root still reads it
 
 
 # -- opening read-only -------------------------------------------------------------------------
@@ -190,9 +343,9 @@ def test_a_wal_namespace_of_an_older_version_switches_to_the_rollback_journal(tm
     assert not (store.store_root / "namespace.db-wal").exists()
 
 
-# -- a plain user's job reads through the store -------------------------------------------------
+# -- a plain user's store: through the scratch mount, or not at all ----------------------------
 PLAIN_SCRIPT = """
-import hashlib, json
+import json
 from scratchkeeper.storage.local import LocalStripedStore
 store = LocalStripedStore({scratch!r}, {store!r}, ost_count=8, default_stripe_count=4,
                           default_stripe_size=65536)
@@ -202,116 +355,100 @@ def attempt(name, action):
         results[name] = {{"ok": action()}}
     except Exception as err:
         results[name] = {{"error": type(err).__name__, "message": str(err)}}
-digest = lambda b: hashlib.sha256(b).hexdigest()
 attempt("read_only", lambda: store.read_only)
-attempt("mine", lambda: digest(store.read("me/mine.dat", 0, 1 << 30)))
-attempt("mine_streamed", lambda: digest(b"".join(store.open_reader("me/mine.dat"))))
-attempt("shared", lambda: digest(store.read("pub/shared.dat", 0, 1 << 30)))
-attempt("secret", lambda: store.read("other/secret.dat", 0, 100))
-attempt("root_private", lambda: store.read("root/private.dat", 0, 100))
-attempt("striped_on_failed_ost", lambda: store.read("me/striped.dat", 0, 1 << 30))
-attempt("stat", lambda: (lambda s: [s.size, s.uid, s.gid, s.mode])(store.stat("me/mine.dat")))
+attempt("through_mount", lambda: store.through_mount)
+attempt("mine", lambda: store.read("me/mine.dat", 0, 100).hex())
+attempt("mine_streamed", lambda: b"".join(store.open_reader("me/mine.dat")).hex())
+attempt("secret", lambda: store.read("other/secret.dat", 0, 100).hex())
+attempt("stat", lambda: store.stat("me/mine.dat").size)
+attempt("exists", lambda: store.exists("me/mine.dat"))
+attempt("layout", lambda: store.layout("me/mine.dat").ost_list)
 attempt("xattr", lambda: store.get_xattr("me/mine.dat", "user.scratchkeeper.source").decode())
 attempt("list_dir", lambda: store.list_dir("me"))
-attempt("secret_layout", lambda: store.layout("other/secret.dat").ost_list)
-attempt("secret_stat", lambda: store.stat("other/secret.dat").size)
-attempt("secret_xattrs", lambda: store.list_xattrs("other/secret.dat"))
+attempt("list_root", lambda: store.list_dir(""))
 attempt("files_on_ost", lambda: store.files_on_ost(2))
-attempt("osts", lambda: [o.state for o in store.list_osts()])
+attempt("drop_cache", lambda: store.drop_cache("me/mine.dat"))
+attempt("placement", lambda: store.placement_report())
+attempt("namespace", lambda: store.db)
+attempt("osts", lambda: [(o.state, o.used_bytes) for o in store.list_osts()])
 attempt("probe", lambda: [o.state for o in store.check_osts(10)])
 attempt("write", lambda: store.write("me/mine.dat", 0, b"x"))
 attempt("create", lambda: store.create("me/new.dat"))
 attempt("set_xattr", lambda: store.set_xattr("me/mine.dat", "user.x", b"1"))
 attempt("remove", lambda: store.remove("me/mine.dat"))
+attempt("gc", lambda: store.collect_garbage())
 print(json.dumps(results))
 """
 
 
-def test_a_plain_user_reads_its_own_files_and_not_others(shared_dir):
-    user = plain_user()
-    uid, gid = user
-    library = world_readable_copy(shared_dir / "lib")
+def _users_store(shared_dir: Path, user: tuple[int, int]) -> tuple[LocalStripedStore, bytes]:
+    """A root store with the user's 0600 file ``me/mine.dat``, another user's and a failed OST."""
     store = new_store(shared_dir)
     (shared_dir / "scratch").chmod(0o755)
-    mine = data(700_000, 1)
+    mine = data(300_000, 1)
     source = shared_dir / "scratch" / "me" / "mine.dat"
     source.parent.mkdir()
     source.write_bytes(mine)
-    os.chown(source, uid, gid)
+    os.chown(source, *user)
     source.chmod(0o600)
-    assert store.import_file(str(source), stripe_count=4).ost_list == (0, 1, 2, 3)
+    store.import_file(str(source), stripe_count=4, expect_uid=user[0])
     store.set_xattr(str(source), "user.scratchkeeper.source", b"gsiftp://h/mine")
-    shared = data(200_000, 2)
-    on_live_osts = LayoutRequest(ost_list=(2, 3))
-    store.write(store.create("pub/shared.dat", on_live_osts, mode=0o644).path, 0, shared)
-    store.write(store.create("other/secret.dat", on_live_osts, owner=(4242, 4242),
-                             mode=0o600).path, 0, data(100_000, 3))
-    store.set_xattr("other/secret.dat", "user.scratchkeeper.source", b"file:///secret")
-    store.write(store.create("root/private.dat", on_live_osts, mode=0o600).path, 0,
-                data(100_000, 4))
-    striped = store.create("me/striped.dat", LayoutRequest(ost_list=(6, 7)), owner=(uid, gid),
-                           mode=0o600)
-    store.write(striped.path, 0, data(200_000, 5))
-    store.fail_ost(7)  # none of mine.dat's OSTs
+    store.write(store.create("other/secret.dat", LayoutRequest(ost_list=(2, 3)),
+                             owner=(4242, 4242), mode=0o600).path, 0, data(100_000, 3))
+    store.fail_ost(7)
     store.db.close()
+    return store, mine
+
+
+def test_a_plain_users_store_without_the_scratch_mount_reads_nothing(shared_dir):
+    """Without the scratch mount at the scratch root, a user's process reads no file and no
+    name: one line says why; the OSTs' states (``store_root``'s entry names) it still sees, and
+    every change is refused as before."""
+    user = plain_user()
+    uid = user[0]
+    library = world_readable_copy(shared_dir / "lib")
+    store, mine = _users_store(shared_dir, user)
     before = {p.name: p.stat().st_mtime_ns for p in store.store_root.iterdir()}
 
     out = run_as(user, PLAIN_SCRIPT.format(scratch=store.scratch_root,
                                            store=str(store.store_root)), library, shared_dir)
     results = json.loads(out)
     assert results["read_only"] == {"ok": True}
-    assert results["mine"] == {"ok": hashlib.sha256(mine).hexdigest()}
-    assert results["mine_streamed"] == {"ok": hashlib.sha256(mine).hexdigest()}
-    assert results["shared"] == {"ok": hashlib.sha256(shared).hexdigest()}
-    # another user's file and root's private one: refused by the kernel, named, not an OST
-    for name, path in (("secret", "other/secret.dat"), ("root_private", "root/private.dat")):
-        assert results[name] == {"error": "PermissionDenied", "message": (
-            f"{store.scratch_root}/{path}: permission denied (uid {uid} may not read it)")}
-    # a failed OST is still reported as such, not as a permission problem
-    assert results["striped_on_failed_ost"]["error"] == "TargetUnavailable"
-    assert results["stat"] == {"ok": [len(mine), uid, gid, 0o600]}
-    assert results["xattr"] == {"ok": "gsiftp://h/mine"}
-    assert results["list_dir"] == {"ok": ["mine.dat", "striped.dat"]}
-    # layouts (security.scratchkeeper.lov) and names are readable by all, as lfs getstripe;
-    # the kernel keeps another user's user.* attributes of a 0600 file to itself
-    assert results["secret_layout"] == {"ok": [2, 3]}
-    assert results["secret_stat"] == {"ok": 100_000}
-    assert results["secret_xattrs"] == {"error": "PermissionDenied", "message": (
-        f"{store.scratch_root}/other/secret.dat: permission denied (uid {uid} may not read "
-        "its attribute user.scratchkeeper.source)")}
-    assert results["files_on_ost"] == {"ok": sorted(
-        f"{store.scratch_root}/{p}" for p in ("me/mine.dat", "other/secret.dat",
-                                              "pub/shared.dat", "root/private.dat"))}
-    expected_osts = ["failed" if i == 7 else "active" for i in range(8)]
-    assert results["osts"] == {"ok": expected_osts}
-    assert results["probe"] == {"ok": expected_osts}
-    for name in ("write", "create", "set_xattr", "remove"):
+    assert results["through_mount"] == {"ok": True}
+    refusal = {"error": "PermissionDenied", "message": (
+        f"the store at {store.store_root} keeps its data for root: users read it through the "
+        f"scratch mount at {store.scratch_root}, which is not mounted")}
+    for name in ("mine", "mine_streamed", "secret", "stat", "exists", "layout", "xattr",
+                 "list_dir", "list_root", "files_on_ost", "drop_cache"):
+        assert results[name] == refusal, name
+    assert results["placement"] == {"error": "PermissionDenied", "message": (
+        f"counting the objects on each OST needs the store's owner (uid 0): the OST "
+        f"directories of {store.store_root} are closed to uid {uid}")}
+    assert results["namespace"] == {"error": "PermissionDenied", "message": (
+        f"the store at {store.store_root} keeps its namespace for its owner (uid 0); uid {uid} "
+        "reads the store through the scratch mount only")}
+    states = ["failed" if i == 7 else "active" for i in range(8)]
+    assert results["osts"] == {"ok": [[state, None] for state in states]}
+    assert results["probe"] == {"ok": states}
+    for name in ("write", "create", "set_xattr", "remove", "gc"):
         assert results[name] == {"error": "PermissionDenied", "message": (
             f"the store at {store.store_root} is owned by uid 0; only its owner can change it "
-            f"(this process runs as uid {uid})")}
+            f"(this process runs as uid {uid})")}, name
     # the reader wrote nothing next to the namespace, and the store is whole
     assert {p.name: p.stat().st_mtime_ns for p in store.store_root.iterdir()} == before
-    assert store.read(str(source), 0, len(mine)) == mine
+    assert store.read("me/mine.dat", 0, len(mine)) == mine
 
 
-def test_store_cat_as_a_plain_user(shared_dir):
-    """What a user's batch job runs: ``runuser -u skplain -- scratchkeeper store cat FILE``."""
+def test_store_cat_as_a_plain_user_without_the_scratch_mount(shared_dir):
+    """What a user's batch job runs: ``runuser -u skplain -- scratchkeeper store cat FILE``;
+    with no scratch mount, one line and exit 2, even for the user's own file (the mount's
+    permission check is the only way in). ``store df`` needs no mount."""
     user = plain_user()
     if shutil.which("runuser") is None:
         pytest.skip("runuser is not installed")
     # the command line imports jinja2 (and markupsafe) and crc32c, which need their dist-info
     library = world_readable_copy(shared_dir / "lib", DEPENDENCIES)
-    store = new_store(shared_dir)
-    (shared_dir / "scratch").chmod(0o755)
-    source = shared_dir / "scratch" / "me" / "in.dat"
-    source.parent.mkdir()
-    content = data(150_000, 6)
-    source.write_bytes(content)
-    os.chown(source, *user)
-    source.chmod(0o600)
-    store.import_file(str(source), expect_uid=user[0])
-    store.write(store.create("other/x.dat", owner=(4242, 4242), mode=0o600).path, 0, b"secret")
-    store.db.close()
+    store, _ = _users_store(shared_dir, user)
     config = shared_dir / "site.toml"
     config.write_text(f'[storage]\nbackend = "local"\nscratch_root = "{store.scratch_root}"\n'
                       f'store_root = "{store.store_root}"\nost_count = 8\n')
@@ -319,15 +456,24 @@ def test_store_cat_as_a_plain_user(shared_dir):
     main = (f"import sys; sys.path.insert(0, {str(library)!r}); "
             "from scratchkeeper.cli import main; sys.exit(main())")
 
-    def cat(path: str) -> subprocess.CompletedProcess:
+    def store_command(*argv: str) -> subprocess.CompletedProcess:
         return subprocess.run(["runuser", "-u", PLAIN_USER, "--", plain_python(), "-I", "-c", main,
-                               "-c", str(config), "store", "cat", path], cwd=shared_dir,
+                               "-c", str(config), "store", *argv], cwd=shared_dir,
                               capture_output=True, timeout=120)
 
-    mine = cat(str(source))
-    assert (mine.returncode, mine.stderr) == (0, b"")
-    assert mine.stdout == content
-    other = cat(f"{store.scratch_root}/other/x.dat")
-    assert (other.returncode, other.stdout) == (2, b"")
-    assert other.stderr.decode() == (f"scratchkeeper: {store.scratch_root}/other/x.dat: "
-                                     f"permission denied (uid {user[0]} may not read it)\n")
+    out = shared_dir / "out"
+    out.mkdir()
+    os.chown(out, *user)
+    for argv in (("cat", "me/mine.dat"), ("get", "me/mine.dat", str(out / "copy")),
+                 ("layout", "me/mine.dat"), ("ls", "me"), ("cat", "other/secret.dat")):
+        refused = store_command(*argv)
+        assert (refused.returncode, refused.stdout) == (2, b""), argv
+        assert refused.stderr.decode() == (
+            f"scratchkeeper: the store at {store.store_root} keeps its data for root: users "
+            f"read it through the scratch mount at {store.scratch_root}, which is not "
+            "mounted\n"), argv
+    assert os.listdir(out) == []
+    df = store_command("df")
+    assert (df.returncode, df.stderr) == (0, b"")
+    assert [line.split()[2] for line in df.stdout.decode().splitlines()[1:]] == \
+        ["failed" if i == 7 else "active" for i in range(8)]

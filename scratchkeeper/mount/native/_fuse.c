@@ -203,19 +203,19 @@ static PyObject *fuse_run(PyObject *self, PyObject *args, PyObject *kwargs)
                                "stripe_count", "stripe_size", "threads", "attr_timeout",
                                "max_request", "recovery_timeout", "debug", "recover",
                                "dispatch_min_bytes", "pools", "read_log_interval", "place",
-                               "qos", "model", NULL};
+                               "qos", "model", "log_max_bytes", NULL};
     struct skfs_config cfg = {0};
-    unsigned long long stripe_size, dispatch_min_bytes = 0;
+    unsigned long long stripe_size, dispatch_min_bytes = 0, log_max_bytes = 64ULL << 20;
     int debug = 0;
     PyObject *recover = Py_None, *pools = NULL, *place = Py_None, *qos = Py_None;
     PyObject *model = Py_None;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "ssssIiKIdIdp|OKOdOOO:run", keywords,
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "ssssIiKIdIdp|OKOdOOOK:run", keywords,
                                      &cfg.mountpoint, &cfg.mdt, &cfg.store_root,
                                      &cfg.scratch_root, &cfg.ost_count, &cfg.stripe_count,
                                      &stripe_size, &cfg.threads, &cfg.attr_timeout,
                                      &cfg.max_request, &cfg.recovery_timeout, &debug, &recover,
                                      &dispatch_min_bytes, &pools, &cfg.read_log_interval, &place,
-                                     &qos, &model))
+                                     &qos, &model, &log_max_bytes))
         return NULL;
     if (model != Py_None) {
         if (!PyArg_ParseTuple(model, "dddddd:model", &cfg.model[0], &cfg.model[1],
@@ -248,6 +248,7 @@ static PyObject *fuse_run(PyObject *self, PyObject *args, PyObject *kwargs)
     }
     cfg.stripe_size = stripe_size;
     cfg.dispatch_min_bytes = dispatch_min_bytes;
+    cfg.log_max_bytes = log_max_bytes;
     cfg.debug = debug != 0;
     if (recover != Py_None) {
         cfg.recover = call_recover;
@@ -284,7 +285,7 @@ static PyMethodDef methods[] = {
      "run(mountpoint, mdt, store_root, scratch_root, ost_count, stripe_count, stripe_size, "
      "threads, attr_timeout, max_request, recovery_timeout, debug, recover=None, "
      "dispatch_min_bytes=0, pools=None, read_log_interval=0, place=None, qos=None, "
-     "model=None): mount "
+     "model=None, log_max_bytes=64 MiB): mount "
      "and "
      "serve until unmounted or signalled."},
     {NULL, NULL, 0, NULL},

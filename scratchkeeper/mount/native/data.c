@@ -90,7 +90,7 @@ int truncate_locked(struct sk_inode *in, int fd, off_t size)
     return 0;
 }
 
-int chown_objects(struct sk_inode *in, uid_t uid, gid_t gid, mode_t mode, bool set_mode)
+int chown_objects(struct sk_inode *in, uid_t uid, gid_t gid)
 {
     char path[64], *raw;
     size_t len;
@@ -108,10 +108,8 @@ int chown_objects(struct sk_inode *in, uid_t uid, gid_t gid, mode_t mode, bool s
             int ofd = open_object(&lov.comps[i].objs[j], O_RDONLY);
             if (ofd < 0)
                 continue;  /* a failed OST: the store's restore gives it the owner back */
-            if ((uid != (uid_t)-1 || gid != (gid_t)-1) && fchown(ofd, uid, gid) < 0)
+            if (fchown(ofd, uid, gid) < 0)
                 logmsg("object %s: chown: %s", lov.comps[i].objs[j].id, strerror(errno));
-            if (set_mode && fchmod(ofd, (mode & 0666) | 0600) < 0)
-                logmsg("object %s: chmod: %s", lov.comps[i].objs[j].id, strerror(errno));
             close(ofd);
         }
     sk_lov_free(&lov);
@@ -434,7 +432,7 @@ void sk_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
     if (rc < 0)
         fuse_reply_err(req, -rc);
     else {
-        reads_count(fh->inode, end - (uint64_t)off);
+        reads_count(fh->inode, end - (uint64_t)off, fuse_req_ctx(req)->uid);
         fuse_reply_buf(req, buf, end - (uint64_t)off);
     }
     free(buf);

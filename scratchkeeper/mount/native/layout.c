@@ -397,10 +397,12 @@ static int new_layout(int pfd, struct sk_lov *lov, bool *suora)
     return 0;
 }
 
-/* Give the MDT inode `fd` (a new regular file of uid:gid, permission bits `mode`) a layout:
- * the attribute first, then its objects (created O_EXCL, owned by the file's owner, mode
- * (mode & 0666) | 0600). On failure the objects made are deleted and the attribute removed. */
-int assign_layout(int pfd, int fd, uid_t uid, gid_t gid, mode_t mode)
+/* Give the MDT inode `fd` (a new regular file of uid:gid) a layout: the attribute first, then
+ * its objects (created O_EXCL, owned by the file's owner so that the OSTs' file systems charge
+ * it, mode 0600 whatever the file's: users reach data through the mount's permission checks
+ * only, docs/security.rst). On failure the objects made are deleted and the attribute
+ * removed. */
+int assign_layout(int pfd, int fd, uid_t uid, gid_t gid)
 {
     struct sk_lov lov;
     bool suora = false;
@@ -432,7 +434,7 @@ int assign_layout(int pfd, int fd, uid_t uid, gid_t gid, mode_t mode)
         object_name(name, sizeof name, &c->objs[made]);
         int ofd = openat(fs.store_fd, name, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW,
                          0600);
-        if (ofd < 0 || fchown(ofd, uid, gid) < 0 || fchmod(ofd, (mode & 0666) | 0600) < 0) {
+        if (ofd < 0 || fchown(ofd, uid, gid) < 0 || fchmod(ofd, 0600) < 0) {
             rc = -errno;
             if (ofd >= 0) {
                 close(ofd);

@@ -10,7 +10,6 @@
 #define SK_LOV_XATTR "security.scratchkeeper.lov"
 #define SK_DIRLOV_XATTR "security.scratchkeeper.dirlov"
 #define SK_PLACEMENT_XATTR "security.scratchkeeper.placement"
-#define SK_XATTR_PREFIX "security.scratchkeeper."
 #define SK_STRIPE_UNIT 65536ULL
 #define SK_MAX_STRIPE_SIZE ((1ULL << 32) - SK_STRIPE_UNIT)
 #define SK_MAX_OST 65535u

@@ -1,7 +1,7 @@
 /* The scratch mount's namespace (docs/mount.rst): new inodes (mknod, mkdir, symlink, link) with
  * their callers' owners, names removed or renamed (a file's objects deleted with its last name
- * and handle), directories read, statfs, and extended attributes (security.scratchkeeper.*
- * reserved to the store and the mount). Everything passes through to the MDT tree. */
+ * and handle), directories read, statfs, and extended attributes (which names pass: access.c).
+ * Everything passes through to the MDT tree. */
 #define _GNU_SOURCE
 #define FUSE_USE_VERSION 314
 
@@ -38,14 +38,16 @@ void sk_mknod(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode,
     }
     uid_t uid;
     gid_t gid;
-    bool sgid;
+    bool sgid, inherits;
     new_owner(req, pfd, &uid, &gid, &sgid);
-    if (mknodat(pfd, name, (mode & S_IFMT) | masked(req, mode & 07777), rdev) < 0) {
+    mode_t want = create_mode(req, pfd, mode, &inherits);
+    if (mknodat(pfd, name, (mode & S_IFMT) | want, rdev) < 0) {
         fuse_reply_err(req, errno);
         return;
     }
+    want = created_mode(pfd, name, want, inherits);
     if (fchownat(pfd, name, uid, gid, AT_SYMLINK_NOFOLLOW) < 0 ||
-        fchmodat(pfd, name, masked(req, mode & 07777), 0) < 0) {
+        fchmodat(pfd, name, want, 0) < 0) {
         int err = errno;
         unlinkat(pfd, name, 0);
         fuse_reply_err(req, err);
@@ -59,16 +61,19 @@ void sk_mkdir(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode)
     int pfd = get_inode(parent)->fd;
     uid_t uid;
     gid_t gid;
-    bool sgid;
+    bool sgid, inherits;
     new_owner(req, pfd, &uid, &gid, &sgid);
     /* the caller's umask, not the mount process's: mkdirat masks with the latter, so the
-     * mode is set again after the chown (a set-group-id parent's bit is kept, as ext4 does) */
-    mode_t want = (masked(req, mode) & 07777) | (sgid ? S_ISGID : 0);
+     * mode is set again after the chown (a set-group-id parent's bit is kept, as ext4 does);
+     * under a default ACL the MDT's file system makes the mode (and the ACLs) itself */
+    mode_t want = create_mode(req, pfd, mode, &inherits) | (sgid ? S_ISGID : 0);
     if (mkdirat(pfd, name, want) < 0) {
         fuse_reply_err(req, errno);
         return;
     }
     int dfd = openat(pfd, name, O_PATH | O_NOFOLLOW | O_DIRECTORY | O_CLOEXEC);
+    if (dfd >= 0)
+        want = created_mode(dfd, "", want, inherits);
     if (dfd < 0 || fchownat(dfd, "", uid, gid, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW) < 0 ||
         fchmodat(pfd, name, want, 0) < 0) {
         int err = errno;
@@ -327,18 +332,13 @@ void sk_statfs(fuse_req_t req, fuse_ino_t ino)
         fuse_reply_statfs(req, &sv);
 }
 
-static bool reserved_xattr(const char *name)
-{
-    return strncmp(name, SK_XATTR_PREFIX, strlen(SK_XATTR_PREFIX)) == 0;
-}
-
-/* The read dispatch (dispatch.c), read QoS (qos.c) and hybrid replica (hybrid.c) counters, answered by the mount on its
- * root, read-only. */
+/* The read dispatch (dispatch.c), read QoS (qos.c), hybrid replica (hybrid.c) and log
+ * (logs.c) counters, answered by the mount on its root, read-only. */
 static bool stats_xattr(fuse_ino_t ino, const char *name)
 {
     return ino == FUSE_ROOT_ID &&
            (strcmp(name, SK_DISPATCH_XATTR) == 0 || strcmp(name, SK_QOS_XATTR) == 0 ||
-            strcmp(name, SK_HYBRID_XATTR) == 0);
+            strcmp(name, SK_HYBRID_XATTR) == 0 || strcmp(name, SK_LOGS_XATTR) == 0);
 }
 
 /* user.scratchkeeper.stripe on a directory: its default layout for new files, as the owner
@@ -372,20 +372,26 @@ void sk_setxattr(fuse_req_t req, fuse_ino_t ino, const char *name, const char *v
         fuse_reply_err(req, err);
         return;
     }
-    if (reserved_xattr(name) || stats_xattr(ino, name)) {
-        fuse_reply_err(req, EPERM);  /* layouts are the store's and the mount's only */
+    if (stats_xattr(ino, name)) {
+        fuse_reply_err(req, EPERM);
+        return;
+    }
+    if ((err = xattr_set_allowed(req, ino, name)) != 0) {
+        fuse_reply_err(req, err);  /* security.* and trusted.* are the store's and the mount's */
         return;
     }
     char path[64];
     procpath(get_inode(ino)->fd, path);
-    fuse_reply_err(req, setxattr(path, name, value, size, flags) < 0 ? errno : 0);
+    /* an ACL goes to the MDT inode, whose file system updates the mode from it */
+    err = setxattr(path, name, value, size, flags) < 0 ? errno : 0;
+    if (!err && strcmp(name, ACL_ACCESS) == 0)
+        acl_kill_sgid(req, ino);
+    fuse_reply_err(req, err);
 }
 
-static void reply_stats(fuse_req_t req, size_t size, int (*stats)(char **, size_t *))
+/* Reply with a counters attribute: its JSON text (malloc'd, freed here) or -errno. */
+static void reply_stats(fuse_req_t req, size_t size, int rc, char *text, size_t len)
 {
-    char *text;
-    size_t len;
-    int rc = stats(&text, &len);
     if (rc < 0)
         fuse_reply_err(req, -rc);
     else if (size == 0)
@@ -401,11 +407,21 @@ static void reply_stats(fuse_req_t req, size_t size, int (*stats)(char **, size_
 void sk_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name, size_t size)
 {
     if (stats_xattr(ino, name)) {
-        reply_stats(req, size, strcmp(name, SK_QOS_XATTR) == 0 ? qos_stats :
-                               strcmp(name, SK_HYBRID_XATTR) == 0 ? hybrid_stats : dispatch_stats);
+        char *text = NULL;
+        size_t len = 0;
+        int rc = strcmp(name, SK_QOS_XATTR) == 0      ? qos_stats(&text, &len)
+                 : strcmp(name, SK_HYBRID_XATTR) == 0 ? hybrid_stats(&text, &len)
+                 : strcmp(name, SK_LOGS_XATTR) == 0   ? logs_stats(fuse_req_ctx(req)->uid, &text,
+                                                                   &len)
+                                                      : dispatch_stats(&text, &len);
+        reply_stats(req, size, rc, text, len);
         return;
     }
-    int err;
+    int err = xattr_get_allowed(req, ino, name);
+    if (err) {
+        fuse_reply_err(req, err);
+        return;
+    }
     if (stripe_xattr(ino, name, &err)) {
         if (err) {
             fuse_reply_err(req, err == EINVAL ? ENODATA : err);
@@ -436,28 +452,41 @@ void sk_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name, size_t size)
     free(buf);
 }
 
+/* The names the caller may see (access.c: trusted.* for root only), whatever the size it
+ * asks with: the list is read whole and filtered, so its length is the filtered one. */
 void sk_listxattr(fuse_req_t req, fuse_ino_t ino, size_t size)
 {
     char path[64];
     procpath(get_inode(ino)->fd, path);
-    if (size == 0) {
-        ssize_t n = listxattr(path, NULL, 0);
+    char *buf = NULL;
+    ssize_t n;
+    for (int tries = 0;; tries++) {
+        n = listxattr(path, NULL, 0);
         if (n < 0)
-            fuse_reply_err(req, errno);
-        else
-            fuse_reply_xattr(req, (size_t)n);
-        return;
+            break;
+        char *grown = realloc(buf, (size_t)n + 1);
+        if (!grown) {
+            n = -1;
+            errno = ENOMEM;
+            break;
+        }
+        buf = grown;
+        n = listxattr(path, buf, (size_t)n + 1);
+        if (n >= 0 || errno != ERANGE || tries == 8)
+            break;  /* ERANGE: an attribute was added meanwhile */
     }
-    char *buf = malloc(size);
-    if (!buf) {
-        fuse_reply_err(req, ENOMEM);
-        return;
-    }
-    ssize_t n = listxattr(path, buf, size);
-    if (n < 0)
+    if (n < 0) {
         fuse_reply_err(req, errno);
+        free(buf);
+        return;
+    }
+    size_t kept = xattr_filter_list(req, ino, buf, (size_t)n);
+    if (size == 0)
+        fuse_reply_xattr(req, kept);
+    else if (size < kept)
+        fuse_reply_err(req, ERANGE);
     else
-        fuse_reply_buf(req, buf, (size_t)n);
+        fuse_reply_buf(req, buf, kept);
     free(buf);
 }
 
@@ -470,8 +499,12 @@ void sk_removexattr(fuse_req_t req, fuse_ino_t ino, const char *name)
         fuse_reply_err(req, err ? err : removexattr(path, SK_DIRLOV_XATTR) < 0 ? errno : 0);
         return;
     }
-    if (reserved_xattr(name) || stats_xattr(ino, name)) {
+    if (stats_xattr(ino, name)) {
         fuse_reply_err(req, EPERM);
+        return;
+    }
+    if ((err = xattr_set_allowed(req, ino, name)) != 0) {
+        fuse_reply_err(req, err);
         return;
     }
     char path[64];

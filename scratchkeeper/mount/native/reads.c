@@ -8,7 +8,8 @@
  * to store_root/reads.log, all of one round in one write of the O_APPEND file; an inode dropped
  * from the table with reads not yet written, and every inode at unmount, writes its record
  * then. Counts are deltas: a record says how many reads happened since the inode's previous one,
- * so a reader adds them up and needs no state of the mount's. */
+ * so a reader adds them up and needs no state of the mount's. The log is bounded as closes.log
+ * is (logs.c): a record counts against the user who read the file last. */
 #define _GNU_SOURCE
 #define FUSE_USE_VERSION 314
 
@@ -24,8 +25,6 @@
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
-
-#define READ_LOG "reads.log"
 
 static struct {
     double interval;          /* 0: no records */
@@ -51,10 +50,11 @@ size_t encode_path(const char *path, char *out)
     return n;
 }
 
-void reads_count(struct sk_inode *in, uint64_t bytes)
+void reads_count(struct sk_inode *in, uint64_t bytes, uid_t reader)
 {
     if (rl.interval <= 0)
         return;
+    atomic_store(&in->last_reader, (unsigned)reader);
     atomic_fetch_add(&in->reads, 1);
     atomic_fetch_add(&in->read_bytes, bytes);
 }
@@ -62,6 +62,8 @@ void reads_count(struct sk_inode *in, uint64_t bytes)
 struct buf {
     char *data;
     size_t len, cap;
+    struct log_rec *recs;   /* one per record in data */
+    size_t nrecs, caprecs;
 };
 
 /* Append the record of `in`'s uncounted reads to b (nothing when none or out of memory: the
@@ -88,6 +90,15 @@ static void record(struct sk_inode *in, struct buf *b, const struct timespec *no
         b->data = data;
         b->cap = cap;
     }
+    if (b->nrecs == b->caprecs) {
+        size_t cap = b->caprecs ? b->caprecs * 2 : 256;
+        struct log_rec *recs = realloc(b->recs, cap * sizeof *recs);
+        if (!recs)
+            return;
+        b->recs = recs;
+        b->caprecs = cap;
+    }
+    size_t start = b->len;
     uint64_t reads = atomic_exchange(&in->reads, 0);
     uint64_t bytes = atomic_exchange(&in->read_bytes, 0);
     b->len += (size_t)sprintf(b->data + b->len, "READS %lld.%09ld %ju %u %" PRIu64 " %" PRIu64 " ",
@@ -95,22 +106,15 @@ static void record(struct sk_inode *in, struct buf *b, const struct timespec *no
                               (unsigned)st.st_uid, reads, bytes);
     b->len += encode_path(path, b->data + b->len);
     b->data[b->len++] = '\n';
+    b->recs[b->nrecs++] = (struct log_rec){.off = start, .len = b->len - start,
+                                           .uid = (uid_t)atomic_load(&in->last_reader)};
 }
 
 static void write_records(struct buf *b)
 {
-    if (b->len == 0)
-        return;
-    int fd = openat(fs.store_fd, READ_LOG, O_WRONLY | O_APPEND | O_CREAT | O_NOFOLLOW | O_CLOEXEC,
-                    0600);
-    if (fd < 0)
-        logmsg(READ_LOG ": %s", strerror(errno));
-    else {
-        if (write(fd, b->data, b->len) != (ssize_t)b->len)
-            logmsg(READ_LOG ": short write: %s", strerror(errno));
-        close(fd);
-    }
+    log_append(LOG_READS, b->data, b->recs, b->nrecs);
     b->len = 0;
+    b->nrecs = 0;
 }
 
 void reads_flush_inode(struct sk_inode *in)
@@ -123,6 +127,7 @@ void reads_flush_inode(struct sk_inode *in)
     record(in, &b, &now);
     write_records(&b);
     free(b.data);
+    free(b.recs);
 }
 
 /* One round: every inode of the table read since its last record. */
@@ -157,6 +162,7 @@ static void *run(void *arg)
     }
     pthread_mutex_unlock(&rl.lock);
     free(b.data);
+    free(b.recs);
     return NULL;
 }
 

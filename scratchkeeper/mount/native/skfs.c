@@ -6,7 +6,8 @@
  * inode and the kernel's lookup count, released by forget. The data of a regular file lives in
  * OST objects (store_root/ostNNNN/OBJECT_ID) laid out by its security.scratchkeeper.lov
  * attribute; its size is the MDT inode's st_size. Requests run with root's rights; the kernel
- * checks permissions (default_permissions) and new inodes get the caller's uid and gid.
+ * checks permissions against the MDT inodes' modes and POSIX ACLs (default_permissions and
+ * FUSE_CAP_POSIX_ACL; access.c) and new inodes get the caller's uid and gid.
  */
 #define _GNU_SOURCE
 #define FUSE_USE_VERSION 314
@@ -164,6 +165,13 @@ static void sk_init(void *userdata, struct fuse_conn_info *conn)
         conn->want |= FUSE_CAP_DONT_MASK;
     else
         logmsg("the kernel applies the umask itself (no FUSE_CAP_DONT_MASK)");
+    /* the kernel checks every open and lookup against the MDT inode's POSIX ACLs too
+     * (system.posix_acl_access, read through getxattr and cached until a setattr or setxattr
+     * of the inode), and leaves the umask to the mount (access.c: create_mode) */
+    if (conn->capable & FUSE_CAP_POSIX_ACL)
+        conn->want |= FUSE_CAP_POSIX_ACL;
+    else
+        logmsg("the kernel offers no POSIX ACLs (FUSE_CAP_POSIX_ACL): modes only");
     /* suid/sgid are cleared by the kernel's own setattr, not by us */
     conn->want &= ~(unsigned)FUSE_CAP_HANDLE_KILLPRIV;
     if (conn->capable & FUSE_CAP_PARALLEL_DIROPS)
@@ -216,6 +224,8 @@ static void sk_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
         return;
     }
     fix_attr(&st);
+    if (ino == FUSE_ROOT_ID)
+        root_attr(&st);
     fuse_reply_attr(req, &st, fs.cfg.attr_timeout);
 }
 
@@ -249,6 +259,12 @@ static void sk_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int va
     char path[64];
     int rc = 0;
     procpath(in->fd, path);
+    if (ino == FUSE_ROOT_ID && (valid & (FUSE_SET_ATTR_MODE | FUSE_SET_ATTR_UID |
+                                         FUSE_SET_ATTR_GID))) {
+        if ((rc = root_setattr(attr, valid)) < 0)
+            goto out;
+        valid &= ~(FUSE_SET_ATTR_MODE | FUSE_SET_ATTR_UID | FUSE_SET_ATTR_GID);
+    }
     if (valid & FUSE_SET_ATTR_MODE) {
         if (in->type == S_IFLNK) {
             rc = -EOPNOTSUPP;
@@ -267,10 +283,10 @@ static void sk_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int va
             goto out;
         }
     }
-    if ((valid & (FUSE_SET_ATTR_MODE | FUSE_SET_ATTR_UID | FUSE_SET_ATTR_GID)) && is_regular(in))
+    /* objects are 0600 whatever the file's mode: only their owner changes with the file's */
+    if ((valid & (FUSE_SET_ATTR_UID | FUSE_SET_ATTR_GID)) && is_regular(in))
         chown_objects(in, valid & FUSE_SET_ATTR_UID ? attr->st_uid : (uid_t)-1,
-                      valid & FUSE_SET_ATTR_GID ? attr->st_gid : (gid_t)-1, attr->st_mode,
-                      valid & FUSE_SET_ATTR_MODE);
+                      valid & FUSE_SET_ATTR_GID ? attr->st_gid : (gid_t)-1);
     if (valid & FUSE_SET_ATTR_SIZE) {
         if (!is_regular(in)) {
             rc = in->type == S_IFDIR ? -EISDIR : -EINVAL;
@@ -340,17 +356,21 @@ int make_regular(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mod
     gid_t gid;
     bool sgid_parent;
     new_owner(req, pfd, &uid, &gid, &sgid_parent);
-    mode = masked(req, mode) & 07777;
+    bool inherits;
+    mode = create_mode(req, pfd, mode, &inherits);
     if ((mode & S_ISGID) && !caller_in_group(req, gid))
         mode &= ~(mode_t)S_ISGID;
-    int fd = openat(pfd, name, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+    /* with a default ACL the MDT's file system makes the mode from it and this one */
+    int fd = openat(pfd, name, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC,
+                    inherits ? mode & 0777 : 0600);
     if (fd < 0)
         return -errno;
     int rc = 0;
+    mode = created_mode(fd, "", mode, inherits);
     if (fchown(fd, uid, gid) < 0 || fchmod(fd, mode) < 0)
         rc = -errno;
     if (!rc)
-        rc = assign_layout(pfd, fd, uid, gid, mode);
+        rc = assign_layout(pfd, fd, uid, gid);
     if (rc < 0) {
         close(fd);
         unlinkat(pfd, name, 0);
@@ -361,7 +381,8 @@ int make_regular(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mod
     return 0;
 }
 
-static int file_open(struct sk_inode *in, int fd, int flags, struct fuse_file_info *fi)
+static int file_open(fuse_req_t req, struct sk_inode *in, int fd, int flags,
+                     struct fuse_file_info *fi)
 {
     struct sk_file *fh = calloc(1, sizeof *fh);
     if (!fh) {
@@ -370,6 +391,7 @@ static int file_open(struct sk_inode *in, int fd, int flags, struct fuse_file_in
     }
     fh->inode = in;
     fh->fd = fd;
+    fh->opener = fuse_req_ctx(req)->uid;
     fh->writable = (flags & O_ACCMODE) != O_RDONLY;
     fh->append = (flags & O_APPEND) != 0;
     atomic_init(&fh->written, fh->writable && (flags & (O_CREAT | O_TRUNC)));
@@ -426,7 +448,7 @@ static void sk_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_
             return;
         }
         fd = open_mdt(in);
-        if (fd < 0 || (rc = file_open(in, fd, fi->flags, fi)) < 0) {
+        if (fd < 0 || (rc = file_open(req, in, fd, fi->flags, fi)) < 0) {
             forget_one(e.ino, 1);
             fuse_reply_err(req, fd < 0 ? -fd : -rc);
             return;
@@ -444,7 +466,7 @@ static void sk_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_
         fuse_reply_err(req, err);
         return;
     }
-    if ((rc = file_open(get_inode(e.ino), fd, fi->flags, fi)) < 0) {
+    if ((rc = file_open(req, get_inode(e.ino), fd, fi->flags, fi)) < 0) {
         forget_one(e.ino, 1);
         fuse_reply_err(req, -rc);
         return;
@@ -495,7 +517,7 @@ static void sk_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
                 *slash = '\0';
             pfd = open(ppath, O_PATH | O_DIRECTORY | O_CLOEXEC);
         }
-        rc = assign_layout(pfd >= 0 ? pfd : fs.root.fd, fd, st.st_uid, st.st_gid, st.st_mode);
+        rc = assign_layout(pfd >= 0 ? pfd : fs.root.fd, fd, st.st_uid, st.st_gid);
         if (pfd >= 0)
             close(pfd);
     }
@@ -503,7 +525,7 @@ static void sk_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
     if (!rc && writable && (fi->flags & O_TRUNC))
         rc = truncate_locked(in, fd, 0);
     pthread_mutex_unlock(&in->lock);
-    if (rc < 0 || (rc = file_open(in, fd, fi->flags, fi)) < 0) {
+    if (rc < 0 || (rc = file_open(req, in, fd, fi->flags, fi)) < 0) {
         if (rc != -ENOMEM)
             close(fd);
         fuse_reply_err(req, -rc);
@@ -513,48 +535,12 @@ static void sk_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
         file_close((struct sk_file *)(uintptr_t)fi->fh);
 }
 
-/* A CLOSE record (as Lustre's changelog keeps them) of a handle that created, truncated or
- * wrote its file, for offload at close (docs/staging.rst): one line appended to
- * store_root/closes.log,
- *   CLOSE <time> <inode> <uid> <size> <mtime> <scratch path, %XX-encoded>
- * in one write of an O_APPEND file, so records of concurrent closes never interleave. The path
- * is encoded: a file name may hold any byte but '/' and NUL, newlines and spaces included. */
-static void record_close(struct sk_file *fh)
-{
-    char path[PATH_MAX];
-    struct stat st;
-    if (!scratch_path(fh->inode, path, sizeof path) || fstat(fh->fd, &st) < 0)
-        return;
-    const size_t size = sizeof path * 3 + 160;
-    char *buf = malloc(size);
-    if (!buf)
-        return;
-    struct timespec now;
-    clock_gettime(CLOCK_REALTIME, &now);
-    size_t n = (size_t)snprintf(buf, size, "CLOSE %lld.%09ld %ju %u %jd %lld.%09ld ",
-                                (long long)now.tv_sec, now.tv_nsec, (uintmax_t)st.st_ino,
-                                (unsigned)st.st_uid, (intmax_t)st.st_size,
-                                (long long)st.st_mtim.tv_sec, st.st_mtim.tv_nsec);
-    n += encode_path(path, buf + n);
-    buf[n++] = '\n';
-    int fd = openat(fs.store_fd, "closes.log",
-                    O_WRONLY | O_APPEND | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
-    if (fd < 0)
-        logmsg("closes.log: %s", strerror(errno));
-    else {
-        if (write(fd, buf, n) != (ssize_t)n)
-            logmsg("closes.log: short write: %s", strerror(errno));
-        close(fd);
-    }
-    free(buf);
-}
-
 static void sk_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
     (void)ino;
     struct sk_file *fh = (struct sk_file *)(uintptr_t)fi->fh;
     if (atomic_load(&fh->written))
-        record_close(fh);
+        close_record(fh);
     file_close(fh);
     fuse_reply_err(req, 0);
 }
@@ -689,6 +675,8 @@ int skfs_run(const struct skfs_config *config, char *err, size_t errlen)
     fs.root.type = S_IFDIR;
     fs.root.nlookup = 2;
     pthread_mutex_init(&fs.root.lock, NULL);
+    root_load();
+    logs_start(config);
 
     fs.inotify_fd = inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
     if (fs.inotify_fd < 0 || pipe2(fs.stop_pipe, O_CLOEXEC) < 0 ||

@@ -34,6 +34,7 @@ struct skfs_config {
     double recovery_timeout;
     uint64_t dispatch_min_bytes; /* reads this large over several mirrors: the solver (0: never) */
     double read_log_interval;   /* seconds between read records in reads.log (0: none) */
+    uint64_t log_max_bytes;     /* closes.log and reads.log: at most this many bytes each */
     bool debug;
     /* the store's OST pools (storage.pools): a directory default naming one places new
      * files on its OSTs only (lfs setstripe -p) */

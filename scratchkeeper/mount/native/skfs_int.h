@@ -6,6 +6,8 @@
  *   data.c       read, write, truncate, fsync of regular files
  *   dispatch.c   reads dispatched over the mirrors by the replica-selection solver, a read pool
  *   wait.c       the read's wait for recoveryd (or the OST's return) on a stripe no mirror holds
+ *   access.c     the root's shown mode, new inodes' modes under default ACLs, xattr names
+ *   logs.c       closes.log and reads.log appended within bounds, CLOSE records
  *
  * Every symbol here is hidden in the extension (-fvisibility=hidden).
  */
@@ -44,6 +46,9 @@ struct sk_inode {
     unsigned reading;       /* hybrid.c's lock: reads in flight */
     atomic_uint_fast64_t last_end;  /* where the last read ended: the next one is sequential */
     atomic_int hybrid_last; /* 1 + the mirror last chosen (hybrid.c), 0: none */
+    atomic_uint last_reader; /* uid of the last read: reads.log counts its record against it */
+    uint64_t close_gen;     /* closes.log's lock: the log generation holding its CLOSE record */
+    uint64_t close_path;    /* closes.log's lock: a hash of the path that record names */
     struct sk_inode *next;  /* hash chain */
 };
 
@@ -59,6 +64,7 @@ struct sk_view {
 struct sk_file {
     struct sk_inode *inode;
     int fd;                 /* the MDT inode opened O_RDWR: size, times, layout */
+    uid_t opener;           /* the caller of the open: its CLOSE record counts against it */
     bool writable;
     bool append;
     atomic_bool written;    /* created, truncated or written through: its close is recorded */
@@ -86,6 +92,11 @@ struct skfs_state {
     int inotify_fd;
     int stop_pipe[2];
     struct fuse_session *se;
+    /* what the mount's root shows (access.c): the MDT directory itself is root's, 0700 */
+    pthread_mutex_t root_lock;
+    mode_t root_mode;       /* permission bits, set-id and sticky */
+    uid_t root_uid;
+    gid_t root_gid;
 };
 
 extern struct skfs_state fs;  /* the one mount of the process (skfs.c) */
@@ -106,6 +117,49 @@ void sk_lookup(fuse_req_t req, fuse_ino_t parent, const char *name);
 mode_t masked(fuse_req_t req, mode_t mode);
 int make_regular(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode,
                  bool exclusive, int *fdp);
+
+/* access.c: the mount root's attributes, the mode of new inodes (umask, default ACLs), which
+ * extended attributes pass */
+#define SK_ROOT_XATTR "trusted.scratchkeeper.root"  /* the root's "mode=O uid=U gid=G" */
+#define ACL_ACCESS "system.posix_acl_access"
+#define ACL_DEFAULT "system.posix_acl_default"
+void root_load(void);
+void root_attr(struct stat *st);
+int root_setattr(const struct stat *attr, int valid);
+/* The mode to create a new inode with in the directory `pfd`: the caller's umask applied
+ * unless the directory has a default ACL (*inherits), which then makes the mode, as ext4 does. */
+mode_t create_mode(fuse_req_t req, int pfd, mode_t mode, bool *inherits);
+/* The new inode's permission bits as its file system made them (an inherited ACL), with the
+ * set-id and sticky bits of `want`; `want` when nothing was inherited. */
+mode_t created_mode(int fd, const char *name, mode_t want, bool inherits);
+/* 0 when the caller may set or remove the attribute `name` of `ino`, else the errno. */
+int xattr_set_allowed(fuse_req_t req, fuse_ino_t ino, const char *name);
+/* 0 when the caller may read it, else the errno (ENODATA: hidden). */
+int xattr_get_allowed(fuse_req_t req, fuse_ino_t ino, const char *name);
+/* Remove from the list (size bytes of NUL-ended names) what the caller may not see; new size. */
+size_t xattr_filter_list(fuse_req_t req, fuse_ino_t ino, char *list, size_t size);
+/* After an access ACL was set: drop S_ISGID if the caller is not in the file's group, as
+ * the kernel does for a local caller (posix_acl_update_mode). */
+void acl_kill_sgid(fuse_req_t req, fuse_ino_t ino);
+
+/* logs.c: closes.log and reads.log, bounded (docs/mount.rst "Bounded logs") */
+#define SK_LOGS_XATTR "user.scratchkeeper.logs"  /* read-only, on the mount's root */
+struct log_rec {
+    size_t off, len;        /* the record's bytes in the batch */
+    uid_t uid;              /* counted against this user */
+    struct sk_inode *in;    /* closes.log: its inode (coalesced per inode), NULL otherwise */
+    uint64_t path;          /* with in: a hash of the path the record names */
+};
+enum { LOG_CLOSES, LOG_READS, LOG_COUNT };
+void logs_start(const struct skfs_config *cfg);
+/* Append the batch's records that fit (the log's cap, the user's share, the space left) in
+ * one write; a CLOSE record of an inode the current log holds one of, for the same path, is
+ * skipped. */
+void log_append(int which, const char *buf, const struct log_rec *recs, size_t n);
+uint64_t path_hash(const char *path);
+/* The CLOSE record of a handle that created, truncated or wrote its file. */
+void close_record(struct sk_file *fh);
+int logs_stats(uid_t caller, char **out, size_t *len);
 
 /* namespace.c */
 void sk_mknod(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode, dev_t rdev);
@@ -144,13 +198,15 @@ void delete_objects(const char *raw, size_t len, ino_t ino);
 void view_put(struct sk_view *v);
 int view_get(struct sk_file *fh, struct sk_view **out);
 void view_reset(struct sk_file *fh);
-int assign_layout(int pfd, int fd, uid_t uid, gid_t gid, mode_t mode);
+int assign_layout(int pfd, int fd, uid_t uid, gid_t gid);
 void mark_stale(int fd, const struct sk_view *v, const bool *stale, const struct sk_inode *in);
 bool some_mirror_covers(const struct sk_lov *lov, const bool *ok, uint64_t lo, uint64_t hi);
 
 /* data.c */
 int truncate_locked(struct sk_inode *in, int fd, off_t size);
-int chown_objects(struct sk_inode *in, uid_t uid, gid_t gid, mode_t mode, bool set_mode);
+/* Give the file's objects its new owner or group ((uid_t)-1, (gid_t)-1: unchanged); their
+ * mode stays 0600 (docs/security.rst). */
+int chown_objects(struct sk_inode *in, uid_t uid, gid_t gid);
 struct qos_plan;
 int read_pieces(struct sk_view *v, char *buf, uint64_t base, uint64_t *cur, uint64_t end,
                 const struct qos_plan *plan, int prefer_mirror, uint32_t *ost_out,
@@ -248,7 +304,7 @@ int qos_stats(char **out, size_t *len);
 
 /* reads.c: read records for tiering (reads.log) */
 size_t encode_path(const char *path, char *out);  /* %XX-encoded into out (3x + 1 bytes) */
-void reads_count(struct sk_inode *in, uint64_t bytes);
+void reads_count(struct sk_inode *in, uint64_t bytes, uid_t reader);
 void reads_flush_inode(struct sk_inode *in);       /* caller holds table_lock */
 int reads_start(const struct skfs_config *cfg, char *err, size_t errlen);
 void reads_stop(void);

@@ -60,7 +60,7 @@ sk_retry 4 1.0 2.0 300.0 6 -- globus-url-copy -verify-checksum gsiftp://data.exa
 
 # line 7: https://data.example.org/tables/eos.dat -> /scratch/alice/run42/
 mkdir -p -- /scratch/alice/run42
-sk_retry 4 1.0 2.0 300.0 7 -- curl --fail --silent --show-error --location --create-dirs --output /scratch/alice/run42/eos.dat -- https://data.example.org/tables/eos.dat || sk_fail 7
+sk_retry 4 1.0 2.0 300.0 7 -- curl --disable --fail --silent --show-error --location --globoff --create-dirs --output /scratch/alice/run42/eos.dat --url https://data.example.org/tables/eos.dat || sk_fail 7
 
 # line 8: alice@login.example.org:/home/alice/params.nml -> /scratch/alice/run42/params.nml
 mkdir -p -- /scratch/alice/run42

@@ -1,0 +1,156 @@
+"""Servers of the name tests, each started by the test on 127.0.0.1 and stopped after it.
+
+* :class:`HttpServer`: GET (with one ``Range``), HEAD and PUT on a folder, in a thread; a GET
+  under ``/echo/`` answers ``echo:<the path asked>`` whatever the path (so a client that asks
+  for another path than the one named is seen, and still gets a file to write somewhere).
+* :class:`GridFtpServer`: ``globus-gridftp-server`` serving one folder read-write, anonymous
+  sessions as ``nobody``, in its own session (killed with its forked children).
+"""
+
+from __future__ import annotations
+
+import ftplib
+import os
+import posixpath
+import signal
+import socket
+import subprocess
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from urllib.parse import unquote, urlsplit
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+class HttpServer:
+    """A folder over HTTP on a free loopback port; ``requests`` lists (method, raw path)."""
+
+    def __init__(self, folder: Path):
+        self.folder = folder
+        self.requests: list[tuple[str, str]] = []
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args):  # quiet
+                pass
+
+            def _file(self) -> Path | None:
+                """The served file a path names, None if it would leave the folder."""
+                path = posixpath.normpath(unquote(urlsplit(self.path).path))
+                if not path.startswith("/") or path.startswith("//"):
+                    return None
+                return server.folder / path.lstrip("/") if path != "/" else None
+
+            def _body(self) -> bytes | None:
+                server.requests.append((self.command, self.path))
+                if self.path.startswith("/echo/"):
+                    return b"echo:" + self.path.encode()
+                target = self._file()
+                if target is None or not target.is_file():
+                    return None
+                return target.read_bytes()
+
+            def _answer(self, head_only: bool) -> None:
+                body = self._body()
+                if body is None:
+                    self.send_error(404)
+                    return
+                status, start, end = 200, 0, len(body)
+                wanted = self.headers.get("Range", "")
+                if wanted.startswith("bytes="):
+                    first, _, last = wanted[6:].partition("-")
+                    start, end = int(first), min(int(last) + 1, len(body))
+                    status = 206
+                self.send_response(status)
+                self.send_header("Content-Length", str(end - start))
+                if status == 206:
+                    self.send_header("Content-Range", f"bytes {start}-{end - 1}/{len(body)}")
+                self.end_headers()
+                if not head_only:
+                    self.wfile.write(body[start:end])
+
+            def do_GET(self):
+                self._answer(False)
+
+            def do_HEAD(self):
+                self._answer(True)
+
+            def do_PUT(self):
+                server.requests.append((self.command, self.path))
+                data = self.rfile.read(int(self.headers.get("Content-Length", "0")))
+                target = self._file()
+                if target is None:
+                    self.send_error(403)
+                    return
+                target.parent.mkdir(parents=True, exist_ok=True)
+                target.write_bytes(data)
+                self.send_response(201)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.port = self.httpd.server_address[1]
+        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self) -> None:
+        self.thread.start()
+
+    def stop(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+        self.thread.join(timeout=10)
+
+
+class GridFtpServer:
+    """``globus-gridftp-server`` on a free loopback port; ``folder`` readable and writable."""
+
+    def __init__(self, folder: Path, workdir: Path):
+        self.folder = folder
+        self.workdir = workdir
+        self.port = free_port()
+        self.process: subprocess.Popen | None = None
+
+    @property
+    def url(self) -> str:
+        return f"ftp://127.0.0.1:{self.port}"
+
+    def start(self) -> None:
+        config = self.workdir / f"gridftp-{self.port}.conf"
+        config.write_text(f"port {self.port}\ncontrol_interface 127.0.0.1\n"
+                          "data_interface 127.0.0.1\nhostname 127.0.0.1\nallow_anonymous 1\n"
+                          "anonymous_user nobody\nanonymous_group nogroup\n"
+                          f"restrict_paths RW{self.folder}\nlog_level ERROR\n"
+                          f"log_single {self.workdir}/gridftp-{self.port}.log\n")
+        self.process = subprocess.Popen(["globus-gridftp-server", "-c", str(config)],
+                                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                        start_new_session=True)
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            try:
+                with ftplib.FTP() as ftp:
+                    ftp.connect("127.0.0.1", self.port, timeout=2)
+                    return
+            except OSError:
+                time.sleep(0.1)
+        self.stop()
+        raise RuntimeError(f"GridFTP server on port {self.port} did not start")
+
+    def stop(self) -> None:
+        if self.process is None:
+            return
+        try:
+            os.killpg(self.process.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        self.process.wait(timeout=10)
+        self.process = None
