@@ -15,7 +15,7 @@ from scratchkeeper.storage.base import XATTR_PREFIX
 from scratchkeeper.transfer import gridftp, ranged
 
 from .conftest import corrupt_first_data_block, read_all, stage, write_site
-from .gridftp import PrivateGridFtp
+from gridftp_server import PrivateGridFtp
 
 pytestmark = pytest.mark.cluster
 

@@ -9,17 +9,14 @@
 
 from __future__ import annotations
 
-import ftplib
-import os
 import posixpath
-import signal
 import socket
-import subprocess
 import threading
-import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
+
+from gridftp_server import PrivateGridFtp
 
 
 def free_port() -> int:
@@ -111,46 +108,6 @@ class HttpServer:
         self.thread.join(timeout=10)
 
 
-class GridFtpServer:
+def GridFtpServer(folder: Path, workdir: Path) -> PrivateGridFtp:  # noqa: N802 (a factory)
     """``globus-gridftp-server`` on a free loopback port; ``folder`` readable and writable."""
-
-    def __init__(self, folder: Path, workdir: Path):
-        self.folder = folder
-        self.workdir = workdir
-        self.port = free_port()
-        self.process: subprocess.Popen | None = None
-
-    @property
-    def url(self) -> str:
-        return f"ftp://127.0.0.1:{self.port}"
-
-    def start(self) -> None:
-        config = self.workdir / f"gridftp-{self.port}.conf"
-        config.write_text(f"port {self.port}\ncontrol_interface 127.0.0.1\n"
-                          "data_interface 127.0.0.1\nhostname 127.0.0.1\nallow_anonymous 1\n"
-                          "anonymous_user nobody\nanonymous_group nogroup\n"
-                          f"restrict_paths RW{self.folder}\nlog_level ERROR\n"
-                          f"log_single {self.workdir}/gridftp-{self.port}.log\n")
-        self.process = subprocess.Popen(["globus-gridftp-server", "-c", str(config)],
-                                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                                        start_new_session=True)
-        deadline = time.monotonic() + 20
-        while time.monotonic() < deadline:
-            try:
-                with ftplib.FTP() as ftp:
-                    ftp.connect("127.0.0.1", self.port, timeout=2)
-                    return
-            except OSError:
-                time.sleep(0.1)
-        self.stop()
-        raise RuntimeError(f"GridFTP server on port {self.port} did not start")
-
-    def stop(self) -> None:
-        if self.process is None:
-            return
-        try:
-            os.killpg(self.process.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        self.process.wait(timeout=10)
-        self.process = None
+    return PrivateGridFtp(folder, workdir, writable=True)

@@ -1,4 +1,5 @@
-"""A private GridFTP server for tests that must kill the source mid-patch (never the shared one)."""
+"""A private GridFTP server on loopback, for tests that need their own (to kill it mid-patch, or
+to let it write a folder): never the local cluster's shared one."""
 
 from __future__ import annotations
 
@@ -20,9 +21,10 @@ def _free_port() -> int:
 class PrivateGridFtp:
     """``globus-gridftp-server`` on a free loopback port serving one folder, in its own session."""
 
-    def __init__(self, folder: Path, workdir: Path):
+    def __init__(self, folder: Path, workdir: Path, *, writable: bool = False):
         self.folder = folder
         self.workdir = workdir
+        self.writable = writable
         self.port = _free_port()
         self.process: subprocess.Popen | None = None
 
@@ -35,7 +37,7 @@ class PrivateGridFtp:
         config.write_text(f"port {self.port}\ncontrol_interface 127.0.0.1\n"
                           "data_interface 127.0.0.1\nhostname 127.0.0.1\nallow_anonymous 1\n"
                           "anonymous_user nobody\nanonymous_group nogroup\n"
-                          f"restrict_paths R{self.folder}\nlog_level ERROR\n"
+                          f"restrict_paths {'RW' if self.writable else 'R'}{self.folder}\nlog_level ERROR\n"
                           f"log_single {self.workdir}/gridftp-{self.port}.log\n")
         self.process = subprocess.Popen(["globus-gridftp-server", "-c", str(config)],
                                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
@@ -61,3 +63,5 @@ class PrivateGridFtp:
             pass
         self.process.wait(timeout=10)
         self.process = None
+
+    stop = kill
