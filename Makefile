@@ -2,8 +2,22 @@
 VENV := .venv
 PY := $(VENV)/bin/python
 PYTEST_ARGS ?=
+# make check's pytest workers (pytest-xdist): one per core
+WORKERS ?= auto
+CC ?= cc
 
-.PHONY: deps plugins cluster cluster-down demo test test-unit bench conformance reproduce clean
+# What the static checks read: every Python file (the scripts without a .py suffix named), every
+# shell script (a sh/bash first line), the Lua of the Slurm plugins.
+PY_SOURCES := scratchkeeper tests benchmarks scripts/localcluster scripts/local-cluster \
+	scripts/pjdfstest scripts/layout-darshan-table
+SHELL_SOURCES = $(shell grep -lsE '^\#!(/usr)?/bin/(env )?(ba)?sh\b' scripts/* .ci/run site-config/*/*.sh)
+LUA_SOURCES := $(wildcard slurm-plugins/*.lua)
+# The fast layer: no cluster, no mount, no root (tests/conftest.py marks tests by their fixtures),
+# nothing marked slow (stress and long property runs).
+FAST_TESTS := -m "not cluster and not mount and not root and not slow"
+
+.PHONY: deps plugins cluster cluster-down demo test test-unit check lint types check-c \
+	bench conformance reproduce clean
 
 deps:
 	scripts/bootstrap
@@ -23,13 +37,40 @@ cluster-down:
 demo: cluster
 	scripts/demo
 
-## Every test, the ones on the real local cluster included.
-test: cluster
-	SCRATCHKEEPER_REQUIRE_CLUSTER=1 $(PY) -m pytest $(PYTEST_ARGS)
+## Every test, the ones on the real local cluster included, after the static checks (CI runs
+## this); the property tests at CI strength, the 25 slowest tests listed at the end.
+test: deps lint types check-c cluster
+	SCRATCHKEEPER_REQUIRE_CLUSTER=1 HYPOTHESIS_PROFILE=ci $(PY) -m pytest --durations=25 $(PYTEST_ARGS)
 
 ## Only the tests that need no cluster.
 test-unit: deps
 	$(PY) -m pytest -m "not cluster" $(PYTEST_ARGS)
+
+## The first answer, in about 2 minutes (after make deps): the static checks and every test that
+## needs no cluster, no mount and no root, in parallel.
+check: lint types check-c
+	$(PY) -m pytest $(FAST_TESTS) -n $(WORKERS) -q --durations=10 $(PYTEST_ARGS)
+
+## ruff (rules in pyproject.toml), shellcheck, luacheck (.luacheckrc)
+lint:
+	$(VENV)/bin/ruff check -q $(PY_SOURCES)
+	shellcheck $(SHELL_SOURCES)
+	luacheck -q $(LUA_SOURCES)
+
+## mypy over scratchkeeper/ (strict, with the per-package relaxations in pyproject.toml)
+types:
+	$(VENV)/bin/mypy
+
+## Every C part compiled with warnings as errors, nothing installed: the extensions with
+## setup.py's own flags (into build/check-c; only what changed is compiled again), the command's
+## client and the SPANK plugin (its Makefile has -Werror).
+check-c:
+	CFLAGS="-Wall -Wextra -Werror" $(PY) setup.py -q build_ext --build-temp build/check-c/temp \
+	  --build-lib build/check-c/lib
+	@mkdir -p build/check-c
+	$(CC) -std=gnu11 -O2 -Wall -Wextra -Werror '-DSK_FALLBACK="/"' '-DSK_PYTHON="/"' \
+	  -o build/check-c/client scratchkeeper/cli/native/client.c
+	$(MAKE) -s -C slurm-plugins spank_scratchkeeper.so
 
 bench: deps
 	SCRATCHKEEPER_EXTRAS=test,bench scripts/bootstrap
@@ -46,4 +87,4 @@ reproduce: deps
 	nice $(PY) -m scratchkeeper reproduce --output docs/benchmarks/replay --work build/reproduce
 
 clean:
-	rm -rf build *.egg-info .pytest_cache
+	rm -rf build *.egg-info .pytest_cache .mypy_cache .ruff_cache

@@ -96,7 +96,7 @@ def tear_down(name: str, stop, unthrottle, mounts: list[Path], devices: list[str
     lazily at last), detach the loop devices, remove the memory cgroup once it is empty."""
     try:
         stop()
-    except Exception as err:  # noqa: BLE001 - go on cleaning up
+    except Exception as err:
         print(f"benchmarks.{name}: stopping the mount: {err}", file=sys.stderr)
     if unthrottle is not None:
         try:

@@ -14,13 +14,14 @@ import re
 import shlex
 import sys
 import typing
+from collections.abc import Callable
 from dataclasses import field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
-from .structs import record
 from .errors import ConfigError
 from .inputfiles import read_limited
+from .structs import record
 
 DEFAULT_PATH = "/etc/scratchkeeper/site.toml"
 ENV_VAR = "SCRATCHKEEPER_CONFIG"
@@ -596,7 +597,7 @@ def parse_config(text: str, source: str = "<string>") -> SiteConfig:
     return dataclasses.replace(config, source=source)
 
 
-def _check_across_keys(config: SiteConfig, source: str, locator: "_KeyLocator") -> None:
+def _check_across_keys(config: SiteConfig, source: str, locator: _KeyLocator) -> None:
     """Rules that tie one key to another (each key alone was checked by :func:`_convert`)."""
     ost_count = config.storage.ost_count
     # ost_count is the local store's; a Lustre file system has the OSTs its servers have
@@ -616,7 +617,7 @@ def _check_across_keys(config: SiteConfig, source: str, locator: "_KeyLocator") 
                           line=locator.line_of("tiering.lower_watermark"))
 
 
-def _check_tiers(storage: StorageConfig, source: str, locator: "_KeyLocator") -> None:
+def _check_tiers(storage: StorageConfig, source: str, locator: _KeyLocator) -> None:
     """storage.pool_tiers names pools of storage.pools; storage.tier_order lists each of its
     classes once, and nothing else."""
     for pool, tier in storage.pool_tiers.items():

@@ -52,9 +52,9 @@ class BlockDigests:
 
     size: int
     block_size: int
-    crcs: array  # of unsigned 32-bit ints, one per block
+    crcs: array[int]  # of unsigned 32-bit ints, one per block
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         if self.block_size <= 0:
             raise ValueError(f"block size {self.block_size}: must be positive")
         expected = -(-self.size // self.block_size)
@@ -139,7 +139,7 @@ def digest_bytes(data: bytes, block_size: int) -> BlockDigests:
     return BlockDigests(len(view), block_size, crcs)
 
 
-_ensured: weakref.WeakSet = weakref.WeakSet()
+_ensured: weakref.WeakSet[StateStore] = weakref.WeakSet()
 
 
 def ensure(store: StateStore) -> None:

@@ -16,8 +16,12 @@ from __future__ import annotations
 import errno
 import os
 import stat
+from typing import IO, Any
 
 from .errors import InputError
+
+#: a file's name, as open() takes it
+StrPath = str | os.PathLike[str]
 
 #: flags of a file opened to be read whole on someone's behalf: a FIFO or a device must not
 #: block the open, nor become the controlling terminal
@@ -27,7 +31,7 @@ READ_FLAGS = os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
 _CHUNK = 1 << 20
 
 
-def regular_opener(name, flags: int) -> int:
+def regular_opener(name: StrPath, flags: int) -> int:
     """An ``opener`` for :func:`open`: opens without blocking on a FIFO, then refuses anything
     but a regular file with ``OSError(EINVAL, "not a regular file")``."""
     descriptor = os.open(name, flags | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
@@ -40,12 +44,12 @@ def regular_opener(name, flags: int) -> int:
     return descriptor
 
 
-def open_regular(path, mode: str = "rb", **options):
+def open_regular(path: StrPath, mode: str = "rb", **options: Any) -> IO[Any]:
     """``open(path, mode, **options)`` for a regular file only (see :func:`regular_opener`)."""
     return open(path, mode, opener=regular_opener, **options)
 
 
-def require_regular(path) -> None:
+def require_regular(path: StrPath) -> None:
     """Raise ``OSError(EINVAL, "not a regular file")`` unless ``path`` is a regular file (for
     readers that open by name, such as :func:`gzip.open`)."""
     _check_mode(os.stat(path).st_mode)
@@ -64,7 +68,7 @@ def size_text(limit: int) -> str:
     return f"{limit} bytes"
 
 
-def read_limited(path, limit: int, *, what: str, error: type[InputError] = InputError) -> bytes:
+def read_limited(path: StrPath, limit: int, *, what: str, error: type[InputError] = InputError) -> bytes:
     """The bytes of the regular file ``path``, which may hold at most ``limit`` of them.
 
     Errors are one ``error`` naming the file: ``cannot read: no such WHAT``, ``cannot read:
@@ -96,7 +100,7 @@ def read_limited(path, limit: int, *, what: str, error: type[InputError] = Input
     return data
 
 
-def decode_utf8(data: bytes, path, *, error: type[InputError] = InputError) -> str:
+def decode_utf8(data: bytes, path: StrPath, *, error: type[InputError] = InputError) -> str:
     """``data`` (read from ``path``) as UTF-8 text; else one ``error`` naming the line and
     column of the first byte that is not UTF-8."""
     try:
@@ -108,6 +112,6 @@ def decode_utf8(data: bytes, path, *, error: type[InputError] = InputError) -> s
                     path=os.fspath(path), line=line) from None
 
 
-def read_text(path, limit: int, *, what: str, error: type[InputError] = InputError) -> str:
+def read_text(path: StrPath, limit: int, *, what: str, error: type[InputError] = InputError) -> str:
     """:func:`read_limited` then :func:`decode_utf8`: a text file a user names, read whole."""
     return decode_utf8(read_limited(path, limit, what=what, error=error), path, error=error)

@@ -30,7 +30,6 @@ from .errors import InputError, PermissionDenied
 from .inputfiles import READ_FLAGS
 
 
-
 @dataclass(frozen=True)
 class Owner:
     """Whose rights a file is opened with: uid, primary gid and supplementary groups."""
@@ -150,7 +149,7 @@ def _receive_descriptor(channel: socket.socket, path: str, timeout: float) -> in
                 if not more:
                     break
                 message += more
-    except socket.timeout:
+    except TimeoutError:
         raise OSError(errno.ETIMEDOUT, f"no answer within {timeout:g}s") from None
     if fds:
         for extra in fds[1:]:

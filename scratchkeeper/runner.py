@@ -13,9 +13,13 @@ import shlex
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import field
+from typing import TYPE_CHECKING, Any
 
-from .structs import record
 from .errors import CommandError, CommandTimeout
+from .structs import record
+
+if TYPE_CHECKING:  # imported where a command runs: a dry run starts nothing
+    import subprocess
 
 log = logging.getLogger(__name__)
 
@@ -117,7 +121,7 @@ class CommandRunner:
         return result
 
 
-def _kill_group(proc: subprocess.Popen) -> None:
+def _kill_group(proc: subprocess.Popen[bytes] | subprocess.Popen[str]) -> None:
     """Kill the command and anything it started (it runs in a session of its own)."""
     import signal
 
@@ -142,6 +146,6 @@ def set_runner(runner: CommandRunner) -> CommandRunner:
     return previous
 
 
-def run(argv: Sequence[str], **kwargs) -> CommandResult:
+def run(argv: Sequence[str], **kwargs: Any) -> CommandResult:
     """Shorthand for ``get_runner().run(...)``."""
     return _current.run(argv, **kwargs)

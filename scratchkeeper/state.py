@@ -32,7 +32,7 @@ import time
 import urllib.parse
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TextIO, TypeVar
 
 from .errors import StateError
 
@@ -87,7 +87,7 @@ def retry_busy(action: Callable[[], T], what: str, *, wait: float,
         tries += 1
         try:
             return action()
-        except Exception as err:  # noqa: BLE001 - busy() decides, the rest is re-raised
+        except Exception as err:
             if not busy(err):
                 raise
             remaining = deadline - time.monotonic()
@@ -99,10 +99,10 @@ def retry_busy(action: Callable[[], T], what: str, *, wait: float,
             pause = min(pause * 2, RETRY_PAUSE_MAX)
 
 
-def may_write(path: str | os.PathLike) -> bool:
+def may_write(path: str | os.PathLike[str]) -> bool:
     """Whether this process (its effective ids) can write the SQLite database ``path`` and the
     journal beside it; for a database not made yet, whether it could create it."""
-    def allowed(target) -> bool:
+    def allowed(target: str | os.PathLike[str]) -> bool:
         if os.access in os.supports_effective_ids:
             return os.access(target, os.W_OK, effective_ids=True)
         return os.access(target, os.W_OK)
@@ -131,7 +131,7 @@ class StateStore:
     :data:`BUSY_TIMEOUT_MS` by default.
     """
 
-    def __init__(self, path: str | os.PathLike, *, journal: str = "wal", read_only: bool = False,
+    def __init__(self, path: str | os.PathLike[str], *, journal: str = "wal", read_only: bool = False,
                  lock_wait: float | None = None, busy_timeout_ms: int | None = None):
         if journal not in JOURNAL_MODES:
             raise ValueError(f"journal {journal!r}: expected one of {', '.join(JOURNAL_MODES)}")
@@ -306,7 +306,7 @@ class StateStore:
         if conn.in_transaction:
             conn.execute("ROLLBACK")
 
-    def query(self, sql: str, params: Sequence | dict = ()) -> list[sqlite3.Row]:
+    def query(self, sql: str, params: Sequence[Any] | dict[str, Any] = ()) -> list[sqlite3.Row]:
         """Run a read-only statement and return all rows (retried while the database is locked)."""
         conn = self.connection()
         try:
@@ -352,7 +352,7 @@ class StateStore:
                              (component, len(migrations)))
 
 
-def daemon_lock(database: str, daemon: str):
+def daemon_lock(database: str, daemon: str) -> TextIO:
     """The open file holding the one lock ``daemon`` takes per state database
     (``DATABASE.DAEMON.lock``, with its pid in it); StateError when another holds it. Closing
     the file releases it (a killed process's lock goes with it)."""

@@ -15,29 +15,40 @@ Classes needing ``order``, ``slots``, ``kw_only`` or ``InitVar`` use ``dataclass
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from dataclasses import MISSING, FrozenInstanceError
-from typing import Callable, TypeVar
+from typing import Any, TypeVar, dataclass_transform, overload
 
 T = TypeVar("T")
 
 _REQUIRED, _DEFAULT, _FACTORY = "required", "default", "factory"
 
 
-def record(cls: type[T] | None = None, /, *, frozen: bool = False) -> Callable | type[T]:
+# Type checkers read a record as the dataclass it behaves as (PEP 681).
+@overload
+def record(cls: type[T], /, *, frozen: bool = False) -> type[T]: ...
+@overload
+def record(cls: None = None, /, *, frozen: bool = False) -> Callable[[type[T]], type[T]]: ...
+
+
+@dataclass_transform(field_specifiers=(dataclasses.field, dataclasses.Field))
+def record(cls: type[T] | None = None, /, *,
+           frozen: bool = False) -> Callable[[type[T]], type[T]] | type[T]:
     """``@record`` or ``@record(frozen=True)``, as ``@dataclass`` / ``@dataclass(frozen=True)``."""
-    def wrap(cls):
-        return _process(cls, frozen)
+    def wrap(cls: type[T]) -> type[T]:
+        processed: type[T] = _process(cls, frozen)
+        return processed
     return wrap if cls is None else wrap(cls)
 
 
-def _process(cls, frozen: bool):
+def _process(cls: Any, frozen: bool) -> Any:
     if cls.__doc__ is None:    # dataclass would work one out with inspect.signature
         cls.__doc__ = cls.__name__
     for name in ("__init__", "__repr__", "__eq__"):
         if name in cls.__dict__:
             raise TypeError(f"{cls.__name__}: record writes {name}; use dataclass")
     cls = dataclasses.dataclass(init=False, repr=False, eq=False)(cls)
-    fields = [f for f in dataclasses.fields(cls)]
+    fields = list(dataclasses.fields(cls))
     if any(f.kw_only or not f.init for f in fields):
         raise TypeError(f"{cls.__name__}: record has no kw_only or init=False fields; use dataclass")
     if "__slots__" in cls.__dict__:
@@ -69,15 +80,15 @@ def _process(cls, frozen: bool):
 _PARAMS: dict[bool, object] = {}
 
 
-def _params(frozen: bool):
+def _params(frozen: bool) -> object:
     """``__dataclass_params__`` of ``@dataclass(frozen=frozen)``, taken from a probe class."""
     if frozen not in _PARAMS:
-        probe = dataclasses.dataclass(frozen=frozen)(type("_RecordParams", (), {}))
+        probe: Any = dataclasses.dataclass(frozen=frozen)(type("_RecordParams", (), {}))
         _PARAMS[frozen] = probe.__dataclass_params__
     return _PARAMS[frozen]
 
 
-def _init(self, *args, **kwargs):
+def _init(self: Any, *args: Any, **kwargs: Any) -> None:
     cls = type(self)
     spec = cls.__record_spec__
     values = self.__dict__
@@ -116,25 +127,25 @@ def _init(self, *args, **kwargs):
         self.__post_init__()
 
 
-def _repr(self) -> str:
+def _repr(self: Any) -> str:
     inner = ", ".join(f"{name}={getattr(self, name)!r}" for name in type(self).__record_repr__)
     return f"{type(self).__qualname__}({inner})"
 
 
-def _eq(self, other):
+def _eq(self: Any, other: Any) -> Any:
     if other.__class__ is not self.__class__:
         return NotImplemented
     names = type(self).__record_compare__
     return tuple(getattr(self, n) for n in names) == tuple(getattr(other, n) for n in names)
 
 
-def _hash(self) -> int:
+def _hash(self: Any) -> int:
     return hash(tuple(getattr(self, n) for n in type(self).__record_hash__))
 
 
-def _frozen_setattr(self, name, value):
+def _frozen_setattr(self: Any, name: str, value: Any) -> None:
     raise FrozenInstanceError(f"cannot assign to field {name!r}")
 
 
-def _frozen_delattr(self, name):
+def _frozen_delattr(self: Any, name: str) -> None:
     raise FrozenInstanceError(f"cannot delete field {name!r}")

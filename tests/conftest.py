@@ -1,6 +1,8 @@
 """Fixtures shared by every test folder: only the real local cluster (scripts/local-cluster).
 
-Fixtures of one area live in that area's test folder, not here.
+Fixtures of one area live in that area's test folder, not here. Also here: the test layers'
+markers, applied by the fixtures a test asks for (:data:`FIXTURE_MARKS`), and the Hypothesis
+profiles (:data:`HYPOTHESIS_PROFILES`).
 """
 
 from __future__ import annotations
@@ -17,8 +19,41 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
 
 from scratchkeeper.runner import CommandRunner, set_runner
+
+# The layers (README.rst, "Which command answers what"): `make check` runs what is marked none of
+# cluster, mount and root, in parallel; `make test` runs everything. A test is marked by the
+# fixtures it asks for, directly or through another fixture, so a new test is in the right layer
+# without a decorator; a test that needs root without such a fixture says so with
+# @pytest.mark.root (or a module's pytestmark).
+FIXTURE_MARKS = {
+    "local_cluster": ("cluster",),       # the running local Slurm cluster
+    "make_mount": ("mount", "root"),     # a scratch mount (FUSE, served as root); mnt uses it
+    "subset_run": ("mount", "root"),     # tests/mount/test_conformance: pjdfstest on two mounts
+    "shared_dir": ("root",),             # a folder for something run as a plain user
+    "site_dir": ("root",),               # tests/recovery: the same, for a private site
+    "small_store": ("root",),            # tests/storage: a store on a tmpfs of its own
+}
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        for fixture, marks in FIXTURE_MARKS.items():
+            if fixture in item.fixturenames:
+                for mark in marks:
+                    item.add_marker(mark)
+
+
+# Property tests: a quick look while developing, the thorough run in CI (`make test` selects it
+# with HYPOTHESIS_PROFILE=ci; `--hypothesis-profile NAME` overrides the variable). A test keeps
+# its own max_examples only where the number bounds a slow test below the profile's.
+HYPOTHESIS_PROFILES = {"dev": 25, "ci": 300}
+for _name, _examples in HYPOTHESIS_PROFILES.items():
+    # no deadline: the machine's cores are shared with the cluster and the other xdist worker
+    settings.register_profile(_name, max_examples=_examples, deadline=None)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "dev"))
 
 NOT_RUNNING = "local cluster not running: scripts/local-cluster up"
 REQUIRE_ENV = "SCRATCHKEEPER_REQUIRE_CLUSTER"

@@ -17,6 +17,7 @@ import pytest
 from user_runtime import plain_user
 
 REPO = Path(__file__).resolve().parents[1]
+pytestmark = pytest.mark.root  # both tests run programs as the plain user skplain
 
 
 def _runs_as(user: tuple[int, int], program: str) -> bool:

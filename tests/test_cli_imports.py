@@ -20,9 +20,9 @@ from scratchkeeper import cli
 HEAVY = ("sqlite3", "crc32c", "logging.handlers", "pkgutil", "scratchkeeper.state",
          "scratchkeeper.digests", "scratchkeeper.storage", "scratchkeeper.recovery",
          "scratchkeeper.replication", "scratchkeeper.sim", "scratchkeeper.solver",
-         "scratchkeeper.planner.attach", "scratchkeeper.planner.commit",
-         "scratchkeeper.planner.records", "scratchkeeper.planner.settle",
-         "scratchkeeper.planner.status")
+         "scratchkeeper.chain_service", "scratchkeeper.planner.commit",
+         "scratchkeeper.planner.records", "scratchkeeper.planner.jit",
+         "scratchkeeper.planner.predict", "scratchkeeper.planner.status")
 
 
 def _modules_after(code: str) -> set[str]:

@@ -11,6 +11,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -37,8 +38,11 @@ def client(tmp_path, monkeypatch):
     binary = tmp_path / "bin" / "scratchkeeper"
     binary.parent.mkdir()
     _client.build(binary, fallback, Path(sys.executable))
-    runtime = tmp_path / "run"
-    runtime.mkdir(mode=0o700)
+    # the runtime directory is a short one of its own (tmp_path/run links to it): a socket's
+    # path has at most 107 bytes, which tmp_path under pytest-xdist (popen-gwN/) and a long
+    # test name exceed
+    runtime = Path(tempfile.mkdtemp(prefix="skrun-", dir="/tmp"))
+    (tmp_path / "run").symlink_to(runtime)
     monkeypatch.setenv("XDG_RUNTIME_DIR", str(runtime))
     monkeypatch.delenv("SCRATCHKEEPER_COMMAND_SERVER", raising=False)
     config = tmp_path / "site.toml"
@@ -48,10 +52,11 @@ def client(tmp_path, monkeypatch):
     (tmp_path / "job.sh").write_text(SCRIPT)
     yield binary
     _server.stop_servers(str(runtime / "scratchkeeper"))
+    shutil.rmtree(runtime, ignore_errors=True)
 
 
 def _socket(tmp_path: Path) -> Path | None:
-    found = sorted((tmp_path / "run" / "scratchkeeper").glob("cmd-*.sock"))
+    found = sorted((tmp_path / "run").resolve().joinpath("scratchkeeper").glob("cmd-*.sock"))
     return found[0] if found else None
 
 
@@ -233,7 +238,9 @@ echo $PPID > "$RECORD.command"
 sed -n 's/^PPid:[[:space:]]*//p' /proc/$PPID/status > "$RECORD.parent"
 echo $$ > "$RECORD.sbatch"
 if [ -n "$HOLD" ]; then
-    while [ ! -e "$HOLD" ]; do sleep 0.02; done
+    # bounded: a test that failed before creating HOLD must not leave this loop running
+    n=0
+    while [ ! -e "$HOLD" ] && [ $n -lt 3000 ]; do sleep 0.02; n=$((n + 1)); done
 fi
 echo 4242
 """

@@ -6,8 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from scratchkeeper.config import (SiteConfig, describe_schema, load_config, parse_config,
-                                 slurm_time_seconds)
+from scratchkeeper.config import SiteConfig, describe_schema, load_config, parse_config, slurm_time_seconds
 from scratchkeeper.errors import ConfigError
 
 

@@ -16,7 +16,6 @@ from scratchkeeper.errors import StateError
 from scratchkeeper.state import DatabaseBusy, StateStore
 from user_runtime import plain_python, plain_user
 
-
 V1 = "CREATE TABLE items (name TEXT PRIMARY KEY);"
 V2 = "ALTER TABLE items ADD COLUMN size INTEGER NOT NULL DEFAULT 0;\nCREATE INDEX items_size ON items(size);"
 
@@ -45,7 +44,8 @@ def test_failed_migration_leaves_the_old_version(tmp_path):
     store = StateStore(tmp_path / "s.db")
     store.ensure_schema("demo", [V1])
     with pytest.raises(sqlite3.OperationalError):
-        store.ensure_schema("demo", [V1, "ALTER TABLE items ADD COLUMN x INT;\nSELECT nonsense FROM nowhere;"])
+        store.ensure_schema("demo", [V1, "ALTER TABLE items ADD COLUMN x INT;\n"
+                                         "SELECT nonsense FROM nowhere;"])
     assert store.schema_version("demo") == 1
     assert [r[1] for r in store.query("PRAGMA table_info(items)")] == ["name"]
 

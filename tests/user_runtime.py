@@ -69,7 +69,7 @@ def world_readable_copy(destination: Path, distributions: Iterable[str] = ()) ->
             target = destination / entry
             target.parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(dist.locate_file(entry), target)
-    for root, dirs, files in os.walk(destination):
+    for root, _dirs, files in os.walk(destination):
         os.chmod(root, 0o755)
         for name in files:
             os.chmod(os.path.join(root, name), 0o644)

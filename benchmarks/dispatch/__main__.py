@@ -122,8 +122,9 @@ level = "WARNING"
     def make_file(self) -> str:
         """The file through the mount (mirror 0), then mirror 1's objects written as the store
         writes a mirror, then the layout with both; its sha256."""
-        from scratchkeeper.storage.layout import FileLayout, StripeObject
         from dataclasses import replace
+
+        from scratchkeeper.storage.layout import FileLayout, StripeObject
 
         path = self.scratch / "data"
         digest = hashlib.sha256()

@@ -41,8 +41,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from benchmarks.mount_rig import (loop_ost, mounted, say, sh, start_mount, stop_mount,
-                                  tear_down)
+from benchmarks.mount_rig import loop_ost, mounted, say, sh, start_mount, stop_mount, tear_down
 
 BLKIO = Path("/sys/fs/cgroup/blkio")
 MiB = 1 << 20
@@ -284,8 +283,9 @@ level = "WARNING"
 
     def read_case(self, jobs: list[ReadJob], *, drop: bool = True) -> dict:
         """Run ``jobs`` in parallel, one per reader process (page cache of the objects dropped
-        first unless ``drop`` is false; then ``settle`` seconds idle): ``wall`` seconds from the first start to the last end,
-        ``bytes`` read, per-reader ``seconds``, and ``device_reads``/``device_bytes`` per OST."""
+        first unless ``drop`` is false; then ``settle`` seconds idle): ``wall`` seconds from
+        the first start to the last end, ``bytes`` read, per-reader ``seconds``, and
+        ``device_reads``/``device_bytes`` per OST."""
         if self.pool is None:
             raise RuntimeError("the rig is not started")
         if drop:

@@ -17,9 +17,9 @@ blkio throttle, tmpfs)
   shared file or a file per process; each in the three layouts of ``advise.stripe_settings``
   (1-DV, 2-D with g = 2, 1-DH). Each process reads its own request-size blocks with ``pread``
   (in the shared file process i of p owns blocks i, i + p, ..., IOR's shared-file pattern; else
-  its own file): sequentially its first ones, or distinct ones drawn at random. Wall time of all processes together, the layouts interleaved, the
-  median of the repeats. The model's choice is ``advise(Workload.uniform(p, p, s, ...),
-  calibrated params, 4, groups=2)``.
+  its own file): sequentially its first ones, or distinct ones drawn at random. Wall time of
+  all processes together, the layouts interleaved, the median of the repeats. The model's
+  choice is ``advise(Workload.uniform(p, p, s, ...), calibrated params, 4, groups=2)``.
 
 It reports; it never fails on a speed goal. Results: docs/benchmarks/layout/report.md,
 results.json, choices.png (``--quick``: report-quick.md, results-quick.json, choices-quick.png).

@@ -35,9 +35,9 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from scratchkeeper.chain_service.attach import SUBMIT_ENV
 from scratchkeeper.config import load_config
 from scratchkeeper.planner import records
-from scratchkeeper.planner.attach import SUBMIT_ENV
 from scratchkeeper.state import StateStore
 from scratchkeeper.storage import open_backend
 
@@ -326,7 +326,9 @@ def main() -> int:
 def write_report(results: dict) -> None:
     commit = results["commit_seconds"]
     locks = sum(len(v) for v in results["lock_errors_in_daemon_logs"].values())
-    seconds = (lambda v: "not measured" if v is None else f"{v:.2f} s")
+    def seconds(value):
+        return "not measured" if value is None else f"{value:.2f} s"
+
     lines = [
         "# Load benchmark",
         "",

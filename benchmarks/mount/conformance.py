@@ -47,7 +47,8 @@ def known_bugs() -> dict[str, str]:
 def run_on(name: str, base: Path, subset: bool) -> dict:
     """Mount the target, run pjdfstest inside it, unmount; the parsed result."""
     base.mkdir(parents=True, exist_ok=True)
-    mounter = targets.bindfs(base, options=(), read_ahead=None) if name == "bindfs" else targets.scratch_mount(base)
+    mounter = (targets.bindfs(base, options=(), read_ahead=None) if name == "bindfs"
+               else targets.scratch_mount(base))
     out = base / "result.json"
     log = REPO / "benchmarks" / "results" / "mount" / f"pjdfstest-{name}.log"
     log.parent.mkdir(parents=True, exist_ok=True)
@@ -80,7 +81,7 @@ def _line(result: dict, failure: str) -> str:
 def write_report(results: dict[str, dict], subset: bool, load: tuple[str, str]) -> Path:
     accepted = accepted_failures()
     names = [n for n in ("bindfs", "mount") if n in results]
-    lines = [f"# pjdfstest: the scratch mount against bindfs",
+    lines = ["# pjdfstest: the scratch mount against bindfs",
              "",
              f"`make conformance` (`.venv/bin/python -m benchmarks.mount.conformance"
              f"{' --subset' if subset else ''}`), {time.strftime('%Y-%m-%d')}: pjdfstest "

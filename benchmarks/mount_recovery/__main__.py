@@ -251,7 +251,7 @@ class Reader(threading.Thread):
                 os.close(fd)
             self.seconds = time.monotonic() - started
             self.sha256 = digest.hexdigest()
-        except BaseException as err:  # noqa: BLE001 - reported by the caller
+        except BaseException as err:
             self.error = err
 
 

@@ -31,7 +31,6 @@ import sys
 import tempfile
 import time
 import tracemalloc
-from array import array
 from pathlib import Path
 
 import numpy as np
@@ -100,10 +99,10 @@ def measure_time(count: int, settings: dict, workdir: Path) -> dict:
 
     tracemalloc.start()
     placement = suora_map(targets)
-    placement._native  # the C tables are built on first use
+    placement._native  # noqa: B018 (the C tables are built on first use)
     row["suora_python_map_bytes"] = tracemalloc.get_traced_memory()[1]
     tracemalloc.stop()
-    row["suora_table_bytes"] = sum(len(t) * 4 + len(l) * 8 for t, l, *_ in placement._tables) \
+    row["suora_table_bytes"] = sum(len(t) * 4 + len(lengths) * 8 for t, lengths, *_ in placement._tables) \
         + len(placement._eligible)
     # the in-process placements take milliseconds: more repeats, so that another worker's burst
     # on the shared cores does not decide the minimum
@@ -118,7 +117,7 @@ def measure_time(count: int, settings: dict, workdir: Path) -> dict:
     ring = ConsistentHashing(targets, settings["virtual_nodes"])
     row[f"{CH} ns"] = _best(lambda: ring.place(ids), quick_repeats) / objects * 1e9
     row["ch_bytes"] = ring.memory_bytes
-    del ring
+    ring = None  # its tables freed before the next placement is measured
     robin = RoundRobin(targets)
     row[f"{RR} ns"] = _best(lambda: robin.place(ids), quick_repeats) / objects * 1e9
     row["rr_bytes"] = robin.memory_bytes

@@ -47,7 +47,8 @@ from scratchkeeper.planner import records
 from scratchkeeper.planner.directives import parse_script
 from scratchkeeper.planner.plan import build_plan
 from scratchkeeper.planner.render import render_plan
-from scratchkeeper.planner.submit import dry_run_commands, prepare, spool_dir, submit_plan
+from scratchkeeper.planner.spool import spool_dir
+from scratchkeeper.planner.submit import dry_run_commands, prepare, submit_plan
 from scratchkeeper.runner import get_runner
 from scratchkeeper.state import StateStore
 
@@ -71,7 +72,7 @@ def script_200_lines() -> str:
         lines.append("#STAGEIN " + kinds[index % len(kinds)].format(index))
     lines.append("#STAGEIN curl -fsS -o /scratch/u/run/long.dat \\")
     lines.append("#STAGEIN    https://data.example.org/long.dat")
-    lines += ["#DW stage_in source=/lus/u/d{0} destination=/scratch/u/d{0} type=directory".format(i)
+    lines += [f"#DW stage_in source=/lus/u/d{i} destination=/scratch/u/d{i} type=directory"
               for i in range(4)]
     lines.append("#STAGEOUT -dependency afterany -name bench.out")
     for index in range(8):
@@ -213,7 +214,7 @@ def bench_start(repeats: int, installed: Path) -> dict:
              "installed_plan": [str(installed), *options],
              "installed_import_jinja2": [installed_python, "-c", "import jinja2"],
              "client_plan": [client, *options]}
-    envs = {name: env for name in argvs}
+    envs = dict.fromkeys(argvs, env)
     envs["client_plan"] = client_env(work)
     for name, argv in argvs.items():  # warm-up: bytecode written, files in the page cache
         _wall(argv, envs[name], str(work))
@@ -468,6 +469,8 @@ def goals(start: dict, submit: dict | None) -> list[str]:
         floor = start["installed_python_pass"]["median_ms"] + \
             submit["installed_cli_scheduler_calls_median_s"] * 1000
         shell = submit["shell_peer"]["median_ms"]
+        plan_over_pass = (start["installed_plan"]["median_ms"]
+                          - start["installed_python_pass"]["median_ms"])
         lines.append(f"- What no Python program started per command can go below: the "
                      f"interpreter's start "
                      f"(`python -c pass`, {start['installed_python_pass']['median_ms']:.1f} ms) and "
@@ -477,7 +480,7 @@ def goals(start: dict, submit: dict | None) -> list[str]:
                      f"{2 * shell - floor:.1f} ms for reading the configuration, parsing, planning, "
                      f"rendering and recording the chain within the 2x goal; `plan --dry-run` "
                      f"alone, which does all but the recording, takes "
-                     f"{start['installed_plan']['median_ms'] - start['installed_python_pass']['median_ms']:.1f} ms "
+                     f"{plan_over_pass:.1f} ms "
                      f"more than `python -c pass`. The command server's client goes below it: "
                      f"the interpreter has started and imported before the command is typed.")
     return lines
@@ -491,8 +494,9 @@ def report(render: dict, start: dict, submit: dict | None, quick: bool) -> str:
              f"{os.getloadavg()[0]:.1f}. Compare figures within one run: under load every "
              f"figure grows, the peers' as well.", "",
              "| measure | median | p95 / peer | goal |", "|---|---|---|---|",
-             f"| parse + plan + render, {render['lines']}-line script, {render['transfers']} transfers "
-             f"({render['repeats']} runs) | {render['median_ms']:.2f} ms | {render['p95_ms']:.2f} ms | < 5 ms |",
+             f"| parse + plan + render, {render['lines']}-line script, "
+             f"{render['transfers']} transfers ({render['repeats']} runs) | "
+             f"{render['median_ms']:.2f} ms | {render['p95_ms']:.2f} ms | < 5 ms |",
              f"| `scratchkeeper plan --dry-run`, {start['lines']}-line script, whole process, "
              f"editable install (`python -m scratchkeeper`, {start['repeats']} runs) | "
              f"{_range(start['plan'])} | `python -c pass`: {_range(start['python_pass'])} | <= 60 ms |",
@@ -508,7 +512,8 @@ def report(render: dict, start: dict, submit: dict | None, quick: bool) -> str:
              f"{_range(start['client_plan'])} | `python -c pass`: "
              f"{_range(start['installed_python_pass'])} | <= 60 ms |",
              f"| `python -c \"import jinja2\"` of the installed form (what rendering with Jinja2 "
-             f"in process would cost at least; the compiled templates do not import it) | {_range(start['installed_import_jinja2'])} | "
+             f"in process would cost at least; the compiled templates do not import it) | "
+             f"{_range(start['installed_import_jinja2'])} | "
              f"CPU {_range(start['installed_import_jinja2_cpu'])} | |"]
     if submit:
         lines += [

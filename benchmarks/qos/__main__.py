@@ -33,14 +33,20 @@ import sys
 import time
 from pathlib import Path
 
-from scratchkeeper.qos.admission import (DeterministicAdmission, StatisticalAdmission,
-                                         sample_retrieval_probabilities)
+from scratchkeeper.qos.admission import (
+    DeterministicAdmission,
+    StatisticalAdmission,
+    sample_retrieval_probabilities,
+)
 from scratchkeeper.qos.designs import NAMED
 from scratchkeeper.qos.fim import fim_block_map, frequent_pairs, transactions
-from scratchkeeper.qos.placement import (DataBlockMap, chained_allocation, design_allocation,
-                                         mirrored_allocation)
-from scratchkeeper.qos.simulate import (replay_interval, replay_online, replay_single_copy,
-                                        run_intervals)
+from scratchkeeper.qos.placement import (
+    DataBlockMap,
+    chained_allocation,
+    design_allocation,
+    mirrored_allocation,
+)
+from scratchkeeper.qos.simulate import replay_interval, replay_online, replay_single_copy, run_intervals
 from scratchkeeper.qos.traces import block_requests, read_dxt_reads
 
 ROOT = Path(__file__).resolve().parents[2]

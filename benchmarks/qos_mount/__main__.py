@@ -62,8 +62,17 @@ from concurrent.futures import ThreadPoolExecutor
 from itertools import permutations
 from pathlib import Path
 
-from benchmarks.mount_rig import (MemoryCgroup, drop_caches, loop_ost, mounted, say, sh,
-                                     start_mount, stop_mount, tear_down)
+from benchmarks.mount_rig import (
+    MemoryCgroup,
+    drop_caches,
+    loop_ost,
+    mounted,
+    say,
+    sh,
+    start_mount,
+    stop_mount,
+    tear_down,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 REPORT_DIR = ROOT / "docs" / "benchmarks" / "qos_mount"
@@ -108,7 +117,7 @@ def summary(values: list[float]) -> dict:
 
 def io_serviced(rules: dict[str, int]) -> dict[int, int]:
     """Reads each OST's loop device served (blkio, root cgroup): OST -> count."""
-    out = {ost: 0 for ost in rules.values()}
+    out = dict.fromkeys(rules.values(), 0)
     for line in (BLKIO / "blkio.throttle.io_serviced").read_text().splitlines():
         words = line.split()
         if len(words) == 3 and words[0] in rules and words[1] == "Read":
@@ -133,8 +142,7 @@ def sleep_until(when: float) -> None:
 
 def sim_allocations() -> dict:
     from scratchkeeper.qos.designs import NAMED
-    from scratchkeeper.qos.placement import (chained_allocation, design_allocation,
-                                             mirrored_allocation)
+    from scratchkeeper.qos.placement import chained_allocation, design_allocation, mirrored_allocation
     return {"design": design_allocation(NAMED[9, 3]),
             "mirrored": mirrored_allocation(OSTS, COPIES, 36),
             "chained": chained_allocation(OSTS, COPIES, 36)}
@@ -583,7 +591,7 @@ def run(work: Path, p: dict) -> dict:
             runs = []
             for k in (5, 14, 27, 54):
                 ivs = []
-                for n, buckets in enumerate(draws(p, 0, p["overhead"], k)):
+                for buckets in draws(p, 0, p["overhead"], k):
                     ids = pick(table, "design", buckets, rng)
                     ivs.append({"tag": f"overhead k={k}", "pieces": ids})
                 runs.append({"label": f"overhead k={k}", "mode": "spaced", "gap": 0.03,

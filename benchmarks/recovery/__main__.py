@@ -284,7 +284,7 @@ class _EmptyQueue:
     """A scheduler with no queued jobs: recoveryd's check orders nothing before the rest."""
 
     def snapshot(self):
-        return SimpleNamespace(pending=lambda: [])
+        return SimpleNamespace(pending=list)
 
 
 def _recoveryd_batch(bench: Bench, config, paths: list[str], failed: int

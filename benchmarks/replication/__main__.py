@@ -30,8 +30,7 @@ import statistics
 import time
 from pathlib import Path
 
-from scratchkeeper.replication.decisions import (Claim, CycleInput, InputFile, JobInputs,
-                                                  ReplicaStatus, decide)
+from scratchkeeper.replication.decisions import Claim, CycleInput, InputFile, JobInputs, ReplicaStatus, decide
 from scratchkeeper.replication.window import WindowParams
 from scratchkeeper.schedulers import slurm
 from scratchkeeper.schedulers.base import JobRecord, JobState, QueueSnapshot

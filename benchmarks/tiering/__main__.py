@@ -45,8 +45,17 @@ import tempfile
 import time
 from pathlib import Path
 
-from benchmarks.mount_rig import (MemoryCgroup, drop_caches, mounted, say, sh, sha256,
-                                     start_mount, stop_mount, tear_down)
+from benchmarks.mount_rig import (
+    MemoryCgroup,
+    drop_caches,
+    mounted,
+    say,
+    sh,
+    sha256,
+    start_mount,
+    stop_mount,
+    tear_down,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 REPORT_DIR = ROOT / "docs" / "benchmarks" / "tiering"
@@ -632,7 +641,8 @@ def report(results: dict) -> str:
               f"{', '.join(results['hottest'][:8])}): fio does not scatter "
               f"`file_service_type=zipf` ranks over the file list, and each job starts its ranks "
               f"at its own offset. theta {p['theta']}, not above 1: in a trial run of this "
-              f"benchmark at 1.2 (64 files), 4 files (one per job) took 84 % of the reads, where a Zipf(1.2) over 64 files gives the "
+              f"benchmark at 1.2 (64 files), 4 files (one per job) took 84 % of the reads, "
+              f"where a Zipf(1.2) over 64 files gives the "
               f"hottest one 29 %.", "",
               f"First `tierd --once` (after the warm-up): {t0['up_done']} up moves done, "
               f"{t0['failed']} failed, {t0['bytes_moved'] / MiB:.0f} MiB copied to flash in "

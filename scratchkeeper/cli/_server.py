@@ -8,8 +8,8 @@ forks a child per command. The child takes the client's standard streams (passed
 socket), working directory, environment, umask and arguments, runs :func:`scratchkeeper.cli.main`
 and reports its exit code; the client forwards the signals it gets to the child. Anything else
 (other subcommands, no server yet, a server of another release or of changed code, another
-group set, other ``PYTHON*`` variables) is run by the Python command itself, which the client ``exec``\\s: the server is
-only ever a shortcut to the same code, never a different behaviour.
+group set, other ``PYTHON*`` variables) is run by the Python command itself, which the client
+``exec``\\s: the server is only ever a shortcut to the same code, never a different behaviour.
 
 The server runs as the user it serves and accepts only that user (``SO_PEERCRED``), on a socket
 in a directory of theirs (mode 0700, checked). It is started by the client on a miss, stops
@@ -62,7 +62,7 @@ MAGIC = b"SKC1"
 MAX_REQUEST = 1 << 20
 #: Imported before the first request: what ``plan``, ``submit`` and ``status`` load.
 WARM = ("scratchkeeper.cli.planner", "scratchkeeper.planner.submit", "scratchkeeper.config",
-        "scratchkeeper.planner.records", "scratchkeeper.planner.attach",
+        "scratchkeeper.planner.records", "scratchkeeper.chain_service.attach",
         "scratchkeeper.planner.status", "scratchkeeper.layout", "scratchkeeper.schedulers.slurm",
         "scratchkeeper.schedulers.pbs", "scratchkeeper.state",
         "scratchkeeper.planner.compiled_templates", "tomllib", "argparse", "json")
@@ -450,7 +450,6 @@ def serve(path: str) -> int:
     """Accept requests on ``path`` until idle for ``IDLE_SECONDS`` or stale, then see the
     commands running to their end."""
     import importlib
-
     import resource
 
     check_socket_dir(os.path.dirname(path))

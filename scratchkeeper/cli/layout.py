@@ -102,7 +102,7 @@ def _size(text: str | None, option: str) -> int | None:
 
 def _workload(args):
     """The workload the options describe, and the Darshan facts beside it (or None)."""
-    from ..layout import READ, SEQUENTIAL, RANDOM, WRITE, Workload
+    from ..layout import RANDOM, READ, SEQUENTIAL, WRITE, Workload
 
     per_node = _count(args.per_node, "--per-node")
     if args.darshan is not None:

@@ -27,7 +27,7 @@ def register(subparsers) -> None:
 
 def _mount(args: argparse.Namespace) -> int:
     config = daemon_logging(args)
-    from ..mount import serve
+    from ..mount.serve import serve
 
     serve(config, args.mountpoint or config.storage.scratch_root, debug=args.debug)
     return 0

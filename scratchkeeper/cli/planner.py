@@ -147,7 +147,7 @@ def _submit(args) -> int:
 
 def _hand_over(args, config) -> int:
     """Checked here, chained by root's chain service (``scratchkeeper spank chain --watch``)."""
-    from ..planner.attach import hand_over
+    from ..chain_service.attach import hand_over
     from ..planner.submit import prepare
 
     if (args.scheduler or config.scheduler.kind) != "slurm":

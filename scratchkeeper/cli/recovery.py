@@ -6,7 +6,6 @@ import argparse
 import json
 import os
 import sys
-
 from typing import TYPE_CHECKING
 
 from ..errors import InputError, PermissionDenied, RecoveryError

@@ -11,7 +11,6 @@ from __future__ import annotations
 import os
 import sys
 import time
-
 from typing import TYPE_CHECKING
 
 from ..errors import RecoveryError
@@ -151,7 +150,7 @@ def _fail(args) -> int:
 
 
 def _unchanged(args) -> int:
-    from ..staging.offload import unchanged
+    from ..chain_service.offload import unchanged
 
     same, why = unchanged(args.list_path, args.path)
     print(f"{args.path}: {why}", file=sys.stderr)
@@ -159,7 +158,7 @@ def _unchanged(args) -> int:
 
 
 def _changed(args) -> int:
-    from ..staging.offload import link_changed
+    from ..chain_service.offload import link_changed
 
     if not os.path.isdir(args.path) or os.path.islink(args.path):
         print(f"{args.path}: not a directory", file=sys.stderr)

@@ -26,8 +26,8 @@ def register(subparsers) -> None:
 
 
 def _predict(args) -> int:
+    from ..planner.predict import predict
     from ..planner.submit import prepare
-    from ..staging.predict import predict
     from ..state import StateStore
 
     config = site_config(args)
@@ -52,7 +52,7 @@ def _predict(args) -> int:
         return 0
     if not results:
         print(f"{args.script}: no #STAGEIN transfer to predict")
-    for job, sources, prediction in results:
+    for job, _sources, prediction in results:
         print(f"{job.key} (-start {job.start}):")
         if prediction is None:
             print(f"  no prediction: no state database at {config.state.database}")

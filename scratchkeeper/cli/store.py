@@ -6,7 +6,6 @@ import argparse
 import json
 import os
 import sys
-
 from typing import TYPE_CHECKING
 
 from ..errors import InputError
@@ -24,7 +23,14 @@ def register(subparsers) -> None:
         description="Work with files of the storage backend named by storage.backend.")
     commands = parser.add_subparsers(dest="store_command", metavar="ACTION")
     commands.required = True
+    # in this order, the order `scratchkeeper store --help` lists them in
+    _add_copy_actions(commands)
+    _add_file_actions(commands)
+    _add_store_actions(commands)
 
+
+def _add_copy_actions(commands) -> None:
+    """Bytes in and out of the store: put, import, get, cat."""
     put = commands.add_parser("put", help="copy a local file into the store with a layout")
     put.add_argument("local", metavar="LOCAL")
     put.add_argument("path", metavar="PATH", help="scratch path (relative: below storage.scratch_root)")
@@ -48,6 +54,10 @@ def register(subparsers) -> None:
     cat.add_argument("path", metavar="PATH")
     cat.set_defaults(func=_cat)
 
+
+def _add_file_actions(commands) -> None:
+    """Looking at and changing files: layout, df (the OSTs they are on), ls, rm, mirrors,
+    extended attributes, default layouts."""
     layout = commands.add_parser("layout", help="show a file's layout, or a directory's default "
                                                 "(like lfs getstripe)")
     layout.add_argument("path", metavar="PATH")
@@ -99,6 +109,10 @@ def register(subparsers) -> None:
                                 "store file there; a transfer writing PATH keeps the layout")
     setstripe.set_defaults(func=_setstripe)
 
+
+def _add_store_actions(commands) -> None:
+    """The store as a whole: garbage, replication by a QoS scheme, counters, placement, and
+    failing an OST by hand."""
     gc = commands.add_parser("gc", help="local store only: collect garbage (objects of dead "
                                         "processes, doomed objects, staging inodes)")
     gc.set_defaults(func=_gc)
@@ -162,7 +176,8 @@ def _layout_options(parser) -> None:
                         help="number of OSTs, -1 for all (config: storage.stripe_count)")
     parser.add_argument("--stripe-size", "-S", type=_argument("parse_size"),
                         help="bytes per stripe, e.g. 1M (config: storage.stripe_size)")
-    parser.add_argument("--ost-list", "-o", type=_argument("parse_ost_list"), help="explicit OSTs, e.g. 1,3,5-7")
+    parser.add_argument("--ost-list", "-o", type=_argument("parse_ost_list"),
+                        help="explicit OSTs, e.g. 1,3,5-7")
     parser.add_argument("--pool", "-p", help="OST pool (config: storage.pools)")
 
 

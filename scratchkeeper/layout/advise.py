@@ -25,8 +25,23 @@ from dataclasses import dataclass, field
 
 from ..config import STRIPE_SIZE_MAX, STRIPE_UNIT
 from ..errors import InputError
-from .model import (LAYOUTS, ONE_DH, ONE_DV, READ, SEQUENTIAL, TWO_D, WRITE, RANDOM, ZERO,
-                    Cost, ModelParams, check_shape, group_choices, group_size, request_cost)
+from .model import (
+    LAYOUTS,
+    ONE_DH,
+    ONE_DV,
+    RANDOM,
+    READ,
+    SEQUENTIAL,
+    TWO_D,
+    WRITE,
+    ZERO,
+    Cost,
+    ModelParams,
+    check_shape,
+    group_choices,
+    group_size,
+    request_cost,
+)
 
 #: Stripe size of a one-stripe file: it does not change where the data goes (Lustre's default).
 ONE_STRIPE_SIZE = 1 << 20
@@ -70,7 +85,7 @@ class Workload:
 
     @classmethod
     def uniform(cls, processes: int, per_node: int, request_size: int, *, shared_file: bool,
-                operation: str = READ, pattern: str = SEQUENTIAL) -> "Workload":
+                operation: str = READ, pattern: str = SEQUENTIAL) -> Workload:
         """One request of ``request_size`` by each process: the model's own unit."""
         return cls(processes, per_node, shared_file,
                    (AccessClass(request_size, processes, operation, pattern),))

@@ -29,8 +29,18 @@ from dataclasses import dataclass
 
 from ..errors import InputError
 from .advise import AccessClass, Workload, format_size, stripe_settings
-from .model import (LAYOUTS, ONE_DH, ONE_DV, READ, SEQUENTIAL, TWO_D, Cost, ModelParams, group_choices,
-                    request_cost)
+from .model import (
+    LAYOUTS,
+    ONE_DH,
+    ONE_DV,
+    READ,
+    SEQUENTIAL,
+    TWO_D,
+    Cost,
+    ModelParams,
+    group_choices,
+    request_cost,
+)
 
 #: the most access classes a recorded workload may hold, and its largest numbers
 MAX_CLASSES = 16

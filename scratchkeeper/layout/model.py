@@ -99,11 +99,11 @@ class Cost:
     def total(self) -> float:
         return self.establish + self.transmission + self.startup + self.transfer
 
-    def scaled(self, factor: float) -> "Cost":
+    def scaled(self, factor: float) -> Cost:
         return Cost(self.establish * factor, self.transmission * factor,
                     self.startup * factor, self.transfer * factor)
 
-    def __add__(self, other: "Cost") -> "Cost":
+    def __add__(self, other: Cost) -> Cost:
         return Cost(self.establish + other.establish, self.transmission + other.transmission,
                     self.startup + other.startup, self.transfer + other.transfer)
 

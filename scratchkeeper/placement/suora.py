@@ -294,8 +294,8 @@ class PlacementMap:
         except ImportError:
             return None
         return _native.Map(self.seed, self._eligible,
-                           [(t.tobytes(), l.tobytes(), levels, count, sole)
-                            for t, l, levels, count, sole in self._tables])
+                           [(t.tobytes(), lengths.tobytes(), levels, count, sole)
+                            for t, lengths, levels, count, sole in self._tables])
 
     # ------------------------------------------------------------------ placing
 

@@ -35,12 +35,13 @@ from typing import TypeVar
 from .. import digests
 from ..config import SiteConfig
 from ..errors import InputError, PermissionDenied, ScratchkeeperError, UnknownJobError
-from ..schedulers import get_scheduler
 from ..ownership import Owner, _reap, open_owned
+from ..schedulers import get_scheduler
 from ..state import DatabaseBusy, StateStore, retry_busy
 from ..storage import open_backend
 from ..storage.sources import open_regular
 from . import records
+from .predict import source_host
 
 log = logging.getLogger(__name__)
 
@@ -205,7 +206,7 @@ def commit_stage(store: StateStore, config: SiteConfig, chain_id: str, job_key: 
             for path, source in _files_of(staged, user, chain["script_path"]):
                 committed.append(_commit_file(store, config, backend, chain, staged, path,
                                               source, compute_id or "", for_uid, layout))
-            recorded(lambda: _mark_staged(store, chain_id, staged["path"]), what)
+            recorded(lambda: records.mark_staged(store, chain_id, staged["path"]), what)
         if committed:
             _record_transfers(store, config, chain, row, committed)
     recorded(lambda: records.set_jobs_state(store, chain_id, [job_key], records.JOB_DONE), what)
@@ -217,9 +218,6 @@ def _record_transfers(store: StateStore, config: SiteConfig, chain, row,
     """What the JIT prediction learns from: the bytes of this stage-in per source host and the
     seconds from the job's start, as the scheduler (not the job) reports it, to now; a job
     reading from several hosts shares its seconds out by bytes. Never fails the commit."""
-    from ..staging import records as staging_records
-    from ..staging.predict import source_host
-
     try:
         job = get_scheduler(config, chain["scheduler"]).lookup([row["job_id"]]).get(row["job_id"])
     except ScratchkeeperError as err:
@@ -239,19 +237,13 @@ def _record_transfers(store: StateStore, config: SiteConfig, chain, row,
     if not total:
         return
     try:
-        staging_records.open_staging(store)
+        records.open_staging(store)
         for host, size in per_host.items():
-            recorded(lambda: staging_records.record_transfer(
+            recorded(lambda: records.record_transfer(
                 store, chain["chain_id"], row["job_key"], host, size, seconds * size / total,
                 job.start_time, chain["owner_uid"]), f"chain {chain['chain_id']}: transfer record")
     except ScratchkeeperError as err:
         log.warning("chain %s: transfer not recorded: %s", chain["chain_id"], err)
-
-
-def _mark_staged(store: StateStore, chain_id: str, path: str) -> None:
-    with store.transaction() as conn:
-        conn.execute("UPDATE staged_files SET state='staged' WHERE chain_id=? AND path=?",
-                     (chain_id, path))
 
 
 def _commit_file(store, config, backend, chain, staged, path, source, compute_id, for_uid,
@@ -313,25 +305,15 @@ def _commit_file(store, config, backend, chain, staged, path, source, compute_id
             log.warning("%s: committed by uid %d, not root: no trusted recovery record (the "
                         "file cannot be patched from its source until root commits it)", path,
                         os.geteuid())
-    recorded(lambda: _record_staged(store, chain_id, path, staged, source, info, checksum), what)
+    recorded(lambda: records.record_staged(
+        store, chain_id, path, job_key=staged["job_key"], line=staged["line"], source=source,
+        size=info.st_size, checksum="sha256:" + checksum, owner_uid=info.st_uid,
+        owner_gid=info.st_gid), what)
     if blocks is not None:
         resolved = backend.paths.resolve(path)
         recorded(lambda: digests.record(store, resolved, checksum, blocks), what)
     log.info("chain %s: staged %s (%d bytes) from %s", chain_id, path, info.st_size, source)
     return CommittedFile(path, source, info.st_size, checksum)
-
-
-def _record_staged(store: StateStore, chain_id: str, path: str, staged, source: str,
-                   info: os.stat_result, checksum: str) -> None:
-    with store.transaction() as conn:
-        conn.execute(
-            "INSERT INTO staged_files(chain_id, path, job_key, source, line, recursive, state, size,"
-            " checksum, owner_uid, owner_gid, staged_at) VALUES (?,?,?,?,?,?,?,?,?,?,?,?) "
-            "ON CONFLICT(chain_id, path) DO UPDATE SET state=excluded.state, size=excluded.size,"
-            " checksum=excluded.checksum, owner_uid=excluded.owner_uid,"
-            " owner_gid=excluded.owner_gid, staged_at=excluded.staged_at, source=excluded.source",
-            (chain_id, path, staged["job_key"], source, staged["line"], 0, "staged", info.st_size,
-             "sha256:" + checksum, info.st_uid, info.st_gid, time.time()))
 
 
 def _primary_gid(uid: int) -> int:

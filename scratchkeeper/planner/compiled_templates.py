@@ -26,7 +26,7 @@ import marshal
 import os
 import stat
 import sys
-from typing import Callable
+from collections.abc import Callable
 
 #: the code's format and meaning; bumped when :mod:`.template_compiler` changes its output
 VERSION = 1

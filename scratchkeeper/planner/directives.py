@@ -37,13 +37,16 @@ import re
 import shlex
 from dataclasses import field, replace
 
-from ..structs import record
 from ..config import slurm_time_seconds
 from ..errors import ConfigError, DirectiveError
-from .stage_layout import (OPTION_ARITY as _LAYOUT_ARITY, LayoutOptions, check_layout_options,
-                           set_layout_option)
-from ..transfer.uri import (Location, UnknownScheme, SCHEMES, inside, is_host_name, names_data,
-                            parse_location)
+from ..structs import record
+from ..transfer.uri import SCHEMES, Location, UnknownScheme, inside, is_host_name, names_data, parse_location
+from .stage_layout import (
+    OPTION_ARITY as _LAYOUT_ARITY,
+    LayoutOptions,
+    check_layout_options,
+    set_layout_option,
+)
 
 STAGE_IN = "stage-in"
 STAGE_OUT = "stage-out"

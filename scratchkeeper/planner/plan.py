@@ -10,9 +10,9 @@ import posixpath
 import re
 from dataclasses import field
 
-from ..structs import record
 from ..config import SiteConfig
 from ..errors import DirectiveError
+from ..structs import record
 from ..transfer.clients import ClientCommand, UnsupportedTransfer, client_command, destination_path
 from .directives import STAGE_IN, STAGE_OUT, DataStep, ParsedScript, StageOptions
 from .metadata import extract_transfers

@@ -1,4 +1,12 @@
-"""The planner's tables in the state store: chains, their jobs, staged files (recovery metadata).
+"""The chain tables in the state store, and the only module that reads or writes them.
+
+Component ``planner``: chains, their jobs, staged files (recovery metadata), declared inputs
+and the endpoints data jobs staged from. Component ``chain-ends``: the chains whose stage-in
+ended without staging, once the chain service confirmed their dependents ended. Component
+``staging``: the transfers stage-ins recorded (what predictions learn from), the just-in-time
+decisions, and the offloads at close with how far the mount's ``closes.log`` was read. The
+planner, the chain service, recovery and replication call the functions here; the schema is
+this module's own.
 
 Also the record of a staged file's sources that recovery trusts (:func:`write_recovery_record`):
 ``trusted.scratchkeeper.*`` extended attributes on the file's inode, which only root can write
@@ -13,8 +21,8 @@ import ipaddress
 import json
 import time
 import urllib.parse
+from collections.abc import Iterable
 from dataclasses import asdict
-from typing import Iterable
 
 from ..state import StateStore
 from .plan import Plan
@@ -82,6 +90,81 @@ MIGRATIONS = [
     """,
 ]
 
+#: the chain service's record of a chain it ended (:mod:`scratchkeeper.chain_service.settle`)
+CHAIN_ENDS_COMPONENT = "chain-ends"
+CHAIN_ENDS_MIGRATIONS = [
+    """
+    CREATE TABLE chain_ends (
+        chain_id    TEXT PRIMARY KEY REFERENCES chains(chain_id) ON DELETE CASCADE,
+        outcome     TEXT NOT NULL,
+        settled     REAL NOT NULL
+    );
+    """,
+]
+
+#: transfers recorded by stage-ins, just-in-time decisions (:mod:`.jit`), offloads at close
+#: (:mod:`scratchkeeper.chain_service.offload`)
+STAGING_COMPONENT = "staging"
+
+STAGING_MIGRATIONS = [
+    """
+    CREATE TABLE transfers (
+        id          INTEGER PRIMARY KEY AUTOINCREMENT,
+        chain_id    TEXT NOT NULL,
+        job_key     TEXT NOT NULL,
+        host        TEXT NOT NULL,
+        bytes       INTEGER NOT NULL,
+        seconds     REAL NOT NULL,
+        started     REAL NOT NULL,
+        owner_uid   INTEGER,
+        UNIQUE (chain_id, job_key, host)
+    );
+    CREATE INDEX transfers_by_host ON transfers(host, started);
+    CREATE TABLE jit_schedule (
+        chain_id        TEXT NOT NULL,
+        job_key         TEXT NOT NULL,
+        job_id          TEXT NOT NULL,
+        compute_id      TEXT NOT NULL,
+        scheduler       TEXT NOT NULL,
+        bytes           INTEGER,
+        predicted       REAL,
+        pessimistic     REAL,
+        expected_start  REAL,
+        estimate_source TEXT NOT NULL DEFAULT '',
+        release_at      REAL,
+        state           TEXT NOT NULL,
+        reason          TEXT NOT NULL DEFAULT '',
+        decided         REAL NOT NULL,
+        released        REAL,
+        PRIMARY KEY (chain_id, job_key)
+    );
+    CREATE INDEX jit_schedule_by_state ON jit_schedule(state);
+    """,
+    """
+    CREATE TABLE close_log (
+        name        TEXT PRIMARY KEY,
+        offset      INTEGER NOT NULL
+    );
+    CREATE TABLE offloads (
+        chain_id    TEXT NOT NULL,
+        path        TEXT NOT NULL,
+        size        INTEGER NOT NULL,
+        mtime       TEXT NOT NULL,
+        destination TEXT NOT NULL,
+        job_name    TEXT NOT NULL,
+        job_id      TEXT,
+        state       TEXT NOT NULL,
+        digest      TEXT,
+        reason      TEXT NOT NULL DEFAULT '',
+        closed      REAL NOT NULL,
+        submitted   REAL,
+        ended       REAL,
+        PRIMARY KEY (chain_id, path, size, mtime)
+    );
+    CREATE INDEX offloads_by_state ON offloads(state);
+    """,
+]
+
 # chain states
 PLANNED, SUBMITTING, SUBMITTED, SUBMIT_FAILED = "planned", "submitting", "submitted", "submit-failed"
 STAGE_IN_FAILED, STAGE_OUT_FAILED = "stage-in-failed", "stage-out-failed"
@@ -101,6 +184,23 @@ def open_records(store: StateStore) -> StateStore:
         record_endpoints(store, sources)
     return store
 
+
+
+def open_chain_ends(store: StateStore) -> StateStore:
+    open_records(store)
+    store.ensure_schema(CHAIN_ENDS_COMPONENT, CHAIN_ENDS_MIGRATIONS)
+    return store
+
+
+def open_staging(store: StateStore) -> StateStore:
+    store.ensure_schema(STAGING_COMPONENT, STAGING_MIGRATIONS)
+    return store
+
+
+def made(store: StateStore, table: str = "jit_schedule") -> bool:
+    """Whether a staging table exists (a reader that may not create them asks first)."""
+    return bool(store.query("SELECT 1 FROM sqlite_master WHERE type='table' AND name=?",
+                            (table,)))
 
 # -- the record recovery trusts -------------------------------------------------------------------
 #: only root reads or writes these (CAP_SYS_ADMIN); the user.scratchkeeper.* copies are for users
@@ -138,7 +238,7 @@ def write_recovery_record(backend, store: StateStore | None, path: str, *, sourc
 def source_endpoint(uri: str) -> str | None:
     """``scheme://host:port`` of a source URI (lower case, the scheme's port when it names
     none); ``file://`` for a local file; None for what recovery cannot fetch from."""
-    if uri.startswith("/") or uri.startswith(LOCAL):
+    if uri.startswith(("/", LOCAL)):
         return LOCAL
     try:
         parts = urllib.parse.urlsplit(uri)
@@ -267,3 +367,225 @@ def recent_chains(store: StateStore, owner_uid: int | None, limit: int = 20):
         return store.query("SELECT * FROM chains ORDER BY created DESC LIMIT ?", (limit,))
     return store.query("SELECT * FROM chains WHERE owner_uid=? ORDER BY created DESC LIMIT ?",
                        (owner_uid, limit))
+
+
+def chains_in_state(store: StateStore, state: str):
+    return store.query("SELECT * FROM chains WHERE state=?", (state,))
+
+
+def declared_inputs(store: StateStore, chain_id: str) -> list[str]:
+    """The paths a chain declared as its compute job's inputs (``#STAGEIN -input``,
+    ``submit --input``)."""
+    return [row["path"] for row in store.query("SELECT path FROM job_inputs WHERE chain_id = ?",
+                                               (chain_id,))]
+
+
+def mark_staged(store: StateStore, chain_id: str, path: str) -> None:
+    """A staged row of a directory (``#STAGEIN -r``) whose files were all committed."""
+    with store.transaction() as conn:
+        conn.execute("UPDATE staged_files SET state='staged' WHERE chain_id=? AND path=?",
+                     (chain_id, path))
+
+
+def record_staged(store: StateStore, chain_id: str, path: str, *, job_key: str, line: int,
+                  source: str, size: int, checksum: str, owner_uid: int, owner_gid: int) -> None:
+    """A file a stage-in committed: its source, size, ``sha256:`` checksum and owner."""
+    with store.transaction() as conn:
+        conn.execute(
+            "INSERT INTO staged_files(chain_id, path, job_key, source, line, recursive, state, size,"
+            " checksum, owner_uid, owner_gid, staged_at) VALUES (?,?,?,?,?,?,?,?,?,?,?,?) "
+            "ON CONFLICT(chain_id, path) DO UPDATE SET state=excluded.state, size=excluded.size,"
+            " checksum=excluded.checksum, owner_uid=excluded.owner_uid,"
+            " owner_gid=excluded.owner_gid, staged_at=excluded.staged_at, source=excluded.source",
+            (chain_id, path, job_key, source, line, 0, "staged", size, checksum, owner_uid,
+             owner_gid, time.time()))
+
+
+# -- what the chain service's sweep reads and records --------------------------------------------
+def watched_chains(store: StateStore) -> list[str]:
+    """Chains whose stage-in job was submitted and has not recorded its files, or that ended
+    (stage-in failed) and are not yet in ``chain_ends``; oldest first."""
+    rows = store.query(
+        "SELECT DISTINCT c.chain_id FROM chains c JOIN chain_jobs j ON j.chain_id = c.chain_id "
+        "WHERE j.role = 'stage-in' AND j.job_id IS NOT NULL "
+        "AND ((c.state = ? AND j.state = ?) OR c.state = ?) "
+        "AND c.chain_id NOT IN (SELECT chain_id FROM chain_ends) ORDER BY c.created",
+        (SUBMITTED, JOB_SUBMITTED, STAGE_IN_FAILED))
+    return [row["chain_id"] for row in rows]
+
+
+def record_chain_end(store: StateStore, chain_id: str, outcome: str) -> None:
+    """The chain's end is settled (its dependents confirmed ended): the sweep drops it."""
+    with store.transaction() as conn:
+        conn.execute("INSERT OR IGNORE INTO chain_ends VALUES (?, ?, ?)",
+                     (chain_id, outcome, time.time()))
+
+
+def record_stage_in_failed(store: StateStore, chain_id: str, failed: dict[str, str],
+                           cancelled: Iterable[str], reason: str) -> bool:
+    """In one transaction: the stage-in jobs ``failed`` (key -> why) failed, the jobs
+    ``cancelled`` were cancelled, the chain's stage-in failed; unless the chain is no longer
+    submitted (a ``stage fail`` recorded its end first: its reason is the better one).
+    Whether it was recorded."""
+    with store.transaction() as conn:
+        state = conn.execute("SELECT state FROM chains WHERE chain_id = ?", (chain_id,)).fetchone()
+        if state is None or state["state"] != SUBMITTED:
+            return False
+        for key, failure in failed.items():
+            set_jobs_state(store, chain_id, [key], JOB_FAILED, failure)
+        set_jobs_state(store, chain_id, cancelled, JOB_CANCELLED, "cancelled: " + reason)
+        set_chain_state(store, chain_id, STAGE_IN_FAILED, reason)
+    return True
+
+
+# -- what replication reads: the inputs of compute jobs ------------------------------------------
+_COMPUTE_INPUTS = """
+SELECT cj.job_id AS job_id, c.owner_uid AS owner_uid, sf.path AS path, sf.size AS size,
+       sf.checksum AS checksum
+  FROM temp.replication_jobs w
+  JOIN chain_jobs cj ON cj.job_id = w.job_id AND cj.role = 'compute'
+  JOIN chains c ON c.chain_id = cj.chain_id
+  JOIN staged_files sf ON sf.chain_id = cj.chain_id
+ WHERE sf.state = 'staged' AND sf.size IS NOT NULL
+UNION ALL
+SELECT cj.job_id, c.owner_uid, ji.path, NULL, NULL
+  FROM temp.replication_jobs w
+  JOIN chain_jobs cj ON cj.job_id = w.job_id AND cj.role = 'compute'
+  JOIN chains c ON c.chain_id = cj.chain_id
+  JOIN job_inputs ji ON ji.chain_id = cj.chain_id
+"""
+# jobs whose chain changed since a time: a job id recorded (chain_jobs.updated) or a staged file
+# committed (staged_files.staged_at); both are written with time.time()
+_CHANGED_COMPUTE_JOBS = """
+SELECT cj.job_id FROM chain_jobs cj
+ WHERE cj.role = 'compute' AND cj.job_id IS NOT NULL
+   AND (cj.updated >= :since
+        OR cj.chain_id IN (SELECT chain_id FROM staged_files WHERE staged_at >= :since))
+"""
+_INPUT_COUNTS = """
+SELECT (SELECT COUNT(*) FROM chain_jobs), (SELECT COUNT(*) FROM staged_files),
+       (SELECT COUNT(*) FROM job_inputs)
+"""
+
+
+def compute_job_inputs(store: StateStore, job_ids: Iterable[str]):
+    """One query: rows (job_id, owner_uid, path, size, checksum) of every staged file
+    (size and checksum known) and declared input (both None) of the given compute jobs."""
+    with store.transaction() as tx:
+        tx.execute("CREATE TEMP TABLE IF NOT EXISTS replication_jobs (job_id TEXT PRIMARY KEY)")
+        tx.execute("DELETE FROM temp.replication_jobs")
+        tx.executemany("INSERT OR IGNORE INTO temp.replication_jobs VALUES (?)",
+                       [(str(j),) for j in job_ids])
+        rows = tx.execute(_COMPUTE_INPUTS).fetchall()
+        tx.execute("DELETE FROM temp.replication_jobs")
+    return rows
+
+
+def compute_jobs_changed_since(store: StateStore, since: float) -> set[str]:
+    """Compute jobs whose chain changed since ``since`` (a job id recorded, a file staged)."""
+    return {row[0] for row in store.query(_CHANGED_COMPUTE_JOBS, {"since": since})}
+
+
+def input_row_counts(store: StateStore) -> tuple[int, int, int]:
+    """Rows of chain_jobs, staged_files and job_inputs: a count that falls means rows were
+    deleted."""
+    return tuple(store.query(_INPUT_COUNTS)[0])
+
+
+# -- staging: recorded transfers and just-in-time decisions --------------------------------------
+#: a held-back stage-in (its begin time in the future) / one the scheduler may start now
+WAITING, RELEASED = "waiting", "released"
+
+
+def record_transfer(store: StateStore, chain_id: str, job_key: str, host: str, size: int,
+                    seconds: float, started: float, owner_uid: int | None) -> None:
+    with store.transaction() as conn:
+        conn.execute("INSERT OR REPLACE INTO transfers(chain_id, job_key, host, bytes, seconds,"
+                     " started, owner_uid) VALUES (?,?,?,?,?,?,?)",
+                     (chain_id, job_key, host, size, seconds, started, owner_uid))
+
+
+def recent_transfers(store: StateStore, host: str, limit: int):
+    return store.query("SELECT bytes, seconds FROM transfers WHERE host=? AND bytes > 0 AND "
+                       "seconds > 0 ORDER BY started DESC LIMIT ?", (host, limit))
+
+
+def transfers_of(store: StateStore, chain_id: str):
+    return store.query("SELECT * FROM transfers WHERE chain_id=? ORDER BY started", (chain_id,))
+
+
+def save_decision(store: StateStore, row: dict) -> None:
+    columns = ", ".join(row)
+    marks = ", ".join("?" for _ in row)
+    with store.transaction() as conn:
+        conn.execute(f"INSERT OR REPLACE INTO jit_schedule({columns}) VALUES ({marks})",
+                     tuple(row.values()))
+
+
+def decisions(store: StateStore, *, state: str | None = None, chain_id: str | None = None):
+    if chain_id is not None:
+        return store.query("SELECT * FROM jit_schedule WHERE chain_id=?", (chain_id,))
+    return store.query("SELECT * FROM jit_schedule WHERE state=? ORDER BY release_at", (state,))
+
+
+def set_decision_state(store: StateStore, chain_id: str, job_key: str, state: str, *,
+                       release_at: float | None = None, expected_start: float | None = None,
+                       estimate_source: str | None = None, reason: str | None = None) -> None:
+    now = time.time()
+    with store.transaction() as conn:
+        conn.execute(
+            "UPDATE jit_schedule SET state=?, release_at=COALESCE(?, release_at),"
+            " expected_start=COALESCE(?, expected_start),"
+            " estimate_source=COALESCE(?, estimate_source), reason=COALESCE(?, reason),"
+            " decided=?, released=CASE WHEN ?='released' THEN ? ELSE released END"
+            " WHERE chain_id=? AND job_key=?",
+            (state, release_at, expected_start, estimate_source, reason, now, state, now,
+             chain_id, job_key))
+
+
+# -- offloads at close (keyed by chain, path, size, mtime) ---------------------------------------
+def offloads(store: StateStore, *, state: str | None = None, chain_id: str | None = None):
+    """The offloads in ``state``, or those of ``chain_id`` in the order their files closed."""
+    if chain_id is not None:
+        return store.query("SELECT * FROM offloads WHERE chain_id=? ORDER BY closed", (chain_id,))
+    return store.query("SELECT * FROM offloads WHERE state=?", (state,))
+
+
+def offload_known(store: StateStore, key: tuple) -> bool:
+    return bool(store.query("SELECT 1 FROM offloads WHERE chain_id=? AND path=? AND size=? AND "
+                            "mtime=?", key))
+
+
+def add_offload(store: StateStore, key: tuple, *, destination: str, job_name: str, state: str,
+                closed: float) -> None:
+    with store.transaction() as conn:
+        conn.execute("INSERT INTO offloads(chain_id, path, size, mtime, destination, job_name, "
+                     "state, closed) VALUES (?,?,?,?,?,?,?,?)",
+                     (*key, destination, job_name, state, closed))
+
+
+def set_offload_submitted(store: StateStore, key: tuple, job_id: str, state: str) -> None:
+    with store.transaction() as conn:
+        conn.execute("UPDATE offloads SET job_id=?, state=?, submitted=? WHERE chain_id=? AND "
+                     "path=? AND size=? AND mtime=?", (job_id, state, time.time(), *key))
+
+
+def set_offload_state(store: StateStore, key: tuple, state: str, *, digest: str | None = None,
+                      reason: str = "") -> None:
+    with store.transaction() as conn:
+        conn.execute("UPDATE offloads SET state=?, digest=COALESCE(?, digest), reason=?, "
+                     "ended=? WHERE chain_id=? AND path=? AND size=? AND mtime=?",
+                     (state, digest, reason, time.time(), *key))
+
+
+def offload_job_ids(store: StateStore, chain_id: str, state: str) -> list[str]:
+    return [r["job_id"] for r in store.query(
+        "SELECT job_id FROM offloads WHERE chain_id=? AND state=? AND job_id IS NOT NULL",
+        (chain_id, state))]
+
+
+def listed_offloads(store: StateStore, chain_id: str, states: tuple[str, str]):
+    """(path, size, mtime, digest, state) of the chain's offloads in either of ``states``, in
+    the order their files closed."""
+    return store.query("SELECT path, size, mtime, digest, state FROM offloads WHERE chain_id=? "
+                       "AND state IN (?, ?) ORDER BY closed", (chain_id, *states))

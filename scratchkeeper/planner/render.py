@@ -23,6 +23,7 @@ from ..transfer.classify import grep_pattern
 from ..transfer.clients import file_url
 from . import compiled_templates
 from .plan import COMPUTE, Plan, PlannedJob
+from .spool import OFFLOADED_LIST, spool_dir
 
 if TYPE_CHECKING:
     import jinja2
@@ -223,6 +224,15 @@ def render_plan(plan: Plan, parsed_shebang: str, compute_script: str, config: Si
                                  _stage_context(plan, job, config))
 
 
+def render_data_job(job: PlannedJob, config: SiteConfig, *, chain_id: str, script_path: str,
+                    workdir: str, scheduler: str) -> None:
+    """Fill in ``job.script`` for a data job added to a chain already submitted (an offload
+    job of the chain service), from what names the chain: its plan is not at hand."""
+    chain = Plan(chain_id=chain_id, script_path=script_path, workdir=workdir, scheduler=scheduler,
+                 jobs=[job], staged_files=[], offloaded_files=[], inputs=[])
+    render_plan(chain, "", "", config)
+
+
 def _setstripe_argv(job: PlannedJob, config: SiteConfig, sk: list[str]) -> list[str] | None:
     """``lfs setstripe -c N -S SIZE`` (Lustre) or ``scratchkeeper store setstripe --file``
     (the local store) for a stage-in with a layout decision; the path follows."""
@@ -235,8 +245,6 @@ def _setstripe_argv(job: PlannedJob, config: SiteConfig, sk: list[str]) -> list[
 
 
 def _stage_context(plan: Plan, job: PlannedJob, config: SiteConfig) -> dict:
-    from .submit import spool_dir
-
     retry = config.retry
     sk = scratchkeeper_argv(config)
     if config.source != "(defaults)":
@@ -251,7 +259,7 @@ def _stage_context(plan: Plan, job: PlannedJob, config: SiteConfig) -> dict:
         setstripe=_setstripe_argv(job, config, sk),
         remove_before_setstripe=config.storage.backend == "lustre",
         # -when close: the results the chain service offloaded while the job ran
-        offloaded_list=str(spool_dir(config, plan.chain_id) / "offloaded.list")
+        offloaded_list=str(spool_dir(config, plan.chain_id) / OFFLOADED_LIST)
         if job.role == "stage-out" and job.start == "close" else "",
         **_changed_only(plan, job))
 

@@ -15,9 +15,9 @@ import os
 import re
 from dataclasses import field
 
-from ..structs import record
 from ..config import STRIPE_COUNT_MAX, STRIPE_SIZE_MAX, STRIPE_UNIT, SiteConfig
 from ..errors import DirectiveError, InputError
+from ..structs import record
 
 #: the directive's names of the layouts, and the model's
 LAYOUT_NAMES = {"1dv": "1-DV", "1dh": "1-DH", "2d": "2-D"}

@@ -9,7 +9,51 @@ from ..errors import PermissionDenied, ScratchkeeperError, UnknownJobError
 from ..schedulers import JobRecord, JobState, get_scheduler
 from ..state import StateStore
 from . import records
-from .settle import records_of_chain, stage_in_failure
+
+#: what a final state means for a data job that could not report it itself
+_CAUSES = {
+    JobState.CANCELLED: "cancelled",
+    JobState.TIMEOUT: "its walltime ran out",
+    JobState.NODE_FAIL: "its node failed",
+    JobState.OUT_OF_MEMORY: "out of memory",
+    JobState.PREEMPTED: "preempted",
+    JobState.FAILED: "failed",
+}
+
+#: seconds the scheduler's clock may run ahead of the state database's
+_CLOCK_SLACK = 300.0
+
+
+def stage_in_failure(row, record: JobRecord | None) -> str | None:
+    """Why the stage-in job of ``row`` ended without staging its files; None while it is queued
+    or running, or once it staged them.
+
+    ``record`` is the scheduler's (None: neither the queue nor accounting knows the job).
+    """
+    if row["role"] != "stage-in" or not row["job_id"] or row["state"] == records.JOB_DONE:
+        return None
+    job = f"stage-in job {row['job_id']}"
+    if record is None:
+        return f"{job} is known neither to the queue nor to accounting and never recorded its files"
+    if not record.state.is_final or record.state is JobState.COMPLETED:
+        return None
+    if record.state is JobState.ENDED:  # the Torque wrappers' "C": how it ended is not said
+        return f"{job} ended (state {record.native_state}, exit status not reported) without " \
+               "recording its staged files"
+    cause = _CAUSES.get(record.state, record.state.value)
+    if record.state is JobState.FAILED and record.exit_signal:
+        cause = f"killed by signal {record.exit_signal}"
+    return f"{job} ended {record.outcome()} ({cause}) before its files were staged"
+
+
+def records_of_chain(live: dict[str, JobRecord], chain) -> dict[str, JobRecord]:
+    """The records that can be the chain's jobs: every job of a chain was submitted before the
+    chain's last change of state (SUBMITTED is set after the last submission). A job id that
+    the scheduler handed out again since (a reset of slurmctld's state restarts them at 1) is
+    another job: the chain's own is then unknown, and the other one is never cancelled."""
+    latest = chain["updated"] + _CLOCK_SLACK
+    return {job_id: record for job_id, record in live.items()
+            if record.submit_time is None or record.submit_time <= latest}
 
 
 @dataclass
@@ -94,23 +138,18 @@ def chain_status(store: StateStore, config: SiteConfig, chain_id: str, *,
     if staging_made(store, "offloads"):
         offloads = [{k: r[k] for k in ("path", "state", "job_id", "destination", "closed",
                                        "submitted", "ended", "digest", "reason")}
-                    for r in store.query("SELECT * FROM offloads WHERE chain_id=? ORDER BY "
-                                         "closed", (chain_id,))]
+                    for r in records.offloads(store, chain_id=chain_id)]
     return ChainStatus(chain_id, chain["script_path"], _chain_state(state, jobs),
                        reason or scheduler_note, jobs, staged, offloads)
 
 
 def staging_made(store: StateStore, table: str = "jit_schedule") -> bool:
-    from ..staging import records as staging_records
-
-    return staging_records.made(store, table)
+    return records.made(store, table)
 
 
 def _add_timing(store: StateStore, chain_id: str, jobs: list[JobStatus],
                 live: dict[str, JobRecord], staged_rows) -> None:
-    from ..staging import records as staging_records
-
-    decisions = {d["job_key"]: d for d in staging_records.decisions(store, chain_id=chain_id)} \
+    decisions = {d["job_key"]: d for d in records.decisions(store, chain_id=chain_id)} \
         if staging_made(store) else {}
     for job in jobs:
         record = live.get(job.job_id) if job.job_id else None
@@ -159,7 +198,9 @@ def _job_status(row, record: JobRecord | None, stage_in_failed: str) -> JobStatu
             state = _DB_FINAL[row["state"]]  # the Torque wrappers say only "C"; we know more
         if not reason:
             reason = _scheduler_reason(row, record, stage_in_failed)
-    log_path = row["log_path"].replace("%j", row["job_id"]) if row["log_path"] and row["job_id"] else row["log_path"]
+    log_path = row["log_path"]
+    if log_path and row["job_id"]:
+        log_path = log_path.replace("%j", row["job_id"])
     return JobStatus(row["role"], row["job_key"], row["job_id"], row["queue"], state, reason,
                      exit_code, log_path, native, exit_signal)
 

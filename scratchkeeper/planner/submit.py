@@ -4,18 +4,19 @@ from __future__ import annotations
 
 import logging
 import os
-from pathlib import Path
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
-from ..structs import record
 from ..config import SiteConfig
-from ..errors import DirectiveError, InputError, ScratchkeeperError, SchedulerError, TemplateError
+from ..errors import DirectiveError, InputError, SchedulerError, ScratchkeeperError, TemplateError
 from ..inputfiles import read_text
 from ..runner import CommandRunner, get_runner, set_runner
 from ..schedulers import Scheduler, SubmitSpec, get_scheduler
+from ..structs import record
 from .directives import ParsedScript, confine, parse_script
-from .plan import COMPUTE, Plan, build_plan
+from .plan import COMPUTE, Plan, PlannedJob, build_plan
 from .render import render_plan
+from .spool import output_path, script_path, spool_dir, write_script
 
 if TYPE_CHECKING:
     from ..state import StateStore
@@ -69,16 +70,28 @@ def prepare(script_path: str, config: SiteConfig, *, scheduler: str | None = Non
     return parsed, plan
 
 
-def spool_dir(config: SiteConfig, chain_id: str) -> Path:
-    return Path(config.state.database).resolve().parent / "spool" / chain_id
+def submit_chain_job(job: PlannedJob, config: SiteConfig, scheduler: Scheduler, *,
+                     chain_id: str, workdir: str,
+                     dependencies: Mapping[str, Sequence[str]] | None = None, hold: bool = False,
+                     on_behalf_of: tuple[int, int] | None = None) -> str:
+    """Submit one job of chain ``chain_id`` (a data job, or the compute job of ``scratchkeeper
+    submit``) from its script in the chain's spool folder; its job id.
 
-
-def _submit_specs(plan: Plan, spool: Path):
-    """(job, script path, log path) in submission order: stage-in, compute, stage-out."""
-    for job in plan.jobs:
-        script = spool / f"{job.key}.sh"
-        log_path = None if job.role == COMPUTE else str(spool / f"{job.key}.%j.out")
-        yield job, script, log_path
+    ``dependencies`` maps a type (afterok, afterany) to job ids; a data job's output goes to
+    the spool folder (the compute job's where its script says); ``on_behalf_of`` (uid, gid):
+    root submits for the chain's owner (``sbatch --uid --gid``), so the job runs as that user.
+    Every submission of the planner and of the chain service goes through here.
+    """
+    spool = spool_dir(config, chain_id)
+    spec = SubmitSpec(script_path=str(script_path(spool, job.key)), queue=job.queue,
+                      job_name=job.name, workdir=workdir,
+                      output_path=None if job.role == COMPUTE else output_path(spool, job.key),
+                      dependencies=tuple((t, tuple(v)) for t, v in (dependencies or {}).items()),
+                      hold=hold,
+                      extra_args=(f"--uid={on_behalf_of[0]}", f"--gid={on_behalf_of[1]}")
+                      if on_behalf_of is not None else (),
+                      kill_on_invalid_dependency=config.scheduler.kill_on_invalid_dependency)
+    return scheduler.submit(spec)
 
 
 def submit_plan(plan: Plan, config: SiteConfig, store: StateStore | None,
@@ -92,23 +105,23 @@ def submit_plan(plan: Plan, config: SiteConfig, store: StateStore | None,
     scheduler = scheduler or get_scheduler(config, plan.scheduler)
     runner = get_runner()
     dry_run = runner.dry_run
-    spool = spool_dir(config, plan.chain_id)
-    entries = list(_submit_specs(plan, spool))
     if not dry_run:
+        # here, not at the top: `plan --dry-run` must not load sqlite3 (tests/test_cli_imports.py)
         from . import records
 
+        spool = spool_dir(config, plan.chain_id)
         spool.mkdir(parents=True, exist_ok=True)
-        for job, script, _ in entries:
-            script.write_text(job.script)
-            script.chmod(0o700)
+        for job in plan.jobs:
+            write_script(spool, job.key, job.script, 0o700)
         records.record_plan(store, plan, os.getuid() if owner_uid is None else owner_uid,
-                            {job.key: log for job, _, log in entries if log})
+                            {job.key: output_path(spool, job.key) for job in plan.jobs
+                             if job.role != COMPUTE})
     ids: dict[str, str] = {}
     held: list[str] = []
     has_dependents = len(plan.jobs) > 1
     with runner.capture() as commands:
         try:
-            _submit_all(plan, config, store, scheduler, entries, ids, held, has_dependents, dry_run)
+            _submit_all(plan, config, store, scheduler, ids, held, has_dependents, dry_run)
         except ScratchkeeperError as err:
             _roll_back(plan, store, scheduler, ids, dry_run, err)
             raise
@@ -118,19 +131,17 @@ def submit_plan(plan: Plan, config: SiteConfig, store: StateStore | None,
                       sum(c.seconds for c in commands))
 
 
-def _submit_all(plan: Plan, config: SiteConfig, store, scheduler: Scheduler, entries,
+def _submit_all(plan: Plan, config: SiteConfig, store, scheduler: Scheduler,
                 ids: dict[str, str], held: list[str], has_dependents: bool, dry_run: bool) -> None:
-    """Submit in order, filling ``ids`` as it goes (the caller rolls back on error)."""
-    for job, script, log_path in entries:
+    """Submit in order (stage-in, compute, stage-out), filling ``ids`` as it goes (the caller
+    rolls back on error)."""
+    for job in plan.jobs:
         deps: dict[str, list[str]] = {}
         for dep in job.depends_on:
             deps.setdefault(dep.type, []).append(ids[dep.key])
         hold = job.role == "stage-in" and has_dependents
-        spec = SubmitSpec(script_path=str(script), queue=job.queue, job_name=job.name,
-                          workdir=plan.workdir, output_path=log_path,
-                          dependencies=tuple((t, tuple(v)) for t, v in deps.items()), hold=hold,
-                          kill_on_invalid_dependency=config.scheduler.kill_on_invalid_dependency)
-        job_id = scheduler.submit(spec)
+        job_id = submit_chain_job(job, config, scheduler, chain_id=plan.chain_id,
+                                  workdir=plan.workdir, dependencies=deps, hold=hold)
         ids[job.key] = job_id
         if hold:
             held.append(job_id)
@@ -147,18 +158,19 @@ def _submit_all(plan: Plan, config: SiteConfig, store, scheduler: Scheduler, ent
 def hold_back_jit(plan: Plan, ids: dict[str, str], scheduler: Scheduler, store: StateStore,
                   config: SiteConfig, owner=None) -> None:
     """Before the held stage-in jobs are released: give each ``-start jit`` one its begin time
-    (:mod:`scratchkeeper.staging.jit`); its sources' sizes are asked with ``owner``'s rights."""
-    jit = [job for job in plan.jobs if job.role == "stage-in" and job.start == "jit"]
-    if not jit or COMPUTE not in ids:
+    (:mod:`.jit`); its sources' sizes are asked with ``owner``'s rights."""
+    held_back = [job for job in plan.jobs if job.role == "stage-in" and job.start == "jit"]
+    if not held_back or COMPUTE not in ids:
         return
-    from ..staging import jit as jit_staging, records as staging_records
-    from ..staging.predict import predict
+    # here, not at the top: `plan --dry-run` must not load sqlite3 (tests/test_cli_imports.py)
+    from . import jit, records
+    from .predict import predict
 
-    staging_records.open_staging(store)
-    for job in jit:
+    records.open_staging(store)
+    for job in held_back:
         sources = [(f.source, f.recursive) for f in plan.staged_files if f.job_key == job.key]
         prediction = predict(sources, store, config, owner=owner)
-        jit_staging.hold_back(scheduler, store, config, chain_id=plan.chain_id, job_key=job.key,
+        jit.hold_back(scheduler, store, config, chain_id=plan.chain_id, job_key=job.key,
                               job_id=ids[job.key], compute_id=ids[COMPUTE],
                               prediction=prediction)
 

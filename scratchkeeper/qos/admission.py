@@ -19,8 +19,9 @@ from __future__ import annotations
 
 import random
 from collections import Counter, deque
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Generic, Iterable, Mapping, TypeVar
+from typing import Generic, TypeVar
 
 from scratchkeeper.errors import QosError
 from scratchkeeper.qos.designs import retrieval_guarantee

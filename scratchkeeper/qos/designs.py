@@ -164,7 +164,7 @@ def projective_plane(q: int) -> BlockDesign:
     vectors = [v for v in ((a, b, c) for a in range(q) for b in range(q) for c in range(q))
                if v != (0, 0, 0) and next(x for x in v if x) == 1]
     blocks = tuple(tuple(index for index, point in enumerate(vectors)
-                         if sum(p * l for p, l in zip(point, line)) % q == 0)
+                         if sum(a * b for a, b in zip(point, line)) % q == 0)
                    for line in vectors)
     size = q * q + q + 1
     return BlockDesign(f"({size},{q + 1},1)", size, q + 1, blocks)

@@ -9,8 +9,7 @@ from ..errors import InputError, QosError, ScratchkeeperError
 from ..storage.base import StorageBackend
 from ..storage.layout import FileLayout, LayoutRequest
 from .designs import design_for
-from .placement import (Allocation, chained_allocation, design_allocation, file_copies,
-                        mirrored_allocation)
+from .placement import Allocation, chained_allocation, design_allocation, file_copies, mirrored_allocation
 
 SCHEMES = ("design", "mirrored", "chained")
 

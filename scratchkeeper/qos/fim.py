@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import math
 from collections import Counter, defaultdict
+from collections.abc import Iterable
 from itertools import combinations
-from typing import Iterable
 
 from scratchkeeper.errors import QosError
 from scratchkeeper.qos.placement import Allocation, DataBlockMap

@@ -16,16 +16,19 @@ served. Every function returns one :class:`Outcome` per request, in the order gi
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from itertools import groupby
-from typing import Callable, Sequence
 
 from scratchkeeper.errors import QosError
-from scratchkeeper.qos.admission import (AdmissionCounters, AdmissionQueue,
-                                         DeterministicAdmission, StatisticalAdmission)
+from scratchkeeper.qos.admission import (
+    AdmissionCounters,
+    AdmissionQueue,
+    DeterministicAdmission,
+    StatisticalAdmission,
+)
 from scratchkeeper.qos.placement import Allocation, DataBlockMap
-from scratchkeeper.qos.retrieval import (OnlineRetrieval, design_theoretic_retrieval,
-                                         optimal_retrieval)
+from scratchkeeper.qos.retrieval import OnlineRetrieval, design_theoretic_retrieval, optimal_retrieval
 from scratchkeeper.qos.traces import BlockRequest
 
 

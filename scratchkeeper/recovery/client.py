@@ -24,8 +24,7 @@ import socket
 import struct
 import time
 
-from ..errors import (InputError, PermissionDenied, RecoveryError, ScratchkeeperError,
-                      StorageError)
+from ..errors import InputError, PermissionDenied, RecoveryError, ScratchkeeperError, StorageError
 from ..ownership import Owner
 
 MAX_LINE = 1 << 20
@@ -118,7 +117,7 @@ def receive_request(conn: socket.socket, timeout: float) -> bytes:
         conn.settimeout(remaining)
         try:
             chunk = conn.recv(65536)
-        except socket.timeout:
+        except TimeoutError:
             continue
         if not chunk:
             if received:
@@ -182,7 +181,7 @@ class RecoveryClient:
                 except EOFError:
                     raise ServiceUnavailable("the recovery service closed the connection "
                                              "without answering") from None
-        except socket.timeout:
+        except TimeoutError:
             raise RecoveryError(f"no answer from the recovery service within "
                                 f"{timeout or self.connect_timeout:g}s") from None
         finally:

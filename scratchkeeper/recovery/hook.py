@@ -22,8 +22,7 @@ def job_inputs(store, job_id: str) -> list[str]:
         return []
     paths = [row["path"] for row in planner_records.staged_files(store, chain_id)
              if row["state"] == "staged"]
-    paths += [row["path"] for row in store.query("SELECT path FROM job_inputs WHERE chain_id = ?",
-                                                 (chain_id,))]
+    paths += planner_records.declared_inputs(store, chain_id)
     return list(dict.fromkeys(paths))
 
 

@@ -35,17 +35,21 @@ from dataclasses import dataclass, field
 
 from .. import digests as block_digests
 from ..config import SiteConfig
-from ..errors import (InputError, RecoveryError, ScratchkeeperError, StorageError,
-                      TargetUnavailable, TransferError)
+from ..errors import (
+    InputError,
+    RecoveryError,
+    ScratchkeeperError,
+    StorageError,
+    TargetUnavailable,
+    TransferError,
+)
 from ..ownership import Owner
 from ..planner import records as planner_records
 from ..state import StateStore
-from ..storage import (Extent, FileLayout, OstStatus, Rebuild, StorageBackend,
-                       subtract_extents)
+from ..storage import Extent, FileLayout, OstStatus, Rebuild, StorageBackend, subtract_extents
 from ..transfer.buffers import BufferPool
 from ..transfer.ranged import RangedReader, ReaderPool, measure, open_ranged
-from . import plan as planning
-from . import trust
+from . import plan as planning, trust
 from .gather import Gathered, PatchSlots, ProbeGroup, RecoveryInterrupted
 from .safety import check_inside_scratch
 from .trust import FileHints
@@ -95,6 +99,29 @@ class PatchFailed(RecoveryError):
 
 class ChecksumMismatch(RecoveryError):
     """The rebuilt file's SHA-256 is not the one recorded at stage-in."""
+
+
+@dataclass
+class _FileRecovery:
+    """One file's recovery (:meth:`Recoverer._recover`): what its attempts share and what each
+    leaves to the next."""
+
+    full: str
+    size: int
+    hints: FileHints
+    reported_osts: tuple[int, ...]
+    started: float
+    blocks: block_digests.BlockDigests | None  # recorded at stage-in (None: not checked by block)
+    on_rebuild: Callable[[str | None], None]
+    progress: Callable[[int, int], None] | None
+    measure_sources: bool
+    outcome: Outcome
+    max_attempts: int  # recovery.substitute_attempts
+    rebuild: Rebuild | None = None
+    resumed: bool = False  # bytes patched before a crash: verify them again
+    bad_substitutes: set[int] = field(default_factory=set)
+    mismatches: int = 0
+    fresh: bool = False  # the first look may reuse a recent probe; a retry always probes again
 
 
 class SourceLoad:
@@ -192,113 +219,128 @@ class Recoverer:
             # are probed and the rebuild begun (the probe still decides what is rebuilt)
             self._warm(hints.sources[0], hints.owner)
         rebuild = self._resumable(full, resume_rebuild_id)
-        resumed = rebuild is not None  # bytes patched before a crash: verify them again
         blocks = (block_digests.lookup(self.store, full, hints.sha256, stat.size)
                   if self.store is not None else None)
-        bad_substitutes: set[int] = set()
-        mismatches = 0
-        outcome = Outcome(full, WHOLE)
-        attempts = self.config.recovery.substitute_attempts
-        fresh = False  # the first look may reuse a recent probe; a retry always probes again
+        run = _FileRecovery(full, stat.size, hints, tuple(reported_osts), started, blocks,
+                            on_rebuild, progress, measure_sources, Outcome(full, WHOLE),
+                            self.config.recovery.substitute_attempts, rebuild=rebuild,
+                            resumed=rebuild is not None)
         while True:
-            outcome.attempts += 1
-            if outcome.attempts > 1:
+            run.outcome.attempts += 1
+            if run.outcome.attempts > 1:
                 layout = self.backend.layout(full)
-            statuses = self._probe(layout.osts() | set(reported_osts), fresh, started)
-            fresh = True
-            patch_started = time.monotonic()
-            healthy = {o.ost_index for o in statuses if o.healthy}
-            failed = sorted(layout.osts() - healthy)
-            if rebuild is not None and (rebuild.base_layout_gen != layout.layout_gen
-                                        or set(rebuild.substitutes) != set(failed)
-                                        or any(s not in healthy
-                                               for s in rebuild.substitutes.values())):
-                log.info("%s: rebuild %s no longer fits the failed OSTs; starting again",
-                         full, rebuild.rebuild_id)
-                self._abort(rebuild, on_rebuild)
-                rebuild = None
-                resumed = False
-            outcome.failed_osts = failed
-            unreported = set(reported_osts) - set(failed)
-            if unreported:
-                log.info("%s: reported OSTs %s answer the probe", full, sorted(unreported))
-            if rebuild is None:
-                truly_lost = layout.lost_extents(failed, stat.size)
-                if not truly_lost:
-                    outcome.seconds = time.monotonic() - started
-                    outcome.reason = ("a surviving mirror serves every byte" if failed
-                                      else "no OST of the file has failed")
-                    return outcome
-                if not hints.sources:
-                    raise RecoveryError(f"{full}: lost {sum(e.length for e in truly_lost)} bytes "
-                                        f"on OST {', '.join(map(str, failed))} and has no "
-                                        f"recovery source {hints.why_none()}")
-                # connects while the rebuild is begun and planned
-                self._warm(hints.sources[0], hints.owner)
-                try:
-                    rebuild = self._begin(full, layout, failed, statuses, bad_substitutes)
-                except TargetUnavailable as err:
-                    # a substitute the recent probe saw healthy failed since: probe all again
-                    if err.ost_index is not None:
-                        bad_substitutes.add(err.ost_index)
-                    if outcome.attempts >= attempts:
-                        return self._lost(outcome, started, f"no substitute OST: {err}")
-                    log.warning("%s: %s; picking another substitute", full, err)
-                    continue
-                on_rebuild(rebuild.rebuild_id)
-            else:
-                truly_lost = layout.lost_extents(rebuild.substitutes, stat.size)
-                if hints.sources:
-                    self._warm(hints.sources[0], hints.owner)
-            outcome.substitutes = dict(rebuild.substitutes)
-            checker = _BlockChecker(blocks, full) if blocks is not None else None
-            try:
-                with self.slots.held():
-                    verified_ranges, pending = self._patch(rebuild, layout, hints, truly_lost,
-                                                           outcome, progress, measure_sources,
-                                                           checker)
-                    if checker is not None:
-                        # blocks checked on arrival need nothing more; the rest (covered in
-                        # part, or patched before a restart) are read back now they are complete
-                        self._verify_blocks(rebuild, checker)
-                        outcome.verified = "blocks"
-                    else:
-                        outcome.verified = "ranges" if verified_ranges else "file"
-                        if not verified_ranges or resumed:
-                            self._verify_file(rebuild, hints)
-                            outcome.verified = "file"
-                # the last bytes written are recorded by the switch itself (one journal update)
-                self.commits((rebuild, pending))
-                outcome.patch_seconds += time.monotonic() - patch_started
-                on_rebuild(None)
-            except TargetUnavailable as err:
-                self._abort(rebuild, on_rebuild)
-                rebuild, resumed = None, False
-                if err.ost_index is not None and err.ost_index in outcome.substitutes.values():
-                    bad_substitutes.add(err.ost_index)
-                if outcome.attempts >= attempts:
-                    return self._lost(outcome, started, f"storage failed during patching: {err}")
-                log.warning("%s: %s; trying again with another substitute", full, err)
-                continue
-            except ChecksumMismatch as err:
-                self._abort(rebuild, on_rebuild)
-                rebuild, resumed = None, False
-                mismatches += 1
-                if mismatches > 1:
-                    return self._lost(outcome, started, str(err))
-                log.warning("%s: %s; patching once more from scratch", full, err)
-                continue
-            except (PatchFailed, TransferError) as err:
-                self._abort(rebuild, on_rebuild)
-                return self._lost(outcome, started, str(err))
-            # anything else (the service stopping, a bug) leaves the rebuild to be resumed
-            outcome.state = PATCHED
-            outcome.seconds = time.monotonic() - started
-            log.info("%s: patched %d bytes (OST %s -> %s) in %.2fs, verified by %s", full,
-                     outcome.patched_bytes, ",".join(map(str, outcome.substitutes)),
-                     ",".join(map(str, outcome.substitutes.values())), outcome.seconds,
-                     outcome.verified)
+            done = self._attempt(run, layout)
+            if done is not None:
+                return done
+
+    def _attempt(self, run: _FileRecovery, layout: FileLayout) -> Outcome | None:
+        """Probe the file's OSTs and, when it lost bytes no mirror serves, begin (or go on with)
+        a rebuild and patch it (:meth:`_patch_rebuild`); None: try again."""
+        outcome = run.outcome
+        statuses = self._probe(layout.osts() | set(run.reported_osts), run.fresh, run.started)
+        run.fresh = True
+        patch_started = time.monotonic()
+        healthy = {o.ost_index for o in statuses if o.healthy}
+        failed = sorted(layout.osts() - healthy)
+        rebuild = run.rebuild
+        if rebuild is not None and (rebuild.base_layout_gen != layout.layout_gen
+                                    or set(rebuild.substitutes) != set(failed)
+                                    or any(s not in healthy
+                                           for s in rebuild.substitutes.values())):
+            log.info("%s: rebuild %s no longer fits the failed OSTs; starting again",
+                     run.full, rebuild.rebuild_id)
+            self._abort(rebuild, run.on_rebuild)
+            run.rebuild, run.resumed = None, False
+        outcome.failed_osts = failed
+        unreported = set(run.reported_osts) - set(failed)
+        if unreported:
+            log.info("%s: reported OSTs %s answer the probe", run.full, sorted(unreported))
+        if run.rebuild is not None:
+            truly_lost = layout.lost_extents(run.rebuild.substitutes, run.size)
+            if run.hints.sources:
+                self._warm(run.hints.sources[0], run.hints.owner)
+            return self._patch_rebuild(run, layout, truly_lost, patch_started)
+        truly_lost = layout.lost_extents(failed, run.size)
+        if not truly_lost:
+            outcome.seconds = time.monotonic() - run.started
+            outcome.reason = ("a surviving mirror serves every byte" if failed
+                              else "no OST of the file has failed")
             return outcome
+        if not run.hints.sources:
+            raise RecoveryError(f"{run.full}: lost {sum(e.length for e in truly_lost)} bytes "
+                                f"on OST {', '.join(map(str, failed))} and has no "
+                                f"recovery source {run.hints.why_none()}")
+        # connects while the rebuild is begun and planned
+        self._warm(run.hints.sources[0], run.hints.owner)
+        try:
+            run.rebuild = self._begin(run.full, layout, failed, statuses, run.bad_substitutes)
+        except TargetUnavailable as err:
+            # a substitute the recent probe saw healthy failed since: probe all again
+            if err.ost_index is not None:
+                run.bad_substitutes.add(err.ost_index)
+            if outcome.attempts >= run.max_attempts:
+                return self._lost(outcome, run.started, f"no substitute OST: {err}")
+            log.warning("%s: %s; picking another substitute", run.full, err)
+            return None
+        run.on_rebuild(run.rebuild.rebuild_id)
+        return self._patch_rebuild(run, layout, truly_lost, patch_started)
+
+    def _patch_rebuild(self, run: _FileRecovery, layout: FileLayout, truly_lost: list[Extent],
+                       patch_started: float) -> Outcome | None:
+        """Patch ``truly_lost`` into the rebuild's substitute objects, verify the file and switch
+        its layout to them; None: try again (another substitute, or once more from scratch)."""
+        outcome, rebuild = run.outcome, run.rebuild
+        assert rebuild is not None
+        outcome.substitutes = dict(rebuild.substitutes)
+        checker = _BlockChecker(run.blocks, run.full) if run.blocks is not None else None
+        try:
+            with self.slots.held():
+                verified_ranges, pending = self._patch(rebuild, layout, run.hints, truly_lost,
+                                                       outcome, run.progress,
+                                                       run.measure_sources, checker)
+                if checker is not None:
+                    # blocks checked on arrival need nothing more; the rest (covered in
+                    # part, or patched before a restart) are read back now they are complete
+                    self._verify_blocks(rebuild, checker)
+                    outcome.verified = "blocks"
+                else:
+                    outcome.verified = "ranges" if verified_ranges else "file"
+                    if not verified_ranges or run.resumed:
+                        self._verify_file(rebuild, run.hints)
+                        outcome.verified = "file"
+            # the last bytes written are recorded by the switch itself (one journal update)
+            self.commits((rebuild, pending))
+            outcome.patch_seconds += time.monotonic() - patch_started
+            run.on_rebuild(None)
+        except TargetUnavailable as err:
+            self._abort(rebuild, run.on_rebuild)
+            run.rebuild, run.resumed = None, False
+            if err.ost_index is not None and err.ost_index in outcome.substitutes.values():
+                run.bad_substitutes.add(err.ost_index)
+            if outcome.attempts >= run.max_attempts:
+                return self._lost(outcome, run.started,
+                                  f"storage failed during patching: {err}")
+            log.warning("%s: %s; trying again with another substitute", run.full, err)
+            return None
+        except ChecksumMismatch as err:
+            self._abort(rebuild, run.on_rebuild)
+            run.rebuild, run.resumed = None, False
+            run.mismatches += 1
+            if run.mismatches > 1:
+                return self._lost(outcome, run.started, str(err))
+            log.warning("%s: %s; patching once more from scratch", run.full, err)
+            return None
+        except (PatchFailed, TransferError) as err:
+            self._abort(rebuild, run.on_rebuild)
+            return self._lost(outcome, run.started, str(err))
+        # anything else (the service stopping, a bug) leaves the rebuild to be resumed
+        outcome.state = PATCHED
+        outcome.seconds = time.monotonic() - run.started
+        log.info("%s: patched %d bytes (OST %s -> %s) in %.2fs, verified by %s", run.full,
+                 outcome.patched_bytes, ",".join(map(str, outcome.substitutes)),
+                 ",".join(map(str, outcome.substitutes.values())), outcome.seconds,
+                 outcome.verified)
+        return outcome
 
     # -- steps ---------------------------------------------------------------------------------
     def probe_all(self) -> list[OstStatus]:

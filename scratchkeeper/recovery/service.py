@@ -28,20 +28,32 @@ import threading
 import time
 
 from ..config import SiteConfig
-from ..errors import (InputError, PermissionDenied, RecoveryError, ScratchkeeperError,
-                      StorageError, UnknownJobError)
+from ..errors import (
+    InputError,
+    PermissionDenied,
+    RecoveryError,
+    ScratchkeeperError,
+    StorageError,
+    UnknownJobError,
+)
+from ..ownership import Owner
 from ..planner import records as planner_records
 from ..planner.commit import commit_stage, fail_stage
 from ..state import StateStore
 from ..storage import StorageBackend, open_backend
 from ..storage.base import XATTR_PREFIX
-from . import records
-from ..ownership import Owner
 from ..transfer.ranged import remove_stale_spools
-from .client import (ERROR_KINDS, RequestTimeout, decode_message, encode, peer_credentials,
-                     peer_owner, receive_request)
+from . import records, trust
+from .client import (
+    ERROR_KINDS,
+    RequestTimeout,
+    decode_message,
+    encode,
+    peer_credentials,
+    peer_owner,
+    receive_request,
+)
 from .reconstruct import LOST, Recoverer, RecoveryInterrupted, SourceLoad
-from . import trust
 from .safety import check_inside_scratch, reaches_own_file
 
 log = logging.getLogger(__name__)
@@ -382,7 +394,7 @@ class RecoveryService:
         while not self.stop.is_set():
             try:
                 conn, _ = self._listener.accept()
-            except socket.timeout:
+            except TimeoutError:
                 continue
             except OSError as err:
                 if self.stop.is_set():

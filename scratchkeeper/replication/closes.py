@@ -10,8 +10,8 @@ The quiet period joins the per-chunk open/close pairs of one sequential read int
 Only accesses after the job was seen running count, and none while the daemon itself is copying
 the file.
 
-Lustre: ``lfs changelog`` CLOSE records (type 11) of the files with a replica. Lustre records CLOSE for a file opened
-read-only only when OPEN records are enabled too, so the MDT needs
+Lustre: ``lfs changelog`` CLOSE records (type 11) of the files with a replica. Lustre records
+CLOSE for a file opened read-only only when OPEN records are enabled too, so the MDT needs
 ``lctl set_param mdd.<fsname>-MDT0000.changelog_mask="+OPEN +CLOSE"`` and a registered changelog
 user (``lctl --device <fsname>-MDT0000 changelog_register`` prints ``cl1``). Without them the
 daemon removes replicas at job end only.
@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 
 from ..errors import CommandError, ReplicationError
 from ..runner import get_runner
-from ..storage.lfs import parse_changelog
+from ..storage.lustre.lfs import parse_changelog
 
 log = logging.getLogger(__name__)
 
@@ -181,7 +181,7 @@ def parse_events(buffer: bytes) -> list[tuple[str, int]]:
     return events
 
 
-# -- Lustre changelog (the parser is the lfs backend's: scratchkeeper.storage.lfs) ---------------
+# -- Lustre changelog (the parser is the lfs backend's: scratchkeeper.storage.lustre.lfs) -------
 class ChangelogReader:
     """Reads CLOSE records of one MDT for the files of interest, and clears what it read.
 

@@ -31,9 +31,9 @@ from ..schedulers import Scheduler, get_scheduler
 from ..schedulers.base import JobState, QueueSnapshot
 from ..state import StateStore, daemon_lock
 from ..storage import StorageBackend, open_backend
-from .inputs import KnownInputs
 from .closes import ChangelogReader, CloseTracker, InotifyWatcher
 from .decisions import CycleInput, Decisions, InputFile, JobInputs, RemoveReplica, decide
+from .inputs import KnownInputs
 from .replicas import DATA_JOB_PREFIX, ReplicaOperations
 from .state import FILE_CLOSED, ReplicationState
 from .window import WindowParams

@@ -20,7 +20,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from ..schedulers.base import JobRecord, JobState, QueueSnapshot
-from .window import SHORTCUT, WINDOW, WindowParams, nodes_required, window_length, is_shortcut
+from .window import SHORTCUT, WINDOW, WindowParams, is_shortcut, nodes_required, window_length
 
 __all__ = ["SHORTCUT", "WINDOW", "AtRisk", "Claim", "ClaimChange", "CreateReplica",
            "CycleInput", "Decisions", "InputFile", "JobInputs", "RemoveReplica", "ReplicaStatus",

@@ -19,37 +19,6 @@ from ..planner import records
 from ..state import StateStore
 from .decisions import InputFile, JobInputs
 
-_QUERY = """
-SELECT cj.job_id AS job_id, c.owner_uid AS owner_uid, sf.path AS path, sf.size AS size,
-       sf.checksum AS checksum
-  FROM temp.replication_jobs w
-  JOIN chain_jobs cj ON cj.job_id = w.job_id AND cj.role = 'compute'
-  JOIN chains c ON c.chain_id = cj.chain_id
-  JOIN staged_files sf ON sf.chain_id = cj.chain_id
- WHERE sf.state = 'staged' AND sf.size IS NOT NULL
-UNION ALL
-SELECT cj.job_id, c.owner_uid, ji.path, NULL, NULL
-  FROM temp.replication_jobs w
-  JOIN chain_jobs cj ON cj.job_id = w.job_id AND cj.role = 'compute'
-  JOIN chains c ON c.chain_id = cj.chain_id
-  JOIN job_inputs ji ON ji.chain_id = cj.chain_id
-"""
-
-
-# jobs whose chain changed since a time: a job id recorded (chain_jobs.updated) or a staged file
-# committed (staged_files.staged_at); both are written by the planner with time.time()
-_CHANGED = """
-SELECT cj.job_id FROM chain_jobs cj
- WHERE cj.role = 'compute' AND cj.job_id IS NOT NULL
-   AND (cj.updated >= :since
-        OR cj.chain_id IN (SELECT chain_id FROM staged_files WHERE staged_at >= :since))
-"""
-# rows of the three tables the query reads: a count that falls means rows were deleted
-_COUNTS = """
-SELECT (SELECT COUNT(*) FROM chain_jobs), (SELECT COUNT(*) FROM staged_files),
-       (SELECT COUNT(*) FROM job_inputs)
-"""
-
 #: a change is looked for from this long before the previous look: the hosts that write the
 #: state database (head node, data jobs' nodes) must agree on the time within it
 CLOCK_MARGIN = 300.0
@@ -91,7 +60,7 @@ class KnownInputs:
         wanted = {str(j) for j in job_ids}
         now = self.clock()
         records.open_records(self.store)
-        counts = tuple(self.store.query(_COUNTS)[0])
+        counts = records.input_row_counts(self.store)
         if (self._full is None or now - self._full >= self.full_refresh or self._counts is None
                 or any(n < before for n, before in zip(counts, self._counts))):
             self.forget()
@@ -99,7 +68,7 @@ class KnownInputs:
             stale = wanted
         else:
             since = self._looked - CLOCK_MARGIN
-            changed = {row[0] for row in self.store.query(_CHANGED, {"since": since})}
+            changed = records.compute_jobs_changed_since(self.store, since)
             stale = {j for j in wanted if j not in self._inputs} | (changed & wanted)
         self._counts = counts
         self._looked = now
@@ -139,13 +108,7 @@ def _read(store: StateStore, job_ids: Iterable[str], scratch_root: str
           ) -> tuple[dict[str, JobInputs], dict[str, dict[str, str]]]:
     """One planner query: each job's inputs (jobs with none left out), its checksums by path."""
     root = posixpath.normpath(scratch_root).rstrip("/") + "/"
-    with store.transaction() as tx:
-        tx.execute("CREATE TEMP TABLE IF NOT EXISTS replication_jobs (job_id TEXT PRIMARY KEY)")
-        tx.execute("DELETE FROM temp.replication_jobs")
-        tx.executemany("INSERT OR IGNORE INTO temp.replication_jobs VALUES (?)",
-                       [(str(j),) for j in job_ids])
-        rows = tx.execute(_QUERY).fetchall()
-        tx.execute("DELETE FROM temp.replication_jobs")
+    rows = records.compute_job_inputs(store, job_ids)
     files: dict[str, dict[str, InputFile]] = {}
     owners: dict[str, int] = {}
     checksums: dict[str, dict[str, str]] = {}

@@ -11,9 +11,8 @@ from __future__ import annotations
 
 import heapq
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Hashable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Hashable
 
 WINDOW = "window"
 SHORTCUT = "shortcut"

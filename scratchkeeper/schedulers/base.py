@@ -19,9 +19,9 @@ from collections.abc import Sequence
 from dataclasses import field
 from types import ModuleType
 
-from ..structs import record
 from ..errors import CommandError, SchedulerError, UnknownJobError
 from ..runner import get_runner
+from ..structs import record
 
 log = logging.getLogger(__name__)
 

@@ -98,52 +98,69 @@ def _deviation(series: dict[float, float], reference: float) -> float:
 
 def recovery_claims(res: Results, load_of: Callable[[str], str]) -> list[Claim]:
     """Sections 4.7.2 (pre-execution recovery, 35 % utilisation) and 4.7.4 (on-the-fly, 70 %)."""
-    claims = []
     low, high = "recovery-35", "recovery-70"
-    u35 = res.value(low, "utilisation_pct", policy="ideal")
-    claims.append(Claim(
+    return ([_utilisation_claim(res, load_of, low)]
+            + _stripe_claims(res, load_of, low, "pre-execution", "4.7.2", "fig. 4.5", 4)
+            + _pre_execution_claims(res, load_of, low)
+            + _load_claims(res)
+            + _stripe_claims(res, load_of, high, "on-the-fly", "4.7.4", "figs. 4.9, 4.10", 2)
+            + _on_the_fly_claims(res, load_of, high))
+
+
+def _utilisation_claim(res: Results, load_of: Callable[[str], str], sweep: str) -> Claim:
+    """4.7.2: the recovery experiments ran at 35 % CPU utilisation."""
+    u35 = res.value(sweep, "utilisation_pct", policy="ideal")
+    return Claim(
         "4.7.2", "CPU utilisation of the recovery experiments (LANL system 20 job log)", "35 %",
-        pct(u35), f"RICC, {load_of(low)}, ideal run",
+        pct(u35), f"RICC, {load_of(sweep)}, ideal run",
         _verdict(None if math.isnan(u35) else abs(u35 - 35) <= 1),
-        "" if abs(u35 - 35) <= 1 else "the load factor search did not reach 35 %"))
+        "" if abs(u35 - 35) <= 1 else "the load factor search did not reach 35 %")
 
-    def stripe_claims(sweep: str, policy: str, section: str, figure: str, smallest: int):
-        ideal_mean = res.value(sweep, "filtered_wait_mean", policy="ideal")
-        ideal_sd = res.value(sweep, "filtered_wait_sd", policy="ideal")
-        none_mean = {k: v for k, v in res.values(sweep, "filtered_wait_mean", "stripe_count",
-                                                 policy="none").items() if k >= smallest}
-        none_sd = {k: v for k, v in res.values(sweep, "filtered_wait_sd", "stripe_count",
-                                               policy="none").items() if k >= smallest}
-        rec_mean = res.values(sweep, "filtered_wait_mean", "stripe_count", policy=policy)
-        rec_sd = res.values(sweep, "filtered_wait_sd", "stripe_count", policy=policy)
-        where = f"RICC, {load_of(sweep)}, EASY, extrapolated failures"
-        rises = _rises(none_mean)
-        rises_sd = _rises(none_sd)
-        out = [Claim(
-            section, f"{figure}: without recovery, the mean and SD of all jobs' wait (zero waits "
-                     "left out) rise with the stripe count",
-            "rise (curve above the ideal, growing)",
-            _series(none_mean, "mean") + "; " + _series(none_sd, "SD") +
-            f"; ideal {fmt(ideal_mean)} / {fmt(ideal_sd)} s", where,
-            _verdict(None if rises is None else rises and bool(rises_sd), rises or rises_sd))]
-        dev_mean, dev_sd = _deviation(rec_mean, ideal_mean), _deviation(rec_sd, ideal_sd)
-        kills = (f"; kills of running jobs per run (a job can be killed twice): "
-                 f"{fmt(res.value(sweep, 'kills', policy='none'))} without, "
-                 f"{fmt(res.value(sweep, 'kills', policy=policy))} with recovery; affected jobs: "
-                 f"{fmt(res.value(sweep, 'affected_jobs', policy=policy))}")
-        label = "pre-execution recovery" if policy == "pre-execution" else "on-the-fly recovery"
-        ok = None if math.isnan(dev_mean) else dev_mean <= 5 and dev_sd <= 5
-        out.append(Claim(
-            section, f"{figure}: with {label}, the mean and SD of all jobs' wait do not change "
-                     "with the stripe count and equal the ideal (no failure)",
-            "on the ideal curve at every stripe count",
-            f"{_series(rec_mean, 'mean')}; at most {fmt(dev_mean, 1)} % (mean) and "
-            f"{fmt(dev_sd, 1)} % (SD) from the ideal{kills}", where,
-            _verdict(ok, None if ok is None else dev_mean <= 20),
-            "" if ok else _why_not_ideal(policy)))
-        return out
 
-    claims += stripe_claims(low, "pre-execution", "4.7.2", "fig. 4.5", 4)
+def _stripe_claims(res: Results, load_of: Callable[[str], str], sweep: str, policy: str,
+                   section: str, figure: str, smallest: int) -> list[Claim]:
+    """All jobs' wait against the stripe count: rising without recovery, on the ideal curve
+    with ``policy`` (stripe counts below ``smallest`` left out of the rise)."""
+    ideal_mean = res.value(sweep, "filtered_wait_mean", policy="ideal")
+    ideal_sd = res.value(sweep, "filtered_wait_sd", policy="ideal")
+    none_mean = {k: v for k, v in res.values(sweep, "filtered_wait_mean", "stripe_count",
+                                             policy="none").items() if k >= smallest}
+    none_sd = {k: v for k, v in res.values(sweep, "filtered_wait_sd", "stripe_count",
+                                           policy="none").items() if k >= smallest}
+    rec_mean = res.values(sweep, "filtered_wait_mean", "stripe_count", policy=policy)
+    rec_sd = res.values(sweep, "filtered_wait_sd", "stripe_count", policy=policy)
+    where = f"RICC, {load_of(sweep)}, EASY, extrapolated failures"
+    rises = _rises(none_mean)
+    rises_sd = _rises(none_sd)
+    out = [Claim(
+        section, f"{figure}: without recovery, the mean and SD of all jobs' wait (zero waits "
+                 "left out) rise with the stripe count",
+        "rise (curve above the ideal, growing)",
+        _series(none_mean, "mean") + "; " + _series(none_sd, "SD") +
+        f"; ideal {fmt(ideal_mean)} / {fmt(ideal_sd)} s", where,
+        _verdict(None if rises is None else rises and bool(rises_sd), rises or rises_sd))]
+    dev_mean, dev_sd = _deviation(rec_mean, ideal_mean), _deviation(rec_sd, ideal_sd)
+    kills = (f"; kills of running jobs per run (a job can be killed twice): "
+             f"{fmt(res.value(sweep, 'kills', policy='none'))} without, "
+             f"{fmt(res.value(sweep, 'kills', policy=policy))} with recovery; affected jobs: "
+             f"{fmt(res.value(sweep, 'affected_jobs', policy=policy))}")
+    label = "pre-execution recovery" if policy == "pre-execution" else "on-the-fly recovery"
+    ok = None if math.isnan(dev_mean) else dev_mean <= 5 and dev_sd <= 5
+    out.append(Claim(
+        section, f"{figure}: with {label}, the mean and SD of all jobs' wait do not change "
+                 "with the stripe count and equal the ideal (no failure)",
+        "on the ideal curve at every stripe count",
+        f"{_series(rec_mean, 'mean')}; at most {fmt(dev_mean, 1)} % (mean) and "
+        f"{fmt(dev_sd, 1)} % (SD) from the ideal{kills}", where,
+        _verdict(ok, None if ok is None else dev_mean <= 20),
+        "" if ok else _why_not_ideal(policy)))
+    return out
+
+
+def _pre_execution_claims(res: Results, load_of: Callable[[str], str],
+                          low: str) -> list[Claim]:
+    """4.7.2, fig. 4.5: the affected jobs' wait with pre-execution recovery at 35 %."""
+    claims = []
     none35 = res.value(low, "affected_wait_mean", policy="none")
     pre35 = res.value(low, "affected_wait_mean", policy="pre-execution")
     claims.append(Claim(
@@ -183,8 +200,13 @@ def recovery_claims(res: Results, load_of: Callable[[str], str]) -> list[Claim]:
         "" if shorter else "expected: as the seed says, an affected job waits at least as long "
                            "as any job plus its recovery; the independent failure model here "
                            "has no link between failures and quiet periods of the job log"))
-    claims += _load_claims(res)
-    claims += stripe_claims(high, "on-the-fly", "4.7.4", "figs. 4.9, 4.10", 2)
+    return claims
+
+
+def _on_the_fly_claims(res: Results, load_of: Callable[[str], str], high: str) -> list[Claim]:
+    """4.7.4, figs. 4.11 and 4.12: the affected jobs and the utilisation with on-the-fly
+    recovery at 70 %."""
+    claims = []
     counts = sorted(res.values(high, "affected_pct", "stripe_count", policy="none"))
     share = res.values(high, "affected_pct", "stripe_count", policy="none")
     if counts:
@@ -302,15 +324,21 @@ def _load_claims(res: Results) -> list[Claim]:
 def replication_claims(res: Results) -> list[Claim]:
     """Section 4.7.3 (fig. 4.7 and 4.8). The closest conditions: the schedule the trace
     records and the calibrated peak-memory inputs, as the seed replayed Jaguar's log."""
+    return _at_risk_claims(res) + _space_claims(res) + _queue_claims(res)
+
+
+#: the sweeps of section 4.7.3 and their closest conditions (replication_claims)
+_RECORDED, _MODEL = "replication-recorded", "replication"
+_CLOSEST = dict(input_model="peak-memory")
+_WHERE = "RICC's recorded schedule, peak-memory inputs (model schedule in brackets)"
+
+
+def _at_risk_claims(res: Results) -> list[Claim]:
+    """4.7.3, fig. 4.7a: the jobs at risk by strategy and alpha."""
     out = []
-    closest = dict(input_model="peak-memory")
-    rec, model = "replication-recorded", "replication"
-    where = "RICC's recorded schedule, peak-memory inputs (model schedule in brackets)"
-
-    def both(key: str, **match) -> tuple[float, float]:
-        return (res.value(rec, key, **closest, **match), res.value(model, key, **closest, **match))
-
-    fcfs2 = both("at_risk_pct", strategy="fcfs", alpha=2.0)
+    rec, model, closest, where = _RECORDED, _MODEL, _CLOSEST, _WHERE
+    fcfs2 = (res.value(rec, "at_risk_pct", strategy="fcfs", alpha=2.0, **closest),
+             res.value(model, "at_risk_pct", strategy="fcfs", alpha=2.0, **closest))
     out.append(Claim(
         "4.7.3", "fig. 4.7a: jobs at risk with the plain FCFS window at alpha = 2", "> 60 %",
         f"{pct(fcfs2[0], 1)} ({pct(fcfs2[1], 1)})", where,
@@ -345,6 +373,13 @@ def replication_claims(res: Results) -> list[Claim]:
         "4.7.3", "fig. 4.7: at alpha = inf every strategy replicates on submission (curves meet)",
         "convergence", f"spread {fmt(spread_inf, 2)} points", where,
         _verdict(None if math.isnan(spread_inf) else spread_inf <= 0.5)))
+    return out
+
+
+def _space_claims(res: Results) -> list[Claim]:
+    """4.7.3, fig. 4.7b: the replica space by strategy and alpha."""
+    out = []
+    rec, model, closest, where = _RECORDED, _MODEL, _CLOSEST, _WHERE
     space = {(sched, im): res.value(sweep, "space_mean_pct", strategy="fcfs", alpha=math.inf,
                                     input_model=im)
              for sched, sweep in (("recorded", rec), ("model", model))
@@ -363,7 +398,7 @@ def replication_claims(res: Results) -> list[Claim]:
         f"{fmt(res.value(model, 'queue_length_mean', strategy='fcfs'), 0)} jobs on the model "
         "schedule against Jaguar's 1.5-45.5), so the same per-job inputs fill more scratch"
         + ("" if math.isnan(queue) else
-           f"; at Jaguar's queue lengths (fig. 4.8 month) it is "
+           "; at Jaguar's queue lengths (fig. 4.8 month) it is "
            + ", ".join(pct(res.value("queue-length", "space_mean_pct", strategy="fcfs",
                                      alpha=math.inf, load_factor=lf))
                        for lf in sorted(res.values("queue-length", "space_mean_pct",
@@ -407,7 +442,6 @@ def replication_claims(res: Results) -> list[Claim]:
         "the same alphas takes " + " / ".join(
             pct(res.value(rec, "space_mean_pct", strategy="fcfs", alpha=a, **closest))
             for a in (0.2, 0.5))))
-    out += _queue_claims(res)
     return out
 
 

@@ -56,11 +56,11 @@ class Setup:
     ost_count: int = 64
 
     @classmethod
-    def full(cls, trace: str, failures: str) -> "Setup":
+    def full(cls, trace: str, failures: str) -> Setup:
         return cls(trace, failures)
 
     @classmethod
-    def quick_setup(cls) -> "Setup":
+    def quick_setup(cls) -> Setup:
         # The excerpt spans a few days: figure 4.8 takes all of it as its "month".
         return cls(QUICK_TRACE, QUICK_FAILURES, quick=True, month_start_day=0.0, month_days=0.0,
                    stripe_counts=(2, 8, 32), alphas=(0.2, 0.5, 2.0, math.inf),
@@ -222,7 +222,7 @@ def sweep_files(setup: Setup, searches: dict[str, Search], folder: str) -> dict[
         lines = [f"# {line}" for line in comment.splitlines()]
         lines += _table("replay", dict(trace=trace, **replay))
         for grid in grids:
-            lines += [f"[[grid]]"] + _table("", grid)[1:]
+            lines += ["[[grid]]"] + _table("", grid)[1:]
         return "\n".join(lines)
 
     recovery = {"failures": failures, "failure_mode": "extrapolated", "failure_system": 20,

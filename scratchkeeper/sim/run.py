@@ -93,7 +93,7 @@ class ReplayConfig:
                               self.scratch_bytes or 1.0)
 
     @classmethod
-    def from_mapping(cls, values: dict, *, where: str = "") -> "ReplayConfig":
+    def from_mapping(cls, values: dict, *, where: str = "") -> ReplayConfig:
         """Build from a dict (a TOML table or a CSV row), converting and naming unknown keys."""
         known = {f.name: f for f in dataclasses.fields(cls)}
         kwargs = {}

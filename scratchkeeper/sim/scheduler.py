@@ -21,8 +21,8 @@ temporal-replication analysis (``replication.py``) replays.
 from __future__ import annotations
 
 import heapq
-from bisect import bisect_left, insort
 from array import array
+from bisect import bisect_left, insort
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 

@@ -8,7 +8,7 @@ on the same schedule:
     the stage-in starts at submission; the data is on scratch from ``submit + T`` (``T`` the
     transfer time at ``transfer_bandwidth``) until the job starts.
 ``jit``
-    :func:`scratchkeeper.staging.jit.decide`'s rule: the stage-in starts at
+    :func:`scratchkeeper.planner.jit.decide`'s rule: the stage-in starts at
     ``E - P_hi - margin`` (``E`` the expected start, ``P_hi`` the pessimistic predicted transfer
     time), at once when ``P_hi`` plus a sweep exceeds ``jit_max_delay``, and at the latest one
     sweep after the job could start (the estimate came forward). The errors are drawn per job:

@@ -18,13 +18,13 @@ import csv
 import gzip
 import io
 import lzma
-import math
 import os
 import zlib
 from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
+from typing import cast
 
 from ..errors import TraceError
 from ..inputfiles import open_regular
@@ -171,7 +171,7 @@ def open_text(path: str | os.PathLike) -> TraceText:
         elif name.endswith(".bz2"):
             binary = bz2.BZ2File(raw)
         else:
-            binary = io.BufferedReader(raw)
+            binary = io.BufferedReader(cast(io.RawIOBase, raw))  # buffering=0: a raw file
         return TraceText(binary, raw)
     except BaseException:
         raw.close()
@@ -359,7 +359,7 @@ def _whole_number(text: str, column: str, low: int) -> int:
 def _lanl_time(text: str) -> float:
     """``m/d/YYYY H:MM`` as Unix seconds; the source gives no zone, UTC is assumed."""
     moment = datetime.strptime(text.strip(), "%m/%d/%Y %H:%M")
-    return moment.replace(tzinfo=timezone.utc).timestamp()
+    return moment.replace(tzinfo=UTC).timestamp()
 
 
 def read_lanl_failures(path: str | os.PathLike, *, strict: bool = True,

@@ -22,8 +22,8 @@ from __future__ import annotations
 
 import math
 import random
-from dataclasses import dataclass, field
 from collections import Counter
+from dataclasses import dataclass, field
 
 from ..errors import InputError
 from .traces import LanlJob, SiteJob, SwfJob

@@ -16,8 +16,8 @@ Algorithms 5 and 7), ``parallel`` (Algorithm 10, ``threads`` pthreads), ``slotse
 from __future__ import annotations
 
 from array import array
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Sequence
 
 from ..errors import SolverError, SolverInputError
 from . import _native
@@ -46,12 +46,12 @@ class BucketsCSR:
         return len(self.offsets) - 1
 
     @classmethod
-    def from_lists(cls, buckets) -> "BucketsCSR":
+    def from_lists(cls, buckets) -> BucketsCSR:
         """Flatten a list of replica lists (or an int32 matrix); a bad bucket is named."""
         return cls(*_call(_native.flatten, buckets))
 
     @classmethod
-    def from_arrays(cls, offsets, disks) -> "BucketsCSR":
+    def from_arrays(cls, offsets, disks) -> BucketsCSR:
         """Wrap offsets and disk ids given as int32 buffers (array('i'), numpy int32: no copy)
         or lists."""
         return cls(_int32_buffer(offsets, "offsets"), _int32_buffer(disks, "disk ids"))
@@ -88,7 +88,7 @@ class DiskTable:
 
     @classmethod
     def from_lists(cls, cost: Sequence[float], delay: Sequence[float],
-                   load: Sequence[float]) -> "DiskTable":
+                   load: Sequence[float]) -> DiskTable:
         """Check the columns (lists of numbers or float64 buffers); errors name the disk."""
         (raw_cost, raw_delay, raw_load, unit_cost, unit_delay, unit_load, scale,
          largest_base, largest_cost) = _call(_native.disk_table, cost, delay, load)

@@ -8,11 +8,32 @@ from __future__ import annotations
 
 from ..config import SiteConfig, tier_pools
 from ..errors import ConfigError, InputError
-from .base import (OST_ACTIVE, OST_FAILED, OST_INACTIVE, OST_UNREACHABLE, XATTR_PREFIX,
-                   XATTR_TRUSTED_NAMES, XATTR_USER_PREFIX, FileStat, OstStatus, Rebuild,
-                   ScratchPaths, StorageBackend, check_xattr_name)
-from .layout import (Extent, FileLayout, LayoutComponent, LayoutRequest, StripeObject,
-                     merge_extents, parse_ost_list, parse_size, subtract_extents)
+from .base import (
+    OST_ACTIVE,
+    OST_FAILED,
+    OST_INACTIVE,
+    OST_UNREACHABLE,
+    XATTR_PREFIX,
+    XATTR_TRUSTED_NAMES,
+    XATTR_USER_PREFIX,
+    FileStat,
+    OstStatus,
+    Rebuild,
+    ScratchPaths,
+    StorageBackend,
+    check_xattr_name,
+)
+from .layout import (
+    Extent,
+    FileLayout,
+    LayoutComponent,
+    LayoutRequest,
+    StripeObject,
+    merge_extents,
+    parse_ost_list,
+    parse_size,
+    subtract_extents,
+)
 
 __all__ = [
     "OST_ACTIVE", "OST_FAILED", "OST_INACTIVE", "OST_UNREACHABLE", "XATTR_PREFIX",

@@ -31,8 +31,7 @@ from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass, field, replace
 
 from ..errors import InputError, ScratchkeeperError, StorageError, TargetUnavailable
-from .layout import (Extent, FileLayout, LayoutRequest, StripeObject, merge_extents,
-                     subtract_extents)
+from .layout import Extent, FileLayout, LayoutRequest, StripeObject, merge_extents, subtract_extents
 from .sources import read_sized, space_errors
 
 # check_osts: threads probing at first, and how long before the rest get a thread each

@@ -31,6 +31,7 @@ import time
 from array import array
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TextIO
 
 from ..config import SiteConfig, parse_ost_ranges, tier_pools
 from ..errors import ConfigError, ScratchkeeperError
@@ -100,7 +101,7 @@ class Tierd:
         self.thresholds = [0] + [self.settings.hot_reads * k
                                  for k in range(1, len(self.classes))]
         self.stop_event = threading.Event()
-        self._lock_handle = None
+        self._lock_handle: TextIO | None = None
 
     # -- life cycle ----------------------------------------------------------------------------
     def acquire_lock(self) -> None:

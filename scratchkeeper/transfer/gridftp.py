@@ -25,7 +25,7 @@ from ..errors import TransferError
 from ..storage.layout import Extent
 from .buffers import BufferPool
 from .classify import is_permanent
-from .ranged import RangeData, RangedReader, RangeFailed, one_line
+from .reader import RangeData, RangedReader, RangeFailed, one_line
 from .uri import Location
 
 log = logging.getLogger(__name__)

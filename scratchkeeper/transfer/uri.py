@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import posixpath
 import re
+from urllib.parse import unquote, urlsplit
 
 from ..structs import record
-from urllib.parse import unquote, urlsplit
 
 #: schemes a structured directive may name, and the client that moves them
 SCHEMES = {

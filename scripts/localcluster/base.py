@@ -38,7 +38,8 @@ def run(argv: list[str], *, timeout: float = 30, check: bool = True,
     """Run a command with a timeout; a failure with ``check`` raises ClusterError with its stderr."""
     try:
         result = subprocess.run(argv, capture_output=True, text=True, timeout=timeout,
-                                input=input_text, stdin=None if input_text is not None else subprocess.DEVNULL)
+                                input=input_text,
+                                stdin=None if input_text is not None else subprocess.DEVNULL)
     except FileNotFoundError as err:
         raise ClusterError(f"command not found: {argv[0]}") from err
     except subprocess.TimeoutExpired as err:

@@ -11,7 +11,7 @@
 # that path is shared (or recovers in-process when the socket is not there).
 set -u
 SCRATCHKEEPER=${SCRATCHKEEPER:-/usr/local/bin/scratchkeeper}
-export SCRATCHKEEPER_CONFIG=${SCRATCHKEEPER_CONFIG:-/etc/scratchkeeper/site.toml}
+export SCRATCHKEEPER_CONFIG="${SCRATCHKEEPER_CONFIG:-/etc/scratchkeeper/site.toml}"
 job_id=$1
 
 if ! reason=$("$SCRATCHKEEPER" recovery hook "$job_id" 2>&1); then

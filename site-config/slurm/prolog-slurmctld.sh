@@ -11,7 +11,7 @@
 # PrologEpilogTimeout.
 set -u
 SCRATCHKEEPER=${SCRATCHKEEPER:-/usr/local/bin/scratchkeeper}
-export SCRATCHKEEPER_CONFIG=${SCRATCHKEEPER_CONFIG:-/etc/scratchkeeper/site.toml}
+export SCRATCHKEEPER_CONFIG="${SCRATCHKEEPER_CONFIG:-/etc/scratchkeeper/site.toml}"
 
 if ! reason=$("$SCRATCHKEEPER" recovery hook "$SLURM_JOB_ID" 2>&1); then
     logger -t scratchkeeper-prolog "job $SLURM_JOB_ID: $reason"

@@ -9,8 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from user_runtime import LOCAL_CLUSTER_SCRIPT as SCRIPT
-from user_runtime import local_cluster_script
+from user_runtime import LOCAL_CLUSTER_SCRIPT as SCRIPT, local_cluster_script
 
 
 @pytest.fixture(scope="module")

@@ -22,7 +22,6 @@ import pytest
 from scratchkeeper import config as config_module
 from scratchkeeper.cli import build_parser, daemon_logging
 from scratchkeeper.errors import ConfigError
-
 from user_runtime import local_cluster_script
 
 REPO = Path(__file__).resolve().parents[2]

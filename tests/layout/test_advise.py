@@ -6,10 +6,23 @@ import pytest
 
 from scratchkeeper.config import parse_config
 from scratchkeeper.errors import InputError
-from scratchkeeper.layout import (ONE_DH, ONE_DV, RANDOM, TWO_D, WRITE, AccessClass, Cost,
-                                  ModelParams, Workload, advise, format_size,
-                                  params_from_config, request_cost, stripe_settings,
-                                  workload_cost)
+from scratchkeeper.layout import (
+    ONE_DH,
+    ONE_DV,
+    RANDOM,
+    TWO_D,
+    WRITE,
+    AccessClass,
+    Cost,
+    ModelParams,
+    Workload,
+    advise,
+    format_size,
+    params_from_config,
+    request_cost,
+    stripe_settings,
+    workload_cost,
+)
 
 UNIT = ModelParams(e=1000.0, v=1.0, alpha_sequential=10.0, alpha_random=30.0, beta_read=0.1,
                    beta_write=0.2, source="test")

@@ -11,8 +11,7 @@ import pytest
 from scratchkeeper.cli import main
 from scratchkeeper.config import parse_config
 from scratchkeeper.errors import InputError
-from scratchkeeper.layout.calibrate import (CalibrationError, calibrate, constants,
-                                            latencies_of)
+from scratchkeeper.layout.calibrate import CalibrationError, calibrate, constants, latencies_of
 
 K, M = 1 << 10, 1 << 20
 REPORT = Path(__file__).parent.parent / "data" / "fio" / "calibrate-16m.json"

@@ -6,11 +6,25 @@ from __future__ import annotations
 import pytest
 
 from scratchkeeper.errors import InputError
-from scratchkeeper.layout import (ONE_DH, ONE_DV, TWO_D, AccessClass, ModelParams, Workload,
-                                  advise, request_cost)
-from scratchkeeper.layout.hybrid import (MAX_CLASSES, data_osts, hybrid_replica,
-                                         mirror_request_cost, parse_workload, spanned_osts,
-                                         workload_text)
+from scratchkeeper.layout import (
+    ONE_DH,
+    ONE_DV,
+    TWO_D,
+    AccessClass,
+    ModelParams,
+    Workload,
+    advise,
+    request_cost,
+)
+from scratchkeeper.layout.hybrid import (
+    MAX_CLASSES,
+    data_osts,
+    hybrid_replica,
+    mirror_request_cost,
+    parse_workload,
+    spanned_osts,
+    workload_text,
+)
 
 K, M = 1 << 10, 1 << 20
 PARAMS = ModelParams()

@@ -8,8 +8,19 @@ import itertools
 import pytest
 
 from scratchkeeper.errors import InputError
-from scratchkeeper.layout import (ONE_DH, ONE_DV, RANDOM, SEQUENTIAL, TWO_D, WRITE, Cost,
-                                  ModelParams, Workload, advise, request_cost)
+from scratchkeeper.layout import (
+    ONE_DH,
+    ONE_DV,
+    RANDOM,
+    SEQUENTIAL,
+    TWO_D,
+    WRITE,
+    Cost,
+    ModelParams,
+    Workload,
+    advise,
+    request_cost,
+)
 from scratchkeeper.layout.model import group_choices
 
 # Constants whose terms cannot be mistaken for one another in a hand computation: e = 1000 s

@@ -14,7 +14,6 @@ import tempfile
 from pathlib import Path
 
 import pytest
-
 from test_mount_users import as_user
 
 A, B, C, D = 4242, 4243, 4244, 4245  # plain users with no names: the kernel needs numbers only
@@ -128,7 +127,7 @@ def test_named_entries_masks_and_chmod_as_on_ext4(mnt):
     assert steps["chmod 600"] == {B: False, C: False, D: False}
     assert steps["chmod 640"] == {B: False, C: False, D: True}
     assert steps["cp -a"] == steps["chmod 640"]
-    assert f"user:{B}:---" in dict((s[0], s[1]) for s in mount if len(s) == 3)["cp -a"]
+    assert f"user:{B}:---" in {s[0]: s[1] for s in mount if len(s) == 3}["cp -a"]
     # the objects of a file with any mode or ACL are 0600, its owner's
     from scratchkeeper.storage.layout import FileLayout
     layout = FileLayout.from_lov(os.getxattr(mnt.root / "a" / "f", "security.scratchkeeper.lov"),

@@ -11,10 +11,10 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import Mount, _usable, unmount, write_config
 from test_mount_users import NOBODY, OTHER, as_user
 
-from scratchkeeper.staging.offload import mtime_text, parse_close
+from conftest import Mount, _usable, unmount, write_config
+from scratchkeeper.chain_service.offload import mtime_text, parse_close
 
 
 def records(mnt, count: int | None = None):
@@ -111,7 +111,7 @@ def test_a_user_over_their_share_does_not_stop_another_users_records(make_mount)
     rest are dropped and counted, another user's records still go in, and the log never passes
     its cap. A dropped record costs timeliness only: the stage-out at the end sends a result
     not listed as offloaded (offload.unchanged)."""
-    from scratchkeeper.staging.offload import unchanged
+    from scratchkeeper.chain_service.offload import unchanged
 
     mnt = make_mount(mount_extra="log_max_bytes = 16384")
     shared = mnt.root / "shared"

@@ -18,6 +18,7 @@ def _mount(config, mountpoint) -> subprocess.CompletedProcess:
                           timeout=OP_TIMEOUT)
 
 
+@pytest.mark.root
 @pytest.mark.skipif(os.geteuid() != 0, reason="the mount runs as root (checked first)")
 def test_a_bad_mount_point_is_one_line_and_exit_2(tmp_path):
     config, _ = write_config(tmp_path)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import errno
 import os
 import time
+
 import pytest
 
 from scratchkeeper.storage.layout import FileLayout

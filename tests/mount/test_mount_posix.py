@@ -248,7 +248,7 @@ def test_no_descriptor_or_inode_leaks(mnt):
 
     (mnt.root / "warm").write_bytes(b"w")
     base = None
-    for round_ in range(3):
+    for _round in range(3):
         for i in range(100):
             path = mnt.root / f"f{i}"
             path.write_bytes(os.urandom(1000))

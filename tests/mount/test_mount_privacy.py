@@ -2,7 +2,7 @@
 allow, by every path into the store. The MDT and OST directories are root's 0700 and objects
 0600, so the only way in is the scratch mount, whose every lookup and open the kernel checks
 (``default_permissions`` and FUSE's POSIX ACLs); a user's ``scratchkeeper store cat|get`` reads
-through the mount too (``storage/local_users.py``).
+through the mount too (``storage/local/users.py``).
 
 Users A, B and C are bare uids (no account needed: the kernel knows numbers only). Their
 ``scratchkeeper`` runs with the system Python and a world-readable copy of the package (the
@@ -287,8 +287,8 @@ def test_a_users_store_reads_through_the_mount_what_the_kernel_lets_it(mnt, user
 
     assert as_user(A, make) == (0, "")
     backend.set_xattrs(str(me / "mine.dat"), {
-        "user.scratchkeeper.source": b"gsiftp://h/mine", **{
-            name: b"root's record" for name in sorted(XATTR_TRUSTED_NAMES)}})
+        "user.scratchkeeper.source": b"gsiftp://h/mine",
+        **dict.fromkeys(sorted(XATTR_TRUSTED_NAMES), b"root's record")})
     # an OST mine.dat is not on fails; striped.dat and the hidden file have a stripe there
     failed = max(set(range(4)) - backend.layout(str(me / "mine.dat")).osts())
     other = home_of(mnt, B, "other")

@@ -192,7 +192,7 @@ def test_interval_retrieval_with_fewer_threads_than_s_is_warned_at_start(tmp_pat
     mount with fewer threads than S serves a full interval's last reads late, and says so."""
     import logging
 
-    from scratchkeeper.mount import qos_settings
+    from scratchkeeper.mount.serve import qos_settings
 
     def settings(threads: int, retrieval: str):
         path = tmp_path / f"{threads}-{retrieval}.toml"

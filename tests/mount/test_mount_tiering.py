@@ -84,7 +84,7 @@ def test_files_created_through_the_mount_are_placed_by_suora(make_mount):
     """storage.placement = "suora": the mount asks the store's placement for a new file's OSTs
     (a pool of the directory's default included) and marks the file as the store does, so
     store rebalance sees it; a failed OST is never chosen."""
-    from scratchkeeper.storage.local_placement import PLACEMENT_XATTR, placement_key
+    from scratchkeeper.storage.local.placement import PLACEMENT_XATTR, placement_key
 
     mnt = make_mount(ost_count=6, stripe_count=2, pools={"disk": "0-3", "flash": "4-5"},
                      storage_extra='placement = "suora"')

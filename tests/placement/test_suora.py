@@ -235,7 +235,7 @@ def test_map_of_a_sites_tiered_pools():
     first, second = placement.place(11, 2)
     assert 2 <= first <= 7 and second in (0, 1)
     with pytest.raises(PlacementInputError, match=r"class disk: no capacity for OSTs \[7\]"):
-        PlacementMap.for_tiers(storage, {i: 1.0 for i in range(7)})
+        PlacementMap.for_tiers(storage, dict.fromkeys(range(7), 1.0))
 
 
 def test_a_failed_target_is_replaced_and_the_other_replicas_stay():

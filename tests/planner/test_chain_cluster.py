@@ -17,7 +17,6 @@ from scratchkeeper.config import load_config
 from scratchkeeper.planner import records
 from scratchkeeper.state import StateStore
 from scratchkeeper.storage import open_backend
-
 from stalled_jobs import silent_source, wait_running  # noqa: F401 (a fixture)
 
 pytestmark = pytest.mark.cluster
@@ -96,7 +95,8 @@ def test_chain_stages_in_computes_and_stages_out(local_cluster, work, flavour):
     assert rows[gridftp_file]["checksum"] == "sha256:" + digest
     assert rows[gridftp_file]["size"] == len(payload)
     backend = open_backend(config)
-    assert backend.get_xattr(gridftp_file, "user.scratchkeeper.source") == rows[gridftp_file]["source"].encode()
+    assert backend.get_xattr(gridftp_file, "user.scratchkeeper.source") \
+        == rows[gridftp_file]["source"].encode()
     assert backend.get_xattr(gridftp_file, "user.scratchkeeper.sha256") == digest.encode()
     # and the per-block CRC-32C a patch is checked against, from the same read
     blocks = digests.lookup(store, gridftp_file, digest, len(payload))
@@ -194,7 +194,8 @@ def test_status_of_an_unknown_job_id(local_cluster):
 
 
 @pytest.mark.parametrize("flavour", ["slurm", "pbs"])
-def test_a_cancelled_stage_in_ends_a_submitted_chain(local_cluster, work, silent_source, flavour):
+def test_a_cancelled_stage_in_ends_a_submitted_chain(local_cluster, work,
+                                                     silent_source, flavour):  # noqa: F811
     """`scratchkeeper submit` chains: Slurm cancels the compute job itself (it was submitted with
     --kill-on-invalid-dep); the Torque wrappers cannot pass that, so there the chain service's
     sweep must. Either way status names the stage-in's end, not a pending reason."""

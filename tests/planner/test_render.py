@@ -54,7 +54,8 @@ def test_rendered_scripts_are_valid_bash(script_name, scheduler, config):
 
 def test_site_template_override(tmp_path, fixed_callback):
     (tmp_path / "slurm").mkdir()
-    (tmp_path / "slurm" / "compute.sh.j2").write_text("{{ shebang | verbatim }}\n# site header\n{{ body | verbatim }}")
+    (tmp_path / "slurm" / "compute.sh.j2").write_text(
+        "{{ shebang | verbatim }}\n# site header\n{{ body | verbatim }}")
     config = SiteConfig(templates=TemplatesConfig(directory=str(tmp_path)))
     plan = rendered("structured.sbatch", "slurm", config)
     assert "# site header" in plan.job("compute").script
@@ -133,7 +134,7 @@ def test_hostile_names_are_copied_not_executed(tmp_path, monkeypatch):
         payload = f"payload {index}\n".encode()
         assert backend.read(str(scratch / name), 0, 64) == payload
         assert backend.read(str(scratch / "dw" / name), 0, 64) == payload
-    leftovers = [p for p in tmp_path.rglob("PWNED*")]
+    leftovers = list(tmp_path.rglob("PWNED*"))
     assert leftovers == [] and not list(Path(workdir).glob("PWNED*"))
     rows = records.staged_files(store, "skhostile001")
     assert sorted(r["path"] for r in rows) == sorted(

@@ -230,7 +230,6 @@ def test_plan_explain_prints_each_cost_the_choice_and_the_reason():
     decision = planned.job(STAGE_IN).layout
     assert f"choice: {decision.layout}: {decision.reason}" in text
     assert sum("<- chosen" in line for line in text.splitlines()) == 1
-    assert len([line for line in text.splitlines() if line.startswith("  1-D")
-                or line.startswith("  2-D")]) == 3
+    assert len([line for line in text.splitlines() if line.startswith(("  1-D", "  2-D"))]) == 3
     _, planned = plan(script("#STAGEIN -layout auto"), site(backend="lustre"))
     assert "no layout applied: storage.backend = lustre" in _explain(planned)

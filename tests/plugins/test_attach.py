@@ -7,11 +7,10 @@ from pathlib import Path
 
 import pytest
 
+from scratchkeeper.chain_service.attach import CHAINED, FAILED, PENDING, SUBMIT_ENV, chain_pending, hand_over
 from scratchkeeper.config import load_config
 from scratchkeeper.errors import CommandError, InputError, SchedulerError
 from scratchkeeper.planner import records
-from scratchkeeper.planner.attach import (CHAINED, FAILED, PENDING, SUBMIT_ENV, chain_pending,
-                                          hand_over)
 from scratchkeeper.runner import CommandResult, CommandRunner
 from scratchkeeper.state import StateStore
 
@@ -268,7 +267,7 @@ def test_a_job_whose_chain_already_ended_is_not_planned_again(config, store, slu
 
 def test_one_jobs_unexpected_failure_leaves_it_held_and_the_sweep_goes_on(config, store, slurm,
                                                                          monkeypatch):
-    from scratchkeeper.planner import attach
+    from scratchkeeper.chain_service import attach
 
     real = attach.chain_job
     calls = []
@@ -289,8 +288,8 @@ def test_one_jobs_unexpected_failure_leaves_it_held_and_the_sweep_goes_on(config
 def test_chains_are_ended_even_when_chaining_held_jobs_fails(config, store, monkeypatch, capsys):
     """One sweep of the service: a failure to chain held jobs must not keep the chains whose
     stage-in ended from being ended (their jobs would wait for ever), and is still reported."""
-    from scratchkeeper.cli import spank
-    from scratchkeeper.planner.settle import ChainEnd
+    from scratchkeeper.chain_service import sweep
+    from scratchkeeper.chain_service.settle import ChainEnd
 
     def no_queue(*args, **kwargs):
         raise SchedulerError("squeue: Socket timed out on send/recv operation")
@@ -299,10 +298,10 @@ def test_chains_are_ended_even_when_chaining_held_jobs_fails(config, store, monk
     def settle(config, store, job_ids=None):
         ended.append(job_ids)
         return [ChainEnd("sk1", "stage-in job 7 ended TIMEOUT, exit code 0:15", ["8"])]
-    monkeypatch.setattr(spank, "chain_pending", no_queue)
-    monkeypatch.setattr(spank, "settle_chains", settle)
+    monkeypatch.setattr(sweep, "chain_pending", no_queue)
+    monkeypatch.setattr(sweep, "settle_chains", settle)
     with pytest.raises(SchedulerError, match="Socket timed out"):
-        spank._sweep(config, store, None)
+        sweep.sweep(config, store, None)
     assert ended == [None]
     assert "chain sk1: stage-in job 7 ended TIMEOUT, exit code 0:15; cancelled 8" in \
         capsys.readouterr().out

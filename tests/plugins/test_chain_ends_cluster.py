@@ -22,7 +22,6 @@ import pytest
 from scratchkeeper.config import load_config
 from scratchkeeper.planner import records
 from scratchkeeper.state import StateStore
-
 from stalled_jobs import silent_source, squeue_state, wait_running  # noqa: F401 (a fixture)
 
 from .conftest import sk
@@ -74,7 +73,8 @@ def wait_never_satisfied(job_id: str, timeout: float = 30.0) -> tuple[str, str]:
 
 @pytest.mark.parametrize("how", list(ENDINGS))
 def test_a_stage_in_that_ends_without_success_ends_the_plugin_chain(plugins, jobs, local_cluster,
-                                                                    silent_source, tmp_path, how):
+                                                                    silent_source, tmp_path,  # noqa: F811
+                                                                    how):
     # The cluster's own site and state database: its chain service (if it runs) and this test
     # then chain the job into the same place, whichever comes first.
     config = local_cluster.site_config

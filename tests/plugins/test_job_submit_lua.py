@@ -41,7 +41,7 @@ class Slurmctld:
         env = fields.pop("spank_job_env", None)
         job = self.lua.table(**fields)
         if env is not None:
-            job.spank_job_env = self.lua.table_from({i: v for i, v in enumerate(env)})
+            job.spank_job_env = self.lua.table_from(dict(enumerate(env)))
         rc = self.lua.globals().slurm_job_submit(job, self.lua.table(), uid)
         return rc, job
 

@@ -4,9 +4,15 @@ from __future__ import annotations
 
 import pytest
 
+from scratchkeeper.chain_service.attach import (
+    CHAINED,
+    PENDING,
+    StageRequest,
+    parse_admin_comment,
+    planned_text,
+    split_request,
+)
 from scratchkeeper.errors import InputError
-from scratchkeeper.planner.attach import (CHAINED, PENDING, StageRequest, parse_admin_comment,
-                                          planned_text, split_request)
 from scratchkeeper.planner.directives import parse_script
 
 

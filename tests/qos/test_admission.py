@@ -3,8 +3,12 @@
 import pytest
 
 from scratchkeeper.errors import QosError
-from scratchkeeper.qos.admission import (AdmissionQueue, DeterministicAdmission,
-                                         StatisticalAdmission, sample_retrieval_probabilities)
+from scratchkeeper.qos.admission import (
+    AdmissionQueue,
+    DeterministicAdmission,
+    StatisticalAdmission,
+    sample_retrieval_probabilities,
+)
 from scratchkeeper.qos.designs import PAPER_9_3_1
 from scratchkeeper.qos.placement import design_allocation
 

@@ -6,9 +6,17 @@ from itertools import combinations
 import pytest
 
 from scratchkeeper.errors import DesignError
-from scratchkeeper.qos.designs import (NAMED, PAPER_9_3_1, BlockDesign, affine_plane, cyclic_design,
-                                       design_for, projective_plane, retrieval_guarantee,
-                                       steiner_triple_system)
+from scratchkeeper.qos.designs import (
+    NAMED,
+    PAPER_9_3_1,
+    BlockDesign,
+    affine_plane,
+    cyclic_design,
+    design_for,
+    projective_plane,
+    retrieval_guarantee,
+    steiner_triple_system,
+)
 
 
 def pair_counts(design: BlockDesign) -> Counter:
@@ -99,5 +107,5 @@ def test_guarantee_formula():
 def test_rotations_spread_first_copies():
     rotations = PAPER_9_3_1.rotations()
     assert len(rotations) == 36 == 9 * 8 // 2
-    assert Counter(r[0] for r in rotations) == {d: 4 for d in range(9)}
+    assert Counter(r[0] for r in rotations) == dict.fromkeys(range(9), 4)
     assert rotations[12] == (1, 2, 0)

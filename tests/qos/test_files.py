@@ -10,8 +10,12 @@ import pytest
 from scratchkeeper.errors import InputError, QosError
 from scratchkeeper.qos.designs import design_for
 from scratchkeeper.qos.files import replicate
-from scratchkeeper.qos.placement import (chained_allocation, design_allocation, file_copies,
-                                         mirrored_allocation)
+from scratchkeeper.qos.placement import (
+    chained_allocation,
+    design_allocation,
+    file_copies,
+    mirrored_allocation,
+)
 from scratchkeeper.storage.layout import LayoutRequest
 from scratchkeeper.storage.local import LocalStripedStore
 

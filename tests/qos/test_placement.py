@@ -4,8 +4,13 @@ import pytest
 
 from scratchkeeper.errors import QosError
 from scratchkeeper.qos.designs import PAPER_9_3_1
-from scratchkeeper.qos.placement import (Allocation, DataBlockMap, chained_allocation,
-                                         design_allocation, mirrored_allocation)
+from scratchkeeper.qos.placement import (
+    Allocation,
+    DataBlockMap,
+    chained_allocation,
+    design_allocation,
+    mirrored_allocation,
+)
 
 
 def test_design_allocation_figure_7():

@@ -4,14 +4,12 @@ import random
 from itertools import combinations, product
 
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies as st
 
 from scratchkeeper.errors import QosError
 from scratchkeeper.qos.designs import NAMED, PAPER_9_3_1
 from scratchkeeper.qos.placement import design_allocation
-from scratchkeeper.qos.retrieval import (OnlineRetrieval, design_theoretic_retrieval,
-                                         optimal_retrieval)
+from scratchkeeper.qos.retrieval import OnlineRetrieval, design_theoretic_retrieval, optimal_retrieval
 
 ALLOCATIONS = {key: design_allocation(design) for key, design in NAMED.items()}
 
@@ -62,7 +60,7 @@ def test_guarantee_exhaustive_9_3_1_two_accesses_without_rotations():
         assert design_theoretic_retrieval(requests, 9).accesses <= 2
 
 
-@settings(max_examples=300, deadline=None)
+@settings(deadline=None)
 @given(key=st.sampled_from(sorted(ALLOCATIONS)), accesses=st.integers(1, 3),
        seed=st.integers(0, 2 ** 32 - 1))
 def test_guarantee_by_sampling(key, accesses, seed):
@@ -76,7 +74,7 @@ def test_guarantee_by_sampling(key, accesses, seed):
     assert optimum.accesses <= accesses and response == optimum.accesses
 
 
-@settings(max_examples=300, deadline=None)
+@settings(deadline=None)
 @given(size=st.integers(1, 40), seed=st.integers(0, 2 ** 32 - 1))
 def test_design_theoretic_matches_the_solver(size, seed):
     rng = random.Random(seed)

@@ -3,8 +3,7 @@
 from scratchkeeper.qos.admission import DeterministicAdmission
 from scratchkeeper.qos.designs import PAPER_9_3_1
 from scratchkeeper.qos.placement import DataBlockMap, chained_allocation, design_allocation
-from scratchkeeper.qos.simulate import (replay_interval, replay_online, replay_single_copy,
-                                        run_intervals)
+from scratchkeeper.qos.simulate import replay_interval, replay_online, replay_single_copy, run_intervals
 from scratchkeeper.qos.traces import BlockRequest
 
 ALLOCATION = design_allocation(PAPER_9_3_1)

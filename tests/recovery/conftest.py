@@ -24,7 +24,6 @@ from scratchkeeper.planner import records as planner_records
 from scratchkeeper.storage import LayoutRequest, open_backend
 from scratchkeeper.storage.base import XATTR_PREFIX
 
-
 #: where the tests' sources are: the local cluster's GridFTP and nginx, and local files
 TEST_SOURCES = '["file://", "ftp://127.0.0.1:*", "gsiftp://127.0.0.1:*", "http://127.0.0.1:*"]'
 

@@ -23,7 +23,7 @@ from scratchkeeper.storage import Extent
 from scratchkeeper.transfer import gridftp, ranged
 
 from .conftest import NoQueue, read_all, stage, write_site
-from .test_crash import _start_daemon
+from .test_crash_cluster import _start_daemon
 
 KiB = 1 << 10
 

@@ -428,6 +428,7 @@ def test_the_periodic_check_probe_serves_the_recoveries_it_queues(local_site, tm
                                                                   monkeypatch):
     from scratchkeeper.recovery import records
     from scratchkeeper.recovery.service import RecoveryService, process_request
+
     from .conftest import NoQueue
     backend = local_site.backend
     files = _files_on(backend, tmp_path, (0, 1, 2, 3), 2)
@@ -449,6 +450,7 @@ def test_the_check_queues_the_files_of_a_failure_together(local_site, tmp_path, 
     (benchmarks/recovery: 0.63 s against 0.49 s for 8 files)."""
     from scratchkeeper.recovery import records
     from scratchkeeper.recovery.service import RecoveryService
+
     from .conftest import NoQueue
     backend = local_site.backend
     files = _files_on(backend, tmp_path, (0, 1, 2, 3), 3)

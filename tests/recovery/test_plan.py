@@ -3,15 +3,19 @@
 from __future__ import annotations
 
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies as st
 
 from scratchkeeper.errors import InputError
-from scratchkeeper.recovery.plan import (STORE, PatchSource, SourceEstimate, candidate_sources,
-                                         choose, cut_chunks)
+from scratchkeeper.recovery.plan import (
+    STORE,
+    PatchSource,
+    SourceEstimate,
+    candidate_sources,
+    choose,
+    cut_chunks,
+)
 from scratchkeeper.recovery.reconstruct import lost_ranges
-from scratchkeeper.storage.layout import (Extent, FileLayout, LayoutComponent, StripeObject,
-                                          merge_extents)
+from scratchkeeper.storage.layout import Extent, FileLayout, LayoutComponent, StripeObject, merge_extents
 
 KiB = 1 << 10
 
@@ -21,7 +25,7 @@ def _layout(stripe_count: int, stripe_size: int) -> FileLayout:
     return FileLayout((LayoutComponent(stripe_size, objects),), 0, "/scratch/f")
 
 
-@settings(max_examples=200, deadline=None)
+@settings(deadline=None)
 @given(stripe_count=st.integers(1, 32), stripe_exp=st.integers(0, 6),
        file_size=st.integers(0, 50_000_000), data=st.data())
 def test_seed_formula_matches_the_layout(stripe_count, stripe_exp, file_size, data):
@@ -68,7 +72,7 @@ def test_store_serves_only_what_a_mirror_still_holds():
 
 @given(chunks=st.lists(st.builds(Extent, st.integers(0, 400), st.integers(1, 60)), max_size=10),
        lost=st.lists(st.builds(Extent, st.integers(0, 400), st.integers(0, 60)), max_size=10))
-@settings(max_examples=300, deadline=None)
+@settings(deadline=None)
 def test_the_store_serves_a_chunk_exactly_when_no_byte_of_it_was_lost(chunks, lost):
     _, candidates = candidate_sources(chunks, ["ftp://a/x"], lost)
     lost_bytes = {b for e in lost for b in range(e.offset, e.end)}

@@ -12,8 +12,8 @@ import time
 
 import pytest
 
-from scratchkeeper.recovery.client import RecoveryClient
 from scratchkeeper.recovery import service as service_module
+from scratchkeeper.recovery.client import RecoveryClient
 from scratchkeeper.recovery.service import RecoveryService
 from user_runtime import plain_user
 
@@ -48,7 +48,7 @@ def _answer(conn: socket.socket, timeout: float) -> dict | None:
             if not chunk:
                 return {"closed": True, "partial": received.decode(errors="replace")}
             received += chunk
-    except socket.timeout:
+    except TimeoutError:
         return None
     except ConnectionResetError:  # closed with bytes of ours unread (a drip after the close)
         return {"closed": True, "partial": received.decode(errors="replace"), "reset": True}

@@ -45,7 +45,7 @@ class Listener:
         while not self.stop.is_set():
             try:
                 conn, _ = self.sock.accept()
-            except (socket.timeout, OSError):
+            except (TimeoutError, OSError):
                 continue
             self.connections += 1
             conn.close()

@@ -17,8 +17,8 @@ from .helpers import Replicad, SlurmJobs, write_site
 @pytest.fixture
 def slurm_jobs(local_cluster):
     # the window is the whole queue's: a job of someone else's would change every decision
-    others = subprocess.run(["squeue", "-h", "-a", "-t", "PD,R,S,CF", "-o", "%A %u %j %T"], capture_output=True,
-                            text=True, timeout=60).stdout.strip()
+    others = subprocess.run(["squeue", "-h", "-a", "-t", "PD,R,S,CF", "-o", "%A %u %j %T"],
+                            capture_output=True, text=True, timeout=60).stdout.strip()
     if others:
         pytest.fail("the replication cluster tests need the local cluster's queue to "
                     f"themselves; it holds:\n{others}", pytrace=False)

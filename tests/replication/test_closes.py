@@ -7,8 +7,7 @@ import time
 import pytest
 
 from scratchkeeper.errors import CommandError
-from scratchkeeper.replication.closes import (ChangelogReader, CloseTracker, InotifyWatcher,
-                                              parse_changelog)
+from scratchkeeper.replication.closes import ChangelogReader, CloseTracker, InotifyWatcher, parse_changelog
 from scratchkeeper.runner import CommandResult, CommandRunner, set_runner
 from scratchkeeper.storage.local import LocalStripedStore
 

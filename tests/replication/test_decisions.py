@@ -9,8 +9,15 @@ from pathlib import Path
 
 import pytest
 
-from scratchkeeper.replication.decisions import (CLOSED, Claim, CycleInput, InputFile, JobInputs,
-                                                  ReplicaStatus, decide)
+from scratchkeeper.replication.decisions import (
+    CLOSED,
+    Claim,
+    CycleInput,
+    InputFile,
+    JobInputs,
+    ReplicaStatus,
+    decide,
+)
 from scratchkeeper.replication.window import SHORTCUT, WINDOW, WindowParams
 from scratchkeeper.schedulers import slurm
 from scratchkeeper.schedulers.base import JobState, QueueSnapshot

@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies as st
 
-from scratchkeeper.replication.decisions import (Claim, CycleInput, InputFile, JobInputs,
-                                                  ReplicaStatus, decide)
+from scratchkeeper.replication.decisions import Claim, CycleInput, InputFile, JobInputs, ReplicaStatus, decide
 from scratchkeeper.replication.window import WindowParams, replication_targets
 from scratchkeeper.schedulers.base import JobRecord, JobState, QueueSnapshot
 
@@ -41,7 +39,7 @@ def cycles(draw):
                       space_budget=draw(st.one_of(st.none(), st.integers(0, 200))))
 
 
-@settings(max_examples=300, deadline=None)
+@settings(deadline=None)
 @given(cycles())
 def test_decisions_are_consistent(cycle):
     out = decide(cycle)

@@ -9,11 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from scratchkeeper.errors import SchedulerError, UnknownJobError
+from scratchkeeper.errors import CommandError, SchedulerError, UnknownJobError
 from scratchkeeper.runner import CommandResult
-from scratchkeeper.errors import CommandError
 from scratchkeeper.schedulers import JobState, Scheduler, SubmitSpec, pbs, slurm
-
 from scripted_runner import ScriptedRunner
 
 DATA = Path(__file__).parent / "data"

@@ -12,7 +12,6 @@ import pytest
 
 from scratchkeeper.errors import CommandError, UnknownJobError
 from scratchkeeper.schedulers import JobState, Scheduler, pbs, slurm
-
 from scripted_runner import ScriptedRunner, result
 
 DATA = Path(__file__).resolve().parents[1] / "data"

@@ -13,7 +13,6 @@ import pytest
 from scratchkeeper.errors import SchedulerError
 from scratchkeeper.runner import CommandResult
 from scratchkeeper.schedulers import JobState, Scheduler, pbs, slurm
-
 from scripted_runner import ScriptedRunner
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "slurm"

@@ -15,8 +15,7 @@ import pytest
 from scratchkeeper.cli import main
 from scratchkeeper.errors import TraceError
 from scratchkeeper.sim import DATA_DIR
-from scratchkeeper.sim.traces import (MAX_LINE, read_lanl_failures, read_lanl_jobs,
-                                      read_site_csv, read_swf)
+from scratchkeeper.sim.traces import MAX_LINE, read_lanl_failures, read_lanl_jobs, read_site_csv, read_swf
 
 RICC_EXCERPT = os.path.join(DATA_DIR, "RICC-2010-2-first5000.swf.gz")
 LANL_EXCERPT = os.path.join(DATA_DIR, "LA-UR-05-7318-system20.csv.xz")

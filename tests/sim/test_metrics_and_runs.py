@@ -11,7 +11,7 @@ import pytest
 from scratchkeeper.errors import InputError
 from scratchkeeper.sim import DATA_DIR
 from scratchkeeper.sim.metrics import filtered_wait_stats, nonzero_somewhere, wait_stats
-from scratchkeeper.sim.outages import (extrapolated_outages, failure_stats, replayed_outages)
+from scratchkeeper.sim.outages import extrapolated_outages, failure_stats, replayed_outages
 from scratchkeeper.sim.run import ReplayConfig, run_replay
 from scratchkeeper.sim.traces import read_lanl_failures
 
@@ -138,8 +138,13 @@ def test_queue_length_is_the_time_average_of_queued_jobs(tmp_path):
 
 
 def test_peak_memory_inputs_are_calibrated_on_jaguars_running_jobs(tmp_path):
-    from scratchkeeper.sim.workload import (JAGUAR_MEMORY, JAGUAR_PEAK_PER_JOB, TraceJob,
-                                            WorkloadParams, build_workload)
+    from scratchkeeper.sim.workload import (
+        JAGUAR_MEMORY,
+        JAGUAR_PEAK_PER_JOB,
+        TraceJob,
+        WorkloadParams,
+        build_workload,
+    )
 
     gib = 1024 ** 3
     jobs = [TraceJob("short", 0, 100, 2, memory_bytes=4 * gib),

@@ -6,8 +6,7 @@ import pytest
 
 from scratchkeeper.errors import InputError
 from scratchkeeper.sim.outages import OstOutage
-from scratchkeeper.sim.scheduler import (LOG_ENTER, LOG_REQUEUE, LOG_START, LOG_STOP,
-                                         RecoveryParams, simulate)
+from scratchkeeper.sim.scheduler import LOG_ENTER, LOG_REQUEUE, LOG_START, LOG_STOP, RecoveryParams, simulate
 
 from .helpers import make_jobs, starts
 

@@ -11,10 +11,8 @@ import pytest
 
 from scratchkeeper.errors import TraceError
 from scratchkeeper.sim import DATA_DIR
-from scratchkeeper.sim.traces import (read_lanl_failures, read_lanl_jobs, read_site_csv,
-                                      read_swf)
-from scratchkeeper.sim.workload import (WorkloadParams, build_workload, from_lanl, from_site,
-                                        from_swf)
+from scratchkeeper.sim.traces import read_lanl_failures, read_lanl_jobs, read_site_csv, read_swf
+from scratchkeeper.sim.workload import WorkloadParams, build_workload, from_lanl, from_site, from_swf
 
 HERE = Path(__file__).parent / "data"
 RICC_EXCERPT = os.path.join(DATA_DIR, "RICC-2010-2-first5000.swf.gz")

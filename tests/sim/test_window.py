@@ -4,11 +4,9 @@ from __future__ import annotations
 
 import math
 
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies as st
 
-from scratchkeeper.replication.window import (SHORTCUT, WINDOW, RankedWindow, WindowParams,
-                                              replication_targets)
+from scratchkeeper.replication.window import SHORTCUT, WINDOW, RankedWindow, WindowParams, replication_targets
 
 
 def test_known_queue_window_then_shortcut():
@@ -57,7 +55,7 @@ def _operations(draw):
     return system, params, nodes, steps
 
 
-@settings(max_examples=300, deadline=None)
+@settings(deadline=None)
 @given(_operations())
 def test_incremental_window_matches_replication_targets(case):
     system, params, nodes, steps = case

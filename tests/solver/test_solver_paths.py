@@ -8,11 +8,11 @@ import random
 from array import array
 
 import pytest
+from solver_reference import flow_reference, random_instance, response_time
 
 import scratchkeeper.solver as solver
 from scratchkeeper.errors import SolverInputError
 from scratchkeeper.solver import BucketsCSR, DiskTable, select_replicas
-from solver_reference import flow_reference, random_instance, response_time
 
 numpy = pytest.importorskip("numpy")
 

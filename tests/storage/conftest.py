@@ -48,7 +48,8 @@ class FakeLustre(CommandRunner):
             rc, out, err = self._dispatch(list(argv), timeout)
         except _Hang:
             time.sleep(timeout)
-            raise CommandTimeout(f"{argv[0]}: timed out after {timeout:g}s", argv=list(argv))
+            raise CommandTimeout(f"{argv[0]}: timed out after {timeout:g}s",
+                                 argv=list(argv)) from None
         result = self._keep(CommandResult(argv, rc, out, err, time.monotonic() - started))
         if check and rc != 0:
             raise CommandError(f"{argv[0]} failed (exit {rc}): {err.strip()}", argv=list(argv),
@@ -75,15 +76,20 @@ class FakeLustre(CommandRunner):
         i = 0
         while i < len(args):
             if args[i] == "-c":
-                count = int(args[i + 1]); i += 2
+                count = int(args[i + 1])
+                i += 2
             elif args[i] == "-S":
-                size = int(args[i + 1]); i += 2
+                size = int(args[i + 1])
+                i += 2
             elif args[i] == "-o":
-                osts = [int(x) for x in args[i + 1].split(",")]; i += 2
+                osts = [int(x) for x in args[i + 1].split(",")]
+                i += 2
             elif args[i] == "-p":
-                pool = args[i + 1]; i += 2
+                pool = args[i + 1]
+                i += 2
             else:
-                rest.append(args[i]); i += 1
+                rest.append(args[i])
+                i += 1
         return count, size, osts, pool, rest
 
     def _allocate(self, count, osts, exclude=()):

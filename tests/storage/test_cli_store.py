@@ -5,10 +5,10 @@ from __future__ import annotations
 import json
 import os
 import random
+import shutil
 import socket
 import sqlite3
 import subprocess
-import shutil
 
 import pytest
 
@@ -121,7 +121,7 @@ def test_bad_size_syntax_is_rejected_by_argparse(config, capsysbinary):
 def _stored_nothing(tmp_path) -> None:
     """No MDT inode (staged or linked), no object and no intent left in the store of ``config``."""
     store_root = tmp_path / "store"
-    objects = [p for p in store_root.glob("ost*/*")]
+    objects = list(store_root.glob("ost*/*"))
     assert objects == []
     if not (store_root / "namespace.db").exists():
         return  # refused before the store was even opened

@@ -3,13 +3,20 @@
 from __future__ import annotations
 
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies as st
 
 from scratchkeeper.errors import InputError
-from scratchkeeper.storage import (Extent, FileLayout, LayoutComponent, LayoutRequest,
-                                   StripeObject, merge_extents, parse_ost_list, parse_size,
-                                   subtract_extents)
+from scratchkeeper.storage import (
+    Extent,
+    FileLayout,
+    LayoutComponent,
+    LayoutRequest,
+    StripeObject,
+    merge_extents,
+    parse_ost_list,
+    parse_size,
+    subtract_extents,
+)
 
 UNIT = 65536
 
@@ -25,7 +32,7 @@ def owner_of(comp: LayoutComponent, offset: int) -> int:
     return (offset // comp.stripe_size) % comp.stripe_count
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=min(60, settings.default.max_examples), deadline=None)  # slow: bounded
 @given(count=st.integers(1, 32), units=st.integers(1, 8), size=st.integers(0, 3_000_000))
 def test_extents_of_all_positions_partition_the_file(count, units, size):
     comp = component(count, units)
@@ -40,7 +47,7 @@ def test_extents_of_all_positions_partition_the_file(count, units, size):
     assert sum(e.length for e in covered) == size
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=min(60, settings.default.max_examples), deadline=None)  # slow: bounded
 @given(count=st.integers(1, 16), units=st.integers(1, 4), offset=st.integers(0, 2_000_000),
        length=st.integers(0, 700_000))
 def test_pieces_cover_the_range_in_order_and_map_to_dense_objects(count, units, offset, length):
@@ -93,7 +100,7 @@ _EXTENTS = st.lists(st.builds(Extent, st.integers(0, 300), st.integers(0, 40)), 
 
 
 @given(extents=_EXTENTS, removed=_EXTENTS)
-@settings(max_examples=400, deadline=None)
+@settings(deadline=None)
 def test_extent_subtraction_matches_a_byte_set(extents, removed):
     """Unsorted, overlapping, touching, empty, cuts spanning several extents: byte for byte."""
     def byte_set(items):
@@ -152,7 +159,7 @@ def test_lov_text_is_the_documented_format():
     assert back == layout and back.path == "/scratch/f" and back.layout_gen == 7
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=min(60, settings.default.max_examples), deadline=None)  # slow: bounded
 @given(gen=st.integers(0, 1 << 40), comps=st.lists(st.tuples(
     st.integers(1, 64), st.lists(st.integers(0, 65535), min_size=1, max_size=8, unique=True),
     st.integers(0, 3), st.one_of(st.none(), st.sampled_from(["flash", "a.b-c_1"]))),

@@ -7,9 +7,8 @@ from pathlib import Path
 import pytest
 
 from scratchkeeper.errors import StorageError
-from scratchkeeper.storage import (OST_ACTIVE, OST_INACTIVE, OST_UNREACHABLE, Extent,
-                                   LayoutRequest)
-from scratchkeeper.storage import lfs
+from scratchkeeper.storage import OST_ACTIVE, OST_INACTIVE, OST_UNREACHABLE, Extent, LayoutRequest
+from scratchkeeper.storage.lustre import lfs
 
 DATA = Path(__file__).resolve().parent.parent / "data" / "lfs"
 

@@ -267,7 +267,7 @@ def test_rebuild_writes_aligned_stripes_direct_and_the_short_tail_through_the_ca
 
 def test_page_aligned_buffers_are_written_direct_without_a_staging_copy(local_store,
                                                                          monkeypatch):
-    from scratchkeeper.storage import local_objects as local
+    from scratchkeeper.storage.local import objects as local
     data, rebuild = _rebuild_tail_holder(local_store, 4 * 4 * 64 * 1024)
     monkeypatch.setattr(local, "_direct_buffers", threading.local())
     pieces = _aligned_pieces(rebuild, data)
@@ -540,7 +540,7 @@ def test_import_refuses_a_fifo_without_waiting_for_a_writer(local_store):
 def test_rebuilds_committed_together_switch_in_one_transaction(local_store, monkeypatch):
     """The files of one OST failure that finish together cost one namespace transaction (its
     journal syncs) and one sync of each substitute directory, not one of each per file."""
-    from scratchkeeper.storage import local_rebuild
+    from scratchkeeper.storage.local import rebuild as local_rebuild
     datas = [os.urandom(3 * 64 * 1024) for _ in range(3)]
     rebuilds = []
     for number, data in enumerate(datas):

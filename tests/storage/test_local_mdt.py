@@ -20,7 +20,7 @@ from scratchkeeper.errors import InputError, StorageError
 from scratchkeeper.storage import XATTR_TRUSTED_NAMES, FileLayout, LayoutRequest
 from scratchkeeper.storage.layout import DIRLOV_XATTR, LOV_XATTR, DirDefault
 from scratchkeeper.storage.local import LocalStripedStore
-from scratchkeeper.storage.local_namespace import MIGRATIONS
+from scratchkeeper.storage.local.namespace import MIGRATIONS
 
 from .test_local import objects_in_layouts, objects_on_disk, reopen, store_files, write_posix
 
@@ -434,7 +434,7 @@ def test_what_fails_after_the_link_never_undoes_it(local_store, monkeypatch):
     is an error (the name may not be durable), a locked namespace leaves the intents to the
     collector."""
     from scratchkeeper.state import DatabaseBusy
-    from scratchkeeper.storage import local_mdt
+    from scratchkeeper.storage.local import mdt as local_mdt
 
     def broken_sync(dir_fd):
         raise OSError(5, "Input/output error")

@@ -24,9 +24,13 @@ import pytest
 
 from scratchkeeper.errors import PermissionDenied, StorageError
 from scratchkeeper.storage import LayoutRequest
-from scratchkeeper.storage import local_namespace, local_objects
-from scratchkeeper.storage.local import LocalStripedStore
+from scratchkeeper.storage.local import (
+    LocalStripedStore,
+    namespace as local_namespace,
+    objects as local_objects,
+)
 from user_runtime import DEPENDENCIES, PLAIN_USER, plain_python, plain_user, world_readable_copy
+
 
 def run_as(user: tuple[int, int], code: str, library: Path, cwd: Path) -> str:
     """Run Python ``code`` as ``user`` with ``library`` on its path; its stdout."""
@@ -59,6 +63,7 @@ def data(size: int, seed: int) -> bytes:
 
 # -- closed directories, objects 0600 -----------------------------------------------------------
 @pytest.mark.parametrize("umask", [0o077, 0o000])
+@pytest.mark.root  # files owned by skplain (plain_user)
 def test_objects_are_0600_with_their_files_owner_in_directories_only_root_enters(tmp_path, umask):
     """Users never reach an object (issue 30): the MDT, staging and OST directories are root's
     0700 and every object 0600, whatever the file's mode and the umask; the objects keep
@@ -136,6 +141,7 @@ def _open_store_of_before(store: LocalStripedStore, uid: int, gid: int) -> dict:
     return modes
 
 
+@pytest.mark.root  # files owned by skplain (plain_user)
 def test_a_store_made_before_is_closed_at_its_next_open_by_root(tmp_path):
     uid, gid = plain_user()
     store = new_store(tmp_path)
@@ -163,6 +169,7 @@ def test_a_store_made_before_is_closed_at_its_next_open_by_root(tmp_path):
         b"mode=1777 uid=0 gid=0"
 
 
+@pytest.mark.root  # files owned by skplain (plain_user)
 def test_the_objects_walk_runs_once_and_an_interrupted_one_is_run_again(tmp_path, monkeypatch):
     uid, gid = plain_user()
     store = new_store(tmp_path)

@@ -12,7 +12,7 @@ from scratchkeeper.cli import main
 from scratchkeeper.placement import PlacementMap, TargetState
 from scratchkeeper.storage.layout import LayoutRequest
 from scratchkeeper.storage.local import LocalStripedStore
-from scratchkeeper.storage.local_placement import PLACEMENT_XATTR, placement_key
+from scratchkeeper.storage.local.placement import PLACEMENT_XATTR, placement_key
 
 STRIPE = 65536
 
@@ -347,7 +347,7 @@ def test_a_rebuild_substitute_is_suoras_next_target_in_the_failed_osts_class(tmp
     assert substitute == expected and substitute in range(6)
     assert substitute not in layout.osts()
     # a status list saying another OST is unhealthy keeps it out too
-    statuses = [o for o in store.list_osts()]
+    statuses = list(store.list_osts())
     unhealthy = [o.__class__(**{**o.__dict__, "state": "failed"}) if o.ost_index == expected
                  else o for o in statuses]
     other = store.pick_substitute(layout, failed=failed, osts=unhealthy)

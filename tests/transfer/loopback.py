@@ -108,6 +108,6 @@ class HttpServer:
         self.thread.join(timeout=10)
 
 
-def GridFtpServer(folder: Path, workdir: Path) -> PrivateGridFtp:  # noqa: N802 (a factory)
+def GridFtpServer(folder: Path, workdir: Path) -> PrivateGridFtp:
     """``globus-gridftp-server`` on a free loopback port; ``folder`` readable and writable."""
     return PrivateGridFtp(folder, workdir, writable=True)

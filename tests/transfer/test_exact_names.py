@@ -34,7 +34,6 @@ from scratchkeeper.transfer.ranged import open_ranged
 from .loopback import GridFtpServer, HttpServer
 
 
-
 @dataclass
 class World:
     """``base/scratch`` (the scratch root), ``base/srv`` (the servers' folder) and files

@@ -3,9 +3,9 @@ spell: not as recovery metadata of a literal command, not as a URI (control char
 
 import pytest
 
+from scratchkeeper.errors import ScratchkeeperError
 from scratchkeeper.planner.metadata import extract_transfers
 from scratchkeeper.transfer.clients import UnsupportedTransfer
-from scratchkeeper.errors import ScratchkeeperError
 from scratchkeeper.transfer.uri import parse_location
 
 

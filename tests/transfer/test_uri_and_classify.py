@@ -1,8 +1,7 @@
 import pytest
 
 from scratchkeeper.transfer.classify import grep_pattern, is_permanent
-from scratchkeeper.transfer.uri import (UnknownScheme, inside, is_host_name, names_data,
-                                        parse_location)
+from scratchkeeper.transfer.uri import UnknownScheme, inside, is_host_name, names_data, parse_location
 
 
 def test_locations():

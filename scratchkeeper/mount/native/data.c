@@ -438,6 +438,98 @@ void sk_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
     free(buf);
 }
 
+/* The mirror a hybrid file's write goes to, the one the model finds cheapest for it (-1: every
+ * mirror). The others are then marked stale (seed 002 5.1; Lustre FLR does the same), so after
+ * the first write every later one goes to that mirror, the only one left in sync. */
+static int write_mirror(fuse_req_t req, const struct sk_view *v, uint64_t lo, uint64_t hi,
+                        struct sk_inode *in)
+{
+    if (v->lov.ncomp <= 1)
+        return -1;
+    pid_t pid = fuse_req_ctx(req)->pid;
+    struct hybrid_seen seen;
+    hybrid_enter(pid, in, &seen);
+    int k = hybrid_choose(v, lo, hi, &seen, false, true, in);
+    hybrid_leave(pid, in);
+    return k >= 0 ? (int)v->lov.comps[k].mirror : -1;
+}
+
+/* Write [a, b) of the file (its bytes at src) into component k's objects: 0 when they took it,
+ * 1 when one could not (an OST failed: the component goes stale), -errno when the write must
+ * fail (no space: no mirror would take it). */
+static int write_component(const struct sk_view *v, uint32_t k, const char *src, uint64_t a,
+                           uint64_t b, const struct sk_inode *in)
+{
+    const struct sk_comp *c = &v->lov.comps[k];
+    for (uint64_t at = a; at < b;) {
+        uint32_t pos = sk_comp_position(c, at);
+        uint64_t piece_end = (at / c->stripe_size + 1) * c->stripe_size;
+        if (piece_end > b)
+            piece_end = b;
+        int fd = v->fds[k][pos];
+        if (fd < 0 || ost_failed(c->objs[pos].ost))
+            return 1;
+        off_t oo = (off_t)sk_comp_object_offset(c, at);
+        const char *piece = src + (at - a);
+        uint64_t n = piece_end - at, put = 0;
+        while (put < n) {
+            ssize_t w = pwrite(fd, piece + put, n - put, oo + (off_t)put);
+            if (w > 0) {
+                put += (uint64_t)w;
+            } else if (w < 0 && errno != EINTR) {
+                logmsg("MDT inode %ju: OST %u object %s: write: %s", (uintmax_t)in->ino,
+                       c->objs[pos].ost, c->objs[pos].id, strerror(errno));
+                if (errno == ENOSPC || errno == EDQUOT || errno == EFBIG)
+                    return -errno;
+                return 1;
+            }
+        }
+        at = piece_end;
+    }
+    return 0;
+}
+
+/* Write [lo, hi) to every instantiated, in-sync component with a part of it (to mirror `only`
+ * alone when >= 0). ok[k]: component k took its part; stale[k]: it is to be marked stale.
+ * 0, or -errno when the write must fail. */
+static int write_components(const struct sk_view *v, const char *data, uint64_t lo,
+                            uint64_t hi, int only, bool *ok, bool *stale, bool *any_stale,
+                            const struct sk_inode *in)
+{
+    const struct sk_lov *lov = &v->lov;
+    for (uint32_t k = 0; k < lov->ncomp; k++) {
+        const struct sk_comp *c = &lov->comps[k];
+        uint64_t a = c->start > lo ? c->start : lo;
+        uint64_t b = c->end < hi ? c->end : hi;
+        if (!c->init || c->stale || b <= a)
+            continue;
+        if (only >= 0 && (int)c->mirror != only) {
+            stale[k] = *any_stale = true;
+            hybrid_invalidated();
+            continue;
+        }
+        int rc = write_component(v, k, data + (a - lo), a, b, in);
+        if (rc < 0)
+            return rc;
+        ok[k] = rc == 0;
+        if (!ok[k])
+            stale[k] = *any_stale = true;
+    }
+    return 0;
+}
+
+/* The MDT inode's size grown to hi, or its mtime set (the caller holds the inode's lock). */
+static int written_through(int fd, uint64_t hi)
+{
+    struct stat st;
+    if (fstat(fd, &st) < 0)
+        return -errno;
+    if ((uint64_t)st.st_size < hi)
+        return ftruncate(fd, (off_t)hi) < 0 ? -errno : 0;
+    struct timespec tv[2] = {{0, UTIME_OMIT}, {0, UTIME_NOW}};
+    return futimens(fd, tv) < 0 ? -errno : 0;
+}
+
 void sk_write(fuse_req_t req, fuse_ino_t ino, const char *data, size_t size, off_t off,
               struct fuse_file_info *fi)
 {
@@ -468,69 +560,15 @@ void sk_write(fuse_req_t req, fuse_ino_t ino, const char *data, size_t size, off
     }
     const struct sk_lov *lov = &v->lov;
     uint64_t lo = (uint64_t)off, hi = (uint64_t)off + size;
-    /* a hybrid file's write goes to the mirror the model finds cheapest for it; the others
-     * are marked stale (seed 002 5.1; Lustre FLR does the same), so after the first write
-     * every later one goes to that mirror, the only one left in sync */
-    int only = -1;
-    if (lov->ncomp > 1) {
-        pid_t pid = fuse_req_ctx(req)->pid;
-        struct hybrid_seen seen;
-        hybrid_enter(pid, in, &seen);
-        int k = hybrid_choose(v, lo, hi, &seen, false, true, in);
-        hybrid_leave(pid, in);
-        only = k >= 0 ? (int)lov->comps[k].mirror : -1;
-    }
+    int only = write_mirror(req, v, lo, hi, in);
     ok = calloc(lov->ncomp, sizeof *ok);
     stale = calloc(lov->ncomp, sizeof *stale);
     if (!ok || !stale) {
         rc = -ENOMEM;
         goto out;
     }
-    for (uint32_t k = 0; k < lov->ncomp; k++) {
-        const struct sk_comp *c = &lov->comps[k];
-        uint64_t a = c->start > lo ? c->start : lo;
-        uint64_t b = c->end < hi ? c->end : hi;
-        if (!c->init || c->stale || b <= a)
-            continue;
-        if (only >= 0 && (int)c->mirror != only) {
-            stale[k] = any_stale = true;
-            hybrid_invalidated();
-            continue;
-        }
-        ok[k] = true;
-        for (uint64_t at = a; at < b && ok[k];) {
-            uint32_t pos = sk_comp_position(c, at);
-            uint64_t piece_end = (at / c->stripe_size + 1) * c->stripe_size;
-            if (piece_end > b)
-                piece_end = b;
-            int fd = v->fds[k][pos];
-            if (fd < 0 || ost_failed(c->objs[pos].ost)) {
-                ok[k] = false;
-                break;
-            }
-            off_t oo = (off_t)sk_comp_object_offset(c, at);
-            const char *src = data + (at - lo);
-            uint64_t n = piece_end - at, put = 0;
-            while (put < n) {
-                ssize_t w = pwrite(fd, src + put, n - put, oo + (off_t)put);
-                if (w > 0) {
-                    put += (uint64_t)w;
-                } else if (w < 0 && errno != EINTR) {
-                    logmsg("MDT inode %ju: OST %u object %s: write: %s", (uintmax_t)in->ino,
-                           c->objs[pos].ost, c->objs[pos].id, strerror(errno));
-                    if (errno == ENOSPC || errno == EDQUOT || errno == EFBIG) {
-                        rc = -errno;
-                        goto out;
-                    }
-                    ok[k] = false;
-                    break;
-                }
-            }
-            at = piece_end;
-        }
-        if (!ok[k])
-            stale[k] = any_stale = true;
-    }
+    if ((rc = write_components(v, data, lo, hi, only, ok, stale, &any_stale, in)) < 0)
+        goto out;
     if (!some_mirror_covers(lov, ok, lo, hi)) {
         logmsg("MDT inode %ju: write at %jd: no mirror could take it", (uintmax_t)in->ino,
                (intmax_t)off);
@@ -541,15 +579,7 @@ void sk_write(fuse_req_t req, fuse_ino_t ino, const char *data, size_t size, off
         pthread_mutex_lock(&in->lock);
     if (any_stale)
         mark_stale(fh->fd, v, stale, in);
-    struct stat st;
-    if (fstat(fh->fd, &st) < 0)
-        rc = -errno;
-    else if ((uint64_t)st.st_size < hi)
-        rc = ftruncate(fh->fd, (off_t)hi) < 0 ? -errno : 0;
-    else {
-        struct timespec tv[2] = {{0, UTIME_OMIT}, {0, UTIME_NOW}};
-        rc = futimens(fh->fd, tv) < 0 ? -errno : 0;
-    }
+    rc = written_through(fh->fd, hi);
     pthread_mutex_unlock(&in->lock);
     free(ok);
     free(stale);

@@ -356,6 +356,77 @@ struct span {
     uint32_t rep[8];          /* component indices, distinct OSTs, preferred first */
 };
 
+/* The solver's candidates: span i may be read from the disks disks[offsets[i]] ..
+ * disks[offsets[i + 1] - 1], positions in osts of the OSTs its replicas are on. Returns the
+ * bytes of all spans. */
+static uint64_t span_disks(const struct sk_lov *lov, const struct span *spans, uint32_t nspans,
+                           const uint32_t *osts, uint32_t nosts, int32_t *offsets,
+                           int32_t *disks)
+{
+    uint64_t total = 0;
+    offsets[0] = 0;
+    for (uint32_t i = 0; i < nspans; i++) {
+        total += spans[i].end - spans[i].at;
+        int32_t n = offsets[i];
+        for (uint32_t r = 0; r < spans[i].nrep; r++) {
+            const struct sk_comp *c = &lov->comps[spans[i].rep[r]];
+            uint32_t ost = c->objs[sk_comp_position(c, spans[i].at)].ost;
+            for (uint32_t d = 0; d < nosts; d++)
+                if (osts[d] == ost)
+                    disks[n++] = (int32_t)d;
+        }
+        offsets[i + 1] = n;
+    }
+    return total;
+}
+
+/* Each OST's time for a span of `mean` bytes (cost), its latency (delay) and the work queued on
+ * it (load), from its measurements; 0, or -1 when one is not finite. */
+static int ost_costs(const uint32_t *osts, uint32_t nosts, double mean, double *cost,
+                     double *delay, double *load)
+{
+    double known = 0;  /* the fastest measured: an unmeasured OST is tried as that fast */
+    for (uint32_t d = 0; d < nosts; d++) {
+        struct ost_stat *s = &pool.osts[osts[d]];
+        pthread_mutex_lock(&s->lock);
+        if (s->samples && (known == 0 || s->spb < known))
+            known = s->spb;
+        pthread_mutex_unlock(&s->lock);
+    }
+    if (!(known > 0))
+        known = DEFAULT_SPB;
+    for (uint32_t d = 0; d < nosts; d++) {
+        struct ost_stat *s = &pool.osts[osts[d]];
+        pthread_mutex_lock(&s->lock);
+        double spb = s->samples && s->spb > 0 ? s->spb : known;
+        double lat = s->samples ? s->lat : 0;
+        pthread_mutex_unlock(&s->lock);
+        cost[d] = spb * mean > 1e-12 ? spb * mean : 1e-12;
+        delay[d] = isfinite(lat) && lat > 0 ? lat : 0;
+        load[d] = (double)atomic_load(&s->inflight) * spb;
+        if (!isfinite(cost[d]) || !isfinite(load[d]))
+            return -1;
+    }
+    return 0;
+}
+
+/* The same model's time for reading every piece from its first mirror, each object front to
+ * back (counts: room for nosts counters). */
+static double in_order_time(uint32_t nspans, const int32_t *offsets, const int32_t *disks,
+                            uint32_t nosts, const double *cost, const double *delay,
+                            const double *load, int32_t *counts)
+{
+    double in_order = 0;
+    for (uint32_t d = 0; d < nosts; d++)
+        counts[d] = 0;
+    for (uint32_t i = 0; i < nspans; i++)
+        counts[disks[offsets[i]]]++;
+    for (uint32_t d = 0; d < nosts; d++)
+        if (counts[d] && delay[d] + load[d] + counts[d] * cost[d] > in_order)
+            in_order = delay[d] + load[d] + counts[d] * cost[d];
+    return in_order;
+}
+
 /* Choose a component per span (chosen[i]); 0, or -1 when the solver failed. */
 static int choose(const struct sk_view *v, struct span *spans, uint32_t nspans,
                   const uint32_t *osts, uint32_t nosts, uint32_t *chosen, double *estimate)
@@ -381,43 +452,9 @@ static int choose(const struct sk_view *v, struct span *spans, uint32_t nspans,
     int rc = -1;
     if (!offsets || !disks || !cost || !delay || !load || !assignment || !counts)
         goto out;
-    uint64_t total = 0;
-    offsets[0] = 0;
-    for (uint32_t i = 0; i < nspans; i++) {
-        total += spans[i].end - spans[i].at;
-        int32_t n = offsets[i];
-        for (uint32_t r = 0; r < spans[i].nrep; r++) {
-            const struct sk_comp *c = &lov->comps[spans[i].rep[r]];
-            uint32_t ost = c->objs[sk_comp_position(c, spans[i].at)].ost;
-            for (uint32_t d = 0; d < nosts; d++)
-                if (osts[d] == ost)
-                    disks[n++] = (int32_t)d;
-        }
-        offsets[i + 1] = n;
-    }
-    double mean = (double)total / nspans;
-    double known = 0;  /* the fastest measured: an unmeasured OST is tried as that fast */
-    for (uint32_t d = 0; d < nosts; d++) {
-        struct ost_stat *s = &pool.osts[osts[d]];
-        pthread_mutex_lock(&s->lock);
-        if (s->samples && (known == 0 || s->spb < known))
-            known = s->spb;
-        pthread_mutex_unlock(&s->lock);
-    }
-    if (!(known > 0))
-        known = DEFAULT_SPB;
-    for (uint32_t d = 0; d < nosts; d++) {
-        struct ost_stat *s = &pool.osts[osts[d]];
-        pthread_mutex_lock(&s->lock);
-        double spb = s->samples && s->spb > 0 ? s->spb : known;
-        double lat = s->samples ? s->lat : 0;
-        pthread_mutex_unlock(&s->lock);
-        cost[d] = spb * mean > 1e-12 ? spb * mean : 1e-12;
-        delay[d] = isfinite(lat) && lat > 0 ? lat : 0;
-        load[d] = (double)atomic_load(&s->inflight) * spb;
-        if (!isfinite(cost[d]) || !isfinite(load[d]))
-            goto out;
-    }
+    uint64_t total = span_disks(lov, spans, nspans, osts, nosts, offsets, disks);
+    if (ost_costs(osts, nosts, (double)total / nspans, cost, delay, load) < 0)
+        goto out;
     sk_request request = {(int32_t)nspans, (int32_t)nosts, offsets, disks, cost, delay, load};
     sk_selection sel = {.assignment = assignment, .counts = counts};
     int st = sk_select_replicas(&request, SK_ALG_SLOTSEARCH, 1, &sel);
@@ -428,18 +465,11 @@ static int choose(const struct sk_view *v, struct span *spans, uint32_t nspans,
         goto out;
     }
     *estimate = sel.response_time;
-    /* The same model's time for reading every piece from its first mirror, each object front
-     * to back: the solver's answer is taken only when it is clearly faster. Alternating stripes
-     * between mirrors that serve equally fast costs the objects' sequential readahead (measured:
-     * 0.56x of in-order reads with every OST fast), which the model does not see. */
-    double in_order = 0;
-    for (uint32_t d = 0; d < nosts; d++)
-        counts[d] = 0;
-    for (uint32_t i = 0; i < nspans; i++)
-        counts[disks[offsets[i]]]++;
-    for (uint32_t d = 0; d < nosts; d++)
-        if (counts[d] && delay[d] + load[d] + counts[d] * cost[d] > in_order)
-            in_order = delay[d] + load[d] + counts[d] * cost[d];
+    /* The solver's answer is taken only when it is clearly faster than reading in order.
+     * Alternating stripes between mirrors that serve equally fast costs the objects' sequential
+     * readahead (measured: 0.56x of in-order reads with every OST fast), which the model does
+     * not see. */
+    double in_order = in_order_time(nspans, offsets, disks, nosts, cost, delay, load, counts);
     if (in_order <= sel.response_time * (1 + IN_ORDER_SLACK)) {
         atomic_fetch_add(&pool.in_order, 1);
         *estimate = in_order;

@@ -420,7 +420,7 @@ int assign_layout(int pfd, int fd, uid_t uid, gid_t gid)
         goto out;
     }
     if (suora) {
-        /* as the store marks the files SUORA placed (storage/local_placement.py): store
+        /* as the store marks the files SUORA placed (storage/local/placement.py): store
          * rebalance looks at these only */
         char mark[16 + SK_OBJID_LEN];
         int n = snprintf(mark, sizeof mark, "suora %s", lov.comps[0].objs[0].id);

@@ -155,10 +155,99 @@ static int append_obj(struct sk_comp *c, uint32_t ost, const char *id)
     return 0;
 }
 
+/* The first line, "lov 1 gen=G". */
+static int parse_header(const struct word *w, int nw, struct sk_lov *lov, char *err,
+                        size_t errlen)
+{
+    size_t vl;
+    const char *v;
+    if (nw != 3 || !word_is(w[0], "lov"))
+        return corrupt(err, errlen, "expected 'lov 1 gen=G' first");
+    if (!word_is(w[1], "1"))
+        return corrupt(err, errlen, "unknown version %.*s", (int)w[1].n, w[1].s);
+    if (!(v = field(w[2], "gen", &vl)) || !number(v, vl, 0, MAX_U64, &lov->gen))
+        return corrupt(err, errlen, "bad generation");
+    return 0;
+}
+
+/* A new component of lov, its room grown at powers of two (*capacity: the room there is). */
+static struct sk_comp *append_comp(struct sk_lov *lov, uint32_t *capacity)
+{
+    if (lov->ncomp == *capacity) {
+        uint32_t grown = *capacity ? *capacity * 2 : 4;
+        struct sk_comp *comps = realloc(lov->comps, grown * sizeof *comps);
+        if (!comps)
+            return NULL;
+        lov->comps = comps;
+        *capacity = grown;
+    }
+    struct sk_comp *c = &lov->comps[lov->ncomp++];
+    memset(c, 0, sizeof *c);
+    return c;
+}
+
+/* "comp id=I mirror=M start=S end=E stripe_size=Z pattern=raid0 flags=F pool=P" */
+static int parse_comp(const struct word *w, int nw, int lineno, struct sk_lov *lov,
+                      uint32_t *capacity, char *err, size_t errlen)
+{
+    static const char *const names[] = {"id", "mirror", "start", "end", "stripe_size",
+                                        "pattern", "flags", "pool"};
+    const char *v[8];
+    size_t vl[8];
+    if (nw != 9)
+        return corrupt(err, errlen, "line %d: a comp line needs 8 fields", lineno);
+    for (int k = 0; k < 8; k++)
+        if (!(v[k] = field(w[k + 1], names[k], &vl[k])))
+            return corrupt(err, errlen, "line %d: expected %s=...", lineno, names[k]);
+    struct sk_comp *c = append_comp(lov, capacity);
+    if (!c)
+        return -ENOMEM;
+    uint64_t id, mirror;
+    if (!number(v[0], vl[0], 0, UINT32_MAX, &id) ||
+        !number(v[1], vl[1], 0, 65535, &mirror) ||
+        !number(v[2], vl[2], 0, MAX_U64, &c->start))
+        return corrupt(err, errlen, "line %d: id, mirror or start out of range", lineno);
+    c->id = (uint32_t)id;
+    c->mirror = (uint32_t)mirror;
+    if (vl[3] == 3 && memcmp(v[3], "eof", 3) == 0)
+        c->end = SK_EOF;
+    else if (c->start == MAX_U64 || !number(v[3], vl[3], c->start + 1, MAX_U64, &c->end))
+        return corrupt(err, errlen, "line %d: bad end", lineno);
+    if (!stripe_size_ok(v[4], vl[4], &c->stripe_size))
+        return corrupt(err, errlen, "line %d: bad stripe_size", lineno);
+    if (vl[5] != 5 || memcmp(v[5], "raid0", 5) != 0)
+        return corrupt(err, errlen, "line %d: only pattern raid0 is known", lineno);
+    if (vl[6] >= sizeof c->flags || !flags_ok(v[6], vl[6], &c->init, &c->stale, &c->prefer))
+        return corrupt(err, errlen, "line %d: bad flags", lineno);
+    memcpy(c->flags, v[6], vl[6]);
+    if (!(vl[7] == 1 && v[7][0] == '-') && !pool_ok(v[7], vl[7]))
+        return corrupt(err, errlen, "line %d: bad pool", lineno);
+    memcpy(c->pool, v[7], vl[7]);
+    return 0;
+}
+
+/* "obj OST OBJECT_ID", an object of the last component. */
+static int parse_obj(const struct word *w, int nw, int lineno, struct sk_lov *lov, char *err,
+                     size_t errlen)
+{
+    uint64_t ost;
+    if (lov->ncomp == 0)
+        return corrupt(err, errlen, "line %d: an object before any component", lineno);
+    if (nw != 3 || !number(w[1].s, w[1].n, 0, SK_MAX_OST, &ost) || !objid_ok(w[2].s, w[2].n))
+        return corrupt(err, errlen, "line %d: expected 'obj OST OBJECT_ID'", lineno);
+    /* an object listed twice anywhere is corrupt */
+    for (uint32_t i = 0; i < lov->ncomp; i++)
+        for (uint32_t j = 0; j < lov->comps[i].count; j++)
+            if (lov->comps[i].objs[j].ost == ost &&
+                memcmp(lov->comps[i].objs[j].id, w[2].s, SK_OBJID_LEN) == 0)
+                return corrupt(err, errlen, "line %d: object listed twice", lineno);
+    return append_obj(&lov->comps[lov->ncomp - 1], (uint32_t)ost, w[2].s);
+}
+
 int sk_lov_parse(const char *text, size_t len, struct sk_lov *out, char *err, size_t errlen)
 {
     struct sk_lov lov = {0};
-    int rc = -EIO;
+    int rc = 0;
     uint32_t capacity = 0;
 
     for (size_t i = 0; i < len; i++)
@@ -169,7 +258,7 @@ int sk_lov_parse(const char *text, size_t len, struct sk_lov *out, char *err, si
 
     size_t pos = 0;
     int lineno = 0;
-    while (pos < len) {
+    while (pos < len && rc == 0) {
         const char *line = text + pos;
         const char *nl = memchr(line, '\n', len - pos);
         size_t n = (size_t)(nl - line);
@@ -177,124 +266,26 @@ int sk_lov_parse(const char *text, size_t len, struct sk_lov *out, char *err, si
         lineno++;
         struct word w[10];
         int nw = split(line, n, w, 10);
-        if (lineno == 1) {
-            size_t vl;
-            const char *v;
-            if (nw != 3 || !word_is(w[0], "lov")) {
-                rc = corrupt(err, errlen, "expected 'lov 1 gen=G' first");
-                goto fail;
-            }
-            if (!word_is(w[1], "1")) {
-                rc = corrupt(err, errlen, "unknown version %.*s", (int)w[1].n, w[1].s);
-                goto fail;
-            }
-            if (!(v = field(w[2], "gen", &vl)) || !number(v, vl, 0, MAX_U64, &lov.gen)) {
-                rc = corrupt(err, errlen, "bad generation");
-                goto fail;
-            }
-            continue;
-        }
-        if (nw >= 1 && word_is(w[0], "comp")) {
-            static const char *const names[] = {"id", "mirror", "start", "end", "stripe_size",
-                                                "pattern", "flags", "pool"};
-            const char *v[8];
-            size_t vl[8];
-            if (nw != 9) {
-                rc = corrupt(err, errlen, "line %d: a comp line needs 8 fields", lineno);
-                goto fail;
-            }
-            for (int k = 0; k < 8; k++)
-                if (!(v[k] = field(w[k + 1], names[k], &vl[k]))) {
-                    rc = corrupt(err, errlen, "line %d: expected %s=...", lineno, names[k]);
-                    goto fail;
-                }
-            if (lov.ncomp == capacity) {
-                capacity = capacity ? capacity * 2 : 4;
-                struct sk_comp *comps = realloc(lov.comps, capacity * sizeof *comps);
-                if (!comps) {
-                    rc = -ENOMEM;
-                    goto fail;
-                }
-                lov.comps = comps;
-            }
-            struct sk_comp *c = &lov.comps[lov.ncomp++];
-            memset(c, 0, sizeof *c);
-            uint64_t id, mirror;
-            if (!number(v[0], vl[0], 0, UINT32_MAX, &id) ||
-                !number(v[1], vl[1], 0, 65535, &mirror) ||
-                !number(v[2], vl[2], 0, MAX_U64, &c->start)) {
-                rc = corrupt(err, errlen, "line %d: id, mirror or start out of range", lineno);
-                goto fail;
-            }
-            c->id = (uint32_t)id;
-            c->mirror = (uint32_t)mirror;
-            if (vl[3] == 3 && memcmp(v[3], "eof", 3) == 0)
-                c->end = SK_EOF;
-            else if (c->start == MAX_U64 || !number(v[3], vl[3], c->start + 1, MAX_U64, &c->end)) {
-                rc = corrupt(err, errlen, "line %d: bad end", lineno);
-                goto fail;
-            }
-            if (!stripe_size_ok(v[4], vl[4], &c->stripe_size)) {
-                rc = corrupt(err, errlen, "line %d: bad stripe_size", lineno);
-                goto fail;
-            }
-            if (vl[5] != 5 || memcmp(v[5], "raid0", 5) != 0) {
-                rc = corrupt(err, errlen, "line %d: only pattern raid0 is known", lineno);
-                goto fail;
-            }
-            if (vl[6] >= sizeof c->flags || !flags_ok(v[6], vl[6], &c->init, &c->stale, &c->prefer)) {
-                rc = corrupt(err, errlen, "line %d: bad flags", lineno);
-                goto fail;
-            }
-            memcpy(c->flags, v[6], vl[6]);
-            if (!(vl[7] == 1 && v[7][0] == '-') && !pool_ok(v[7], vl[7])) {
-                rc = corrupt(err, errlen, "line %d: bad pool", lineno);
-                goto fail;
-            }
-            memcpy(c->pool, v[7], vl[7]);
-            continue;
-        }
-        if (nw >= 1 && word_is(w[0], "obj")) {
-            uint64_t ost;
-            if (lov.ncomp == 0) {
-                rc = corrupt(err, errlen, "line %d: an object before any component", lineno);
-                goto fail;
-            }
-            if (nw != 3 || !number(w[1].s, w[1].n, 0, SK_MAX_OST, &ost) ||
-                !objid_ok(w[2].s, w[2].n)) {
-                rc = corrupt(err, errlen, "line %d: expected 'obj OST OBJECT_ID'", lineno);
-                goto fail;
-            }
-            /* an object listed twice anywhere is corrupt */
-            for (uint32_t i = 0; i < lov.ncomp; i++)
-                for (uint32_t j = 0; j < lov.comps[i].count; j++)
-                    if (lov.comps[i].objs[j].ost == ost &&
-                        memcmp(lov.comps[i].objs[j].id, w[2].s, SK_OBJID_LEN) == 0) {
-                        rc = corrupt(err, errlen, "line %d: object listed twice", lineno);
-                        goto fail;
-                    }
-            if ((rc = append_obj(&lov.comps[lov.ncomp - 1], (uint32_t)ost, w[2].s)) < 0)
-                goto fail;
-            rc = -EIO;
-            continue;
-        }
-        rc = corrupt(err, errlen, "line %d: expected a comp or obj line", lineno);
-        goto fail;
+        if (lineno == 1)
+            rc = parse_header(w, nw, &lov, err, errlen);
+        else if (nw >= 1 && word_is(w[0], "comp"))
+            rc = parse_comp(w, nw, lineno, &lov, &capacity, err, errlen);
+        else if (nw >= 1 && word_is(w[0], "obj"))
+            rc = parse_obj(w, nw, lineno, &lov, err, errlen);
+        else
+            rc = corrupt(err, errlen, "line %d: expected a comp or obj line", lineno);
     }
-    if (lov.ncomp == 0) {
+    if (rc == 0 && lov.ncomp == 0)
         rc = corrupt(err, errlen, "no component");
-        goto fail;
-    }
-    for (uint32_t i = 0; i < lov.ncomp; i++)
-        if (lov.comps[i].count == 0) {
+    for (uint32_t i = 0; rc == 0 && i < lov.ncomp; i++)
+        if (lov.comps[i].count == 0)
             rc = corrupt(err, errlen, "component %u has no object", lov.comps[i].id);
-            goto fail;
-        }
+    if (rc < 0) {
+        sk_lov_free(&lov);
+        return rc;
+    }
     *out = lov;
     return 0;
-fail:
-    sk_lov_free(&lov);
-    return rc;
 }
 
 char *sk_lov_format(const struct sk_lov *lov, size_t *len)

@@ -223,37 +223,10 @@ static struct {
     pthread_cond_t assigned;
 } qb = {.assigned = PTHREAD_COND_INITIALIZER};
 
-/* Caller holds q.choose: the items of every request in `reqs`, each on one of its copies, the
- * most pieces on one OST this interval (the ones sent before counted) as few as possible:
- * greedy (fewest copies first), then alternating paths from a fullest OST to one with at
- * least two pieces fewer, as design-theoretic retrieval remaps. */
-static void assign_batch(struct batch_req *reqs)
+/* Caller holds q.choose: each piece on its least loaded copy, the pieces with the fewest copies
+ * first. */
+static void assign_greedy(struct qos_item **all, unsigned m, uint64_t index)
 {
-    unsigned total = 0;
-    for (struct batch_req *r = reqs; r; r = r->next)
-        total += r->n;
-    if (total == 0)
-        return;
-    struct qos_item **all = malloc(total * sizeof *all);
-    unsigned *seen = calloc(fs.cfg.ost_count, sizeof *seen);
-    int *via = malloc(fs.cfg.ost_count * sizeof *via);
-    uint32_t *queue = malloc(fs.cfg.ost_count * sizeof *queue);
-    if (!all || !seen || !via || !queue) {
-        free(all);
-        free(seen);
-        free(via);
-        free(queue);
-        for (struct batch_req *r = reqs; r; r = r->next)   /* greedy, one at a time */
-            for (unsigned i = 0; i < r->n; i++)
-                r->items[i].chosen = 0;
-        return;
-    }
-    uint64_t index = (uint64_t)current_index();
-    unsigned m = 0;
-    for (struct batch_req *r = reqs; r; r = r->next)
-        for (unsigned i = 0; i < r->n; i++)
-            all[m++] = &r->items[i];
-    /* greedy, the pieces with the fewest copies first */
     for (unsigned c = 1; c <= QOS_MAX_COPIES; c++)
         for (unsigned i = 0; i < m; i++) {
             struct qos_item *it = all[i];
@@ -270,7 +243,65 @@ static void assign_batch(struct batch_req *reqs)
             it->chosen = best;
             q.pieces[it->osts[best]]++;
         }
-    /* alternating paths: move a piece off a fullest OST, shifting others along the way */
+}
+
+/* The breadth-first search of shift_along_path: per OST, the search that saw it last (stamp)
+ * and the piece it was reached by; the OSTs to visit. */
+struct path_search {
+    unsigned *seen;
+    int *via;
+    uint32_t *queue;
+};
+
+/* Caller holds q.choose: from `start`, a fullest OST (`top` pieces), look for an OST with at
+ * least two pieces fewer, each step moving a piece to another of its copies; when there is one,
+ * shift each piece on the path one step along it and return true. `stamp` is new per search. */
+static bool shift_along_path(struct qos_item **all, unsigned m, uint32_t start, unsigned top,
+                             unsigned stamp, uint64_t index, struct path_search *ps)
+{
+    unsigned head = 0, tail = 0;
+    ps->seen[start] = stamp;
+    ps->via[start] = -1;
+    ps->queue[tail++] = start;
+    while (head < tail) {
+        uint32_t u = ps->queue[head++];
+        for (unsigned i = 0; i < m; i++) {
+            struct qos_item *it = all[i];
+            if (it->osts[it->chosen] != u)
+                continue;
+            for (unsigned j = 0; j < it->n; j++) {
+                uint32_t b = it->osts[j];
+                if (b >= fs.cfg.ost_count || ps->seen[b] == stamp)
+                    continue;
+                ps->seen[b] = stamp;
+                ps->via[b] = (int)i;
+                load_of(b, index);
+                if (q.pieces[b] + 2 <= top) {
+                    uint32_t at = b;
+                    while (ps->via[at] >= 0) {
+                        struct qos_item *step = all[ps->via[at]];
+                        uint32_t from = step->osts[step->chosen];
+                        for (unsigned k = 0; k < step->n; k++)
+                            if (step->osts[k] == at)
+                                step->chosen = k;
+                        at = from;
+                    }
+                    q.pieces[start]--;
+                    q.pieces[b]++;
+                    return true;
+                }
+                ps->queue[tail++] = b;
+            }
+        }
+    }
+    return false;
+}
+
+/* Caller holds q.choose: alternating paths, each moving a piece off a fullest OST, until none
+ * lowers the fullest (or a bound on the rounds). */
+static void balance_paths(struct qos_item **all, unsigned m, uint64_t index,
+                          struct path_search *ps)
+{
     for (unsigned round = 0; round < 4 * m + 8; round++) {
         unsigned top = 0;
         for (unsigned i = 0; i < m; i++) {
@@ -285,52 +316,45 @@ static void assign_batch(struct batch_req *reqs)
             uint32_t start = all[s]->osts[all[s]->chosen];
             if (q.pieces[start] != top)
                 continue;
-            unsigned stamp = round * (m + 1) + s + 1;   /* a fresh mark per search */
-            unsigned head = 0, tail = 0;
-            seen[start] = stamp;
-            via[start] = -1;
-            queue[tail++] = start;
-            while (head < tail && !moved) {
-                uint32_t u = queue[head++];
-                for (unsigned i = 0; i < m && !moved; i++) {
-                    struct qos_item *it = all[i];
-                    if (it->osts[it->chosen] != u)
-                        continue;
-                    for (unsigned j = 0; j < it->n; j++) {
-                        uint32_t b = it->osts[j];
-                        if (b >= fs.cfg.ost_count || seen[b] == stamp)
-                            continue;
-                        seen[b] = stamp;
-                        via[b] = (int)i;
-                        load_of(b, index);
-                        if (q.pieces[b] + 2 <= top) {
-                            /* shift each piece on the path one step along it */
-                            uint32_t at = b;
-                            while (via[at] >= 0) {
-                                struct qos_item *step = all[via[at]];
-                                uint32_t from = step->osts[step->chosen];
-                                for (unsigned k = 0; k < step->n; k++)
-                                    if (step->osts[k] == at)
-                                        step->chosen = k;
-                                at = from;
-                            }
-                            q.pieces[start]--;
-                            q.pieces[b]++;
-                            moved = true;
-                            break;
-                        }
-                        queue[tail++] = b;
-                    }
-                }
-            }
+            moved = shift_along_path(all, m, start, top, round * (m + 1) + s + 1, index, ps);
         }
         if (!moved)
             break;
     }
+}
+
+/* Caller holds q.choose: the items of every request in `reqs`, each on one of its copies, the
+ * most pieces on one OST this interval (the ones sent before counted) as few as possible:
+ * greedy (fewest copies first), then alternating paths from a fullest OST to one with at
+ * least two pieces fewer, as design-theoretic retrieval remaps. */
+static void assign_batch(struct batch_req *reqs)
+{
+    unsigned total = 0;
+    for (struct batch_req *r = reqs; r; r = r->next)
+        total += r->n;
+    if (total == 0)
+        return;
+    struct qos_item **all = malloc(total * sizeof *all);
+    struct path_search ps = {calloc(fs.cfg.ost_count, sizeof *ps.seen),
+                             malloc(fs.cfg.ost_count * sizeof *ps.via),
+                             malloc(fs.cfg.ost_count * sizeof *ps.queue)};
+    if (all && ps.seen && ps.via && ps.queue) {
+        uint64_t index = (uint64_t)current_index();
+        unsigned m = 0;
+        for (struct batch_req *r = reqs; r; r = r->next)
+            for (unsigned i = 0; i < r->n; i++)
+                all[m++] = &r->items[i];
+        assign_greedy(all, m, index);
+        balance_paths(all, m, index, &ps);
+    } else {
+        for (struct batch_req *r = reqs; r; r = r->next)   /* greedy, one at a time */
+            for (unsigned i = 0; i < r->n; i++)
+                r->items[i].chosen = 0;
+    }
     free(all);
-    free(seen);
-    free(via);
-    free(queue);
+    free(ps.seen);
+    free(ps.via);
+    free(ps.queue);
 }
 
 /* Sleep until CLOCK_MONOTONIC reads `t` seconds (at once when it is past). */

@@ -645,9 +645,21 @@ static int fail(char *err, size_t errlen, int rc, const char *fmt, ...)
     return rc;
 }
 
-int skfs_run(const struct skfs_config *config, char *err, size_t errlen)
+/* Start a thread that takes no signals: the session loop's thread takes them (libfuse's
+ * workers block them too). 0, or the error number of pthread_create. */
+static int start_quiet_thread(pthread_t *thread, void *(*run)(void *))
 {
-    int rc = 0;
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_BLOCK, &all, &old);
+    int prc = pthread_create(thread, NULL, run, NULL);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    return prc;
+}
+
+/* The state of a new session, nothing open yet (the inode table allocated). */
+static int state_init(const struct skfs_config *config, char *err, size_t errlen)
+{
     memset(&fs, 0, sizeof fs);
     fs.cfg = *config;
     fs.max_request = config->max_request > (1u << 20) ? (1u << 20) : config->max_request;
@@ -656,18 +668,20 @@ int skfs_run(const struct skfs_config *config, char *err, size_t errlen)
     pthread_mutex_init(&fs.table_lock, NULL);
     if (!(fs.buckets = calloc(NBUCKETS, sizeof *fs.buckets)))
         return fail(err, errlen, -ENOMEM, "out of memory");
-    if (!realpath(config->mdt, fs.mdt_real)) {
-        rc = fail(err, errlen, -errno, "%s: %s", config->mdt, strerror(errno));
-        goto out;
-    }
+    return 0;
+}
+
+/* The MDT (the root inode) and the store root opened; the root's mode and the logs set up. */
+static int root_open(const struct skfs_config *config, char *err, size_t errlen)
+{
+    if (!realpath(config->mdt, fs.mdt_real))
+        return fail(err, errlen, -errno, "%s: %s", config->mdt, strerror(errno));
     fs.mdt_real_len = strlen(fs.mdt_real);
     fs.root.fd = open(config->mdt, O_PATH | O_DIRECTORY | O_CLOEXEC);
     fs.store_fd = open(config->store_root, O_PATH | O_DIRECTORY | O_CLOEXEC);
-    if (fs.root.fd < 0 || fs.store_fd < 0) {
-        rc = fail(err, errlen, -errno, "%s: %s", fs.root.fd < 0 ? config->mdt : config->store_root,
-                  strerror(errno));
-        goto out;
-    }
+    if (fs.root.fd < 0 || fs.store_fd < 0)
+        return fail(err, errlen, -errno, "%s: %s",
+                    fs.root.fd < 0 ? config->mdt : config->store_root, strerror(errno));
     struct stat st;
     fstatat(fs.root.fd, "", &st, AT_EMPTY_PATH);
     fs.root.dev = st.st_dev;
@@ -677,72 +691,44 @@ int skfs_run(const struct skfs_config *config, char *err, size_t errlen)
     pthread_mutex_init(&fs.root.lock, NULL);
     root_load();
     logs_start(config);
+    return 0;
+}
 
+/* The OSTs scanned and the thread that watches them for failures and returns started. */
+static int watcher_start(const struct skfs_config *config, pthread_t *watcher, char *err,
+                         size_t errlen)
+{
     fs.inotify_fd = inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
     if (fs.inotify_fd < 0 || pipe2(fs.stop_pipe, O_CLOEXEC) < 0 ||
         inotify_add_watch(fs.inotify_fd, config->store_root,
                           IN_MOVED_FROM | IN_MOVED_TO | IN_CREATE | IN_DELETE | IN_DELETE_SELF |
-                          IN_ONLYDIR) < 0) {
-        rc = fail(err, errlen, -errno, "watching %s: %s", config->store_root, strerror(errno));
-        goto out;
-    }
+                          IN_ONLYDIR) < 0)
+        return fail(err, errlen, -errno, "watching %s: %s", config->store_root, strerror(errno));
     scan_osts();
+    int prc = start_quiet_thread(watcher, watch_osts);
+    if (prc)
+        return fail(err, errlen, -prc, "starting the OST watcher: %s", strerror(prc));
+    return 0;
+}
 
-    /* the watcher and libfuse's workers take no signals: the session loop's thread does */
-    sigset_t all, old;
-    sigfillset(&all);
-    pthread_sigmask(SIG_BLOCK, &all, &old);
-    pthread_t watcher;
-    int prc = pthread_create(&watcher, NULL, watch_osts, NULL);
-    pthread_sigmask(SIG_SETMASK, &old, NULL);
-    if (prc) {
-        rc = fail(err, errlen, -prc, "starting the OST watcher: %s", strerror(prc));
-        goto out;
-    }
+static void watcher_stop(pthread_t watcher)
+{
+    if (write(fs.stop_pipe[1], "x", 1) != 1)
+        logmsg("stopping the OST watcher: %s", strerror(errno));
+    pthread_join(watcher, NULL);
+}
 
-    if ((rc = dispatch_start(config, err, errlen)) < 0)
-        goto stop_watcher;
-    hybrid_start(config);
-    if ((rc = reads_start(config, err, errlen)) < 0 || (rc = qos_start(config, err, errlen)) < 0)
-        goto stop_pool;
-
-    char opts[512];
-    snprintf(opts, sizeof opts,
-             "allow_other,default_permissions,fsname=scratchkeeper,subtype=scratchkeeper,"
-             "max_read=%u", fs.max_request);
-    char *argv[] = {"scratchkeeper", "-o", opts, config->debug ? "-d" : NULL, NULL};
-    struct fuse_args args = FUSE_ARGS_INIT(config->debug ? 4 : 3, argv);
-    fs.se = fuse_session_new(&args, &ops, sizeof ops, NULL);
-    if (!fs.se) {
-        rc = fail(err, errlen, -EINVAL, "cannot start the FUSE session (options %s)", opts);
-        goto stop_pool;
-    }
-    /* the default disposition first: fuse_set_signal_handlers leaves a handler it finds */
-    struct sigaction dfl = {.sa_handler = SIG_DFL}, saved[3];
-    const int sigs[3] = {SIGINT, SIGTERM, SIGHUP};
-    for (int i = 0; i < 3; i++)
-        sigaction(sigs[i], &dfl, &saved[i]);
-    struct sigaction saved_pipe;
-    sigaction(SIGPIPE, NULL, &saved_pipe);
-    if (fuse_set_signal_handlers(fs.se) != 0) {
-        rc = fail(err, errlen, -EINVAL, "cannot install the signal handlers");
-        goto restore;
-    }
-    if (fuse_session_mount(fs.se, config->mountpoint) != 0) {
-        rc = fail(err, errlen, -EIO, "cannot mount on %s (see the messages above)",
-                  config->mountpoint);
-        fuse_remove_signal_handlers(fs.se);
-        goto restore;
-    }
+/* Mounted: serve requests until the file system is unmounted or a signal ends the loop, then
+ * unmount. */
+static int session_loop(const struct skfs_config *config, char *err, size_t errlen)
+{
+    int rc = 0;
     logmsg("%s: serving %s (%u OSTs, %u threads)", config->mountpoint, config->mdt,
            config->ost_count, config->threads);
     pthread_t readahead;
     bool readahead_started = false;
-    if (config->dispatch_min_bytes > 0) {
-        pthread_sigmask(SIG_BLOCK, &all, &old);
-        readahead_started = pthread_create(&readahead, NULL, raise_readahead, NULL) == 0;
-        pthread_sigmask(SIG_SETMASK, &old, NULL);
-    }
+    if (config->dispatch_min_bytes > 0)
+        readahead_started = start_quiet_thread(&readahead, raise_readahead) == 0;
     struct fuse_loop_config *loop = fuse_loop_cfg_create();
     fuse_loop_cfg_set_max_threads(loop, config->threads);
     fuse_loop_cfg_set_idle_threads(loop, config->threads / 2 ? config->threads / 2 : 1);
@@ -756,22 +742,50 @@ int skfs_run(const struct skfs_config *config, char *err, size_t errlen)
         pthread_join(readahead, NULL);
     fuse_remove_signal_handlers(fs.se);
     logmsg("%s: unmounted", config->mountpoint);
-restore:
+    return rc;
+}
+
+/* The FUSE session: created, its signal handlers installed, mounted and served
+ * (session_loop); the signal dispositions it found are restored when it ends. */
+static int session_serve(const struct skfs_config *config, char *err, size_t errlen)
+{
+    int rc;
+    char opts[512];
+    snprintf(opts, sizeof opts,
+             "allow_other,default_permissions,fsname=scratchkeeper,subtype=scratchkeeper,"
+             "max_read=%u", fs.max_request);
+    char *argv[] = {"scratchkeeper", "-o", opts, config->debug ? "-d" : NULL, NULL};
+    struct fuse_args args = FUSE_ARGS_INIT(config->debug ? 4 : 3, argv);
+    fs.se = fuse_session_new(&args, &ops, sizeof ops, NULL);
+    if (!fs.se)
+        return fail(err, errlen, -EINVAL, "cannot start the FUSE session (options %s)", opts);
+    /* the default disposition first: fuse_set_signal_handlers leaves a handler it finds */
+    struct sigaction dfl = {.sa_handler = SIG_DFL}, saved[3];
+    const int sigs[3] = {SIGINT, SIGTERM, SIGHUP};
+    for (int i = 0; i < 3; i++)
+        sigaction(sigs[i], &dfl, &saved[i]);
+    struct sigaction saved_pipe;
+    sigaction(SIGPIPE, NULL, &saved_pipe);
+    if (fuse_set_signal_handlers(fs.se) != 0) {
+        rc = fail(err, errlen, -EINVAL, "cannot install the signal handlers");
+    } else if (fuse_session_mount(fs.se, config->mountpoint) != 0) {
+        rc = fail(err, errlen, -EIO, "cannot mount on %s (see the messages above)",
+                  config->mountpoint);
+        fuse_remove_signal_handlers(fs.se);
+    } else {
+        rc = session_loop(config, err, errlen);
+    }
     for (int i = 0; i < 3; i++)
         sigaction(sigs[i], &saved[i], NULL);
     sigaction(SIGPIPE, &saved_pipe, NULL);
     fuse_session_destroy(fs.se);
     fs.se = NULL;
-stop_pool:
-    reads_stop();  /* its last round records what is left, before the table goes */
-    qos_stop();
-    hybrid_stop();
-    dispatch_stop();
-stop_watcher:
-    if (write(fs.stop_pipe[1], "x", 1) != 1)
-        logmsg("stopping the OST watcher: %s", strerror(errno));
-    pthread_join(watcher, NULL);
-out:
+    return rc;
+}
+
+/* Everything state_init, root_open and watcher_start opened, closed. */
+static void state_release(void)
+{
     free_table();
     if (fs.inotify_fd >= 0)
         close(fs.inotify_fd);
@@ -782,5 +796,29 @@ out:
         close(fs.root.fd);
     if (fs.store_fd >= 0)
         close(fs.store_fd);
+}
+
+int skfs_run(const struct skfs_config *config, char *err, size_t errlen)
+{
+    int rc = state_init(config, err, errlen);
+    if (rc < 0)
+        return rc;
+    pthread_t watcher;
+    if ((rc = root_open(config, err, errlen)) < 0 ||
+        (rc = watcher_start(config, &watcher, err, errlen)) < 0)
+        goto out;
+    if ((rc = dispatch_start(config, err, errlen)) < 0)
+        goto stop_watcher;
+    hybrid_start(config);
+    if ((rc = reads_start(config, err, errlen)) >= 0 && (rc = qos_start(config, err, errlen)) >= 0)
+        rc = session_serve(config, err, errlen);
+    reads_stop();  /* its last round records what is left, before the table goes */
+    qos_stop();
+    hybrid_stop();
+    dispatch_stop();
+stop_watcher:
+    watcher_stop(watcher);
+out:
+    state_release();
     return rc;
 }

@@ -1,0 +1,391 @@
+"""Chain data jobs to a compute job already in the queue (plain sbatch + the Slurm plugins).
+
+``job_submit.lua`` holds a job that asks for staging (``--stage-in``/``--stage-out`` through the
+SPANK plugin, or ``#STAGEIN``/``#STAGEOUT`` lines) and writes the requests to its admin comment,
+which only an operator can set. :func:`chain_pending` finds such jobs in ONE ``squeue --json``
+call and, for each, plans the script exactly as ``scratchkeeper submit`` would (the plugin's
+requests become ``#STAGEIN SRC DST`` / ``#STAGEOUT SRC DST`` lines appended to the script, so
+the data jobs and the recovery metadata are the planner's own), submits the data jobs, makes
+the compute job depend on its stage-in jobs, marks it chained and releases it.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import shlex
+from dataclasses import dataclass, field
+
+from ..config import SiteConfig
+from ..errors import DirectiveError, InputError, SchedulerError, ScratchkeeperError
+from ..ownership import Owner
+from ..planner import records
+from ..planner.directives import STAGE_IN, STAGE_OUT, parse_script
+from ..planner.plan import COMPUTE, build_plan
+from ..planner.render import render_plan
+from ..planner.spool import output_path, spool_dir, write_script
+from ..planner.submit import hold_back_jit, new_chain_id, submit_chain_job
+from ..runner import get_runner
+from ..schedulers import Scheduler, get_scheduler
+from ..state import StateStore
+from ..transfer.uri import SCHEMES
+
+log = logging.getLogger(__name__)
+
+PENDING = "scratchkeeper:chain-pending"
+#: set in sbatch's environment by `scratchkeeper submit` handing a script to the chain service;
+#: job_submit.lua then holds a directive script even where plain sbatch of one is rejected
+SUBMIT_ENV = "SCRATCHKEEPER_SUBMIT"
+CHAINED = "scratchkeeper:chained"
+FAILED = "scratchkeeper:chain-failed"
+
+_URI_RE = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")
+_JOB_ID_RE = re.compile(r"^[0-9]+$")
+_UNSAFE_NAME_RE = re.compile(r"[^A-Za-z0-9._+@=-]")
+
+
+@dataclass(frozen=True)
+class StageRequest:
+    """One ``--stage-in``/``--stage-out`` value split into its source and destination."""
+
+    stage: str
+    source: str
+    destination: str
+
+    def directive(self) -> str:
+        prefix = "#STAGEIN" if self.stage == STAGE_IN else "#STAGEOUT"
+        return f"{prefix} {shlex.quote(self.source)} {shlex.quote(self.destination)}"
+
+
+@dataclass(frozen=True)
+class HeldJob:
+    """A compute job job_submit.lua held for chaining."""
+
+    job_id: str
+    name: str
+    user_id: int
+    group_id: int
+    workdir: str
+    script_path: str
+    dependency: str
+    requests: tuple[StageRequest, ...]
+    chained: str | None = None  # chain id once marked chained (the release may still be due)
+
+
+@dataclass
+class ChainOutcome:
+    job_id: str
+    chain_id: str | None = None
+    data_jobs: dict[str, str] = field(default_factory=dict)
+    error: str | None = None
+
+
+def split_request(stage: str, value: str) -> StageRequest:
+    """Split ``SRC:DST`` at the last ':' whose remainder is the right kind of destination.
+
+    Stage-in: the remainder starts with '/' (an absolute path); stage-out: with ``scheme://``.
+    The SPANK plugin applies the same rule (slurm-plugins/spank_scratchkeeper.c).
+    """
+    option = f"--{stage}"
+    if not value:
+        raise InputError(f"{option}: needs SRC:DST")
+    if value.endswith(":"):
+        raise InputError(f"{option}={value}: empty DST")
+    split = -1
+    for index, char in enumerate(value):
+        if char != ":":
+            continue
+        rest = value[index + 1:]
+        if (rest.startswith("/") if stage == STAGE_IN else _URI_RE.match(rest)):
+            split = index
+    if ":" not in value:
+        raise InputError(f"{option}={value}: expected SRC:DST (no ':' found)")
+    if split < 0:
+        kind = "an absolute path" if stage == STAGE_IN else "a URI"
+        raise InputError(f"{option}={value}: expected SRC:DST with DST {kind}")
+    source, destination = value[:split], value[split + 1:]
+    if not source:
+        raise InputError(f"{option}={value}: empty SRC")
+    remote = source if stage == STAGE_IN else destination
+    match = _URI_RE.match(remote)
+    if not match or not remote[match.end():]:
+        raise InputError(f"{option}={value}: {'SRC' if stage == STAGE_IN else 'DST'} must be a "
+                         f"URI scheme://...")
+    if match.group(1).lower() not in SCHEMES:
+        raise InputError(f"{option}={value}: unknown scheme {match.group(1)!r} "
+                         f"(known: {', '.join(SCHEMES)})")
+    local = destination if stage == STAGE_IN else source
+    if local in ("", "/") or not local.startswith("/"):
+        raise InputError(f"{option}={value}: {'DST' if stage == STAGE_IN else 'SRC'} must be an "
+                         f"absolute file path")
+    return StageRequest(stage, source, destination)
+
+
+def parse_admin_comment(text: str) -> tuple[str, tuple[StageRequest, ...], str | None] | None:
+    """(marker, requests, chain id) of a comment written by job_submit.lua; None if not ours."""
+    lines = text.split("\n") if text else []
+    if not lines:
+        return None
+    head = lines[0].split()
+    if not head or head[0] not in (PENDING, CHAINED, FAILED):
+        return None
+    chain_id = head[1] if head[0] == CHAINED and len(head) > 1 else None
+    requests = []
+    for line in lines[1:]:
+        stage, _, value = line.partition(" ")
+        if stage in (STAGE_IN, STAGE_OUT):
+            requests.append(split_request(stage, value))
+    return head[0], tuple(requests), chain_id
+
+
+def held_jobs(runner=None, *, timeout: float = 30.0) -> list[HeldJob]:
+    """Jobs in the queue that job_submit.lua marked, from one ``squeue --json`` call."""
+    runner = runner or get_runner()
+    result = runner.run(["squeue", "--json"], timeout=timeout, mutating=False)
+    try:
+        jobs = json.loads(result.stdout).get("jobs", [])
+    except (json.JSONDecodeError, AttributeError) as err:
+        raise SchedulerError(f"squeue --json: unreadable output: {err}") from err
+    found = []
+    for job in jobs:
+        state = job.get("job_state")
+        state = state[0] if isinstance(state, list) and state else state
+        if state != "PENDING":
+            continue
+        try:
+            parsed = parse_admin_comment(job.get("admin_comment") or "")
+        except InputError as err:
+            log.error("job %s: unreadable staging request: %s", job.get("job_id"), err)
+            continue
+        if parsed is None or parsed[0] == FAILED:
+            continue
+        marker, requests, chain_id = parsed
+        if marker == CHAINED and job.get("priority") != 0:
+            continue  # chained and released: done
+        found.append(HeldJob(job_id=str(job["job_id"]), name=job.get("name") or "",
+                             user_id=int(job.get("user_id", -1)),
+                             group_id=int(job.get("group_id", -1)),
+                             workdir=job.get("current_working_directory") or "/",
+                             script_path=job.get("command") or f"slurm-job-{job['job_id']}",
+                             dependency=job.get("dependency") or "", requests=requests,
+                             chained=chain_id))
+    return found
+
+
+def _admin_comment(job_id: str, runner, timeout: float) -> str:
+    """The whole admin comment of a job (``scontrol show job`` prints only its first line)."""
+    result = runner.run(["squeue", "--json", "-j", job_id], timeout=timeout, mutating=False)
+    try:
+        jobs = json.loads(result.stdout).get("jobs", [])
+    except (json.JSONDecodeError, AttributeError) as err:
+        raise SchedulerError(f"squeue --json: unreadable output: {err}") from err
+    for job in jobs:
+        if str(job.get("job_id")) == job_id:
+            return job.get("admin_comment") or ""
+    return ""
+
+
+def job_script(job_id: str, runner=None, *, timeout: float = 30.0) -> str:
+    """The batch script of a queued job (``scontrol write batch_script JOBID -``)."""
+    if not _JOB_ID_RE.match(job_id):
+        raise InputError(f"job id {job_id!r}: expected a Slurm job id")
+    runner = runner or get_runner()
+    return runner.run(["scontrol", "write", "batch_script", job_id, "-"], timeout=timeout,
+                      mutating=False).stdout
+
+
+def planned_text(script: str, requests: tuple[StageRequest, ...]) -> str:
+    """The script with the plugin's requests appended as directives (its own lines keep their
+    numbers, so errors and the recorded ``line`` of a #STAGEIN still point into the script)."""
+    extra = [request.directive() for request in requests]
+    body = script if script.endswith("\n") or not script else script + "\n"
+    return body + "".join(line + "\n" for line in extra)
+
+
+def chain_job(job: HeldJob, config: SiteConfig, store: StateStore,
+              scheduler: Scheduler | None = None) -> ChainOutcome:
+    """Submit the data jobs of ``job``, make it depend on them, mark it chained, release it.
+
+    A crash at any point is finished by the next call: a chain recorded as submitted is only
+    marked and released; one left half-submitted is cancelled and planned again.
+    """
+    scheduler = scheduler or get_scheduler(config, "slurm")
+    runner = get_runner()
+    outcome = ChainOutcome(job.job_id)
+    existing = records.chain_of_job(store, job.job_id)
+    if existing is not None:
+        row = records.chain(store, existing)
+        if row is not None and row["state"] == records.SUBMITTED:
+            _mark_and_release(job, existing, runner, config)
+            outcome.chain_id = existing
+            return outcome
+        if row is not None and row["state"] == records.STAGE_IN_FAILED:
+            # its stage-in ended before the release (the sweep's cancel of the job failed):
+            # planning it again would stage what already failed; it ends instead
+            refuse_job(job, f"chain {existing}: {row['reason']}", config, runner)
+            outcome.chain_id, outcome.error = existing, row["reason"]
+            return outcome
+        _undo(store, scheduler, existing, job.job_id)
+    text = job_script(job.job_id, runner, timeout=config.scheduler.command_timeout)
+    parsed = parse_script(planned_text(text, job.requests), job.script_path, cwd=job.workdir,
+                          scratch_root=config.storage.scratch_root)
+    if job.name:
+        # The name Slurm holds (-J on the command line wins over #SBATCH) names the data jobs
+        # "<name>.stage-in", made safe for a directive (a job name may hold any character).
+        parsed.compute_job["name"] = _UNSAFE_NAME_RE.sub("_", job.name)[:200]
+    plan = build_plan(parsed, config, chain_id=new_chain_id(), workdir=job.workdir,
+                      scheduler="slurm")
+    try:
+        render_plan(plan, parsed.shebang, parsed.compute_script, config)
+    except ValueError as err:
+        raise DirectiveError(str(err), path=job.script_path) from err
+    outcome.chain_id = plan.chain_id
+    spool = spool_dir(config, plan.chain_id)
+    spool.mkdir(parents=True, exist_ok=True)
+    on_behalf = job.user_id not in (-1, os.geteuid())
+    if on_behalf:
+        os.chown(spool, job.user_id, job.group_id)  # the data jobs write their logs there
+    log_paths = {}
+    for planned in plan.jobs:
+        if planned.role != COMPUTE:
+            # root's file, read by the data job running as the job's user
+            write_script(spool, planned.key, planned.script, 0o755)
+            log_paths[planned.key] = output_path(spool, planned.key)
+    records.record_plan(store, plan, job.user_id, log_paths)
+    records.set_job_submitted(store, plan.chain_id, COMPUTE, job.job_id)
+    ids = {COMPUTE: job.job_id}
+    held = []
+    # Root submits on the owner's behalf: the data jobs run as the job's user, not as root.
+    as_owner = (job.user_id, job.group_id) if on_behalf else None
+    try:
+        for planned in plan.jobs:
+            if planned.role == COMPUTE:
+                continue
+            deps: dict[str, list[str]] = {}
+            for dep in planned.depends_on:
+                deps.setdefault(dep.type, []).append(ids[dep.key])
+            hold = planned.role == STAGE_IN
+            ids[planned.key] = submit_chain_job(planned, config, scheduler,
+                                                chain_id=plan.chain_id, workdir=job.workdir,
+                                                dependencies=deps, hold=hold,
+                                                on_behalf_of=as_owner)
+            if hold:
+                held.append(ids[planned.key])
+            records.set_job_submitted(store, plan.chain_id, planned.key, ids[planned.key])
+            log.info("job %s: chain %s: %s submitted as %s", job.job_id, plan.chain_id,
+                     planned.key, ids[planned.key])
+        stage_in_ids = [ids[p.key] for p in plan.jobs if p.role == STAGE_IN]
+        if stage_in_ids:
+            dependency = "afterok:" + ":".join(stage_in_ids)
+            if job.dependency and job.dependency != "(null)":
+                dependency = f"{job.dependency},{dependency}"
+            runner.run(["scontrol", "update", f"JobId={job.job_id}", f"Dependency={dependency}"],
+                       timeout=config.scheduler.command_timeout, mutating=True)
+        hold_back_jit(plan, ids, scheduler, store, config,
+                      Owner.of(job.user_id, job.group_id) if on_behalf else None)
+        scheduler.release(held)
+    except ScratchkeeperError as err:
+        submitted = [v for k, v in ids.items() if k != COMPUTE]
+        if submitted:
+            try:
+                scheduler.cancel(submitted)
+            except ScratchkeeperError as cancel_err:
+                log.error("job %s: could not cancel %s: %s", job.job_id, submitted, cancel_err)
+        records.set_chain_state(store, plan.chain_id, records.SUBMIT_FAILED, str(err))
+        raise
+    records.set_chain_state(store, plan.chain_id, records.SUBMITTED)
+    outcome.data_jobs = {k: v for k, v in ids.items() if k != COMPUTE}
+    _mark_and_release(job, plan.chain_id, runner, config)
+    return outcome
+
+
+def _mark_and_release(job: HeldJob, chain_id: str, runner, config: SiteConfig) -> None:
+    # Marked before the release: a crash in between leaves a held job marked chained, which the
+    # next sweep only releases (held_jobs lists chained jobs still at priority 0).
+    comment = "\n".join([f"{CHAINED} {chain_id}"] + [f"{r.stage} {r.source}:{r.destination}"
+                                                     for r in job.requests])
+    timeout = config.scheduler.command_timeout
+    runner.run(["scontrol", "update", f"JobId={job.job_id}", f"AdminComment={comment}"],
+               timeout=timeout, mutating=True)
+    runner.run(["scontrol", "release", job.job_id], timeout=timeout, mutating=True)
+    log.info("job %s: chained as %s and released", job.job_id, chain_id)
+
+
+def _undo(store: StateStore, scheduler: Scheduler, chain_id: str, job_id: str) -> None:
+    """Cancel the data jobs a crashed chaining left behind (never the user's compute job)."""
+    data_ids = [row["job_id"] for row in records.chain_jobs(store, chain_id)
+                if row["job_id"] and row["role"] != COMPUTE]
+    if data_ids:
+        scheduler.cancel(data_ids)
+    records.set_chain_state(store, chain_id, records.SUBMIT_FAILED,
+                            "chaining interrupted; planned again")
+    log.warning("job %s: chain %s was left half-submitted; cancelled %s", job_id, chain_id,
+                data_ids or "nothing")
+
+
+def refuse_job(job: HeldJob, reason: str, config: SiteConfig, runner=None) -> None:
+    """A job whose staging cannot be planned: cancel it, with the reason in its admin comment."""
+    runner = runner or get_runner()
+    timeout = config.scheduler.command_timeout
+    one_line = " ".join(reason.split())[:900]
+    runner.run(["scontrol", "update", f"JobId={job.job_id}",
+                f"AdminComment={FAILED} {one_line}"], timeout=timeout, mutating=True)
+    runner.run(["scancel", job.job_id], timeout=timeout, mutating=True)
+    log.error("job %s: staging cannot be planned, cancelled: %s", job.job_id, one_line)
+
+
+def chain_pending(config: SiteConfig, store: StateStore, *, only: set[str] | None = None,
+                  scheduler: Scheduler | None = None) -> list[ChainOutcome]:
+    """Chain every held job (or those in ``only``): one squeue call, then per-job work.
+
+    A script or request that cannot be planned (InputError) cancels that job with the reason;
+    a scheduler error, or any other failure of one job, leaves it held for the next sweep.
+    """
+    scheduler = scheduler or get_scheduler(config, "slurm")
+    outcomes = []
+    for job in held_jobs(timeout=config.scheduler.command_timeout):
+        if only is not None and job.job_id not in only:
+            continue
+        try:
+            outcomes.append(chain_job(job, config, store, scheduler))
+        except InputError as err:
+            refuse_job(job, str(err), config)
+            outcomes.append(ChainOutcome(job.job_id, error=str(err)))
+        except ScratchkeeperError as err:
+            log.error("job %s: chaining failed, left held for the next sweep: %s", job.job_id, err)
+            outcomes.append(ChainOutcome(job.job_id, error=str(err)))
+        except Exception as err:  # one job's bug must not stop the others' chains
+            log.exception("job %s: chaining failed, left held for the next sweep", job.job_id)
+            outcomes.append(ChainOutcome(job.job_id, error=f"internal error: {err!r}"))
+    return outcomes
+
+
+def hand_over(script_path: str, config: SiteConfig, runner=None) -> str:
+    """``scratchkeeper submit`` with ``scheduler.submit_via = "chain-service"``: submit the
+    (already checked) script with plain sbatch, for job_submit.lua to hold and the chain
+    service to chain; returns the job id.
+
+    A job that job_submit.lua did not hold (the plugin is not installed) is cancelled at once:
+    it would run without its data.
+    """
+    runner = runner or get_runner()
+    timeout = config.scheduler.command_timeout
+    result = runner.run(["sbatch", "--parsable", os.path.abspath(script_path)],
+                        env={SUBMIT_ENV: "chain-service"}, timeout=timeout, mutating=True)
+    job_id = result.stdout.strip().split(";")[0]
+    if not _JOB_ID_RE.match(job_id):
+        raise SchedulerError(f"sbatch {script_path}: unexpected output {result.stdout.strip()!r}")
+    comment = _admin_comment(job_id, runner, timeout)
+    marker = comment.split("\n", 1)[0].split(" ", 1)[0]
+    if marker == FAILED:  # the chain service was faster, and refused it
+        raise InputError(f"job {job_id}: the chain service refused it: "
+                         f"{comment[len(FAILED):].strip()}", path=script_path)
+    if marker not in (PENDING, CHAINED):
+        runner.run(["scancel", job_id], timeout=timeout, mutating=True, check=False)
+        raise SchedulerError(f"job {job_id} was not held for chaining, so it was cancelled: "
+                             "scheduler.submit_via = \"chain-service\" needs scratchkeeper's "
+                             "job_submit.lua in slurmctld (docs/slurm-plugins.rst)")
+    log.info("%s: job %s held for the chain service", script_path, job_id)
+    return job_id

@@ -1,0 +1,37 @@
+"""A chain's spool folder: its jobs' scripts, their output and the list of results offloaded
+at close, beside the state database (``<database folder>/spool/<chain id>/``).
+
+The renderer names files in it (the stage-out reads ``offloaded.list``), submission writes the
+scripts, the chain service writes the list: each of them asks this module where they are.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ..config import SiteConfig
+
+#: written by the chain service, read by a ``-when close`` stage-out (``stage unchanged``)
+OFFLOADED_LIST = "offloaded.list"
+
+
+def spool_dir(config: SiteConfig, chain_id: str) -> Path:
+    return Path(config.state.database).resolve().parent / "spool" / chain_id
+
+
+def script_path(spool: Path, job_key: str) -> Path:
+    """Where the script of job ``job_key`` is written."""
+    return spool / f"{job_key}.sh"
+
+
+def output_path(spool: Path, job_key: str) -> str:
+    """Where a data job's output goes (``%j``: the job id, filled in by the scheduler)."""
+    return str(spool / f"{job_key}.%j.out")
+
+
+def write_script(spool: Path, job_key: str, text: str, mode: int) -> Path:
+    """Write one job's script into the spool folder with ``mode``; its path."""
+    path = script_path(spool, job_key)
+    path.write_text(text)
+    path.chmod(mode)
+    return path

@@ -1,0 +1,191 @@
+"""JIT stage-in: the decision, the prediction, and the scheduler parsers it uses (captured output)."""
+
+from __future__ import annotations
+
+import datetime
+import math
+import os
+from pathlib import Path
+
+import pytest
+
+from scratchkeeper.config import SiteConfig, StagingConfig, parse_config
+from scratchkeeper.planner import records
+from scratchkeeper.planner.jit import decide
+from scratchkeeper.planner.predict import Prediction, predict, source_host, throughput
+from scratchkeeper.schedulers import pbs, slurm
+from scratchkeeper.state import StateStore
+
+DATA = Path(__file__).resolve().parent.parent / "data"
+
+
+def _config(**staging) -> SiteConfig:
+    return SiteConfig(staging=StagingConfig(**staging))
+
+
+def _prediction(seconds: float | None, pessimistic: float | None) -> Prediction:
+    return Prediction((), (), 100, seconds, pessimistic, "test")
+
+
+# -- the decision -------------------------------------------------------------------------------
+def test_held_back_until_expected_start_minus_pessimistic_time_and_margin():
+    config = _config(jit_margin=60, jit_max_delay=1800)
+    decision = decide(1000.0, 5000.0, "will-run", _prediction(100, 300), config)
+    assert decision.release_at == 5000.0 - 300 - 60
+    assert decision.reason.startswith("held back")
+
+
+def test_starts_now_once_the_moment_has_come():
+    config = _config(jit_margin=60)
+    decision = decide(4700.0, 5000.0, "backfill", _prediction(100, 300), config)
+    assert decision.release_at is None and "has come" in decision.reason
+
+
+@pytest.mark.parametrize("expected, prediction, words", [
+    (None, _prediction(10, 20), "does not estimate"),
+    (9999.0, _prediction(None, None), "test"),
+    (9999.0, None, "no prediction"),
+])
+def test_starts_now_when_anything_is_unknown(expected, prediction, words):
+    decision = decide(0.0, expected, "unknown", prediction, _config())
+    assert decision.release_at is None and words in decision.reason
+
+
+def test_a_transfer_longer_than_the_max_delay_is_never_held_back():
+    config = _config(jit_max_delay=600)
+    assert decide(0.0, 1e6, "backfill", _prediction(500, 590), config).release_at is not None
+    # one sweep more and a compute job starting early could wait longer than allowed
+    decision = decide(0.0, 1e6, "backfill", _prediction(500, 590), config, sweep_interval=20)
+    assert decision.release_at is None and "jit_max_delay" in decision.reason
+
+
+# -- the prediction -----------------------------------------------------------------------------
+def _store(tmp_path) -> StateStore:
+    return records.open_staging(StateStore(str(tmp_path / "state.db")))
+
+
+def test_throughput_is_the_geometric_mean_of_recorded_rates(tmp_path):
+    store = _store(tmp_path)
+    config = _config()
+    for number, (size, seconds) in enumerate([(100e6, 1.0), (100e6, 4.0)]):
+        records.record_transfer(store, f"sk{number}", "stage-in", "gridftp.example", int(size),
+                                seconds, 1000.0 + number, 1000)
+    learned = throughput(store, "gridftp.example", config)
+    assert learned.samples == 2
+    assert learned.rate == pytest.approx(50e6)                     # sqrt(100e6 * 25e6)
+    assert learned.log_sd == pytest.approx(math.log(4) / math.sqrt(2))
+    assert throughput(store, "other.example", config).samples == 0
+
+
+def test_prediction_of_a_local_source_and_its_pessimistic_bound(tmp_path):
+    store = _store(tmp_path)
+    source = tmp_path / "input.dat"
+    source.write_bytes(b"x" * 4096)
+    config = _config(min_samples=2, jit_sigmas=1.0)
+    assert predict([(str(source), False)], store, config).seconds is None   # nothing learned
+    for number, seconds in enumerate((1.0, 4.0)):
+        records.record_transfer(store, f"sk{number}", "stage-in", "localhost", 4096, seconds,
+                                float(number), os.getuid())
+    result = predict([(str(source), False)], store, config)
+    assert result.bytes == 4096
+    assert result.seconds == pytest.approx(4096 / (4096 / 2.0))          # geometric mean: 2 s
+    assert result.pessimistic == pytest.approx(2.0 * math.exp(math.log(4) / math.sqrt(2)))
+
+
+def test_no_prediction_for_a_directory_or_a_missing_source(tmp_path):
+    store = _store(tmp_path)
+    config = _config(min_samples=1)
+    records.record_transfer(store, "sk1", "stage-in", "localhost", 10, 1.0, 0.0, 0)
+    assert "a directory" in predict([(str(tmp_path), True)], store, config).reason
+    missing = predict([(str(tmp_path / "nope"), False)], store, config)
+    assert missing.seconds is None and "size unknown" in missing.reason
+
+
+def test_source_hosts():
+    assert source_host("ftp://127.0.0.1:2811/data/x") == "127.0.0.1:2811"   # a server: host and port
+    assert source_host("gsiftp://User@DTN.example.org/x") == "dtn.example.org"
+    assert source_host("/scratch/in/x") == "localhost"
+    assert source_host("nosuch://x/y") == ""
+
+
+# -- the scheduler's side, on captured output ----------------------------------------------------
+def _local(text: str) -> float:
+    return datetime.datetime.fromisoformat(text).timestamp()
+
+
+def test_slurm_start_estimates_from_squeue_start():
+    found = slurm.parse_start_estimate((DATA / "slurm" / "squeue-start.txt").read_text())
+    assert found == {"2621": _local("2026-11-24T19:08:48"), "2619": None, "2620": None}
+
+
+def test_slurm_will_run_from_the_request_of_a_job_waiting_on_a_dependency():
+    request = slurm.parse_request((DATA / "slurm" / "squeue-request.txt").read_text())
+    assert slurm.build_will_run(request) == [
+        "sbatch", "--test-only", "--partition=batch", "--nodes=2", "--ntasks=3", "--time=2:00",
+        "--output=/dev/null", "--wrap", "true"]
+    answer = (DATA / "slurm" / "sbatch-test-only.txt.stderr").read_text()
+    assert slurm.parse_will_run(answer) == _local("2026-11-24T19:08:48")
+    assert slurm.parse_will_run("sbatch: error: Batch job submission failed") is None
+    exclusive = slurm.parse_request((DATA / "slurm" / "squeue-request-exclusive.txt").read_text())
+    assert "--exclusive" in slurm.build_will_run(exclusive)
+
+
+def test_slurm_and_pbs_begin_times():
+    when = _local("2026-11-24T21:05:07")
+    assert slurm.build_set_begin("12", when) == ["scontrol", "update", "JobId=12",
+                                                 "StartTime=2026-11-24T21:05:07"]
+    assert slurm.build_set_begin("12", None)[-1] == "StartTime=now"
+    assert pbs.build_set_begin("7.server", when) == ["qalter", "-a", "202611242105.07",
+                                                     "7.server"]
+
+
+def test_pbs_estimated_start_time_where_the_server_gives_one():
+    # PBS Pro's qstat -f layout (the documented estimated.start_time attribute); Torque has none
+    text = ("Job Id: 7.server\n    job_state = Q\n    estimated.start_time = Tue Nov 24 21:05:07 2026\n"
+            "\nJob Id: 8.server\n    job_state = Q\n")
+    assert pbs.parse_start_estimate(text) == {"7.server": _local("2026-11-24T21:05:07"),
+                                             "8.server": None}
+    assert pbs.build_will_run is None
+
+
+def test_directive_start_and_when_reach_the_plan(tmp_path):
+    from scratchkeeper.planner.submit import prepare
+
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    script = tmp_path / "job.sh"
+    script.write_text("#!/bin/bash\n#SBATCH -N 1\n#STAGEIN -start jit\n"
+                      f"#STAGEIN ftp://127.0.0.1:2811/in.dat {scratch}/in.dat\n"
+                      f"#STAGEOUT -when close\n#STAGEOUT {scratch}/out.dat /tmp/out.dat\nhostname\n")
+    config = parse_config(f'[storage]\nscratch_root = "{scratch}"\n[staging]\nstart = "now"\n')
+    _, plan = prepare(str(script), config, workdir=str(tmp_path))
+    assert [(j.role, j.start) for j in plan.jobs] == [("stage-in", "jit"), ("compute", None),
+                                                      ("stage-out", "close")]
+    script.write_text(script.read_text().replace("#STAGEIN -start jit\n", ""))
+    config = parse_config(f'[storage]\nscratch_root = "{scratch}"\n[staging]\nstart = "jit"\n')
+    _, plan = prepare(str(script), config, workdir=str(tmp_path))
+    assert plan.jobs[0].start == "jit"                 # the site's default
+
+
+@pytest.mark.parametrize("line, words", [
+    ("#STAGEIN -start later", "-start expects jit or now, got 'later'"),
+    ("#STAGEOUT -start jit", "-start applies to #STAGEIN only"),
+    ("#STAGEIN -when close", "-when applies to #STAGEOUT only"),
+    ("#STAGEOUT -when soon", "-when expects close or end"),
+])
+def test_bad_start_and_when_name_the_line(tmp_path, line, words):
+    from scratchkeeper.errors import DirectiveError
+    from scratchkeeper.planner.directives import parse_script
+
+    text = f"#!/bin/bash\n{line}\n#STAGEIN /scratch/a/x /scratch/b/x\nhostname\n"
+    with pytest.raises(DirectiveError) as caught:
+        parse_script(text, "job.sh", cwd="/scratch", scratch_root="/scratch")
+    assert words in str(caught.value) and "job.sh:2" in str(caught.value)
+
+
+def test_a_job_is_found_by_its_name_in_accounting():
+    text = (DATA / "slurm" / "sacct-find-by-name.txt").read_text()
+    assert slurm.parse_find_by_name(text) == text.split() and len(text.split()) == 24
+    queue, accounting = slurm.build_find_by_name("job.sh.offload-1")
+    assert "--name=job.sh.offload-1" in queue and "--states=all" in queue
+    assert accounting[-2:] == ["--name=job.sh.offload-1", "--format=JobID"]
