@@ -19,7 +19,7 @@
  *     are the root's read-only attribute user.scratchkeeper.logs, each user seeing their own.
  *
  * A dropped CLOSE record costs timeliness, never data: the stage-out at the end sends every
- * result not listed as offloaded unchanged (staging/offload.py, unchanged()).
+ * result not listed as offloaded unchanged (chain_service/offload.py, unchanged()).
  */
 #define _GNU_SOURCE
 #define FUSE_USE_VERSION 314
