@@ -21,6 +21,7 @@ from ..errors import ScratchkeeperError
 from ..state import StateStore
 from ..transfer.uri import UnknownScheme, parse_location
 from . import records
+from .sources import SourceAllowList
 
 LOCAL_HOST = "localhost"
 
@@ -101,13 +102,23 @@ def throughput(store: StateStore, host: str, config: SiteConfig) -> Throughput:
 
 
 def predict(sources: Iterable[tuple[str, bool]], store: StateStore, config: SiteConfig, *,
-            owner=None) -> Prediction:
-    """The transfer time of a stage-in job reading ``sources`` ((uri, recursive) pairs)."""
+            owner=None, allowed: SourceAllowList | None = None) -> Prediction:
+    """The transfer time of a stage-in job reading ``sources`` ((uri, recursive) pairs).
+
+    ``allowed``: a root service predicting for a user (the chain service) asks only the servers
+    the site allows (``recovery.allowed_sources``) for a size, never a host because a user named
+    it; a local source is opened with ``owner``'s rights whatever the list says."""
     found: list[SourcePrediction] = []
     for uri, recursive in sources:
         host = source_host(uri)
         if recursive:
             found.append(SourcePrediction(uri, host, None, f"{uri}: a directory"))
+            continue
+        refused = None
+        if allowed is not None and records.source_endpoint(uri) != records.LOCAL:
+            refused = allowed.why_refused(uri)
+        if refused is not None:
+            found.append(SourcePrediction(uri, host, None, f"size not asked: {refused}"))
             continue
         size, why = source_size(uri, config, owner=owner)
         found.append(SourcePrediction(uri, host, size, why))

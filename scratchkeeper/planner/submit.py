@@ -158,18 +158,21 @@ def _submit_all(plan: Plan, config: SiteConfig, store, scheduler: Scheduler,
 def hold_back_jit(plan: Plan, ids: dict[str, str], scheduler: Scheduler, store: StateStore,
                   config: SiteConfig, owner=None) -> None:
     """Before the held stage-in jobs are released: give each ``-start jit`` one its begin time
-    (:mod:`.jit`); its sources' sizes are asked with ``owner``'s rights."""
+    (:mod:`.jit`); its sources' sizes are asked with ``owner``'s rights, and, when a root
+    service plans for ``owner``, only of the servers ``recovery.allowed_sources`` allows."""
     held_back = [job for job in plan.jobs if job.role == "stage-in" and job.start == "jit"]
     if not held_back or COMPUTE not in ids:
         return
     # here, not at the top: `plan --dry-run` must not load sqlite3 (tests/test_cli_imports.py)
     from . import jit, records
     from .predict import predict
+    from .sources import SourceAllowList
 
+    allowed = SourceAllowList(config.recovery, store) if owner is not None else None
     records.open_staging(store)
     for job in held_back:
         sources = [(f.source, f.recursive) for f in plan.staged_files if f.job_key == job.key]
-        prediction = predict(sources, store, config, owner=owner)
+        prediction = predict(sources, store, config, owner=owner, allowed=allowed)
         jit.hold_back(scheduler, store, config, chain_id=plan.chain_id, job_key=job.key,
                               job_id=ids[job.key], compute_id=ids[COMPUTE],
                               prediction=prediction)

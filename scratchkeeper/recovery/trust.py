@@ -16,20 +16,16 @@ endpoints the site's data jobs staged from, as ``stage commit`` recorded them).
 from __future__ import annotations
 
 import logging
-import os
-import re
-import stat as statmod
 import threading
 import time
-import urllib.parse
 from collections import OrderedDict
 from dataclasses import dataclass
 
-from ..config import RecoveryConfig
 from ..errors import ScratchkeeperError
 from ..ownership import Owner
 from ..planner import records as planner_records
-from ..planner.records import LOCAL, RECORD_NAMES, TRUSTED_PREFIX, source_endpoint
+from ..planner.records import RECORD_NAMES, TRUSTED_PREFIX
+from ..planner.sources import SourceAllowList, root_only
 from ..state import StateStore
 from ..storage.base import XATTR_PREFIX
 
@@ -178,27 +174,9 @@ MISMATCHES = RateLimitedLog()
 REFUSALS = RateLimitedLog()
 
 
-def root_only(path: str) -> bool:
-    """Whether only root can change the SQLite database ``path`` (the file and its folder,
-    where its journal is made): owned by root, not writable by group or others."""
-    for target in (path, os.path.dirname(os.path.abspath(path))):
-        try:
-            info = os.stat(target)
-        except OSError:
-            return False
-        if info.st_uid != 0 or statmod.S_IMODE(info.st_mode) & 0o022:
-            return False
-    return True
-
-
-class SourcePolicy:
-    """``recovery.allowed_sources``, or the endpoints the site's data jobs staged from."""
-
-    def __init__(self, config: RecoveryConfig, store: StateStore | None):
-        self.patterns = [_parse_pattern(p) for p in config.allowed_sources]
-        self.store = store
-        self._lock = threading.Lock()
-        self._known: dict[str, bool] = {}  # derived default: endpoint -> used by a data job
+class SourcePolicy(SourceAllowList):
+    """``recovery.allowed_sources`` (:class:`~scratchkeeper.planner.sources.SourceAllowList`)
+    applied to what recovery believes about a file's sources."""
 
     def filter(self, full: str, hints: FileHints) -> FileHints:
         """``hints`` without the sources the site does not allow (each said in a rate-limited
@@ -215,72 +193,3 @@ class SourcePolicy:
         if not refused:
             return hints
         return FileHints(tuple(kept), hints.sha256, hints.size, hints.owner, tuple(refused))
-
-    def why_refused(self, uri: str) -> str | None:
-        """None when recovery may fetch ``uri``, else why not (one line)."""
-        endpoint = source_endpoint(uri)
-        if endpoint is None:
-            return f"{_short(uri)}: not a source recovery can fetch from"
-        if self.patterns:
-            if any(_matches(pattern, endpoint) for pattern in self.patterns):
-                return None
-            return (f"{_short(uri)}: {endpoint} is not in recovery.allowed_sources; refusing "
-                    "to fetch from it")
-        if self.store is None or not root_only(self.store.path):
-            return (f"{_short(uri)}: recovery.allowed_sources is empty and no state database "
-                    "only root can write records where the site's data jobs staged from; "
-                    "refusing to fetch from it (set recovery.allowed_sources)")
-        if self._used(endpoint):
-            return None
-        return (f"{_short(uri)}: no data job of the site staged from {endpoint} "
-                "(recovery.allowed_sources is empty); refusing to fetch from it")
-
-    def _used(self, endpoint: str) -> bool:
-        with self._lock:
-            known = self._known.get(endpoint)
-        if known:
-            return True  # once used, always used; a no is asked again (a commit may follow)
-        try:
-            used = planner_records.endpoint_used(self.store, endpoint)
-        except ScratchkeeperError as err:
-            log.warning("reading the recorded source endpoints: %s", err)
-            return False
-        with self._lock:
-            if len(self._known) < 65536:
-                self._known[endpoint] = used
-        return used
-
-
-def _parse_pattern(text: str) -> tuple[str, str, str]:
-    """(scheme, host pattern, port or '*') of a checked ``allowed_sources`` entry."""
-    if text.rstrip("/") == LOCAL.rstrip("/"):
-        return ("file", "", "")
-    parts = urllib.parse.urlsplit(text.rstrip("/"))
-    netloc = parts.netloc
-    host, _, port = netloc.rpartition(":") if not netloc.endswith("]") else (netloc, "", "")
-    if not host:  # no port given
-        host, port = netloc, ""
-    scheme = parts.scheme.lower()
-    return (scheme, host.lower(), port or str(planner_records.DEFAULT_PORTS[scheme]))
-
-
-def _matches(pattern: tuple[str, str, str], endpoint: str) -> bool:
-    scheme, host, port = pattern
-    if endpoint == LOCAL:
-        return scheme == "file"
-    parts = urllib.parse.urlsplit(endpoint)
-    netloc = parts.netloc
-    their_host, _, their_port = netloc.rpartition(":")
-    return (parts.scheme == scheme and _host_matches(host, their_host)
-            and (port == "*" or port == their_port))
-
-
-def _host_matches(pattern: str, host: str) -> bool:
-    """``*`` stands for any run of characters; nothing else is special (not even ``[``)."""
-    if "*" not in pattern:
-        return pattern == host
-    return re.fullmatch(".*".join(map(re.escape, pattern.split("*"))), host) is not None
-
-
-def _short(uri: str) -> str:
-    return uri if len(uri) <= 300 else uri[:300] + "..."

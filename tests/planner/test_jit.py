@@ -189,3 +189,69 @@ def test_a_job_is_found_by_its_name_in_accounting():
     queue, accounting = slurm.build_find_by_name("job.sh.offload-1")
     assert "--name=job.sh.offload-1" in queue and "--states=all" in queue
     assert accounting[-2:] == ["--name=job.sh.offload-1", "--format=JobID"]
+
+
+# -- a root service predicting for a user asks only the servers the site allows (issue 30) ------
+class _Listener:
+    """A loopback TCP listener that counts the connections made to it (and answers nothing)."""
+
+    def __init__(self):
+        import socket
+        import threading
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(8)
+        self.sock.settimeout(0.2)
+        self.port = self.sock.getsockname()[1]
+        self.connections = 0
+        self.stopped = threading.Event()
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+        self.thread.start()
+
+    def _serve(self):
+        while not self.stopped.is_set():
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                continue
+            self.connections += 1
+            conn.close()
+
+    def stop(self):
+        self.stopped.set()
+        self.thread.join(timeout=5)
+        self.sock.close()
+
+
+def test_a_size_is_asked_only_of_servers_the_site_allows(tmp_path):
+    from scratchkeeper.config import RecoveryConfig, TransferConfig
+    from scratchkeeper.planner.sources import SourceAllowList
+
+    store = _store(tmp_path)
+    listener = _Listener()
+    try:
+        uri = f"http://127.0.0.1:{listener.port}/data/input.dat"
+        config = SiteConfig(transfer=TransferConfig(timeout=2.0))
+        elsewhere = SourceAllowList(RecoveryConfig(allowed_sources=["http://dtn.example.org"]),
+                                    store)
+        refused = predict([(uri, False)], store, config, allowed=elsewhere)
+        assert listener.connections == 0
+        assert refused.bytes is None
+        assert "size not asked" in refused.reason and "not in recovery.allowed_sources" \
+            in refused.reason
+        # empty list, no endpoint recorded by root's commits: refused as well
+        nothing = SourceAllowList(RecoveryConfig(), store)
+        assert predict([(uri, False)], store, config, allowed=nothing).bytes is None
+        assert listener.connections == 0
+        # a local source is still opened (with the owner's rights), whatever the list says
+        local = tmp_path / "local.dat"
+        local.write_bytes(b"y" * 100)
+        assert predict([(str(local), False)], store, config, allowed=elsewhere).sources[0] \
+            .bytes == 100
+        # the same server, allowed: asked
+        here = SourceAllowList(RecoveryConfig(
+            allowed_sources=[f"http://127.0.0.1:{listener.port}"]), store)
+        predict([(uri, False)], store, config, allowed=here)
+        assert listener.connections >= 1
+    finally:
+        listener.stop()
