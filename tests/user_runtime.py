@@ -108,3 +108,30 @@ def user_runtime(folder: Path) -> list[str]:
     library = world_readable_copy(folder / "pylib", DEPENDENCIES)
     os.chmod(folder, 0o755)
     return ["env", f"PYTHONPATH={library}", plain_python(), "-m", "scratchkeeper"]
+
+
+def as_user(uid: int, gid: int, action, *, umask: int = 0o022) -> tuple[int, str]:
+    """Run ``action()`` in a child process with ``uid``/``gid``; (exit status, error name)."""
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: never returns to pytest
+        status, message = 0, b""
+        try:
+            os.close(read_end)
+            os.setgroups([])
+            os.setgid(gid)
+            os.setuid(uid)
+            os.umask(umask)
+            action()
+        except OSError as err:
+            status, message = 1, type(err).__name__.encode()
+        except BaseException as err:  # noqa: BLE001 - reported to the parent
+            status, message = 2, repr(err).encode()
+        finally:
+            os.write(write_end, message)
+            os._exit(status)
+    os.close(write_end)
+    with os.fdopen(read_end, "rb") as pipe:
+        message = pipe.read().decode()
+    _, status = os.waitpid(pid, 0)
+    return os.waitstatus_to_exitcode(status), message

@@ -22,6 +22,7 @@ from pathlib import Path
 
 import pytest
 
+import user_runtime
 from scratchkeeper.storage import XATTR_TRUSTED_NAMES
 from scratchkeeper.storage.layout import LOV_XATTR, FileLayout
 from user_runtime import DEPENDENCIES, plain_python, world_readable_copy
@@ -44,31 +45,8 @@ def user_library():
 
 
 def as_user(uid: int, action, *, umask: int = 0o022) -> tuple[int, str]:
-    """Run ``action()`` in a child with ``uid`` as its uid and gid; (exit status, error name
-    or the repr of what went wrong)."""
-    read_end, write_end = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # the child: never returns to pytest
-        status, message = 0, b""
-        try:
-            os.close(read_end)
-            os.setgroups([])
-            os.setgid(uid)
-            os.setuid(uid)
-            os.umask(umask)
-            action()
-        except OSError as err:
-            status, message = 1, type(err).__name__.encode()
-        except BaseException as err:  # noqa: BLE001 - reported to the parent
-            status, message = 2, repr(err).encode()
-        finally:
-            os.write(write_end, message)
-            os._exit(status)
-    os.close(write_end)
-    with os.fdopen(read_end, "rb") as pipe:
-        message = pipe.read().decode()
-    _, status = os.waitpid(pid, 0)
-    return os.waitstatus_to_exitcode(status), message
+    """:func:`user_runtime.as_user` with ``uid`` as the gid too."""
+    return user_runtime.as_user(uid, uid, action, umask=umask)
 
 
 def run_as(uid: int, argv: list[str], *, cwd: Path, **kwargs) -> subprocess.CompletedProcess:

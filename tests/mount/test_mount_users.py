@@ -7,35 +7,10 @@ import os
 import stat
 import sys
 
+from user_runtime import as_user
+
 NOBODY = 65534
 OTHER = 4242  # a uid with no name: nothing but its number matters to the kernel
-
-
-def as_user(uid: int, gid: int, action, *, umask: int = 0o022) -> tuple[int, str]:
-    """Run ``action()`` in a child process with ``uid``/``gid``; (exit status, error name)."""
-    read_end, write_end = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # the child: never returns to pytest
-        status, message = 0, b""
-        try:
-            os.close(read_end)
-            os.setgroups([])
-            os.setgid(gid)
-            os.setuid(uid)
-            os.umask(umask)
-            action()
-        except OSError as err:
-            status, message = 1, type(err).__name__.encode()
-        except BaseException as err:  # noqa: BLE001 - reported to the parent
-            status, message = 2, repr(err).encode()
-        finally:
-            os.write(write_end, message)
-            os._exit(status)
-    os.close(write_end)
-    with os.fdopen(read_end, "rb") as pipe:
-        message = pipe.read().decode()
-    _, status = os.waitpid(pid, 0)
-    return os.waitstatus_to_exitcode(status), message
 
 
 def test_new_files_belong_to_their_creator_and_honour_the_umask(mnt):
