@@ -84,7 +84,7 @@ def budget(p: dict, processes: int, size: int, pattern: str) -> int:
 
 def physical(p: dict, layout: str, size: int, shared: bool) -> tuple:
     """The layout as made: (mode, stripe count, stripe size) by advise.stripe_settings."""
-    from scratchkeeper.layout.advise import stripe_settings
+    from scratchkeeper.advisor.advise import stripe_settings
     count, stripe, _ = stripe_settings(layout, size, p["osts"], shared,
                                        p["groups"] if layout == "2-D" else None)
     return ("shared" if shared else "fpp", count, stripe)
@@ -179,7 +179,7 @@ def calibrate_rig(rig: LayoutRig, p: dict) -> dict:
     """alpha and beta by the project's calibrate with the rig's drop (every object's pages,
     before each read job; the command drops only the test file's: the same here, the rig holds
     no other file yet), in the mount's root directory (site default: 1 stripe)."""
-    from scratchkeeper.layout import calibrate as cal
+    from scratchkeeper.advisor import calibrate as cal
 
     path = str(rig.scratch / f".scratchkeeper-calibrate.{os.getpid()}")
     result = cal.calibrate(str(rig.scratch), size=p["calibration_size"],
@@ -224,7 +224,7 @@ def fuse_hop(rig: LayoutRig, path: str) -> dict:
 
 
 def model_params(cal: dict, hop: dict, which: str):
-    from scratchkeeper.layout.model import ModelParams
+    from scratchkeeper.advisor.model import ModelParams
     if which == "paper":
         return ModelParams()
     storage = dict(alpha_sequential=cal["alpha_sequential"], alpha_random=cal["alpha_random"],
@@ -236,7 +236,7 @@ def model_params(cal: dict, hop: dict, which: str):
 
 
 def choose(case: dict, params) -> dict:
-    from scratchkeeper.layout.advise import Workload, advise
+    from scratchkeeper.advisor.advise import Workload, advise
     work = Workload.uniform(case["processes"], case["processes"], case["size"],
                             shared_file=case["mode"] == "shared", pattern=case["pattern"])
     advice = advise(work, params, OSTS, groups=GROUPS)
@@ -552,7 +552,7 @@ def report(results: dict, a: dict) -> str:
         f"MiB/s) (write beta 1/({1 / cal['beta_write'] / MiB:.0f} MiB/s), writes are not "
         "throttled and not used). Mean fio latencies: " + ", ".join(
             f"{k} {v * 1e3:.3f} ms" for k, v in cal["latencies"].items()) + ".",
-        "- How: `scratchkeeper.layout.calibrate`'s fio jobs and options (`fio_argv`: psync, "
+        "- How: `scratchkeeper.advisor.calibrate`'s fio jobs and options (`fio_argv`: psync, "
         f"O_DIRECT, one job at a time, {p['calibration_size'] // MiB} MiB file in the mount's "
         "root, whose default layout is one stripe: one OST, as the paper measured one storage "
         "node), one fio run per job with the objects' pages dropped before each read job, and "

@@ -63,7 +63,7 @@ MAX_REQUEST = 1 << 20
 #: Imported before the first request: what ``plan``, ``submit`` and ``status`` load.
 WARM = ("scratchkeeper.cli.planner", "scratchkeeper.planner.submit", "scratchkeeper.config",
         "scratchkeeper.planner.records", "scratchkeeper.chain_service.attach",
-        "scratchkeeper.planner.status", "scratchkeeper.layout", "scratchkeeper.schedulers.slurm",
+        "scratchkeeper.planner.status", "scratchkeeper.advisor", "scratchkeeper.schedulers.slurm",
         "scratchkeeper.schedulers.pbs", "scratchkeeper.state",
         "scratchkeeper.planner.compiled_templates", "tomllib", "argparse", "json")
 

@@ -102,7 +102,7 @@ def _size(text: str | None, option: str) -> int | None:
 
 def _workload(args):
     """The workload the options describe, and the Darshan facts beside it (or None)."""
-    from ..layout import RANDOM, READ, SEQUENTIAL, WRITE, Workload
+    from ..advisor import RANDOM, READ, SEQUENTIAL, WRITE, Workload
 
     per_node = _count(args.per_node, "--per-node")
     if args.darshan is not None:
@@ -113,7 +113,7 @@ def _workload(args):
                  if value is not None]
         if given:
             raise InputError(f"{given[0]}: not with --darshan (the log says)")
-        from ..layout.darshan import read_workload
+        from ..advisor.darshan import read_workload
 
         operations = (args.operation,) if args.operation else (READ, WRITE)
         log = read_workload(args.darshan, per_node=per_node, operations=operations)
@@ -148,7 +148,7 @@ def _osts(args, config) -> tuple[int, str]:
 
 
 def _advise(args) -> int:
-    from ..layout import advise, params_from_config
+    from ..advisor import advise, params_from_config
 
     config = site_config(args)
     workload, log = _workload(args)
@@ -203,7 +203,7 @@ def _ms(seconds: float) -> str:
 
 
 def _as_text(advice, workload, log, osts_from) -> str:
-    from ..layout import format_size
+    from ..advisor import format_size
 
     reads = sum(a.count for a in workload.accesses if a.operation == "read")
     writes = sum(a.count for a in workload.accesses if a.operation == "write")
@@ -260,7 +260,7 @@ def _store_drop(config, directory: str):
 def _calibrate(args) -> int:
     import shlex
 
-    from ..layout.calibrate import calibrate
+    from ..advisor.calibrate import calibrate
 
     config = site_config(args)
     size = _size(args.size, "--size")

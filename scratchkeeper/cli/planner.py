@@ -93,7 +93,7 @@ def _plan(args) -> int:
 
 def _explain(plan) -> str:
     """Each stage-in's layout decision, as ``plan --explain`` prints it."""
-    from ..layout import format_size
+    from ..advisor import format_size
 
     lines = []
     for job in plan.jobs:

@@ -244,7 +244,7 @@ def qos_settings(config: SiteConfig) -> tuple | None:
 def model_constants(config: SiteConfig) -> tuple[float, ...]:
     """The seed-002 model's constants for the mount's choice of a hybrid file's mirror
     (e, v, alpha sequential, alpha random, beta read, beta write; ``[layout]``)."""
-    from ..layout import params_from_config
+    from ..advisor import params_from_config
 
     params = params_from_config(config.layout)
     return (params.e, params.v, params.alpha_sequential, params.alpha_random,

@@ -184,11 +184,11 @@ def commit_stage(store: StateStore, config: SiteConfig, chain_id: str, job_key: 
     ``for_uid``: a privileged service commits for the data job of that user (the data job
     cannot write the state database): the chain and every staged file must be that user's, and
     each file is opened once, without following links, for its digests. ``layout``: the
-    stage-in's layout decision (``#STAGEIN -layout``), kept as ``user.scratchkeeper.layout``.
+    stage-in's layout decision (``#STAGEIN -layout``), kept as ``user.scratchkeeper.advisor``.
     """
     if layout is not None:
         # one line of text: a record; only its workload word is read back (replicad, hybrid
-        # replicas: layout.hybrid.parse_workload, strictly, as data)
+        # replicas: advisor.hybrid.parse_workload, strictly, as data)
         layout = " ".join(layout.split())[:4000]
     what = f"chain {chain_id}: commit of {job_key}"
     chain, row = recorded(lambda: (check_owner(store, chain_id, for_uid),

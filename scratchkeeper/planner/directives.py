@@ -18,7 +18,7 @@ Grammar (docs/directives.rst has the full text and examples):
     or all of them after the job); stage-in only, the layout of the files it creates:
     ``-layout auto|1dv|1dh|2d``, ``-stripe-count N``, ``-stripe-size SIZE`` and, for ``auto``,
     ``-procs P``, ``-per-node M``, ``-request-size S``, ``-pattern seq|random``,
-    ``-shared``/``-per-process``, ``-darshan LOG`` (:mod:`.stage_layout`).
+    ``-shared``/``-per-process``, ``-darshan LOG`` (:mod:`.layout_directive`).
 ``#DW stage_in source=... destination=... type=file|directory`` (and ``stage_out``)
     Cray DataWarp staging lines.
 ``#PBS -W stagein=local@host:remote[,...]`` (and ``stageout=``)
@@ -41,7 +41,7 @@ from ..config import slurm_time_seconds
 from ..errors import ConfigError, DirectiveError
 from ..structs import record
 from ..transfer.uri import SCHEMES, Location, UnknownScheme, inside, is_host_name, names_data, parse_location
-from .stage_layout import (
+from .layout_directive import (
     OPTION_ARITY as _LAYOUT_ARITY,
     LayoutOptions,
     check_layout_options,

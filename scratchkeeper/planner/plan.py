@@ -15,8 +15,8 @@ from ..errors import DirectiveError
 from ..structs import record
 from ..transfer.clients import ClientCommand, UnsupportedTransfer, client_command, destination_path
 from .directives import STAGE_IN, STAGE_OUT, DataStep, ParsedScript, StageOptions
+from .layout_directive import LayoutDecision, decide_layout
 from .metadata import extract_transfers
-from .stage_layout import LayoutDecision, decide_layout
 
 COMPUTE = "compute"
 

@@ -33,8 +33,8 @@ from .state import ReplicaRow, ReplicationState
 log = logging.getLogger(__name__)
 
 SHA256_XATTR = "user.scratchkeeper.sha256"
-#: the stage-in's layout record (``planner.stage_layout``), with its workload for hybrid replicas
-LAYOUT_XATTR = "user.scratchkeeper.layout"
+#: the stage-in's layout record (``planner.layout_directive``), with its workload for hybrid replicas
+LAYOUT_XATTR = "user.scratchkeeper.advisor"
 DATA_JOB_PREFIX = "skrep-"
 
 
@@ -73,12 +73,12 @@ class ReplicaOperations:
     def replica_shape(self, path: str, layout: FileLayout) -> tuple[int | None, int]:
         """(stripe count, stripe size) of the replica: the primary's (count None: as wide as
         the primary), or with ``replication.hybrid`` the layout that serves the requests of the
-        file's recorded workload the primary serves worst (``layout.hybrid``, seed 002 5.1)."""
+        file's recorded workload the primary serves worst (``advisor.hybrid``, seed 002 5.1)."""
         plain = (None, layout.stripe_size)
         if not self.config.replication.hybrid:
             return plain
-        from ..layout import params_from_config
-        from ..layout.hybrid import hybrid_replica, parse_workload
+        from ..advisor import params_from_config
+        from ..advisor.hybrid import hybrid_replica, parse_workload
 
         record = self.backend.get_xattr(path, LAYOUT_XATTR)
         try:

@@ -10,9 +10,9 @@ import mmap
 import os
 import threading
 
+from scratchkeeper.advisor import ModelParams
+from scratchkeeper.advisor.hybrid import mirror_request_cost
 from scratchkeeper.config import load_config
-from scratchkeeper.layout import ModelParams
-from scratchkeeper.layout.hybrid import mirror_request_cost
 from scratchkeeper.storage import LayoutRequest, open_backend
 
 HYBRID = "user.scratchkeeper.hybrid"

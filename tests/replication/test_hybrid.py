@@ -10,9 +10,9 @@ import os
 
 import pytest
 
+from scratchkeeper.advisor import AccessClass, ModelParams, Workload
+from scratchkeeper.advisor.hybrid import hybrid_replica, workload_text
 from scratchkeeper.config import parse_config
-from scratchkeeper.layout import AccessClass, ModelParams, Workload
-from scratchkeeper.layout.hybrid import hybrid_replica, workload_text
 from scratchkeeper.replication.daemon import ReplicationDaemon
 from scratchkeeper.replication.replicas import LAYOUT_XATTR, ReplicaOperations
 from scratchkeeper.replication.state import ReplicationState

@@ -5,7 +5,7 @@
  *
  * A mirror of `count` stripes of `size` bytes serves a request of s bytes at `off` from the k
  * OSTs the request spans (at most `count`): the model's 1-DV for k = 1, 1-DH for k = n, else
- * 2-D with groups of k OSTs (scratchkeeper/layout/hybrid.py's mirror_request_cost, in C).
+ * 2-D with groups of k OSTs (scratchkeeper/advisor/hybrid.py's mirror_request_cost, in C).
  * The concurrent readers p are the processes with a read in flight on the mount (all on this
  * node: m = p); n, the OSTs their data is on, is the mirror's stripe count times the files
  * being read at once, at most the store's OSTs (one shared file: its stripes; a file per
@@ -100,7 +100,7 @@ void hybrid_leave(pid_t pid, struct sk_inode *in)
     pthread_mutex_unlock(&hy.lock);
 }
 
-/* -- the model (seed 002 Table 2; scratchkeeper/layout/model.py request_cost) ---------------- */
+/* -- the model (seed 002 Table 2; scratchkeeper/advisor/model.py request_cost) ---------------- */
 
 static uint64_t ceil_div(uint64_t a, uint64_t b)
 {

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
+from scratchkeeper.advisor.calibrate import CalibrationError, calibrate, constants, latencies_of
 from scratchkeeper.cli import main
 from scratchkeeper.config import parse_config
 from scratchkeeper.errors import InputError
-from scratchkeeper.layout.calibrate import CalibrationError, calibrate, constants, latencies_of
 
 K, M = 1 << 10, 1 << 20
 REPORT = Path(__file__).parent.parent / "data" / "fio" / "calibrate-16m.json"
@@ -124,7 +124,7 @@ def test_a_failing_drop_stops_the_calibration_and_removes_the_test_file(tmp_path
 
 
 def test_job_argvs_are_fio_argv_one_job_each():
-    from scratchkeeper.layout.calibrate import JOBS, fio_argv, job_argvs
+    from scratchkeeper.advisor.calibrate import JOBS, fio_argv, job_argvs
 
     whole = fio_argv("fio", "/x", 8 * M)
     runs = job_argvs("fio", "/x", 8 * M)

@@ -5,7 +5,7 @@ Directives (docs/directives.rst): ``-layout auto|1dv|1dh|2d``, ``-stripe-count N
 ``-request-size S``, ``-pattern seq|random``, ``-shared``/``-per-process`` or ``-darshan LOG``.
 :func:`set_layout_option` checks one option as it is parsed; :func:`decide_layout` turns them,
 once per plan, into a :class:`LayoutDecision`: the seed-002 model's choice for ``auto``
-(``scratchkeeper.layout.advise``), the section-4 stripe settings of a named layout, with an
+(``scratchkeeper.advisor.advise``), the section-4 stripe settings of a named layout, with an
 explicit ``-stripe-count``/``-stripe-size`` winning over both.
 """
 
@@ -32,7 +32,7 @@ OPTION_ARITY = {"layout": 1, "stripe-count": 1, "stripe-size": 1, "procs": 1, "p
 DEFAULT_REQUEST_SIZE = 1 << 20
 #: bounds of -procs / -per-node (a plan-time sanity bound, far above any job's task count)
 MAX_PROCS = 10_000_000
-#: what the xattr ``user.scratchkeeper.layout`` holds at most of the reason
+#: what the xattr ``user.scratchkeeper.advisor`` holds at most of the reason
 XATTR_REASON_MAX = 3000
 
 
@@ -70,17 +70,17 @@ class LayoutDecision:
     how: str  # "auto", "named" or "explicit"
     estimates: tuple[tuple[str, float], ...] = ()
     notes: tuple[str, ...] = field(default=())
-    #: the workload ``auto`` was advised for (a ``scratchkeeper.layout.Workload``): recorded so
+    #: the workload ``auto`` was advised for (a ``scratchkeeper.advisor.Workload``): recorded so
     #: that a hybrid replica (``replication.hybrid``) can be laid out for it
     workload: object | None = None
 
     def xattr(self) -> str:
-        """The value of ``user.scratchkeeper.layout``: ``1-DV count=8 size=1048576: reason``,
-        with the workload (``workload=...``, ``scratchkeeper.layout.hybrid``) before the colon
+        """The value of ``user.scratchkeeper.advisor``: ``1-DV count=8 size=1048576: reason``,
+        with the workload (``workload=...``, ``scratchkeeper.advisor.hybrid``) before the colon
         where ``auto`` chose the layout."""
         head = f"{self.layout or 'explicit'} count={self.stripe_count} size={self.stripe_size}"
         if self.workload is not None:
-            from ..layout.hybrid import workload_text
+            from ..advisor.hybrid import workload_text
 
             head += " " + workload_text(self.workload)
         return f"{head}: {self.reason}"[:XATTR_REASON_MAX]
@@ -181,7 +181,7 @@ def decide_layout(options: LayoutOptions, lines: dict[str, int], compute_job: di
         return None, ("storage.backend = lustre: the OST count is not known at plan time, so "
                       f"-layout {options.layout} is not applied; give -stripe-count N (the OSTs "
                       "to stripe over, lfs df lists them) to apply it")
-    from ..layout import advise, params_from_config, stripe_settings
+    from ..advisor import advise, params_from_config, stripe_settings
 
     if options.layout == AUTO:
         workload = _workload(options, lines, compute_job, error)
@@ -202,7 +202,7 @@ def decide_layout(options: LayoutOptions, lines: dict[str, int], compute_job: di
         shared = options.shared if options.shared is not None else True
         groups = None
         if layout == "2-D":
-            from ..layout.model import group_choices
+            from ..advisor.model import group_choices
 
             choices = group_choices(osts)
             groups = config.layout.groups or (choices[0] if choices else None)
@@ -210,7 +210,7 @@ def decide_layout(options: LayoutOptions, lines: dict[str, int], compute_job: di
                 raise error(f"#STAGEIN: -layout 2d: {osts} OSTs cannot be split into groups "
                             "evenly (set layout.groups, or choose 1dv or 1dh)")
         count, size, notes = stripe_settings(layout, request_size, osts, shared, groups)
-        from ..layout import format_size
+        from ..advisor import format_size
 
         reason = (f"{layout} as the script asks (-layout {options.layout}), section 4 of seed "
                   f"002 for {'one shared file' if shared else 'a file per process'} read in "
@@ -247,7 +247,7 @@ def _workload(options: LayoutOptions, lines: dict[str, int], compute_job: dict[s
               error):
     """The workload ``-layout auto`` is advised for: from -darshan, else from -procs etc.
     and the compute job's task counts. A stage-in stages what the job reads: reads."""
-    from ..layout import READ, SEQUENTIAL, Workload
+    from ..advisor import READ, SEQUENTIAL, Workload
 
     def header_count(key: str, what: str) -> int | None:
         # a count of 0 in the job's header (--nodes=0, ppn=0) is no count to divide by
@@ -264,7 +264,7 @@ def _workload(options: LayoutOptions, lines: dict[str, int], compute_job: dict[s
     if per_node is None:
         per_node = header_count("ntasks_per_node", "tasks per node")
     if options.darshan is not None:
-        from ..layout.darshan import read_workload
+        from ..advisor.darshan import read_workload
 
         try:
             log = read_workload(options.darshan, per_node=per_node, operations=(READ,))

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from scratchkeeper.advisor import RANDOM, READ, SEQUENTIAL, WRITE, ModelParams, advise
 from scratchkeeper.errors import InputError
-from scratchkeeper.layout import RANDOM, READ, SEQUENTIAL, WRITE, ModelParams, advise
 
 LOGS = Path(__file__).parent.parent / "data" / "darshan"
 SNYDER = LOGS / "snyder_ior-POSIX_id1057716-202103_11-8-64415-6936117869459351096_1.darshan"
@@ -22,7 +22,7 @@ IMBALANCED = LOGS / "imbalanced-io.darshan"
 @pytest.fixture(scope="module")
 def read_workload():
     pytest.importorskip("darshan")
-    from scratchkeeper.layout.darshan import read_workload
+    from scratchkeeper.advisor.darshan import read_workload
 
     return read_workload
 
@@ -128,7 +128,7 @@ def test_missing_and_not_regular(read_workload, tmp_path):
 def test_without_pydarshan_the_error_says_what_to_install(monkeypatch):
     import importlib.util
 
-    from scratchkeeper.layout.darshan import read_workload
+    from scratchkeeper.advisor.darshan import read_workload
 
     find_spec = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec",

@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from scratchkeeper.config import parse_config
-from scratchkeeper.errors import InputError
-from scratchkeeper.layout import (
+from scratchkeeper.advisor import (
     ONE_DH,
     ONE_DV,
     RANDOM,
@@ -23,6 +21,8 @@ from scratchkeeper.layout import (
     stripe_settings,
     workload_cost,
 )
+from scratchkeeper.config import parse_config
+from scratchkeeper.errors import InputError
 
 UNIT = ModelParams(e=1000.0, v=1.0, alpha_sequential=10.0, alpha_random=30.0, beta_read=0.1,
                    beta_write=0.2, source="test")

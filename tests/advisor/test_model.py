@@ -7,8 +7,7 @@ import itertools
 
 import pytest
 
-from scratchkeeper.errors import InputError
-from scratchkeeper.layout import (
+from scratchkeeper.advisor import (
     ONE_DH,
     ONE_DV,
     RANDOM,
@@ -21,7 +20,8 @@ from scratchkeeper.layout import (
     advise,
     request_cost,
 )
-from scratchkeeper.layout.model import group_choices
+from scratchkeeper.advisor.model import group_choices
+from scratchkeeper.errors import InputError
 
 # Constants whose terms cannot be mistaken for one another in a hand computation: e = 1000 s
 # per connection, v = 1 s per byte, alpha 10 s (sequential) or 30 s (random), beta 0.1 s per
@@ -103,7 +103,7 @@ def test_2d_condition_compares_in_integers_at_a_fractional_ratio():
 
 def test_2d_is_continuous_where_its_last_two_rows_meet():
     # m ceil(n/g) = ceil(p/g): both rows give ceil(p/g) e (the extracted text's m ceil(p/g) e
-    # would give 16000 here; see scratchkeeper/layout/model.py)
+    # would give 16000 here; see scratchkeeper/advisor/model.py)
     first = cost(TWO_D, 16, 2, 8, groups=4)
     assert first.establish == 4 * UNIT.e and first.transmission == 2 * S * UNIT.v
 

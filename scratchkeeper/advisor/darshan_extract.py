@@ -1,4 +1,4 @@
-"""Run in a child process by :func:`scratchkeeper.layout.darshan.read_workload`: open a Darshan
+"""Run in a child process by :func:`scratchkeeper.advisor.darshan.read_workload`: open a Darshan
 log with PyDarshan and print, as JSON on standard output, the counters the layout model uses.
 
 A child of its own because darshan-util's C library, given a truncated log, can return a
@@ -6,7 +6,7 @@ half-read report that crashes the interpreter when it is collected (seen with Py
 SIGSEGV in ``darshan_log_close``), and prints its complaints on standard error itself: in a
 child, a bad log costs an error message, not the caller.
 
-    python -m scratchkeeper.layout.darshan_extract LOG
+    python -m scratchkeeper.advisor.darshan_extract LOG
 """
 
 from __future__ import annotations
@@ -62,7 +62,7 @@ def extract(path: str) -> dict:
 
 def main(argv: list[str]) -> int:
     if len(argv) != 1:
-        print(json.dumps({"error": "usage: python -m scratchkeeper.layout.darshan_extract LOG"}))
+        print(json.dumps({"error": "usage: python -m scratchkeeper.advisor.darshan_extract LOG"}))
         return 2
     try:
         result = extract(argv[0])

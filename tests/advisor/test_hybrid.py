@@ -5,8 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from scratchkeeper.errors import InputError
-from scratchkeeper.layout import (
+from scratchkeeper.advisor import (
     ONE_DH,
     ONE_DV,
     TWO_D,
@@ -16,7 +15,7 @@ from scratchkeeper.layout import (
     advise,
     request_cost,
 )
-from scratchkeeper.layout.hybrid import (
+from scratchkeeper.advisor.hybrid import (
     MAX_CLASSES,
     data_osts,
     hybrid_replica,
@@ -25,6 +24,7 @@ from scratchkeeper.layout.hybrid import (
     spanned_osts,
     workload_text,
 )
+from scratchkeeper.errors import InputError
 
 K, M = 1 << 10, 1 << 20
 PARAMS = ModelParams()

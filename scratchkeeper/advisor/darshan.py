@@ -104,7 +104,7 @@ def extract_counters(path: str) -> dict:
 
     package_root = str(Path(__file__).resolve().parents[2])
     # cwd and PYTHONPATH: the child imports this same scratchkeeper, not one of its cwd
-    done = run([sys.executable, "-m", "scratchkeeper.layout.darshan_extract",
+    done = run([sys.executable, "-m", "scratchkeeper.advisor.darshan_extract",
                 os.path.abspath(path)], check=False, mutating=False, timeout=EXTRACT_TIMEOUT,
                cwd=package_root,
                env={"PYTHONPATH": os.pathsep.join(filter(None, [

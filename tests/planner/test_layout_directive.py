@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
+from scratchkeeper.advisor import ModelParams, Workload, advise
 from scratchkeeper.config import SiteConfig
 from scratchkeeper.errors import DirectiveError
-from scratchkeeper.layout import ModelParams, Workload, advise
 from scratchkeeper.planner.directives import STAGE_IN, parse_script
 from scratchkeeper.planner.plan import build_plan
 from scratchkeeper.planner.render import render_plan
@@ -194,7 +194,7 @@ def test_the_stage_in_lays_out_each_file_before_its_transfer(fixed_callback):
 
 
 def test_auto_records_its_workload_for_a_hybrid_replica(fixed_callback):
-    from scratchkeeper.layout.hybrid import parse_workload
+    from scratchkeeper.advisor.hybrid import parse_workload
 
     body = rendered(script("#STAGEIN -layout auto -request-size 4M -pattern random"), site())
     commit = next(line for line in body.splitlines() if " stage commit " in line)
