@@ -293,7 +293,7 @@ class ReplicationConfig:
                               "close before it counts as closed", minimum=0, maximum=DAY)
     changelog_mdt: str = _opt("", "lustre: MDT whose changelog is read (e.g. scratch-MDT0000)")
     changelog_user: str = _opt("", "lustre: changelog user registered for the daemon (e.g. cl1)")
-    hybrid: bool = _opt(False, "hybrid replicas (seed 002 section 5): a replica is laid out for "
+    hybrid: bool = _opt(False, "hybrid replicas (the layout paper's §5): a replica is laid out for "
                         "the requests its file's recorded workload (#STAGEIN -layout auto) has "
                         "that the primary's layout serves worst; the mount reads each request "
                         "from the mirror the layout model finds cheapest")
@@ -410,7 +410,7 @@ class MountConfig:
 
 @record(frozen=True)
 class QosConfig:
-    admission: str = _opt("off", "read QoS on the scratch mount (seed 001): 'deterministic' "
+    admission: str = _opt("off", "read QoS on the scratch mount (the flash QoS paper): 'deterministic' "
                           "admits at most (c-1)M^2 + cM stripe pieces per interval, "
                           "'statistical' more while the risk stays below qos.epsilon, 'off' "
                           "none", choices=("off", "deterministic", "statistical"))
@@ -429,7 +429,7 @@ class QosConfig:
     retrieval: str = _opt("online", "'online': an admitted request is read at once, its "
                           "pieces given copies with those admitted within qos.batch (faster, "
                           "the M-access guarantee not kept when a full interval's requests "
-                          "arrive spread out); 'interval': the seed's design-theoretic "
+                          "arrive spread out); 'interval': the flash QoS paper's design-theoretic "
                           "retrieval, the requests admitted in an interval given copies "
                           "together and read at the start of the next one (the guarantee "
                           "whatever the arrivals, up to T later)",
@@ -450,7 +450,7 @@ class TieringConfig:
                             minimum=0, exclusive_minimum=True, maximum=365 * DAY)
     budget: int = _opt(8, "most replicas moved in one cycle", minimum=0, maximum=100000)
     upper_watermark: float = _opt(0.9, "share of a class's room tierd may fill; past it the "
-                                  "coldest replicas go down (seed 003's W_u)", minimum=0,
+                                  "coldest replicas go down (the SUORA paper's W_u)", minimum=0,
                                   exclusive_minimum=True, maximum=1)
     lower_watermark: float = _opt(0.8, "share of a class's room it sheds down to (W_l)",
                                   minimum=0, exclusive_minimum=True, maximum=1)
@@ -488,7 +488,7 @@ class StagingConfig:
 
 @record(frozen=True)
 class LayoutConfig:
-    # Defaults: seed 002 (Song et al., HPDC'11) Table 3, InfiniBand column, MB read as 10**6
+    # Defaults: the layout paper's Table 3, InfiniBand column, MB read as 10**6
     # bytes; `scratchkeeper layout calibrate DIR` measures them on the target store.
     connect_seconds: float = _opt(0.0002, "layout model e: seconds to establish one network "
                                   "connection", minimum=0, maximum=60)
@@ -508,7 +508,7 @@ class LayoutConfig:
     groups: int = _opt(0, "storage groups g of the 2-D layout (1..OST count); 0: every g that "
                        "divides the OST count is tried", minimum=0, maximum=4096)
     calibrated: str = _opt("", "when and how the values above were measured (written by "
-                           "`scratchkeeper layout calibrate`); empty: seed 002's values")
+                           "`scratchkeeper layout calibrate`); empty: the layout paper's values")
 
 
 @record(frozen=True)

@@ -2,7 +2,7 @@
 
 ``stage commit`` reads each staged file once and records its SHA-256 (the whole-file check, also
 an extended attribute) and, here in the state store, the CRC-32C (Castagnoli) of every ``block_size`` bytes.
-A patch (recovery, seed 004 4.6.3) then checks each block it fetched against the digest of the
+A patch (recovery, the thesis's §4.6.3) then checks each block it fetched against the digest of the
 bytes that were *staged*: that catches corruption in transit and a source that changed since
 stage-in, block by block, on the client, with no server-side hashing and no read-back of the
 rest of the file. CRC-32C is meant for accidental change, which is what it guards against here

@@ -1,7 +1,8 @@
-"""Layout advice: the seed-002 cost model of the 1-DV, 1-DH and 2-D layouts (``model``), the
-choice for a workload and its Lustre stripe settings (``advise``), workloads read from Darshan
-logs (``darshan``, needs PyDarshan) and the measurement of the model's constants
-(``calibrate``). Pure functions over dataclasses: the planner and the CLI call them."""
+"""Layout advice: the cost model of the layout paper (Song et al., HPDC'11) for the 1-DV, 1-DH
+and 2-D layouts (``model``), the choice for a workload and its Lustre stripe settings
+(``advise``), workloads read from Darshan logs (``darshan``, needs PyDarshan) and the
+measurement of the model's constants (``calibrate``). Pure functions over dataclasses: the
+planner and the CLI call them."""
 
 from .advise import (
                      AccessClass,

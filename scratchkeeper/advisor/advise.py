@@ -1,7 +1,7 @@
-"""Choose a layout for a workload by the seed-002 model and turn it into Lustre stripe settings.
+"""Choose a layout for a workload by the layout paper's model and turn it into Lustre stripe settings.
 
 :func:`advise` sums the Table 2 cost of every access class of the workload for each layout
-(seed section 4: the overall cost of an application is the sum over its requests), takes the
+(the layout paper's §4: the overall cost of an application is the sum over its requests), takes the
 cheapest, and applies the section-4 guidelines to get ``lfs setstripe -c N -S SIZE``:
 
 * 1-DV, one shared file: striped over all OSTs with the stripe size equal to the most common
@@ -11,7 +11,7 @@ cheapest, and applies the section-4 guidelines to get ``lfs setstripe -c N -S SI
   ``request size / n``.
 * 2-D, one shared file: all OSTs, stripe size ``g/n`` times the most common request size, so
   that one request covers ``n/g`` OSTs; a file per process: ``ceil(n/g)`` OSTs per file, with
-  the same stripe size (the seed names the count only; this size spreads a request over all of
+  the same stripe size (the paper names the count only; this size spreads a request over all of
   them).
 
 Lustre takes stripe sizes in multiples of 64 KiB; where the guideline asks for less (small

@@ -1,6 +1,6 @@
 """Measure the storage constants of the layout model (alpha, beta) with fio in a directory.
 
-Seed 002 (section 6.2) measured alpha and beta on one storage node with requests of several
+The layout paper (§6.2) measured alpha and beta on one storage node with requests of several
 sizes, random and sequential. Here one fio run (``O_DIRECT``, ``psync``, one job at a time, so
 each request waits for the storage) in the directory gives the mean latency of:
 

@@ -1,4 +1,4 @@
-"""Hybrid replicas (seed 002 section 5): a file's replica kept in another layout than its
+"""Hybrid replicas (the layout paper's §5): a file's replica kept in another layout than its
 primary, and the modelled cost of a request on a mirror of any stripe count and size.
 
 Section 5.1 defines the layouts of a shared file's replicas by their stripe size: a stripe as

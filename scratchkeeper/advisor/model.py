@@ -1,4 +1,4 @@
-"""The per-request cost model of seed 002 (Song et al., HPDC'11), Table 2.
+"""The per-request cost model of the layout paper (Song et al., HPDC'11), Table 2.
 
 One request of ``s`` bytes issued at once by each of ``p`` processes (``m`` per client node)
 against ``n`` storage targets (OSTs) costs ``T = Te + Tx + Ts + Trw``: connection
@@ -14,7 +14,7 @@ processes one target serves). Three layouts:
 The conditions are compared in integers (``m * ceil(n/g) <= ceil(p/g)`` rather than a float
 ratio), so a case on a boundary falls on the side the table puts it.
 
-One row differs from the seed's text as extracted: for 2-D with ``p > g`` and
+One row differs from the layout paper's text as extracted: for 2-D with ``p > g`` and
 ``m > ceil(p/g) / ceil(n/g)`` the text reads ``Te = m * ceil(p/g) * e``. We use
 ``m * ceil(n/g) * e`` (each of the node's ``m`` processes connects to the ``ceil(n/g)`` OSTs of
 its group), which is what the table's own ``p <= g`` row of 2-D gives, what 1-DH's ``m * n * e``
@@ -33,7 +33,7 @@ ONE_DV = "1-DV"
 ONE_DH = "1-DH"
 TWO_D = "2-D"
 #: Also the order a tie is broken in: a layout that loads clients and network less first
-#: (implication 4 of the seed: 1-DH can overwhelm clients).
+#: (implication 4 of the layout paper: 1-DH can overwhelm clients).
 LAYOUTS = (ONE_DV, TWO_D, ONE_DH)
 
 READ = "read"
@@ -41,13 +41,13 @@ WRITE = "write"
 SEQUENTIAL = "sequential"
 RANDOM = "random"
 
-#: Seed 002 Table 3, InfiniBand column (MB read as 10**6 bytes): the defaults of ``[layout]``.
-PAPER_SOURCE = "seed 002 Table 3, InfiniBand column (PVFS2 2.8.1, 7200 rpm SATA disks, 2011)"
+#: The layout paper's Table 3, InfiniBand column (MB read as 10**6 bytes): the defaults of ``[layout]``.
+PAPER_SOURCE = "the layout paper's Table 3, InfiniBand column (PVFS2 2.8.1, 7200 rpm SATA disks, 2011)"
 
 
 @dataclass(frozen=True)
 class ModelParams:
-    """The platform constants of the model (seed 002 Table 1), in seconds and bytes.
+    """The platform constants of the model (the layout paper's Table 1), in seconds and bytes.
 
     ``e``: cost of establishing one network connection; ``v``: network seconds per byte;
     ``alpha_*``: start-up of one disk operation (random start-up is the larger: a seek);

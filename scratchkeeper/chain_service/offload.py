@@ -1,5 +1,5 @@
 """Offload at close (``#STAGEOUT -when close``): each result sent away as soon as it is closed
-after writing, while its job still runs (seed 004 section 4.9, future work there).
+after writing, while its job still runs (the thesis, §4.9, future work there).
 
 The scratch mount appends a CLOSE record to ``store_root/closes.log`` whenever a handle that
 created, truncated or wrote a file is released (as Lustre's changelog keeps CLOSE records; on

@@ -1,4 +1,4 @@
-"""``scratchkeeper layout``: the seed-002 layout advice (``advise``) and the measurement of the
+"""``scratchkeeper layout``: the layout paper's advice (``advise``) and the measurement of the
 model's constants (``calibrate``)."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from . import site_config
 def register(subparsers) -> None:
     parser = subparsers.add_parser(
         "layout", help="layout advice: which stripe layout a job's reads or writes need",
-        description="The seed-002 cost model of the 1-DV, 1-DH and 2-D layouts (docs/layout.rst).")
+        description="The layout paper's cost model of the 1-DV, 1-DH and 2-D layouts (docs/layout.rst).")
     commands = parser.add_subparsers(dest="layout_command", metavar="ACTION")
     commands.required = True
 
@@ -237,7 +237,7 @@ def _as_text(advice, workload, log, osts_from) -> str:
     lines.append("")
     lines.append(f"choice: {advice.reason}")
     lines.append(f"stripe count {advice.stripe_count}, stripe size "
-                 f"{format_size(advice.stripe_size)} (seed 002 section 4, "
+                 f"{format_size(advice.stripe_size)} (the layout paper's §4, "
                  f"{'one shared file' if advice.shared_file else 'a file per process'})")
     lines.extend(f"note: {note}" for note in advice.notes)
     lines.append(advice.command)

@@ -1,4 +1,4 @@
-"""``scratchkeeper replay``, ``sweep`` and ``report``: the dry-run trace replay of seed 004 section 4.7."""
+"""``scratchkeeper replay``, ``sweep`` and ``report``: the dry-run trace replay of the thesis's §4.7."""
 
 from __future__ import annotations
 
@@ -67,7 +67,7 @@ def register(subparsers) -> None:
     replay = subparsers.add_parser(
         "replay", help="replay a job trace (and a failure trace) through the scheduler model",
         description="Replay a job trace through FCFS/EASY scheduling with OST failures, "
-                    "recovery policies and temporal replication (seed 004 section 4.7).")
+                    "recovery policies and temporal replication (the thesis, §4.7).")
     replay.add_argument("trace", help="job trace: SWF (.swf[.gz]), LANL job log, or site CSV (.csv)")
     replay.add_argument("--format", dest="trace_format", default="auto",
                         choices=("auto", "swf", "lanl-jobs", "site-csv"))
@@ -75,7 +75,7 @@ def register(subparsers) -> None:
                         help="LANL failure CSV (LA-UR-05-7318); without it no OST fails")
     replay.add_argument("--failure-mode", default="extrapolated", choices=("extrapolated", "replayed"),
                         help="extrapolated: the trace's node failure rate and repair times per OST "
-                             "(as the seed); replayed: node N fails as OST N %% ost-count")
+                             "(as the thesis did); replayed: node N fails as OST N %% ost-count")
     replay.add_argument("--failure-system", type=int, default=20,
                         help="LANL system whose failures are used (default 20)")
     replay.add_argument("--policy", nargs="+", default=["none"],
@@ -95,10 +95,11 @@ def register(subparsers) -> None:
                         help="stripe size (e.g. 1M); config: storage.stripe_size")
     replay.add_argument("--ost-count", type=int, default=64, help="OSTs of the file system (64)")
     replay.add_argument("--load-factor", type=_positive_finite, default=1.0,
-                        help="> 1 shortens the gaps between submissions (seed fig. 4.6)")
+                        help="> 1 shortens the gaps between submissions (the thesis's fig. 4.6)")
     replay.add_argument("--schedule", default="model", choices=("model", "recorded"),
                         help="model: replay FCFS/EASY; recorded: the dispatch times the trace "
-                             "records (replication analysis only, policy ideal, as seed 4.7.3)")
+                             "records (replication analysis only, policy ideal, as in "
+                             "the thesis's §4.7.3)")
     replay.add_argument("--no-backfill", dest="backfill", action="store_false",
                         help="plain FCFS instead of FCFS with EASY backfilling")
     replay.add_argument("--procs-per-node", type=int, default=1,
@@ -145,8 +146,8 @@ def register(subparsers) -> None:
     sweep.set_defaults(func=_sweep)
 
     report = subparsers.add_parser(
-        "report", help="PNG plots and a table beside the seed's numbers from sweep results",
-        description="Draw the shapes of seed 004 figures 4.5-4.12 from a results.csv.")
+        "report", help="PNG plots and a table beside the thesis's numbers from sweep results",
+        description="Draw the shapes of the thesis's figures 4.5-4.12 from a results.csv.")
     report.add_argument("results", nargs="+",
                         help="results.csv written by scratchkeeper sweep (several are merged)")
     report.add_argument("--output",

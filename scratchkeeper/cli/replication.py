@@ -21,7 +21,7 @@ def register(subparsers) -> None:
     daemon = subparsers.add_parser(
         "replicad", help="run the replication daemon (temporal replicas of jobs near dispatch)",
         description="Replicate the inputs of jobs near dispatch and drop the replicas when the "
-                    "jobs have read them or ended (seed 004, 4.5).")
+                    "jobs have read them or ended (the thesis, §4.5).")
     add_loop_arguments(daemon, "replication", "reconcile, run one cycle, exit")
     daemon.set_defaults(func=_replicad)
 

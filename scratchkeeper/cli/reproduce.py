@@ -10,10 +10,10 @@ import time
 def register(subparsers) -> None:
     reproduce = subparsers.add_parser(
         "reproduce", help="run every replay sweep behind the committed figures and write "
-                          "reproduction.rst (seed 004 section 4.7, claim by claim)",
-        description="Measure the load factors that give seed 004's conditions, run every "
+                          "reproduction.rst (the thesis's §4.7, claim by claim)",
+        description="Measure the load factors that give the thesis's conditions, run every "
                     "sweep, draw the figures and write OUTPUT/reproduction.rst: each "
-                    "quantitative claim of seed 004 section 4.7, the seed's value, ours under "
+                    "quantitative claim of the thesis's §4.7, the thesis's value, ours under "
                     "the closest conditions, and whether the shape matches.")
     reproduce.add_argument("--output", required=True,
                            help="folder of the figures, results-*.csv, sweeps/ and the report")

@@ -1,4 +1,5 @@
-"""``scratchkeeper solve``: choose the replica of every bucket of one request (seed 000 §2.3)."""
+"""``scratchkeeper solve``: choose the replica of every bucket of one request (the
+replica-selection paper, §2.3)."""
 
 from __future__ import annotations
 

@@ -118,7 +118,7 @@ def _add_store_actions(commands) -> None:
     gc.set_defaults(func=_gc)
 
     replicate = commands.add_parser(
-        "replicate", help="give a plain file its copies by a read-QoS scheme (seed 001): "
+        "replicate", help="give a plain file its copies by a read-QoS scheme (the flash QoS paper): "
                           "design-theoretic, RAID-1 mirrored or chained",
         description="Add the c - 1 mirrors of a plain striped file so that stripe k's copies "
                     "are the devices of one bucket of the scheme (docs/qos.rst).")

@@ -17,7 +17,7 @@ def register(subparsers) -> None:
         "tierd", help="move hot files' replicas to faster pools and cold ones back",
         description="Count the reads the scratch mount records and give files read often a "
                     "replica in a faster performance class (storage.pool_tiers), taken away "
-                    "when they cool down (seed 003, Algorithms 2 and 3; docs/tiering.rst).")
+                    "when they cool down (the SUORA paper, Algorithms 2 and 3; docs/tiering.rst).")
     add_loop_arguments(daemon, "tiering", "run one cycle and exit")
     daemon.set_defaults(func=_tierd)
 

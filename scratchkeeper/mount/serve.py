@@ -242,7 +242,7 @@ def qos_settings(config: SiteConfig) -> tuple | None:
 
 
 def model_constants(config: SiteConfig) -> tuple[float, ...]:
-    """The seed-002 model's constants for the mount's choice of a hybrid file's mirror
+    """The layout paper's model constants for the mount's choice of a hybrid file's mirror
     (e, v, alpha sequential, alpha random, beta read, beta write; ``[layout]``)."""
     from ..advisor import params_from_config
 

@@ -1,4 +1,5 @@
-"""Where objects go: SUORA placement over performance tiers and its hotness table (seed 003).
+"""Where objects go: SUORA placement over performance tiers and its hotness table (the SUORA
+paper, Zhou et al., 2022).
 
 :mod:`.suora` maps an object id to targets (Algorithms 1 and 3), :mod:`.hotness` counts reads
 and decides which replicas move up to a faster bucket or down to a slower one (section 3.3,

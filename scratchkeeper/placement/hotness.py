@@ -1,4 +1,4 @@
-"""SUORA's hotness table (seed 003, section 3.3) and the moves it decides (Algorithms 2 and 3).
+"""SUORA's hotness table (the SUORA paper, §3.3) and the moves it decides (Algorithms 2 and 3).
 
 :class:`ReadCounters` is the multi-hash counter table: an object's reads increment the counter at
 each of its ``hashes`` positions, and its hotness is the smallest of them (all counters must

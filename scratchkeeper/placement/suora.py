@@ -1,4 +1,4 @@
-"""SUORA placement (seed 003, section 3, Algorithms 1 and 3): buckets, segments, the sequence R.
+"""SUORA placement (the SUORA paper, §3, Algorithms 1 and 3): buckets, segments, the sequence R.
 
 A :class:`PlacementMap` holds buckets of one performance class each, slowest first. Every
 target of a bucket owns segments on the bucket's number line: ``capacity / unit`` (eq. 1) split
@@ -25,7 +25,7 @@ from functools import cached_property
 
 from ..errors import PlacementError, PlacementInputError
 
-#: the first range of R is [0, 1), doubled per level (seed 003 starts at [0, 16); from 1 a bucket
+#: the first range of R is [0, 1), doubled per level (the SUORA paper starts at [0, 16); from 1 a bucket
 #: of fewer than 16 slots does not miss most draws, and from 16 slots on the ranges are the same)
 BASE_RANGE = 1.0
 #: numbers drawn in one bucket before a deterministic slot scan takes over (native/suora.h)

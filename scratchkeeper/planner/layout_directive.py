@@ -4,7 +4,7 @@ Directives (docs/directives.rst): ``-layout auto|1dv|1dh|2d``, ``-stripe-count N
 ``-stripe-size SIZE`` and, for ``auto``, the workload: ``-procs P``, ``-per-node M``,
 ``-request-size S``, ``-pattern seq|random``, ``-shared``/``-per-process`` or ``-darshan LOG``.
 :func:`set_layout_option` checks one option as it is parsed; :func:`decide_layout` turns them,
-once per plan, into a :class:`LayoutDecision`: the seed-002 model's choice for ``auto``
+once per plan, into a :class:`LayoutDecision`: the choice of the layout paper's model for ``auto``
 (``scratchkeeper.advisor.advise``), the section-4 stripe settings of a named layout, with an
 explicit ``-stripe-count``/``-stripe-size`` winning over both.
 """
@@ -212,8 +212,8 @@ def decide_layout(options: LayoutOptions, lines: dict[str, int], compute_job: di
         count, size, notes = stripe_settings(layout, request_size, osts, shared, groups)
         from ..advisor import format_size
 
-        reason = (f"{layout} as the script asks (-layout {options.layout}), section 4 of seed "
-                  f"002 for {'one shared file' if shared else 'a file per process'} read in "
+        reason = (f"{layout} as the script asks (-layout {options.layout}), the layout paper's §4 "
+                  f"for {'one shared file' if shared else 'a file per process'} read in "
                   f"{format_size(request_size)} requests on {osts} OSTs"
                   + (f" in {groups} groups" if groups else ""))
         decision = LayoutDecision(layout, count, size, reason, "named", notes=notes)

@@ -1,4 +1,4 @@
-"""Recovery metadata from literal transfer commands (seed 004, section 4.6.1).
+"""Recovery metadata from literal transfer commands (the thesis, §4.6.1).
 
 Users already write ``globus-url-copy``, ``scp``, ``cp``, ``rsync``, ``hsi get``, ``curl`` and
 ``wget`` commands; :func:`extract_transfers` reads which remote source each staged file came

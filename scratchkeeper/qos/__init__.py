@@ -1,4 +1,5 @@
-"""Read QoS: design-theoretic replica placement, admission per interval and retrieval (seed 001).
+"""Read QoS: design-theoretic replica placement, admission per interval and retrieval (the flash
+QoS paper, Altıparmak and Tosun).
 
 designs (checked (N, c, 1) block designs) -> placement (bucket -> copies' devices, data block ->
 bucket) -> retrieval (which copy to read: per interval, online, optimal via the solver) and

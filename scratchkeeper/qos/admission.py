@@ -1,4 +1,4 @@
-"""Admission control per interval T (seed 001, sections III.A and III.B).
+"""Admission control per interval T (the flash QoS paper, §III.A and §III.B).
 
 Time is cut into intervals of length T; a guarantee of M accesses per interval means every
 admitted request is read within M service times of the interval's start. Two policies decide

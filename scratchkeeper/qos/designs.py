@@ -1,4 +1,4 @@
-"""(N, c, 1) block designs for design-theoretic replica placement (seed 001, section II.B).
+"""(N, c, 1) block designs for design-theoretic replica placement (the flash QoS paper, §II.B).
 
 A design on ``devices`` points (numbered 0..N-1) is a list of blocks of ``copies`` devices such
 that every pair of devices lies in exactly one block. A bucket placed on a block keeps its c

@@ -1,6 +1,6 @@
 """Frequent itemset mining: put data blocks read together on different design blocks.
 
-Seed 001, section IV.A: an allocation has few buckets (36 for (9,3,1) with rotations) and a
+The flash QoS paper, §IV.A: an allocation has few buckets (36 for (9,3,1) with rotations) and a
 store has many data blocks, so data blocks share buckets. Blocks requested within the same
 window T that share a bucket, or buckets with a device in common, are read one after another;
 mining the pairs of blocks requested together (Apriori, itemsets of size 2) and placing each

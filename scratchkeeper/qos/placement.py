@@ -1,7 +1,7 @@
 """Replica placement of buckets on devices: design-theoretic declustering and the RAID-1 peers.
 
 An :class:`Allocation` says, for each bucket (a stripe object or a group of them), on which
-devices its c copies live, first copy first. Three schemes, as in seed 001's Figure 7:
+devices its c copies live, first copy first. Three schemes, as in the flash QoS paper's Figure 7:
 
 * :func:`design_allocation`: bucket -> a rotated block of an (N, c, 1) design;
 * :func:`mirrored_allocation`: RAID-1 mirrored, the devices in groups of c that hold the same

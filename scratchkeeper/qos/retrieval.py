@@ -1,6 +1,6 @@
 """Which copy of each requested bucket to read: per interval, online, and optimal.
 
-* :func:`design_theoretic_retrieval` (seed 001, section III.C): the requests of one interval,
+* :func:`design_theoretic_retrieval` (the flash QoS paper, §III.C): the requests of one interval,
   all present at its start; each bucket first goes to its first copy, and when a device would
   need more accesses than ``ceil(b/N)`` the excess is remapped to other copies. Remapping follows
   alternating paths (move a bucket to another of its copies, which may move another, ...), so
@@ -10,7 +10,7 @@
   served; one request goes to the copy whose device finishes earliest (an idle one if any),
   requests arriving at the same instant are placed together with the solver so their batch
   ends as early as the devices' backlogs allow.
-* :func:`optimal_retrieval`: scratchkeeper.solver.select_replicas (max-flow, seed 000), the
+* :func:`optimal_retrieval`: scratchkeeper.solver.select_replicas (max-flow, the replica-selection paper), the
   optimum for devices with their own service time and backlog, the reference for both above.
 """
 
@@ -121,7 +121,8 @@ def _alternating_path(bucket: int, replicas: Sequence[Sequence[int]], chosen: li
 def optimal_retrieval(replicas: Sequence[Sequence[int]], devices: int,
                       service_time: float | Sequence[float] = 1.0,
                       backlog: Sequence[float] | None = None) -> tuple[Retrieval, float]:
-    """The optimal choice by the solver (seed 000): least time until the last bucket is read.
+    """The optimal choice by the solver (the replica-selection paper): least time until the last
+    bucket is read.
 
     ``service_time`` per bucket (one value or one per device) and ``backlog``, the time each
     device is still busy, are the solver's cost and initial load. Returns the retrieval and

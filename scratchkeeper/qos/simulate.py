@@ -1,6 +1,6 @@
 """Replay block requests on simulated devices: fixed service time per bucket, one queue each.
 
-This is the simulation behind benchmarks/qos (seed 001, section V, without DiskSim): a device
+This is the simulation behind benchmarks/qos (the flash QoS paper, §V, without DiskSim): a device
 reads one bucket at a time in ``service_time``; requests wait in its queue first come first
 served. Every function returns one :class:`Outcome` per request, in the order given.
 
@@ -8,7 +8,7 @@ served. Every function returns one :class:`Outcome` per request, in the order gi
   trace's striping puts it on;
 * :func:`replay_online`: admission per interval, then online retrieval as requests arrive;
 * :func:`replay_interval`: admission per interval, requests of an interval retrieved together at
-  the start of the next one by design-theoretic retrieval (seed 001's interval model);
+  the start of the next one by design-theoretic retrieval (the flash QoS paper's interval model);
 * :func:`run_intervals`: synthetic workloads, a set of buckets at the start of every interval,
   with the retrieval given (design-theoretic, per-request shortest queue, or the optimum).
 """

@@ -1,4 +1,4 @@
-"""The recovery service (seed 004, 4.6): find the bytes a file lost on failed OSTs and patch
+"""The recovery service (the thesis, §4.6): find the bytes a file lost on failed OSTs and patch
 exactly those ranges back from the file's remote source, on substitute OSTs.
 
 Data flows one way: failure -> lost ranges (:mod:`.reconstruct`) -> patch plan

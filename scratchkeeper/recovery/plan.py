@@ -1,4 +1,5 @@
-"""Which source serves which chunk of the lost ranges: the patch plan (seed 000 solver).
+"""Which source serves which chunk of the lost ranges: the patch plan (the
+replica-selection paper's solver).
 
 Lost ranges are cut into chunks (at most ``recovery.chunk_size``, never across a stripe
 boundary, so a chunk lands in one substitute object). Each chunk is a bucket of the

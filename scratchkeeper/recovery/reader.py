@@ -1,4 +1,4 @@
-"""A reader that, on an I/O error, reports the failed OST and waits for the patch (seed 004, 4.6.2).
+"""A reader that, on an I/O error, reports the failed OST and waits for the patch (the thesis, §4.6.2).
 
 ``scratchkeeper read`` uses it; programs can too::
 

@@ -1,4 +1,4 @@
-"""Reconstruction of one file (seed 004, 4.6.3): lost ranges -> plan -> ranged patches -> switch.
+"""Reconstruction of one file (the thesis, §4.6.3): lost ranges -> plan -> ranged patches -> switch.
 
 1. Probe the OSTs (one timeout for all) and find the file's failed ones.
 2. The lost ranges follow from stripe size, stripe count, each failed OST's position in the
@@ -820,7 +820,7 @@ def _common_candidates(patch_plan: planning.PatchPlan, pending: list[Extent]) ->
 
 
 def lost_ranges(stripe_size: int, stripe_count: int, position: int, file_size: int) -> list[Extent]:
-    """The seed's formula on its own: bytes stripe ``position`` holds in a plain RAID-0 file."""
+    """The thesis's formula on its own: bytes stripe ``position`` holds in a plain RAID-0 file."""
     if not 0 <= position < stripe_count:
         raise InputError(f"stripe position {position} outside 0..{stripe_count - 1}")
     round_size = stripe_size * stripe_count

@@ -1,4 +1,4 @@
-"""File-close events for eager replica removal (seed 004, 4.5.3).
+"""File-close events for eager replica removal (the thesis, §4.5.3).
 
 Local striped store: a file's data lives in one object per stripe under ``store_root/ostNNNN``,
 and the scratchkeeper reader (``store cat``/``get``, ``open_reader``) opens and closes the

@@ -1,4 +1,4 @@
-"""``scratchkeeper replicad``: the head-node replication daemon (seed 004, 4.5.4).
+"""``scratchkeeper replicad``: the head-node replication daemon (the thesis, §4.5.4).
 
 Each cycle: one batched queue query (``Scheduler.snapshot``), the jobs with claims that left the
 queue confirmed through accounting (``Scheduler.lookup``), the known inputs from the planner,

@@ -1,4 +1,4 @@
-"""One decision cycle of the replication daemon, as a pure function (seed 004, 4.5.2-4.5.3).
+"""One decision cycle of the replication daemon, as a pure function (the thesis, §4.5.2-4.5.3).
 
 ``decide(CycleInput) -> Decisions``: a queue snapshot, the known inputs of the jobs, the claims
 (which job wants which file replicated) and the replicas that exist go in; the claims to add and
@@ -10,8 +10,8 @@ A file has at most one replica whatever the number of jobs reading it; it is kep
 one claim on it is active. A claim is released when its job has closed the file (while running)
 or has ended (a confirmed end: in the snapshot with a final state, or through accounting); a
 claim of a job that vanished from the queue without a confirmed end is kept (``unconfirmed``).
-A job once targeted keeps its claim while it waits, even if the window moves past it: the seed's
-replicas are made once, not re-made as the queue reorders.
+A job once targeted keeps its claim while it waits, even if the window moves past it: the
+thesis's replicas are made once, not re-made as the queue reorders.
 """
 
 from __future__ import annotations

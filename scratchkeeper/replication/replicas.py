@@ -73,7 +73,7 @@ class ReplicaOperations:
     def replica_shape(self, path: str, layout: FileLayout) -> tuple[int | None, int]:
         """(stripe count, stripe size) of the replica: the primary's (count None: as wide as
         the primary), or with ``replication.hybrid`` the layout that serves the requests of the
-        file's recorded workload the primary serves worst (``advisor.hybrid``, seed 002 5.1)."""
+        file's recorded workload the primary serves worst (``advisor.hybrid``, the layout paper's §5.1)."""
         plain = (None, layout.stripe_size)
         if not self.config.replication.hybrid:
             return plain

@@ -1,4 +1,4 @@
-"""The replication window of seed 004, section 4.5.2, shared by the daemon and the simulator.
+"""The replication window of the thesis's §4.5.2, shared by the daemon and the simulator.
 
 The window is the smallest prefix of the queue, in the scheduler's priority order, whose
 requested nodes sum to at least ``max(R, alpha * S)``: R is the node count of the largest running

@@ -1,9 +1,10 @@
-"""Every quantitative claim of seed 004 section 4.7 beside this replay's value: ``reproduction.rst``.
+"""Every quantitative claim of the thesis's §4.7 beside this replay's value: ``reproduction.rst``.
 
-Each :class:`Claim` names the seed's value, the value measured under the closest conditions the
-data allow (which sweep, which load, which input model), whether the *shape* matches (a rule
-stated in the claim, applied to the numbers), and, where it does not, why. The values come from
-the ``results-*.csv`` files of :mod:`scratchkeeper.sim.reproduce`; nothing here is typed in.
+Each :class:`Claim` names the value in the thesis (Zhang, 2009), the value measured under the
+closest conditions the data allow (which sweep, which load, which input model), whether the
+*shape* matches (a rule stated in the claim, applied to the numbers), and, where it does not,
+why. The values come from the ``results-*.csv`` files of :mod:`scratchkeeper.sim.reproduce`;
+nothing here is typed in.
 """
 
 from __future__ import annotations
@@ -174,7 +175,7 @@ def _pre_execution_claims(res: Results, load_of: Callable[[str], str],
         f"{fmt(res.value(low, 'kills', policy='pre-execution'))} kills for "
         f"{fmt(res.value(low, 'affected_jobs', policy='pre-execution'))} affected jobs per "
         "run), whose wait then includes their lost run and a second turn in the queue; the "
-        "seed's 'tens of seconds' is the patch alone, which only queued jobs get, and the seed "
+        "thesis's 'tens of seconds' is the patch alone, which only queued jobs get, and the thesis "
         "itself calls its affected jobs' short waits a property of its traces"))
     pre_aff = res.values(low, "affected_wait_mean", "stripe_count", policy="pre-execution")
     pre_aff = {k: v for k, v in pre_aff.items() if k >= 4}
@@ -189,15 +190,15 @@ def _pre_execution_claims(res: Results, load_of: Callable[[str], str],
         _verdict(None if rises is None else rises and bool(_rises(pre_sd)), rises),
         "" if rises and _rises(pre_sd) else
         "more affected jobs at a wider stripe are mostly *queued* ones (patched before they "
-        "start), which pulls the mean down; the seed saw running jobs dominate"))
+        "start), which pulls the mean down; the thesis saw running jobs dominate"))
     every35 = res.value(low, "filtered_wait_mean", policy="pre-execution")
     shorter = None if math.isnan(pre35) else pre35 < every35
     claims.append(Claim(
-        "4.7.2", "fig. 4.5: the affected jobs wait much less than all jobs (the seed calls this "
+        "4.7.2", "fig. 4.5: the affected jobs wait much less than all jobs (the thesis calls this "
                  "an artefact of its failure and job logs)", "affected << all",
         f"affected {fmt(pre35)} s vs all {fmt(every35)} s", f"RICC, {load_of(low)}, "
         "pre-execution recovery", _verdict(shorter),
-        "" if shorter else "expected: as the seed says, an affected job waits at least as long "
+        "" if shorter else "expected: as the thesis says, an affected job waits at least as long "
                            "as any job plus its recovery; the independent failure model here "
                            "has no link between failures and quiet periods of the job log"))
     return claims
@@ -221,7 +222,7 @@ def _on_the_fly_claims(res: Results, load_of: Callable[[str], str], high: str) -
             "" if lo <= 0.5 and hi <= 5 else
             "the share is the jobs with input on a failed OST while it is down: RICC keeps many "
             "more jobs queued at once than LANL system 20 (RICC's jobs are small and many), and "
-            "the seed's OST count is not given (64 here)"))
+            "the thesis's OST count is not given (64 here)"))
     none70 = res.values(high, "affected_wait_mean", "stripe_count", policy="none")
     otf70 = res.values(high, "affected_wait_mean", "stripe_count", policy="on-the-fly")
     n70, o70 = mean(none70.values()), mean(otf70.values())
@@ -236,7 +237,7 @@ def _on_the_fly_claims(res: Results, load_of: Callable[[str], str], high: str) -
         f"{fmt(res.value(high, 'filtered_wait_mean', policy='on-the-fly'))} s): at this load "
         f"RICC's queue holds {fmt(res.value(high, 'queue_length_mean', policy='ideal'))} jobs "
         "on average (many small jobs), so the queue wait every job has dominates; recovery "
-        "removes the requeue, not the queue; the seed's 'thousands' means a shorter queue"))
+        "removes the requeue, not the queue; the thesis's 'thousands' means a shorter queue"))
     falling = _rises(otf70)
     claims.append(Claim(
         "4.7.4", "figs. 4.11, 4.12: with on-the-fly recovery the affected jobs' mean wait falls "
@@ -254,18 +255,18 @@ def _on_the_fly_claims(res: Results, load_of: Callable[[str], str], high: str) -
         f"{pct(u_none)} / {pct(u_otf)}", f"RICC, {load_of(high)} (mean over stripe counts)",
         _verdict(small and u_otf >= u_none, small),
         "" if small and u_otf >= u_none else
-        ("the difference is as small as the seed's, but of the other sign: " if small else "")
+        ("the difference is as small as the thesis's, but of the other sign: " if small else "")
         + "without recovery a killed job's lost run is run again, which the utilisation "
-        "counts as work (the seed's 0.04 points are recovery work)"))
+        "counts as work (the thesis's 0.04 points are recovery work)"))
     return claims
 
 
 def _why_not_ideal(policy: str) -> str:
     if policy == "pre-execution":
         return ("pre-execution recovery patches queued jobs only: an affected running job is "
-                "still killed and requeued at the tail (the seed's 4.7.2 too: 'they will be "
+                "still killed and requeued at the tail (the thesis's §4.7.2 too: 'they will be "
                 "rescheduled'), and the kills are as many as without recovery, so the curve "
-                "keeps most of the rise; the seed's curve on the ideal one means its affected "
+                "keeps most of the rise; the thesis's curve on the ideal one means its affected "
                 "jobs were nearly all queued ones")
     return ("no run is lost (no kill, the utilisation is the ideal's) and a patch costs an "
             "affected job seconds, so the excess comes from how the schedule reacts to jobs "
@@ -306,7 +307,7 @@ def _load_claims(res: Results) -> list[Claim]:
         "" if grows else
         "the gap is not monotone (it is negative at some loads): one seed per load, and the "
         "jobs the failures hit change with the load, so the gap is as noisy as it is large; "
-        "the seed's smooth rise would need several seeds per point here"))
+        "the thesis's smooth rise would need several seeds per point here"))
     pre = res.values(sweep, "affected_wait_mean", "load_factor", policy="pre-execution")
     none = res.values(sweep, "affected_wait_mean", "load_factor", policy="none")
     rises = _rises(pre)
@@ -323,7 +324,7 @@ def _load_claims(res: Results) -> list[Claim]:
 
 def replication_claims(res: Results) -> list[Claim]:
     """Section 4.7.3 (fig. 4.7 and 4.8). The closest conditions: the schedule the trace
-    records and the calibrated peak-memory inputs, as the seed replayed Jaguar's log."""
+    records and the calibrated peak-memory inputs, as the thesis replayed Jaguar's log."""
     return _at_risk_claims(res) + _space_claims(res) + _queue_claims(res)
 
 
@@ -518,7 +519,7 @@ def write_reproduction(outcome) -> str:
     claims = all_claims(outcome.results, load_of)
     task_seconds = sum(v for k, v in outcome.timings.items() if not k.startswith("calibration"))
     calibration_seconds = sum(s.seconds for s in searches.values())
-    title = "Seed 004 section 4.7, reproduced" + (" (quick: shipped excerpt)" if setup.quick else "")
+    title = "The thesis's §4.7, reproduced" + (" (quick: shipped excerpt)" if setup.quick else "")
     lines = [title, "=" * len(title), "",
              "Written by ``scratchkeeper reproduce`` (``make reproduce``). Job trace "
              f"``{os.path.basename(setup.trace)}``, failures ``{os.path.basename(setup.failures)}``"
@@ -538,13 +539,13 @@ def write_reproduction(outcome) -> str:
     rows = [[name, f"{s.target:g}", f"{s.load_factor:.4g}", f"{s.value:.2f}",
              ", ".join(f"{x:.3g} -> {y:.3g}" for x, y in s.probes)]
             for name, s in searches.items()]
-    lines += _list_table(["target", "seed's value", "load factor", "measured", "probes"], rows,
+    lines += _list_table(["target", "the thesis's value", "load factor", "measured", "probes"], rows,
                          "20 10 12 10 48")
     lines += ["Claims", "------", "",
               "*shape* applies the claim's own test to our numbers (a rise, a gap, a bound); "
               "*why* says what differs in the conditions when it fails.", ""]
     rows = [[c.section, c.claim, c.thesis, c.ours, c.conditions, c.shape, c.why] for c in claims]
-    lines += _list_table(["seed", "claim", "seed 004", "this replay", "conditions", "shape",
+    lines += _list_table(["§", "claim", "the thesis", "this replay", "conditions", "shape",
                           "why it differs"], rows, "6 22 12 22 14 6 18")
     differing = [c for c in claims if c.shape != YES]
     lines += ["Claims that still differ", "------------------------", ""]

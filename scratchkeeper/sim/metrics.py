@@ -1,6 +1,6 @@
-"""Wait-time statistics across runs, filtered the way seed 004 section 4.7 did.
+"""Wait-time statistics across runs, filtered the way the thesis's §4.7 did.
 
-Job wait times are bimodal (many zero waits, a few very long ones), so the seed left out the
+Job wait times are bimodal (many zero waits, a few very long ones), so the thesis left out the
 jobs that waited zero seconds *under every configuration* before taking mean and SD of all
 jobs. That needs every run of a comparison at once: it is done here, over runs that replayed
 the same jobs (same :meth:`ReplayConfig.workload_key`).

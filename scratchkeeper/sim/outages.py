@@ -2,7 +2,7 @@
 
 ``replayed``: each failure record hits OST ``node % ost_count`` at the same offset from the
 start of the failure trace as from the start of the job trace (the failure trace repeats when
-the job trace is longer). ``extrapolated`` (what seed 004 section 4.7.2 did): the trace gives the
+the job trace is longer). ``extrapolated`` (what the thesis's §4.7.2 did): the trace gives the
 failure rate of one node and the repair times; each OST fails as a Poisson process with that
 rate and is down for a repair time drawn from the trace's own repair times.
 """
@@ -120,7 +120,7 @@ def replayed_outages(records: list[FailureRecord], ost_count: int, horizon: floa
 
 def extrapolated_outages(stats: FailureStats, ost_count: int, horizon: float,
                          seed: int = 1) -> list[OstOutage]:
-    """Each OST fails as a Poisson process at the node failure rate (seed 004 section 4.7.2)."""
+    """Each OST fails as a Poisson process at the node failure rate (the thesis, §4.7.2)."""
     rng = random.Random(seed)
     repairs = [s for s in stats.repair_seconds if s > 0] or [0.0]
     outages = []

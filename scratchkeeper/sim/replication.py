@@ -1,4 +1,4 @@
-"""Temporal replication replayed over a finished schedule (seed 004 sections 4.5.2 and 4.7.3).
+"""Temporal replication replayed over a finished schedule (the thesis, §4.5.2 and §4.7.3).
 
 The decisions are those of the replication daemon: after every instant of the schedule the
 window of :mod:`scratchkeeper.replication.window` is evaluated on the queue as it stands, and the
@@ -31,7 +31,7 @@ class ReplicationParams:
     strategy: str = "shortcut"
     alpha: float = 0.5
     threshold: float = 0.1
-    copy_bandwidth: float = 250e6       # bytes/s of one replica copy (seed: cp on Jaguar)
+    copy_bandwidth: float = 250e6       # bytes/s of one replica copy (the thesis: cp on Jaguar)
     scratch_bytes: float = 1e15
     samples: int = 300
 

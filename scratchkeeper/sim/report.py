@@ -1,4 +1,4 @@
-"""Plots with the shapes of seed 004 figures 4.5-4.12 and a table beside the seed's numbers.
+"""Plots with the shapes of the thesis's figures 4.5-4.12 and a table beside its numbers.
 
 Input is a sweep's ``results.csv``. A figure is drawn when the results vary its x axis:
 jobs at risk and replica space vs alpha per strategy (fig. 4.7), wait mean/SD vs stripe count
@@ -24,7 +24,7 @@ POLICY_LABELS = {"ideal": "ideal (no failure)", "none": "without recovery",
 POLICY_COLORS = {"ideal": "black", "none": "tab:red", "pre-execution": "tab:orange",
                  "on-the-fly": "tab:green"}
 
-#: What seed 004 section 4.7 reports, for the table beside ours.
+#: What the thesis's §4.7 reports, for the table beside ours.
 SEED_NUMBERS = [
     ("affected_pct", "jobs affected by failures, stripe count 2 -> 32 (%)", "0.14 -> 2.09 (4.7.4)"),
     ("utilisation_pct", "utilisation without / with recovery (%)", "70.50 / 70.54 (4.7.4)"),
@@ -129,7 +129,7 @@ def _pyplot():
 
 
 INPUT_LABELS = {"requested-memory": "input = requested memory",
-                "peak-memory": "input = peak memory (calibrated, seed 4.5.1)"}
+                "peak-memory": "input = peak memory (calibrated, the thesis's §4.5.1)"}
 
 
 def conditions(rows: list[Row], *, load: bool = True, inputs: bool = True) -> str:
@@ -303,7 +303,7 @@ def plot_waits(rows: list[Row], x_key: str, x_label: str, name: str, output: str
 
 
 def summary_table(rows: list[Row]) -> list[tuple[str, str, str]]:
-    """(metric, ours, seed 004) for what the seed reports; ours is '-' where the sweep lacks it."""
+    """(metric, ours, the thesis's) for what the thesis reports; ours is '-' where the sweep lacks it."""
     def pick(**match):
         return [r for r in rows if all(r.text(k) == v for k, v in match.items())]
 
@@ -365,7 +365,7 @@ def _avg(rows: list[Row], key: str) -> float:
 def write_table(rows: list[Row], path: str) -> str:
     """The summary table as reStructuredText (a grid table readable as plain text too)."""
     table = summary_table(rows)
-    header = ("metric", "this replay", "seed 004 section 4.7")
+    header = ("metric", "this replay", "the thesis's §4.7")
     widths = [max(len(str(c)) for c in column) for column in zip(header, *table)]
     rule = "+" + "+".join("-" * (w + 2) for w in widths) + "+"
     head_rule = rule.replace("-", "=")

@@ -1,8 +1,8 @@
-"""Every sweep behind the committed replay figures, under the closest conditions to seed 004's.
+"""Every sweep behind the committed replay figures, under the closest conditions to the thesis's.
 
 One call does what ``docs/benchmarks/replay/`` shows: it *measures* the load factors that give
-the seed's conditions (35 % and 70 % utilisation for the recovery results of sections 4.7.2 and
-4.7.4; average queue lengths 1.5, 27.5 and 45.5 for figure 4.8), writes the sweep files with
+the thesis's conditions (35 % and 70 % utilisation for the recovery results of §4.7.2 and
+§4.7.4; average queue lengths 1.5, 27.5 and 45.5 for figure 4.8), writes the sweep files with
 them, runs every task of every sweep on a pool of local processes, merges each sweep's
 ``results.csv``, draws the figures and writes ``reproduction.rst`` (see
 :mod:`scratchkeeper.sim.claims`). Finished task results of the same settings are reused, so a
@@ -24,7 +24,7 @@ from ..inputfiles import read_text
 from . import DATA_DIR, sweep
 from .run import ReplayConfig, run_replay
 
-#: Seed 004: LANL system 20 ran at 35 % (4.7.2) and 70.5 % (4.7.4) utilisation; Jaguar's
+#: The thesis: LANL system 20 ran at 35 % (§4.7.2) and 70.5 % (§4.7.4) utilisation; Jaguar's
 #: average queue length in August 2005, 2006 and 2007 was 1.5, 27.5 and 45.5 (fig. 4.8).
 UTILISATION_TARGETS = (35.0, 70.0)
 QUEUE_TARGETS = (1.5, 27.5, 45.5)
@@ -229,16 +229,16 @@ def sweep_files(setup: Setup, searches: dict[str, Search], folder: str) -> dict[
                 "ost_count": setup.ost_count}
     files = {
         "replication": document(
-            "Seed 004 fig. 4.7 on the modelled schedule (EASY): jobs at risk and replica space\n"
+            "The thesis's fig. 4.7 on the modelled schedule (EASY): jobs at risk and replica space\n"
             "vs alpha per strategy, with the requested-memory and the peak-memory input model.",
             {"policy": "ideal", "ost_count": setup.ost_count}, replication_grids),
         "replication-recorded": document(
-            "Seed 004 fig. 4.7 as the seed did it (4.7.3): the queue replayed from the\n"
+            "The thesis's fig. 4.7 as the thesis did it (§4.7.3): the queue replayed from the\n"
             "submission and dispatch times the trace records.",
             {"policy": "ideal", "schedule": "recorded", "ost_count": setup.ost_count},
             replication_grids),
         "load": document(
-            "Seed 004 fig. 4.6 (section 4.7.2, pre-execution recovery): wait mean/SD as the\n"
+            "The thesis's fig. 4.6 (§4.7.2, pre-execution recovery): wait mean/SD as the\n"
             "submissions are spread or packed.",
             dict(recovery, stripe_count=4),
             [{"policy": ["ideal", "none", "pre-execution"],
@@ -249,7 +249,7 @@ def sweep_files(setup: Setup, searches: dict[str, Search], folder: str) -> dict[
     for target, policy in zip(UTILISATION_TARGETS, ("pre-execution", "on-the-fly")):
         search = searches[f"utilisation-{target:g}"]
         files[f"recovery-{target:g}"] = document(
-            f"Seed 004 {'fig. 4.5' if policy == 'pre-execution' else 'figs. 4.9-4.12'} at "
+            f"The thesis's {'fig. 4.5' if policy == 'pre-execution' else 'figs. 4.9-4.12'} at "
             f"{target:g} % utilisation (load factor measured by\nscratchkeeper reproduce: "
             f"{search.value:.2f} % at {search.load_factor:.6g}).",
             dict(recovery, load_factor=search.load_factor),
@@ -259,7 +259,7 @@ def sweep_files(setup: Setup, searches: dict[str, Search], folder: str) -> dict[
              "start_day": setup.month_start_day, "days": setup.month_days}
     factors = [searches[f"queue-{t:g}"].load_factor for t in QUEUE_TARGETS]
     files["queue-length"] = document(
-        "Seed 004 fig. 4.8: jobs at risk per strategy for one month at three loads, the load\n"
+        "The thesis's fig. 4.8: jobs at risk per strategy for one month at three loads, the load\n"
         "factors measured to give average queue lengths "
         + ", ".join(f"{t:g}" for t in QUEUE_TARGETS) + ".",
         month,

@@ -26,14 +26,14 @@ from .workload import Workload, WorkloadParams, build_workload, from_lanl, from_
 
 TRACE_FORMATS = ("auto", "swf", "lanl-jobs", "site-csv")
 FAILURE_MODES = ("extrapolated", "replayed")
-#: ``ideal`` is the run without any failure (the seed's reference curve).
+#: ``ideal`` is the run without any failure (the thesis's reference curve).
 RUN_POLICIES = ("ideal",) + POLICIES
 SCHEDULES = ("model", "recorded")
 
 
 @dataclass(frozen=True)
 class ReplayConfig:
-    """Every choice of one replay; defaults follow seed 004 section 4.7 where it gives one."""
+    """Every choice of one replay; defaults follow the thesis's §4.7 where it gives one."""
 
     trace: str
     trace_format: str = "auto"
@@ -60,9 +60,9 @@ class ReplayConfig:
     alpha: float = 0.5
     threshold: float = 0.1
     copy_bandwidth: float = 250e6
-    scratch_bytes: float = 0.0          # 0: aggregate memory / 0.078 (Jaguar's ratio, seed table 4.2)
+    scratch_bytes: float = 0.0          # 0: aggregate memory / 0.078 (Jaguar's ratio, thesis table 4.2)
     node_memory_bytes: float = 12 * 1024 ** 3
-    input_model: str = "requested-memory"   # or peak-memory (calibrated on seed 4.5.1)
+    input_model: str = "requested-memory"   # or peak-memory (calibrated on the thesis's §4.5.1)
 
     def __post_init__(self):
         if self.trace_format not in TRACE_FORMATS:
@@ -323,7 +323,7 @@ def run_replay(config: ReplayConfig, replications: Sequence[ReplayConfig] = (),
     for variant in variants:
         values = dict(base)
         if variant.strategy:
-            # Seed table 4.2: memory is under 8 % of scratch on the top systems; without a
+            # The thesis's table 4.2: memory is under 8 % of scratch on the top systems; without a
             # given scratch size, take the aggregate memory as 7.8 % of it (Jaguar's ratio).
             scratch = variant.scratch_bytes or machine_nodes * variant.node_memory_bytes / 0.078
             result = replay_replication(schedule, ReplicationParams(

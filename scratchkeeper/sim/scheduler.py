@@ -2,7 +2,7 @@
 
 Jobs run for their trace run time on ``nodes`` whole nodes; backfilling trusts the requested
 time (the limit). When an OST fails, every queued or running job with a stripe on it is
-*affected*, and the recovery policy decides what happens (seed 004 sections 4.7.2 and 4.7.4):
+*affected*, and the recovery policy decides what happens (the thesis, §4.7.2 and §4.7.4):
 
 ``none``
     queued jobs go to the tail of the queue, running jobs are killed and requeued at the tail;
@@ -80,7 +80,7 @@ class Schedule:
 def recorded_schedule(jobs: Sequence[SimJob], system_nodes: int) -> Schedule:
     """The schedule the trace itself records: dispatch = submission + the trace's wait time.
 
-    Seed 004 section 4.7.3 replayed the Jaguar queue "according to the submission and dispatch
+    The thesis's §4.7.3 replayed the Jaguar queue "according to the submission and dispatch
     times of jobs"; this gives the replication analysis that queue instead of the model's.
     """
     marks = []

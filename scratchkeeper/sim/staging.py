@@ -1,4 +1,4 @@
-"""Just-in-time stage-in and offload at close in the replay (issue 18, seed 004 4.4 and 4.9).
+"""Just-in-time stage-in and offload at close in the replay (issue 18, the thesis's §4.4 and §4.9).
 
 A replayed schedule gives each job its submit time, start, end, input size and OSTs, and the
 outages give when each OST was down. This module replays the *staging* of those jobs two ways

@@ -1,7 +1,7 @@
 """The simulator's workload: trace records turned into jobs with nodes, input size and stripes.
 
 A trace gives submit time, run time, processors, requested time and (sometimes) memory. The
-storage side is not in any job trace, so it is added here as seed 004 section 4.7.1 did. The
+storage side is not in any job trace, so it is added here as the thesis's §4.7.1 did. The
 input size follows ``input_model``:
 
 ``requested-memory``
@@ -10,7 +10,7 @@ input size follows ``input_model``:
 ``peak-memory``
     the same sizes scaled by one factor so that the run-time-weighted mean input of the jobs
     (the mean over running jobs at evenly spaced instants) is the share of the machine's
-    aggregate memory that seed 004 section 4.5.1 measured on Jaguar: 31.8 GB of peak memory
+    aggregate memory that the thesis's §4.5.1 measured on Jaguar: 31.8 GB of peak memory
     per running job on a machine of 46.8 TB (table 4.2), so 31.8 GB of 600 TB of scratch.
 
 A site CSV's known input size is always taken as it is. The file is striped over
@@ -30,7 +30,7 @@ from .traces import LanlJob, SiteJob, SwfJob
 
 KIB = 1024
 INPUT_MODELS = ("requested-memory", "peak-memory")
-#: Seed 004 section 4.5.1: Jaguar's running jobs used 31.8 GB of peak memory on average, on a
+#: The thesis, §4.5.1: Jaguar's running jobs used 31.8 GB of peak memory on average, on a
 #: machine of 46.8 TB aggregate memory (table 4.2) and 600 TB of scratch.
 JAGUAR_PEAK_PER_JOB = 31.8e9
 JAGUAR_MEMORY = 46.8e12
@@ -43,7 +43,7 @@ class WorkloadParams:
 
     procs_per_node: int = 1
     system_nodes: int | None = None     # None: from the trace header, else the largest job
-    load_factor: float = 1.0            # > 1 shortens the gaps between submissions (seed fig. 4.6)
+    load_factor: float = 1.0            # > 1 shortens the gaps between submissions (the thesis's fig. 4.6)
     stripe_count: int = 4
     stripe_size: int = 1 << 20
     ost_count: int = 64

@@ -1,11 +1,12 @@
 """Replica selection: read every bucket of a request from the replica that makes it finish soonest.
 
-Seed 000 section 2.3 (the generalized retrieval problem): bucket b has replicas on some disks;
-disk d serves its k-th bucket at ``delay[d] + load[d] + k * cost[d]``; choose one disk per
-bucket minimising the largest such time over the used disks, the *response time*.  The work
-is done in C (``native/``): the core (``replica_select.h``) solves, the binding
-(``_native.c``, ``py_input.c``) checks and converts lists or int32/float64 buffers, words the one-line errors
-and scales decimal times to whole units so that ties compare exactly.  This module is the API.
+The replica-selection paper (Altiparmak and Tosun, 2016), §2.3, the generalized retrieval
+problem: bucket b has replicas on some disks; disk d serves its k-th bucket at
+``delay[d] + load[d] + k * cost[d]``; choose one disk per bucket minimising the largest such
+time over the used disks, the *response time*.  The work is done in C (``native/``): the core
+(``replica_select.h``) solves, the binding (``_native.c``, ``py_input.c``) checks and converts
+lists or int32/float64 buffers, words the one-line errors and scales decimal times to whole
+units so that ties compare exactly.  This module is the API.
 
 Algorithms (all exact, same optimum): ``blackbox`` (binary capacity scaling + capacity
 incrementation, fresh max flow per probe), ``integrated`` (push-relabel conserving flow,

@@ -4,7 +4,7 @@ Two backends implement it: :class:`~scratchkeeper.storage.local.LocalStripedStor
 embedded striped store) and :class:`~scratchkeeper.storage.lustre.LustreBackend` (drives
 ``lfs``). Paths are scratch paths; every entry point confines them to ``scratch_root``.
 
-Rebuilding lost stripes (seed 004, 4.6.3) is three steps so that both backends can keep a
+Rebuilding lost stripes (the thesis, §4.6.3) is three steps so that both backends can keep a
 reader from ever seeing a half-patched file: :meth:`StorageBackend.begin_rebuild` allocates the
 substitute objects and records the intent, :meth:`StorageBackend.write_rebuild` patches byte
 ranges into them (only ranges the rebuild lists as lost), and
@@ -322,7 +322,7 @@ class StorageBackend(abc.ABC):
             yield chunk
             position += len(chunk)
 
-    # -- extended attributes (seed 004, 4.6.1: recovery hints) ---------------------------------
+    # -- extended attributes (the thesis, §4.6.1: recovery hints) ------------------------------
     @abc.abstractmethod
     def set_xattr(self, path: str, name: str, value: bytes) -> None:
         """Set an extended attribute such as ``user.scratchkeeper.source``."""

@@ -1,4 +1,4 @@
-"""Hotness-driven tiering (seed 003 section 3.3, Algorithms 2 and 3; docs/tiering.rst).
+"""Hotness-driven tiering (the SUORA paper, §3.3, Algorithms 2 and 3; docs/tiering.rst).
 
 The scratch mount records the reads it serves (``store_root/reads.log``); ``scratchkeeper
 tierd`` counts them in SUORA's hotness table (:mod:`scratchkeeper.placement.hotness`), and

@@ -1,4 +1,4 @@
-"""Ranged transfers: fetch byte ranges ``(offset, length)`` of a remote file (seed 004, 4.6.3).
+"""Ranged transfers: fetch byte ranges ``(offset, length)`` of a remote file (the thesis, §4.6.3).
 
 One reader per source URI, chosen by scheme:
 

@@ -40,7 +40,7 @@ def test_numbers_print_each_layout_the_choice_and_the_command(capsys, site):
                for line in lines)
     assert any(line.startswith("2-D (g=4, 2 OSTs per group)") for line in lines)
     assert any(line.startswith("1-DH") for line in lines)
-    assert "stripe count 8, stripe size 256K (seed 002 section 4, one shared file)" in lines
+    assert "stripe count 8, stripe size 256K (the layout paper's §4, one shared file)" in lines
     assert lines[-1] == "lfs setstripe -c 8 -S 256K FILE"
 
 

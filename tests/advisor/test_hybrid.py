@@ -1,4 +1,4 @@
-"""Hybrid replicas (seed 002 section 5): a mirror's cost by its stripe settings, the replica's
+"""Hybrid replicas (the layout paper's §5): a mirror's cost by its stripe settings, the replica's
 layout for a recorded workload, and that record read back as data."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
-"""Table 2 of seed 002, row by row, on hand-computed cases; the boundaries of its conditions;
-and the table's implications 1)-4) with the seed's own constants (Table 3, InfiniBand)."""
+"""Table 2 of the layout paper, row by row, on hand-computed cases; the boundaries of its conditions;
+and the table's implications 1)-4) with the paper's own constants (Table 3, InfiniBand)."""
 
 from __future__ import annotations
 
@@ -151,7 +151,7 @@ def test_group_choices_split_the_osts_evenly():
     assert group_choices(7) == [] and group_choices(3) == [] and group_choices(1) == []
 
 
-# --- the implications of Table 2, with the seed's constants -------------------------------
+# --- the implications of Table 2, with the paper's constants ------------------------------
 
 PAPER = ModelParams()
 SIZES = [4 << 10, 64 << 10, 256 << 10, 1 << 20, 4 << 20]

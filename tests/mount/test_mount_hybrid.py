@@ -1,4 +1,4 @@
-"""Hybrid replicas through the scratch mount (seed 002 section 5; docs/layout.rst, "Hybrid
+"""Hybrid replicas through the scratch mount (the layout paper's §5; docs/layout.rst, "Hybrid
 replicas"): a file whose mirrors differ in layout has each request read from the mirror the
 layout model finds cheapest, and a write written to one mirror, the others marked stale. The
 counters are the mount root's ``user.scratchkeeper.hybrid``."""

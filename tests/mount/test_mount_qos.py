@@ -130,7 +130,7 @@ def test_statistical_admission_admits_more_than_s_within_epsilon(make_mount):
 @pytest.mark.parametrize("accesses", [1, 2])
 def test_interval_retrieval_reads_an_intervals_requests_together_at_the_next_one(make_mount,
                                                                                   accesses):
-    """qos.retrieval = "interval" (the seed's design-theoretic retrieval): the S requests
+    """qos.retrieval = "interval" (the flash QoS paper's design-theoretic retrieval): the S requests
     admitted in an interval, arriving spread over it, are given copies together and read at the
     start of the next interval, at most M pieces per OST. At M = 2, S = 14 waiting requests are
     more than the kernel's default of 12 asynchronous requests handed to a FUSE server at once:

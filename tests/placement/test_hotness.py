@@ -1,4 +1,4 @@
-"""The hotness table: multi-hash counters, decay, thresholds, up and down moves (seed 003)."""
+"""The hotness table: multi-hash counters, decay, thresholds, up and down moves (the SUORA paper)."""
 
 from __future__ import annotations
 
@@ -38,7 +38,7 @@ def test_counters_saturate():
 
 
 def test_bucket_for_thresholds():
-    # the Sheepdog setting of seed 003, section 4.4: thresholds {0, 1, 30}
+    # the Sheepdog setting of the SUORA paper's §4.4: thresholds {0, 1, 30}
     table = HotnessTable((0, 1, 30), (100, 100, 100))
     assert [table.bucket_for(h) for h in (0, 1, 29, 30, 500)] == [0, 1, 1, 2, 2]
 

@@ -24,7 +24,7 @@ def _indices(placement: PlacementMap, objects=OBJECTS) -> list[int]:
 
 
 def test_segments_of_table_2():
-    # seed 003, Table 2: p = 1 TB in b0 and 0.6 TB in b1
+    # the SUORA paper's Table 2: p = 1 TB in b0 and 0.6 TB in b1
     placement = PlacementMap.build([("b0", [(0, 1.0), (1, 1.5), (2, 0.8)]),
                                     ("b1", [(3, 0.6), (4, 0.3), (5, 0.8)])], units=[1.0, 0.6])
     segments = {t.index: t.segments for t in placement.targets}

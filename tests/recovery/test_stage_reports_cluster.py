@@ -1,7 +1,7 @@
 """A data job running as its user reports ``stage commit``/``stage fail`` through recoveryd.
 
 The state database is root's; the service does the commit for the chain's owner only, and
-only on files that owner owns (seed 004's data jobs run as the user, the queue ACL admits root).
+only on files that owner owns (the thesis's data jobs run as the user, the queue ACL admits root).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Hybrid replicas in replicad (``replication.hybrid``, seed 002 section 5): the replica laid
+"""Hybrid replicas in replicad (``replication.hybrid``, the layout paper's §5): the replica laid
 out for the recorded workload's requests the primary serves worst, the primary's layout when
 there is nothing to gain or no (well-formed) workload, and a replica a write made stale dropped
 by the next cycle."""

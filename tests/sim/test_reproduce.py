@@ -66,10 +66,10 @@ def test_quick_reproduction_lists_every_claim_with_both_values(tmp_path, capsys)
     assert done and done[-1][0] == done[-1][1]
     report = (output / "reproduction.rst").read_text()
     rows = _cells(report)
-    assert rows[0] == ["seed", "claim", "seed 004", "this replay", "conditions", "shape",
+    assert rows[0] == ["§", "claim", "the thesis", "this replay", "conditions", "shape",
                        "why it differs"]
     claims = rows[1:]
-    # Every quantitative claim of section 4.7, by its seed value.
+    # Every quantitative claim of section 4.7, by the thesis's value.
     seed_values = [c[2] for c in claims]
     for value in ("35 %", "0.14 % -> 2.09 % (x 15)", "70.50 % / 70.54 %", "> 60 %", "< 1.8 %",
                   "< 0.5 %", "1.5, 27.5, 45.5 jobs", "> 100,000 s -> thousands of s (more than x 10)",

@@ -15,7 +15,7 @@ ALL = [(name, threads) for name in ALGORITHMS for threads in ((1, 2) if name == 
 
 @pytest.mark.parametrize("algorithm,threads", ALL)
 def test_paper_table2_example(algorithm, threads):
-    # seed 000 Table 2: disks 0-3 C=8.3 D=2 X=1; disk 4 C=13.2 D=1; disks 5-6 C=6.1 D=1
+    # the replica-selection paper's Table 2: disks 0-3 C=8.3 D=2 X=1; disk 4 C=13.2 D=1; disks 5-6 C=6.1 D=1
     cost = [8.3] * 4 + [13.2] + [6.1] * 2
     delay = [2, 2, 2, 2, 1, 1, 1]
     load = [1, 1, 1, 1, 0, 0, 0]

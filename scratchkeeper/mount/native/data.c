@@ -439,7 +439,7 @@ void sk_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 }
 
 /* The mirror a hybrid file's write goes to, the one the model finds cheapest for it (-1: every
- * mirror). The others are then marked stale (seed 002 5.1; Lustre FLR does the same), so after
+ * mirror). The others are then marked stale (the layout paper's §5.1; Lustre FLR does the same), so after
  * the first write every later one goes to that mirror, the only one left in sync. */
 static int write_mirror(fuse_req_t req, const struct sk_view *v, uint64_t lo, uint64_t hi,
                         struct sk_inode *in)

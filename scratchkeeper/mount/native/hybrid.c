@@ -1,6 +1,6 @@
-/* Hybrid replicas (seed 002 section 5; docs/layout.rst, "Hybrid replicas"): a file whose
+/* Hybrid replicas (the layout paper's §5; docs/layout.rst, "Hybrid replicas"): a file whose
  * usable mirrors have different layouts (stripe count or size) has each request served by the
- * one mirror the seed-002 cost model finds cheapest for it, and each write written to one
+ * one mirror the layout paper's cost model finds cheapest for it, and each write written to one
  * mirror, the others marked stale.
  *
  * A mirror of `count` stripes of `size` bytes serves a request of s bytes at `off` from the k
@@ -100,7 +100,7 @@ void hybrid_leave(pid_t pid, struct sk_inode *in)
     pthread_mutex_unlock(&hy.lock);
 }
 
-/* -- the model (seed 002 Table 2; scratchkeeper/advisor/model.py request_cost) ---------------- */
+/* -- the model (the layout paper's Table 2; scratchkeeper/advisor/model.py request_cost) ------ */
 
 static uint64_t ceil_div(uint64_t a, uint64_t b)
 {

@@ -1,4 +1,4 @@
-/* Read QoS (seed 001; docs/qos.rst "On the mount"): admission per interval and online
+/* Read QoS (the flash QoS paper; docs/qos.rst "On the mount"): admission per interval and online
  * retrieval for reads of files with at least qos.copies mirrors.
  *
  * Time is cut into intervals of qos.interval seconds (CLOCK_MONOTONIC). A read request of such
@@ -382,7 +382,7 @@ void qos_assign(struct qos_item *items, unsigned n, int64_t admitted)
     qb.head = &me;
     if (me.leader) {
         /* online: collect the requests admitted within qos.batch; interval retrieval (the
-         * seed's design-theoretic retrieval): those admitted in the interval, given their
+         * flash QoS paper's design-theoretic retrieval): those admitted in the interval, given their
          * copies together at the start of the next one */
         pthread_mutex_unlock(&q.choose);
         if (by_interval)

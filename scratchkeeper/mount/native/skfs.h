@@ -60,7 +60,7 @@ struct skfs_config {
     double *qos_prob;
     unsigned qos_nusers;        /* the users under QoS; none: every user */
     uid_t *qos_users;
-    /* hybrid replicas (hybrid.c): the seed-002 model's e, v, alpha sequential, alpha random,
+    /* hybrid replicas (hybrid.c): the layout paper's model: e, v, alpha sequential, alpha random,
      * beta read, beta write ([layout]); model_on false: every mirror is read as before */
     bool model_on;
     double model[6];

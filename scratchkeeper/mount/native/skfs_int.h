@@ -242,7 +242,7 @@ int dispatch_mirror(struct sk_view *v, char *buf, uint64_t off, uint64_t end, ui
 int dispatch_striped(struct sk_view *v, char *buf, uint64_t off, uint64_t end,
                      const struct sk_inode *in);
 
-/* hybrid.c: hybrid replicas, a request to the mirror the seed-002 model finds cheapest */
+/* hybrid.c: hybrid replicas, a request to the mirror the layout paper's model finds cheapest */
 #define SK_HYBRID_XATTR "user.scratchkeeper.hybrid"  /* read-only, on the mount's root */
 struct hybrid_seen {
     unsigned readers;       /* processes with a read in flight on the mount */

@@ -1,5 +1,5 @@
 /*
- * suora.h - SUORA placement (seed 003, section 3, Algorithms 1 and 3).
+ * suora.h - SUORA placement (the SUORA paper, §3, Algorithms 1 and 3).
  *
  * Targets of one performance class form a bucket; a bucket is a number line of integer slots,
  * each slot holding at most one segment [slot, slot + length), length in (0, 1], owned by one
@@ -25,7 +25,7 @@
 /* numbers drawn in one bucket before the deterministic slot scan takes over (a bucket whose
  * eligible segments cover a tiny share of its range would otherwise loop for long) */
 #define SK_SUORA_MAX_DRAWS 4096
-/* the first range is [0, 1), doubled per level (seed 003 starts at [0, 16); from 1, a bucket of
+/* the first range is [0, 1), doubled per level (the SUORA paper starts at [0, 16); from 1, a bucket of
  * fewer than 16 slots does not miss most of its draws, and from 16 slots on the levels are the
  * same ranges) */
 #define SK_SUORA_BASE_RANGE 1.0

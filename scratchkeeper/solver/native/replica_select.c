@@ -346,8 +346,8 @@ static double _upper_bound(const sk_problem *p)
 
 /* ---------------------------------------------------------------- push-relabel engine -- */
 
-/* The flow network of seed 000 Fig. 5: source -> bucket (1) -> disk (1) -> sink (capacity of
- * the disk at the current threshold).  Topology is shared read-only between threads. */
+/* The flow network of the replica-selection paper's Fig. 5: source -> bucket (1) -> disk (1)
+ * -> sink (capacity of the disk at the current threshold).  Topology is shared read-only between threads. */
 typedef struct {
     int32_t node_count, arc_count, source, sink;
     int32_t *first;      /* node_count + 1 */

@@ -1,5 +1,5 @@
 /*
- * replica_select.h - exact optimal-response-time replica selection (seed 000, section 2.3).
+ * replica_select.h - exact optimal-response-time replica selection (the replica-selection paper, §2.3).
  *
  * S buckets, each readable from a set of disks; disk d serves its k-th bucket at
  * delay[d] + load[d] + k * cost[d].  sk_select_replicas() picks one disk per bucket so that

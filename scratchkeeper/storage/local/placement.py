@@ -240,7 +240,7 @@ class PlacementMixin:
 
     def _mirror_bucket(self, layout: FileLayout, pool: str | None) -> int:
         """The bucket a new mirror starts in: the one after the primary's, one further per
-        mirror the file has (replicas on consecutive buckets, seed 003 Algorithm 3)."""
+        mirror the file has (replicas on consecutive buckets, the SUORA paper's Algorithm 3)."""
         if pool is not None:
             return 0
         primary = layout.components[0].objects[0].ost_index

@@ -2,7 +2,7 @@
 
 ``scratch_root`` is the Lustre mount (or a directory in it). Every command goes through
 :mod:`scratchkeeper.runner` with a timeout; output is parsed by :mod:`.lfs`. Reading a byte
-whose stripe is on a dead OST fails with EIO (fail-out mode, seed 004 4.6.2); the offset is
+whose stripe is on a dead OST fails with EIO (fail-out mode, the thesis's §4.6.2); the offset is
 mapped back to the OST through the layout so :class:`TargetUnavailable` names it.
 
 Rebuilding lost stripes uses a temporary file in the same directory created with the
@@ -216,7 +216,7 @@ class LustreBackend(StorageBackend):
             os.close(fd)
 
     def _io_error(self, full: str, offset: int, err: OSError) -> StorageError:
-        """Name the OST behind an I/O error, as the client in seed 004 4.6.2 does."""
+        """Name the OST behind an I/O error, as the client in the thesis's §4.6.2 does."""
         if err.errno not in (errno.EIO, errno.ENODEV, errno.ESHUTDOWN, errno.ETIMEDOUT):
             return StorageError(f"{full}: byte {offset}: {err.strerror}")
         component = self.layout(full).component_at(offset)
