@@ -8,7 +8,7 @@ CC ?= cc
 
 # What the static checks read: every Python file (the scripts without a .py suffix named), every
 # shell script (a sh/bash first line), the Lua of the Slurm plugins.
-PY_SOURCES := scratchkeeper tests benchmarks scripts/localcluster scripts/local-cluster \
+PY_SOURCES := scratchkeeper tests testkit benchmarks scripts/localcluster scripts/local-cluster \
 	scripts/pjdfstest scripts/layout-darshan-table
 SHELL_SOURCES = $(shell grep -lsE '^\#!(/usr)?/bin/(env )?(ba)?sh\b' scripts/* .ci/run site-config/*/*.sh)
 LUA_SOURCES := $(wildcard slurm-plugins/*.lua)

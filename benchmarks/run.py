@@ -11,15 +11,11 @@ when it is up, and are named as not run otherwise, never counted as passed.
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import subprocess
 import sys
 import time
-from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-CLUSTER = Path(os.environ.get("SK_LOCAL_DIR", "/var/lib/scratchkeeper-local")) / "cluster.json"
+from benchmarks.harness import REPO, cluster_up
 
 #: name, whether it takes --quick, whether it needs the local cluster
 BENCHMARKS = (
@@ -27,7 +23,7 @@ BENCHMARKS = (
     ("planner", True, False),
     ("replication", True, False),
     ("replay", True, False),
-    ("staging", True, False),
+    ("jit", True, False),
     ("recovery", True, True),
     ("load", False, True),
     ("mount", True, False),
@@ -40,13 +36,6 @@ BENCHMARKS = (
     ("layout", True, False),
     ("layout.hybrid", True, False),
 )
-
-
-def cluster_up() -> bool:
-    try:
-        return json.loads(CLUSTER.read_text()).get("state") == "up"
-    except (OSError, ValueError):
-        return False
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,4 +1,6 @@
-"""The file systems the mount is measured against, each mounted and always unmounted.
+"""The file systems the mount is measured against, each mounted and always unmounted (the
+mount benchmark and the pjdfstest conformance run, ``benchmarks/mount``; its fast subset in
+``tests/mount/test_conformance.py``).
 
 * ``plain``: a directory of the local disk, no FUSE (the ceiling).
 * ``bindfs``: ``bindfs`` over a plain directory on the same disk, run as root (the peer: a
@@ -23,7 +25,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[1]
 SCRATCHKEEPER = Path(sys.executable).parent / "scratchkeeper"
 MOUNT_WAIT = 30.0  # seconds a FUSE file system may take to appear in mountinfo
 
@@ -229,7 +231,7 @@ def site_config(base: Path, *, ost_count: int = 8, stripe_count: int = 4,
     """A site configuration whose scratch root is base/scratch, the store base/store."""
     path = base / "site.toml"
     path.write_text(
-        "# written by benchmarks/mount/targets.py\n"
+        "# written by testkit/mount_targets.py\n"
         "[storage]\n"
         'backend = "local"\n'
         f'scratch_root = "{base / "scratch"}"\n'

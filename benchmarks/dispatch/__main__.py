@@ -20,23 +20,17 @@ from __future__ import annotations
 
 import argparse
 import hashlib
-import json
 import os
 import platform
-import shutil
-import signal
 import statistics
-import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
-from benchmarks.mount_rig import drop_caches, mounted, sh, sha256
+from benchmarks import harness
+from benchmarks.mount_rig import BLKIO, MountRig, drop_caches, loop_ost, sh, sha256, throttle_reads
 
-ROOT = Path(__file__).resolve().parents[2]
-REPORT_DIR = ROOT / "docs" / "benchmarks" / "dispatch"
-BLKIO = Path("/sys/fs/cgroup/blkio/blkio.throttle.read_bps_device")
+REPORT_DIR = harness.report_dir("dispatch")
 MiB = 1 << 20
 STRIPE = 256 * 1024
 POLICIES = ("solver", "primary", "round-robin")
@@ -44,16 +38,15 @@ SLOW_OST = 1
 STATS = "user.scratchkeeper.dispatch"
 
 
-class Rig:
+class Rig(MountRig):
     """A store with 4 OSTs (OST 1 on a throttled loop device) and its mount."""
 
+    name = "dispatch"
+
     def __init__(self, work: Path, file_size: int, slow_bps: int):
-        self.work, self.file_size, self.slow_bps = work, file_size, slow_bps
-        self.scratch, self.store = work / "scratch", work / "store"
-        self.config = work / "site.toml"
-        self.log = work / "mount.log"
-        self.process = None
-        self.device = self.rule = None
+        super().__init__(work)
+        self.file_size, self.slow_bps = file_size, slow_bps
+        self.rule = None
         os.chmod(work, 0o755)
         self.scratch.mkdir()
         (self.store / f"ost{SLOW_OST:04d}").mkdir(parents=True)
@@ -76,48 +69,24 @@ level = "WARNING"
 """)
 
     def slow_ost(self) -> None:
-        image = self.work / "slow-ost.img"
-        sh(["truncate", "-s", str(self.file_size // 2 + 256 * MiB), str(image)])
-        sh(["mkfs.ext4", "-q", "-F", str(image)], capture_output=True)
-        self.device = sh(["losetup", "-f", "--show", str(image)], capture_output=True,
-                         text=True).stdout.strip()
-        directory = self.store / f"ost{SLOW_OST:04d}"
-        sh(["mount", self.device, str(directory)])
-        (directory / "lost+found").rmdir()
-        st = os.stat(self.device)
-        self.rule = f"{os.major(st.st_rdev)}:{os.minor(st.st_rdev)}"
+        # the plain ext4 defaults (lazy init, atime) this benchmark has always measured
+        self.rule = loop_ost(self.work / "slow-ost.img", self.file_size // 2 + 256 * MiB,
+                             self.ost(SLOW_OST), self.devices, self.mounts, (), ())
 
     def throttle(self, on: bool) -> None:
-        BLKIO.write_text(f"{self.rule} {self.slow_bps if on else 0}\n")
+        throttle_reads([self.rule], bps=self.slow_bps if on else 0)
 
-    def start(self, policy: str) -> None:
-        env = dict(os.environ, SK_MOUNT_DISPATCH=policy)
-        with open(self.log, "ab") as log:
-            self.process = subprocess.Popen(
-                [sys.executable, "-m", "scratchkeeper", "mount", str(self.scratch), "-c",
-                 str(self.config)], stdout=log, stderr=subprocess.STDOUT, env=env,
-                start_new_session=True)
-        deadline = time.monotonic() + 30
-        while not mounted(self.scratch):
-            if self.process.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"the mount did not start:\n{self.log.read_text()[-2000:]}")
-            time.sleep(0.05)
-        os.stat(self.scratch)
+    def throttled(self) -> bool:
+        return self.rule is not None
 
-    def stop(self) -> None:
-        if mounted(self.scratch):
-            if subprocess.run(["fusermount3", "-u", str(self.scratch)], timeout=60).returncode:
-                subprocess.run(["fusermount3", "-u", "-z", str(self.scratch)], timeout=60)
-        if self.process is not None:
-            try:
-                self.process.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.process.pid, signal.SIGKILL)
-                self.process.wait(timeout=60)
-            self.process = None
+    def unthrottle(self) -> None:
+        self.throttle(False)
+
+    def start(self, policy: str) -> None:  # type: ignore[override]
+        super().start(env=dict(os.environ, SK_MOUNT_DISPATCH=policy))
 
     def stats(self) -> dict:
-        return json.loads(os.getxattr(self.scratch, STATS))
+        return self.xattr(STATS)
 
     def make_file(self) -> str:
         """The file through the mount (mirror 0), then mirror 1's objects written as the store
@@ -156,16 +125,6 @@ level = "WARNING"
         os.setxattr(mdt, lov, FileLayout(layout.components + (mirror,), layout.layout_gen + 1,
                                          "data").to_lov())
         return digest.hexdigest()
-
-    def close(self) -> None:
-        try:
-            self.stop()
-        finally:
-            if self.rule:
-                self.throttle(False)
-            if self.device:
-                subprocess.run(["umount", str(self.store / f"ost{SLOW_OST:04d}")], timeout=60)
-                subprocess.run(["losetup", "-d", self.device], timeout=60)
 
 
 def timed_dd(path: Path, block: int) -> float:
@@ -253,11 +212,7 @@ def summarize(results: dict, throttled: bool = True) -> dict:
 
 
 def plot(results: dict, path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = harness.pyplot()
     fig, ax = plt.subplots(figsize=(8, 4))
     width = 0.25
     groups = [(results["summary"][str(b)], f"dd bs={b // MiB} MiB, OST {SLOW_OST} slow")
@@ -278,8 +233,7 @@ def plot(results: dict, path: Path) -> None:
                  fontsize=10)
     ax.legend()
     fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+    harness.save_figure(fig, path, dpi=100)
 
 
 def report(results: dict) -> str:
@@ -345,29 +299,21 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.dispatch")
     parser.add_argument("--quick", action="store_true", help="256 MiB, 3 repeats")
     args = parser.parse_args(argv)
-    if os.geteuid() != 0:
-        sys.exit("benchmarks.dispatch: run as root (FUSE, loop device, blkio, drop_caches)")
-    if not BLKIO.exists():
-        sys.exit(f"benchmarks.dispatch: no {BLKIO} (the blkio throttle) here")
+    harness.require_root("dispatch", "FUSE, loop device, blkio, drop_caches")
+    harness.require_paths("dispatch", [BLKIO / "blkio.throttle.read_bps_device"],
+                          "(the blkio throttle) here")
     size = (256 if args.quick else 1024) * MiB
     repeats = 3
     blocks = [MiB, 4 * MiB]
     slow_bps = 64 * MiB
-    work = Path(tempfile.mkdtemp(prefix="sk-dispatch-bench-"))
-    try:
+    with harness.work_folder("dispatch", "sk-dispatch-bench-", mounts=lambda work: [
+            work / "scratch", work / "store" / f"ost{SLOW_OST:04d}"]) as work:
         results = run(work, size, repeats, blocks, slow_bps)
-    finally:
-        if not mounted(work / "scratch") and not mounted(work / "store" / f"ost{SLOW_OST:04d}"):
-            shutil.rmtree(work, ignore_errors=True)
-        else:
-            print(f"benchmarks.dispatch: {work} still has a mount; left in place", file=sys.stderr)
     results.update({"quick": args.quick, "file_size": size, "repeats": repeats,
-                    "blocks": blocks, "slow_bps": slow_bps,
-                    "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())})
+                    "blocks": blocks, "slow_bps": slow_bps, "date": harness.utc_now()})
     results["summary"] = summarize(results)
     results["summary_all_fast"] = summarize(results, throttled=False)
-    REPORT_DIR.mkdir(parents=True, exist_ok=True)
-    (REPORT_DIR / "results.json").write_text(json.dumps(results, indent=2))
+    harness.write_json(REPORT_DIR / "results.json", results, indent=2)
     plot(results, REPORT_DIR / "throughput.png")
     text = report(results)
     (REPORT_DIR / "report.md").write_text(text)

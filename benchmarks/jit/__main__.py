@@ -1,7 +1,9 @@
 """Just-in-time stage-in and offload at close in the replay (issue 18): RICC jobs at 70 %
-utilisation with OST outages extrapolated from the LANL failure data.
+utilisation with OST outages extrapolated from the LANL failure data. What is replayed is the
+planner's ``-start jit`` (scratchkeeper/planner/jit.py, predict.py) and the chain service's
+offload at close, as :mod:`scratchkeeper.sim.staging` models them.
 
-    .venv/bin/python -m benchmarks.staging [--quick] [--days N]
+    .venv/bin/python -m benchmarks.jit [--quick] [--days N]
 
 One schedule is replayed (:func:`scratchkeeper.sim.run.replay_schedule`); on it the staging of
 every job is replayed with ``-start now`` and with ``-start jit`` for prediction (and start
@@ -13,32 +15,30 @@ JSON and two plots (``--quick``: under benchmarks/results/staging/).
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from dataclasses import replace
-from pathlib import Path
 
+from benchmarks import harness
 from scratchkeeper.sim.run import ReplayConfig, replay_schedule
 from scratchkeeper.sim.staging import StagingParams, replay_offload, replay_staging
 
-REPO = Path(__file__).resolve().parents[2]
-SHARED = REPO.parent / "shared" / "traces"
-OUT = REPO / "docs" / "benchmarks" / "replay"
+OUT = harness.report_dir("replay")
 ERRORS = (0.0, 0.25, 0.5)
 GB = 1e9
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.staging",
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.jit",
                                      description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="10 days of the trace")
     parser.add_argument("--days", type=float, default=0.0,
                         help="days of the trace replayed (default 60, quick 10)")
     args = parser.parse_args(argv)
     days = args.days or (10.0 if args.quick else 60.0)
-    config = ReplayConfig(trace=str(SHARED / "RICC-2010-2.swf.gz"),
-                          failures=str(SHARED / "LA-UR-05-7318-failure-data-1996-2005.csv.xz"),
+    config = ReplayConfig(trace=str(harness.TRACES / "RICC-2010-2.swf.gz"),
+                          failures=str(harness.TRACES
+                                       / "LA-UR-05-7318-failure-data-1996-2005.csv.xz"),
                           failure_mode="extrapolated", failure_system=20, ost_count=64,
                           load_factor=0.8572437929611473, days=days)
     started = time.monotonic()
@@ -67,10 +67,9 @@ def main(argv: list[str] | None = None) -> int:
               "params": base.__dict__, "staging": rows, "offload": offload}
     global OUT
     if args.quick:
-        OUT = REPO / "benchmarks" / "results" / "staging"   # a quick run is not the report
-    OUT.mkdir(parents=True, exist_ok=True)
-    suffix = "-quick" if args.quick else ""
-    (OUT / f"staging{suffix}.json").write_text(json.dumps(result, indent=2))
+        OUT = harness.results_dir("staging")   # a quick run is not the report
+    suffix = harness.suffix(args.quick)
+    harness.write_json(OUT / f"staging{suffix}.json", result, indent=2)
     _plots(rows, offload, suffix)
     (OUT / f"staging{suffix}.md").write_text(_report(result, suffix))
     print((OUT / f"staging{suffix}.md").read_text())
@@ -84,11 +83,7 @@ def _label(row) -> str:
 
 
 def _plots(rows, offload, suffix) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = harness.pyplot()
     labels = [_label(r).replace(", ", "\n") for r in rows]
     fig, axes = plt.subplots(1, 3, figsize=(13, 3.8))
     axes[0].bar(labels, [r["input_byte_hours"] / GB for r in rows], color="tab:blue")
@@ -103,16 +98,14 @@ def _plots(rows, offload, suffix) -> None:
     for ax in axes:
         ax.tick_params(axis="x", labelsize=8)
     fig.tight_layout()
-    fig.savefig(OUT / f"staging-jit{suffix}.png", dpi=110)
-    plt.close(fig)
+    harness.save_figure(fig, OUT / f"staging-jit{suffix}.png")
     fig, ax = plt.subplots(figsize=(5.5, 3.6))
     ax.bar([o["mode"] for o in offload], [o["scratch_seconds_mean"] / 3600 for o in offload],
            color=["tab:gray", "tab:green"])
     ax.set_ylabel("hours on scratch, close to offloaded")
     ax.set_title("results: offload at close vs at job end\n(mean per result)")
     fig.tight_layout()
-    fig.savefig(OUT / f"staging-offload{suffix}.png", dpi=110)
-    plt.close(fig)
+    harness.save_figure(fig, OUT / f"staging-offload{suffix}.png")
 
 
 def _report(result, suffix) -> str:
@@ -122,7 +115,7 @@ def _report(result, suffix) -> str:
         "",
         f"RICC, {result['days']:g} days at 70 % utilisation ({result['jobs']} jobs), "
         f"{result['outages']} OST outages extrapolated from the LANL failure data over 64 OSTs; "
-        "`python -m benchmarks.staging" + (" --quick" if suffix else "") + "` "
+        "`python -m benchmarks.jit" + (" --quick" if suffix else "") + "` "
         "(scratchkeeper/sim/staging.py says how each mode is replayed).",
         f"Transfers at {p['transfer_bandwidth'] / 1e6:g} MB/s, margin {p['jit_margin']:g} s, "
         f"jit_max_delay {p['jit_max_delay']:g} s, {p['jit_sigmas']:g} sigmas, sweep every "

@@ -1,7 +1,7 @@
 """The rig of the layout benchmarks: a store of n OSTs on throttled loop devices, its mount, and
 parallel O_DIRECT readers (``python -m benchmarks.layout``; docs/benchmarks/layout/report.md).
 
-:class:`LayoutRig` is meant to be shared by the experiments on layouts (seed 002): the Table 4
+:class:`LayoutRig` is meant to be shared by the experiments on layouts (the layout paper): the Table 4
 verification in ``__main__`` and others reading files of chosen layouts through the mount::
 
     rig = LayoutRig(work, osts=4, read_bps=8 << 20, read_iops=80, readers=16)
@@ -36,14 +36,20 @@ import mmap
 import multiprocessing
 import os
 import subprocess
-import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from benchmarks.mount_rig import loop_ost, mounted, say, sh, start_mount, stop_mount, tear_down
+from benchmarks.mount_rig import (
+    MountRig,
+    device_reads,
+    loop_ost,
+    mounted,
+    say,
+    sh,
+    throttle_reads,
+)
 
-BLKIO = Path("/sys/fs/cgroup/blkio")
 MiB = 1 << 20
 
 
@@ -138,7 +144,7 @@ class ReaderPool:
                 process.join(timeout=5)
 
 
-class LayoutRig:
+class LayoutRig(MountRig):
     """``osts`` OSTs (ext4 on loop devices on a tmpfs), each read-throttled on its own to
     ``read_bps`` bytes/s and ``read_iops`` requests/s (0: that limit off), the store on them and
     ``scratchkeeper mount`` of it with ``threads`` request threads; ``readers`` reader
@@ -152,23 +158,15 @@ class LayoutRig:
     def __init__(self, work: Path, *, osts: int = 4, read_bps: int = 0, read_iops: int = 0,
                  threads: int = 64, readers: int = 16, settle: float = 0.2,
                  name: str = "layout"):
-        self.work, self.osts, self.name = Path(work), osts, name
+        super().__init__(work)
+        self.osts, self.name = osts, name
         self.read_bps, self.read_iops = read_bps, read_iops
         self.threads, self.readers, self.settle = threads, readers, settle
-        self.scratch, self.store = self.work / "scratch", self.work / "store"
         self.images = self.work / "images"
-        self.config = self.work / "site.toml"
-        self.log = self.work / "mount.log"
-        self.process = None
         self.pool: ReaderPool | None = None
-        self.devices: list[str] = []
         self.rules: dict[str, int] = {}      # "major:minor" -> OST index
-        self.mounts: list[Path] = []
         self.tmpfs = False
         self.backend = None
-
-    def ost(self, index: int) -> Path:
-        return self.store / f"ost{index:04d}"
 
     # ------------------------------------------------------------------ building
 
@@ -211,11 +209,14 @@ level = "WARNING"
 
     def throttle(self, on: bool) -> None:
         """Set (or remove: 0) every device's read throttles."""
-        for rule in self.rules:
-            (BLKIO / "blkio.throttle.read_bps_device").write_text(
-                f"{rule} {self.read_bps if on else 0}\n")
-            (BLKIO / "blkio.throttle.read_iops_device").write_text(
-                f"{rule} {self.read_iops if on else 0}\n")
+        throttle_reads(self.rules, bps=self.read_bps if on else 0,
+                       iops=self.read_iops if on else 0)
+
+    def throttled(self) -> bool:
+        return bool(self.rules)
+
+    def unthrottle(self) -> None:
+        self.throttle(False)
 
     def make_file(self, path: str, size: int, stripe_count: int, stripe_size: int,
                   ost_list: tuple[int, ...] | None = None) -> str:
@@ -243,19 +244,15 @@ level = "WARNING"
             self.backend.write(full, offset, bytes(block[:min(len(block), size - offset)]))
         return full
 
-    def start(self) -> None:
+    def start(self, env: dict | None = None) -> None:
         """The mount (files made before or after are seen) and the reader processes."""
-        self.process = start_mount(self.scratch, self.config, self.log)
+        super().start(env)
         if self.pool is None:
             self.pool = ReaderPool(self.readers)
 
-    def stop(self) -> None:
-        stop_mount(self.scratch, self.process)
-        self.process = None
-
-    def cli(self, *args: str) -> subprocess.CompletedProcess:
-        return subprocess.run([sys.executable, "-m", "scratchkeeper", "-c", str(self.config),
-                               *args], capture_output=True, text=True, timeout=900)
+    def cli(self, *args: str, timeout: float = 900,
+            check: bool = False) -> subprocess.CompletedProcess:
+        return super().cli(*args, timeout=timeout, check=check)
 
     # ------------------------------------------------------------------ reading
 
@@ -273,13 +270,9 @@ level = "WARNING"
 
     def counters(self) -> dict[int, tuple[int, int]]:
         """Per OST: (reads, bytes read) its device served so far (blkio, root cgroup)."""
-        out = {ost: [0, 0] for ost in self.rules.values()}
-        for column, name in ((0, "io_serviced"), (1, "io_service_bytes")):
-            for line in (BLKIO / f"blkio.throttle.{name}").read_text().splitlines():
-                words = line.split()
-                if len(words) == 3 and words[0] in self.rules and words[1] == "Read":
-                    out[self.rules[words[0]]][column] += int(words[2])
-        return {ost: (v[0], v[1]) for ost, v in out.items()}
+        reads = device_reads(self.rules)
+        served = device_reads(self.rules, "io_service_bytes")
+        return {ost: (reads[ost], served[ost]) for ost in reads}
 
     def read_case(self, jobs: list[ReadJob], *, drop: bool = True) -> dict:
         """Run ``jobs`` in parallel, one per reader process (page cache of the objects dropped
@@ -308,8 +301,7 @@ level = "WARNING"
             self.pool.close()
             self.pool = None
         self.backend = None
-        tear_down(self.name, self.stop, (lambda: self.throttle(False)) if self.rules else None,
-                  self.mounts, self.devices, None)
+        super().close()
         self.devices, self.mounts = [], []
         if self.tmpfs and mounted(self.images):
             if subprocess.run(["umount", str(self.images)], timeout=60).returncode:

@@ -1,9 +1,9 @@
-"""Hybrid replicas against the best single layout on a mixed workload (seed 002 section 6.3).
+"""Hybrid replicas against the best single layout on a mixed workload (the layout paper §6.3).
 
 ``.venv/bin/python -m benchmarks.layout.hybrid [--quick]`` (root: FUSE, loop devices, the
 cgroup-v1 blkio throttle, tmpfs)
 
-The seed ran IOR / mpi-tile-io instances one after another with different parameters on one
+The layout paper ran IOR / mpi-tile-io instances one after another with different parameters on one
 big file kept in three stripe sizes, and compared the hybrid choice per request with each
 single layout. Here, on :class:`benchmarks.layout.LayoutRig` (8 OSTs, each throttled on its
 own as in the Table 4 run):
@@ -12,9 +12,9 @@ own as in the Table 4 run):
   64 KiB on OSTs 0-3 (a 1 MiB request spans all 4: 1-DH) and a mirror of 4 stripes of 4 MiB on
   OSTs 4-7 (a request on one OST: 1-DV); the single layouts with the same storage spent: two
   mirrors of the same layout on the same OSTs (``1-DH x2``, ``1-DV x2``), read by the mount's
-  read dispatch (the seed-000 solver over the mirrors, docs/mount.rst). The store keeps a
+  read dispatch (the replica-selection paper's solver over the mirrors, docs/mount.rst). The store keeps a
   file's mirrors on distinct OSTs, so each layout here has 4 OSTs per copy.
-* **Workload**: phases run one after another, as the seed's instances: one process reading
+* **Workload**: phases run one after another, as the layout paper's instances: one process reading
   the file front to back in 1 MiB requests; 16 processes each reading its region in 1 MiB
   requests; 16 processes reading 64 KiB at random; 4 processes reading 256 KiB at random. All
   ``O_DIRECT`` through the mount, the objects' pages dropped before each phase.
@@ -41,10 +41,10 @@ import tempfile
 import time
 from pathlib import Path
 
+from benchmarks import harness
 from benchmarks.layout import LayoutRig, ReadJob, say
 
-ROOT = Path(__file__).resolve().parents[2]
-REPORT_DIR = ROOT / "docs" / "benchmarks" / "layout"
+REPORT_DIR = harness.report_dir("layout")
 K, MiB = 1 << 10, 1 << 20
 OSTS = 8
 FILES = {  # name -> [(stripe count, stripe size, OSTs) per mirror]
@@ -184,9 +184,7 @@ def analyse(results: dict) -> dict:
 
 
 def plot(results: dict, a: dict, path: Path) -> None:
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = harness.pyplot()
 
     phases = list(a["medians"]["hybrid"])
     names = list(a["medians"])
@@ -202,15 +200,14 @@ def plot(results: dict, a: dict, path: Path) -> None:
                  f"({a['best_single']}) {a['totals'][a['best_single']]:.2f} s")
     ax.legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    harness.save_figure(fig, path)
 
 
 def report(results: dict, a: dict, quick: bool) -> str:
     p = results["plan"]
     prm = results["params"]
     lines = [
-        "# Hybrid replicas against the best single layout (seed 002 section 6.3)", "",
+        "# Hybrid replicas against the best single layout (the layout paper §6.3)", "",
         f"`python -m benchmarks.layout.hybrid{' --quick' if quick else ''}` on "
         f"{platform.node()} ({os.cpu_count()} cores), {time.strftime('%Y-%m-%d')}. "
         "Module docstring: the rig, files and phases.", "",
@@ -232,7 +229,7 @@ def report(results: dict, a: dict, quick: bool) -> str:
     lines.append("| **workload** | " + " | ".join(f"**{a['totals'][n]:.3f} s**"
                                                   for n in a["totals"]) + " | |")
     lines += ["", f"Hybrid against the best single layout ({a['best_single']}): "
-              f"**{a['speedup']:.2f}x** (seed 002: 1.13-1.74x). The best single layout phase by "
+              f"**{a['speedup']:.2f}x** (the layout paper: 1.13-1.74x). The best single layout phase by "
               f"phase (an oracle switching layouts between phases) would take {a['oracle']:.3f}"
               " s.", "",
               "\"hybrid served by\": the mount's requests of the phase by the layout class of "
@@ -249,16 +246,14 @@ def main(argv=None) -> int:
                                      description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="smaller files, one repeat")
     args = parser.parse_args(argv)
-    if os.geteuid() != 0:
-        sys.exit("benchmarks.layout.hybrid: run as root (FUSE, loop devices, blkio)")
+    harness.require_root("layout.hybrid", "FUSE, loop devices, blkio")
     p = plan(args.quick)
-    suffix = "-quick" if args.quick else ""
+    suffix = harness.suffix(args.quick)
     with tempfile.TemporaryDirectory(prefix="sk-hybrid-") as work:
         results = run(Path(work), p)
     a = analyse(results)
-    REPORT_DIR.mkdir(parents=True, exist_ok=True)
-    (REPORT_DIR / f"hybrid{suffix}.json").write_text(json.dumps(dict(results, analysis=a),
-                                                                indent=1) + "\n")
+    harness.write_json(REPORT_DIR / f"hybrid{suffix}.json", dict(results, analysis=a),
+                       newline=True)
     plot(results, a, REPORT_DIR / f"hybrid{suffix}.png")
     text = report(results, a, args.quick)
     (REPORT_DIR / f"hybrid{suffix}.md").write_text(text + "\n")

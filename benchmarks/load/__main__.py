@@ -35,16 +35,16 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from benchmarks import harness
 from scratchkeeper.chain_service.attach import SUBMIT_ENV
 from scratchkeeper.config import load_config
 from scratchkeeper.planner import records
 from scratchkeeper.state import StateStore
 from scratchkeeper.storage import open_backend
 
-ROOT = Path(__file__).resolve().parents[2]
-RESULTS = ROOT / "benchmarks" / "results" / "load"
-REPORT = ROOT / "docs" / "benchmarks" / "load" / "report.md"
-CLUSTER = Path(os.environ.get("SK_LOCAL_DIR", "/var/lib/scratchkeeper-local")) / "cluster.json"
+ROOT = harness.REPO
+RESULTS = harness.results_dir("load")
+REPORT = harness.report_dir("load") / "report.md"
 USER_PREFIX = "skload"
 LOCKED = "database is locked"
 RETRIED = "databases busy, retrying"
@@ -257,11 +257,8 @@ def main() -> int:
                              "over (default), or the whole `scratchkeeper submit` per chain")
     parser.add_argument("--timeout", type=float, default=3600)
     args = parser.parse_args()
-    if os.geteuid() != 0:
-        raise SystemExit("benchmark: run as root (it submits as the benchmark users)")
-    status = json.loads(CLUSTER.read_text())
-    if status.get("state") != "up":
-        raise SystemExit(f"benchmark: {CLUSTER} says the cluster is not up")
+    harness.require_root("load", "it submits as the benchmark users")
+    status = harness.local_cluster("load")
     for daemon in ("recoveryd", "spank-chain"):
         pid = status.get("pids", {}).get(daemon)
         if not pid or not Path(f"/proc/{pid}").exists():
@@ -312,10 +309,9 @@ def main() -> int:
         "git_head": run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"]).stdout.strip(),
         "machine": {"cpus": os.cpu_count(), "python": platform.python_version(),
                     "nodes": len(status["nodes"])},
-        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        "date": harness.utc_now(),
     }
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / f"{run_id}.json").write_text(json.dumps(results, indent=2))
+    harness.write_json(RESULTS / f"{run_id}.json", results, indent=2)
     write_report(results)
     print(json.dumps({k: results[k] for k in ("chains_per_minute", "completed", "commit_seconds",
                                               "lock_errors_in_daemon_logs")}, indent=2))

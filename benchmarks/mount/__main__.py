@@ -28,18 +28,19 @@ import json
 import os
 import platform
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from benchmarks.mount import targets
+from benchmarks import harness
+from benchmarks.mount_rig import drop_caches
+from testkit import mount_targets as targets
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = harness.REPO
 JOBS = Path(__file__).resolve().parent / "jobs"
-REPORT_DIR = ROOT / "docs" / "benchmarks" / "mount"
+REPORT_DIR = harness.report_dir("mount")
 MiB = 1 << 20
 GiB = 1 << 30
 STAT_FILES = 10_000
@@ -85,12 +86,6 @@ def _load() -> float:
     return float(Path("/proc/loadavg").read_text().split()[0])
 
 
-def drop_caches() -> None:
-    """Cold cache: dirty pages written back, then page cache, dentries and inodes dropped."""
-    subprocess.run(["timeout", "-k", "10", "300", "sync"], check=False)
-    Path("/proc/sys/vm/drop_caches").write_text("3\n")
-
-
 def _run(argv: list[str], timeout: float, env: dict | None = None) -> str:
     done = targets.run_group(["timeout", "-k", "10", str(int(timeout)), *argv], timeout + 30,
                              env=env)
@@ -129,7 +124,7 @@ def measure(workload: Workload, target: targets.Target, settings: Settings) -> f
     data = target.path / "bench"
     if workload.job == "seq-write.fio":
         remove_files(data, f"seq{workload.numjobs}.*")  # each write creates its files anew
-    drop_caches()
+    drop_caches(sync_timeout=300)  # a sync through a hung FUSE mount would not return
     if workload.job:
         return fio(workload, data, settings)
     return stat_files(target.path / "stat")
@@ -272,10 +267,7 @@ def write_report(result: dict, table: dict) -> None:
 
 
 def plot(result: dict, table: dict) -> None:
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = harness.pyplot()
     names = [n for n in ("plain", "bindfs", "mount") if n in result["targets"]]
     colours = {"plain": "#9e9e9e", "bindfs": "#1f77b4", "mount": "#d62728"}
     fig, axes = plt.subplots(1, len(WORKLOADS), figsize=(3 * len(WORKLOADS), 3.6))
@@ -298,8 +290,7 @@ def plot(result: dict, table: dict) -> None:
     fig.suptitle("Cold cache, medians and ranges of "
                  f"{result['settings']['repeats']} repeats (higher is better)", fontsize=9)
     fig.tight_layout()
-    fig.savefig(REPORT_DIR / _name("results", result["settings"], "png"), dpi=110)
-    plt.close(fig)
+    harness.save_figure(fig, REPORT_DIR / _name("results", result["settings"], "png"))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -311,19 +302,15 @@ def main(argv: list[str] | None = None) -> int:
                         help="where the targets live: a folder of the local disk (default "
                              "/var/tmp); needs about 8 GiB per target (1 GiB quick)")
     args = parser.parse_args(argv)
-    if os.geteuid() != 0:
-        sys.exit("benchmarks.mount: dropping caches and mounting bindfs need root")
-    for tool in ("fio", "bindfs", "fusermount3"):
-        if subprocess.run(["which", tool], capture_output=True).returncode != 0:
-            sys.exit(f"benchmarks.mount: {tool} not found: make deps")
+    harness.require_root("mount", "dropping caches and mounting bindfs")
+    harness.require_tools("mount", ("fio", "bindfs", "fusermount3"))
     settings = QUICK if args.quick else FULL
     with targets.exit_on_sigterm():
         result = run(settings, args.workdir)
     table = summarize(result)
     result["summary"] = table
-    REPORT_DIR.mkdir(parents=True, exist_ok=True)
-    (REPORT_DIR / _name("results", result["settings"], "json")).write_text(
-        json.dumps(result, indent=1) + "\n")
+    harness.write_json(REPORT_DIR / _name("results", result["settings"], "json"), result,
+                       newline=True)
     write_report(result, table)
     plot(result, table)
     print(f"bench mount: wrote {REPORT_DIR.relative_to(ROOT)}/"

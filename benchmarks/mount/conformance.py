@@ -25,23 +25,12 @@ import time
 import tomllib
 from pathlib import Path
 
-from benchmarks.mount import targets
+from testkit import mount_targets as targets
+from testkit.pjdfstest import ACCEPTED, PJDFSTEST, accepted_failures, known_bugs
 
 REPO = Path(__file__).resolve().parents[2]
-PJDFSTEST = REPO / "scripts" / "pjdfstest"
 REPORT_DIR = REPO / "docs" / "benchmarks" / "mount"
-ACCEPTED = REPORT_DIR / "pjdfstest-accepted.toml"
 FULL_TIMEOUT = 3600  # seconds for the whole suite on one target (about 3 minutes on bindfs)
-
-
-def accepted_failures() -> dict[str, str]:
-    table = tomllib.loads(ACCEPTED.read_text())
-    return {test: entry["reason"] for entry in table.get("accepted", []) for test in entry["tests"]}
-
-
-def known_bugs() -> dict[str, str]:
-    table = tomllib.loads(ACCEPTED.read_text())
-    return {test: entry["bug"] for entry in table.get("known_bug", []) for test in entry["tests"]}
 
 
 def run_on(name: str, base: Path, subset: bool) -> dict:

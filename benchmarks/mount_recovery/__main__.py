@@ -46,6 +46,8 @@ import time
 import uuid
 from pathlib import Path
 
+from benchmarks import harness
+from benchmarks.mount_rig import drop_caches, mounted
 from scratchkeeper import digests
 from scratchkeeper.config import load_config
 from scratchkeeper.planner import records as planner_records
@@ -54,37 +56,13 @@ from scratchkeeper.state import StateStore
 from scratchkeeper.storage import LayoutRequest, open_backend
 from scratchkeeper.storage.base import XATTR_PREFIX
 
-ROOT = Path(__file__).resolve().parents[2]
-REPORT_DIR = ROOT / "docs" / "benchmarks" / "mount_recovery"
-CLUSTER = Path(os.environ.get("SK_LOCAL_DIR", "/var/lib/scratchkeeper-local")) / "cluster.json"
+REPORT_DIR = harness.report_dir("mount_recovery")
 MiB = 1 << 20
 OST_COUNT = 16
 FAIL_AT = 0.25          # share of the file read when the OST fails
 START_TIMEOUT = 30.0
 READ_TIMEOUT = 600.0
 GOAL_MARGIN = 0.5       # seconds a stall may exceed recoveryd's patch
-
-
-def _cluster() -> dict:
-    try:
-        status = json.loads(CLUSTER.read_text())
-    except (OSError, json.JSONDecodeError) as err:
-        sys.exit(f"benchmarks.mount_recovery: local cluster not available ({err}); "
-                 "run scripts/local-cluster up")
-    if status.get("state") != "up":
-        sys.exit("benchmarks.mount_recovery: local cluster not up; run scripts/local-cluster up")
-    return status
-
-
-def drop_caches() -> None:
-    os.sync()
-    with open("/proc/sys/vm/drop_caches", "w") as f:
-        f.write("3\n")
-
-
-def _mounted(mountpoint: Path) -> bool:
-    with open("/proc/self/mountinfo", encoding="utf-8") as info:
-        return any(line.split(" ")[4] == str(mountpoint) for line in info)
 
 
 class Site:
@@ -136,7 +114,7 @@ level = "INFO"
 
     def start(self) -> None:
         self.mount = self._spawn(["mount", str(self.scratch)], "mount.log")
-        self._until(lambda: _mounted(self.scratch) and os.path.isdir(self.scratch / "."),
+        self._until(lambda: mounted(self.scratch) and os.path.isdir(self.scratch / "."),
                     self.mount, "mount.log")
         self.recoveryd = self._spawn(["recoveryd"], "recoveryd.log")
         self._until(self._socket_answers, self.recoveryd, "recoveryd.log")
@@ -169,10 +147,10 @@ level = "INFO"
                 self.recoveryd.kill()
                 self.recoveryd.wait(timeout=30)
             self.recoveryd = None
-        if _mounted(self.scratch):
+        if mounted(self.scratch):
             done = subprocess.run(["fusermount3", "-u", str(self.scratch)], capture_output=True,
                                   timeout=60)
-            if done.returncode != 0 and _mounted(self.scratch):
+            if done.returncode != 0 and mounted(self.scratch):
                 subprocess.run(["fusermount3", "-u", "-z", str(self.scratch)],
                                capture_output=True, timeout=60)
         if self.mount is not None:
@@ -288,9 +266,7 @@ def copy_once(site: Site, source: Path, durable: bool) -> float:
     subprocess.run(["globus-url-copy", site.uri(source), f"file://{target}"], check=True,
                    capture_output=True, timeout=600)
     if durable:
-        fd = os.open(target, os.O_RDONLY)
-        os.fsync(fd)
-        os.close(fd)
+        harness.fsync_file(target)
     seconds = time.monotonic() - started
     target.unlink()
     return seconds
@@ -411,9 +387,7 @@ def report(results: dict) -> str:
 
 
 def plot(results: dict, path: Path) -> None:
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = harness.pyplot()
     rows = results["rows"]
     ks = [row["k"] for row in rows]
     x = list(range(len(ks)))
@@ -438,8 +412,7 @@ def plot(results: dict, path: Path) -> None:
                    "through the mount")
     axes.legend(fontsize=8)
     figure.tight_layout()
-    figure.savefig(path, dpi=110)
-    plt.close(figure)
+    harness.save_figure(figure, path)
 
 
 def main(argv=None) -> int:
@@ -447,9 +420,8 @@ def main(argv=None) -> int:
     parser.add_argument("--quick", action="store_true", help="a 256 MiB file instead of 1 GiB")
     parser.add_argument("--repeats", type=int, default=3, help="repeats (at least 3)")
     args = parser.parse_args(argv)
-    if os.geteuid() != 0:
-        sys.exit("benchmarks.mount_recovery: runs as root (the mount, drop_caches)")
-    cluster = _cluster()
+    harness.require_root("mount_recovery", "the mount, drop_caches")
+    cluster = harness.local_cluster("mount_recovery")
     repeats = max(3, args.repeats)
     size = (256 if args.quick else 1024) * MiB
     ks = [4, 8]
@@ -477,15 +449,14 @@ def main(argv=None) -> int:
     finally:
         site.stop()
         site.cleanup()
-        if not _mounted(site.scratch):
+        if not mounted(site.scratch):
             shutil.rmtree(workdir, ignore_errors=True)
     copies = {"plain": _stats(plain), "durable": _stats(durable)}
     results = {"quick": args.quick, "repeats": repeats, "file_size": size, "ost_count": OST_COUNT,
-               "fail_at": FAIL_AT, "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+               "fail_at": FAIL_AT, "when": harness.utc_now(),
                "machine": f"{platform.node()}, {os.cpu_count()} cores", "copies": copies,
                "rows": summarise(trials, copies, ks), "trials": trials}
-    REPORT_DIR.mkdir(parents=True, exist_ok=True)
-    (REPORT_DIR / "results.json").write_text(json.dumps(results, indent=2))
+    harness.write_json(REPORT_DIR / "results.json", results, indent=2)
     text = report(results)
     (REPORT_DIR / "report.md").write_text(text)
     plot(results, REPORT_DIR / "stall.png")

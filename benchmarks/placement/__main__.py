@@ -1,5 +1,5 @@
 """Placement benchmark: SUORA (scratchkeeper.placement) against CRUSH straw2, consistent hashing
-and round-robin, measured in the same run (seed 003, Figures 10-12).
+and round-robin, measured in the same run (the SUORA paper, Figures 10-12).
 
 For 1 .. 100,000 targets (quick: up to 1,000): placement time per object and memory of the map;
 uniformity (max/mean of each target's load over its capacity share) in a homogeneous pool and a
@@ -23,9 +23,6 @@ from __future__ import annotations
 
 import argparse
 import gc
-import json
-import os
-import platform
 import shutil
 import sys
 import tempfile
@@ -35,13 +32,13 @@ from pathlib import Path
 
 import numpy as np
 
+from benchmarks import harness
 from benchmarks.placement.peers import ConsistentHashing, CrushStraw2, RoundRobin
 from scratchkeeper.placement.suora import PlacementMap
 
-ROOT = Path(__file__).resolve().parents[2]
-RESULTS_DIR = ROOT / "benchmarks" / "results" / "placement"
-REPORT_DIR = ROOT / "docs" / "benchmarks" / "placement"
-HETEROGENEOUS = (4.0, 2.0, 1.0)  # TB, in turn (seed 003 Table 4's three largest devices)
+RESULTS_DIR = harness.results_dir("placement")
+REPORT_DIR = harness.report_dir("placement")
+HETEROGENEOUS = (4.0, 2.0, 1.0)  # TB, in turn (the SUORA paper's Table 4, its three largest devices)
 SUORA = "SUORA"
 CH = "consistent hashing"
 RR = "round-robin"
@@ -225,18 +222,6 @@ def measure_movement(count: int, objects: int, kind: str, settings: dict, workdi
 # ---------------------------------------------------------------------- report
 
 
-def _machine() -> str:
-    model = platform.machine()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                model = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    return f"{model}, {os.cpu_count()} CPUs, Python {platform.python_version()}"
-
-
 def _crushtool_version() -> str:
     try:
         import subprocess
@@ -256,7 +241,7 @@ def _fmt_bytes(value: float) -> str:
 
 
 def _suffix(meta: dict) -> str:
-    return "-quick" if meta["quick"] else ""
+    return harness.suffix(meta["quick"])
 
 
 def write_report(results: dict, report_dir: Path) -> Path:
@@ -275,7 +260,7 @@ def write_report(results: dict, report_dir: Path) -> Path:
              f"({meta['virtual_nodes']} virtual nodes per TB of capacity) and "
              "round-robin are numpy over the whole array; CRUSH straw2 is Ceph's `crushtool "
              "--test` on a map with one straw2 root holding every target with its capacity as "
-             "weight.", "", "## Placement time per object and memory (seed 003 Figure 10)", "",
+             "weight.", "", "## Placement time per object and memory (the SUORA paper's Figure 10)", "",
              "crushtool's time is its whole `--test --show-statistics` run over X objects "
              "divided by X (`whole`), and the same after subtracting a run over one object, "
              "i.e. process start and map load (`net`). Speed-ups are crushtool's time over "
@@ -318,7 +303,7 @@ def write_report(results: dict, report_dir: Path) -> Path:
               "object (argument checks, a tuple of target indices), so batches go through "
               "`place_dense`.", "",
               f"![time and memory](time{suffix}.png)", "",
-              "## Uniformity (seed 003 Figure 11)", "",
+              "## Uniformity (the SUORA paper's Figure 11)", "",
               "Load of a target = its objects over its capacity share of all objects; the "
               "table gives max/mean of that (1.0 is perfect) and in brackets its coefficient of "
               "variation. straw2 is run up to "
@@ -353,7 +338,7 @@ def write_report(results: dict, report_dir: Path) -> Path:
               "a placement computed from the object id alone can be. From 10,000 targets on a "
               "target holds 20 to 100 objects, and max/mean is the sampling noise of the ideal "
               "column.", "",
-              "## Objects moved when targets are added or removed (seed 003 Figure 12(a))", "",
+              "## Objects moved when targets are added or removed (the SUORA paper's Figure 12(a))", "",
               "Minimum = objects x the changed capacity's share (of the new total when adding, "
               "of the old one when removing). `needless` counts objects that moved although "
               "neither their old target was removed nor their new one added: zero means the "
@@ -386,11 +371,7 @@ def write_report(results: dict, report_dir: Path) -> Path:
 
 
 def plot(results: dict, report_dir: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = harness.pyplot()
     times = results["time"]
     targets = [r["targets"] for r in times]
     fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2))
@@ -413,8 +394,7 @@ def plot(results: dict, report_dir: Path) -> None:
     right.legend(fontsize=7)
     fig.tight_layout()
     suffix = _suffix(results["meta"])
-    fig.savefig(report_dir / f"time{suffix}.png", dpi=110)
-    plt.close(fig)
+    harness.save_figure(fig, report_dir / f"time{suffix}.png")
 
     fig, axes = plt.subplots(1, 2, figsize=(11, 4.2), sharey=True)
     for axis, kind in zip(axes, ("homogeneous", "heterogeneous")):
@@ -427,8 +407,7 @@ def plot(results: dict, report_dir: Path) -> None:
         axis.legend(fontsize=7)
     axes[0].set_ylabel("max / mean of load over capacity share")
     fig.tight_layout()
-    fig.savefig(report_dir / f"uniformity{suffix}.png", dpi=110)
-    plt.close(fig)
+    harness.save_figure(fig, report_dir / f"uniformity{suffix}.png")
 
     rows = results["movement"]
     columns = min(2, len(rows))
@@ -449,8 +428,7 @@ def plot(results: dict, report_dir: Path) -> None:
     handles, labels = axes.flat[0].get_legend_handles_labels()
     fig.legend(handles, labels, loc="lower center", ncol=len(labels), fontsize=8)
     fig.tight_layout(rect=(0, 0.06, 1, 1))
-    fig.savefig(report_dir / f"movement{suffix}.png", dpi=110)
-    plt.close(fig)
+    harness.save_figure(fig, report_dir / f"movement{suffix}.png")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -466,9 +444,9 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     settings = plan(args.quick)
     started = time.perf_counter()
-    meta = {"quick": args.quick, "machine": _machine(), "crushtool": _crushtool_version(),
-            "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-            "load_start": " ".join(f"{x:.2f}" for x in os.getloadavg()),
+    meta = {"quick": args.quick, "machine": harness.machine(),
+            "crushtool": _crushtool_version(), "date": harness.utc_now(),
+            "load_start": harness.load_average(),
             "virtual_nodes": settings["virtual_nodes"],
             "crush_uniformity_max": settings["crush_uniformity_max"]}
     results: dict = {"meta": meta, "time": [], "uniformity": [], "movement": []}
@@ -496,14 +474,11 @@ def main(argv: list[str] | None = None) -> int:
                     f"{event} min {cell['minimum']:.0f} SUORA {cell[SUORA]['moved']} "
                     f"straw2 {cell[CRUSH]['moved']}" for event, cell in row["events"].items()),
                     flush=True)
-    meta["load_end"] = " ".join(f"{x:.2f}" for x in os.getloadavg())
+    meta["load_end"] = harness.load_average()
     meta["seconds"] = time.perf_counter() - started
-    args.results_dir.mkdir(parents=True, exist_ok=True)
     kind = "quick" if args.quick else "full"
-    document = json.dumps(results, indent=1)
-    (args.results_dir / f"results-{kind}.json").write_text(document)
-    args.report_dir.mkdir(parents=True, exist_ok=True)
-    (args.report_dir / f"results{_suffix(meta)}.json").write_text(document)
+    harness.write_json(args.results_dir / f"results-{kind}.json", results)
+    harness.write_json(args.report_dir / f"results{_suffix(meta)}.json", results)
     plot(results, args.report_dir)
     print(f"report: {write_report(results, args.report_dir)}")
     return 0

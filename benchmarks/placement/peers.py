@@ -36,7 +36,7 @@ class ConsistentHashing:
     has 100 points with the defaults, one of 4 TB 400).
 
     An object goes to the owner of the first point clockwise of its hash (Karger et al.; the
-    weighting by point count is Sheepdog's, seed 003 section 2). Points per fixed unit, not per
+    weighting by point count is Sheepdog's, the SUORA paper §2). Points per fixed unit, not per
     mean weight, so adding a target does not change the others' points.
     """
 

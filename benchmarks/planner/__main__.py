@@ -41,6 +41,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from benchmarks import harness
 from scratchkeeper.cli import _client, _server
 from scratchkeeper.config import SiteConfig, load_config
 from scratchkeeper.planner import records
@@ -52,10 +53,10 @@ from scratchkeeper.planner.submit import dry_run_commands, prepare, submit_plan
 from scratchkeeper.runner import get_runner
 from scratchkeeper.state import StateStore
 
-ROOT = Path(__file__).resolve().parents[2]
-RESULTS = ROOT / "benchmarks" / "results" / "planner"
-REPORT = ROOT / "docs" / "benchmarks" / "planner" / "report.md"
-CLUSTER = Path(os.environ.get("SK_LOCAL_DIR", "/var/lib/scratchkeeper-local")) / "cluster.json"
+ROOT = harness.REPO
+RESULTS = harness.results_dir("planner")
+REPORT = harness.report_dir("planner") / "report.md"
+CLUSTER = harness.CLUSTER
 
 
 def script_200_lines() -> str:
@@ -428,9 +429,8 @@ def main() -> None:
               f"{submit['installed_cli_vs_shell_ratio_median']:.2f}; through the command "
               f"server {submit['client_cli']['median_ms']:.1f} ms: ratio "
               f"{submit['client_cli_vs_shell_ratio_median']:.2f}")
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / "results.json").write_text(json.dumps(
-        {"render": render, "start": start, "submit": submit}, indent=2))
+    harness.write_json(RESULTS / "results.json",
+                       {"render": render, "start": start, "submit": submit}, indent=2)
     REPORT.parent.mkdir(parents=True, exist_ok=True)
     REPORT.write_text(report(render, start, submit, args.quick))
     print(f"report: {REPORT.relative_to(ROOT)}")

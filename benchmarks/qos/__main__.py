@@ -1,6 +1,6 @@
-"""Read QoS benchmark, in simulation (seed 001, section V; scratchkeeper.qos.simulate).
+"""Read QoS benchmark, in simulation (the flash QoS paper, §V; scratchkeeper.qos.simulate).
 
-1. Synthetic workloads (section V.C): 5, 14 and 27 distinct buckets at the start of every
+1. Synthetic workloads (§V.C): 5, 14 and 27 distinct buckets at the start of every
    interval of 0.133, 0.266, 0.399 ms (M = 1, 2, 3) on 9 devices, 3 copies, 36 buckets, a bucket
    read in 0.132507 ms: response time mean, standard deviation and maximum of the (9,3,1)
    design with design-theoretic retrieval beside RAID-1 mirrored and chained (each read sent to
@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import math
 import os
 import platform
@@ -33,6 +32,7 @@ import sys
 import time
 from pathlib import Path
 
+from benchmarks import harness
 from scratchkeeper.qos.admission import (
     DeterministicAdmission,
     StatisticalAdmission,
@@ -49,10 +49,9 @@ from scratchkeeper.qos.placement import (
 from scratchkeeper.qos.simulate import replay_interval, replay_online, replay_single_copy, run_intervals
 from scratchkeeper.qos.traces import block_requests, read_dxt_reads
 
-ROOT = Path(__file__).resolve().parents[2]
-REPORT_DIR = ROOT / "docs" / "benchmarks" / "qos"
-LOGS = Path(os.environ.get("SK_DARSHAN_LOGS", ROOT.parent / "shared" / "darshan-logs"))
-SERVICE_8K_MS = 0.132507   # the paper's flash read of one 8 KiB block (DiskSim, section V.A)
+REPORT_DIR = harness.report_dir("qos")
+LOGS = Path(os.environ.get("SK_DARSHAN_LOGS", harness.REPO.parent / "shared" / "darshan-logs"))
+SERVICE_8K_MS = 0.132507   # the paper's flash read of one 8 KiB block (DiskSim, §V.A)
 PARTS = 8
 EPSILONS = (0.0, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5)
 
@@ -214,10 +213,7 @@ def _gaps(parts: list[dict], key: str) -> list[float]:
 
 
 def plot_trace(trace: dict, path: Path) -> None:
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = harness.pyplot()
     parts = list(range(1, PARTS + 1))
     det = trace["deterministic"]
     online, online_fim = det["deterministic online, no FIM"], det["deterministic online, FIM"]
@@ -271,8 +267,7 @@ def plot_trace(trace: dict, path: Path) -> None:
     axes[1][2].set_xlabel("epsilon")
     figure.suptitle(trace["label"])
     figure.tight_layout()
-    figure.savefig(path, dpi=90)
-    plt.close(figure)
+    harness.save_figure(figure, path, dpi=90)
 
 
 def write_report(results: dict, path: Path) -> None:
@@ -373,8 +368,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     began = time.monotonic()
     REPORT_DIR.mkdir(parents=True, exist_ok=True)
-    suffix = "-quick" if args.quick else ""
-    results = {"quick": args.quick, "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+    suffix = harness.suffix(args.quick)
+    results = {"quick": args.quick, "when": harness.utc_now(),
                "machine": f"{platform.machine()}, {os.cpu_count()} CPUs"}
     results["synthetic"] = synthetic(2000 if args.quick else 10000, seed=1)
     design_key = "(9,3,1) design-theoretic/natural"
@@ -388,7 +383,7 @@ def main(argv: list[str] | None = None) -> int:
         results["traces"].append(trace)
         print(f"qos: {trace['label']}: done", flush=True)
     results["seconds"] = time.monotonic() - began
-    (REPORT_DIR / f"results{suffix}.json").write_text(json.dumps(results, indent=1, default=str))
+    harness.write_json(REPORT_DIR / f"results{suffix}.json", results, default=str)
     write_report(results, REPORT_DIR / f"report{suffix}.md")
     print(f"qos: guarantee of the (9,3,1) design in every interval: "
           f"{'met' if results['guarantee_met'] else 'NOT met'}; report "

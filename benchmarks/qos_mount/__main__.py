@@ -1,4 +1,4 @@
-"""Read QoS on the mount with real reads (issue 21; seed 001 section V.C; docs/qos.rst).
+"""Read QoS on the mount with real reads (issue 21; the flash QoS paper §V.C; docs/qos.rst).
 
 ``.venv/bin/python -m benchmarks.qos_mount [--quick]`` (root: FUSE, loop devices, the cgroup-v1
 blkio throttle and memory controller, ``drop_caches``)
@@ -48,12 +48,8 @@ import mmap
 import os
 import platform
 import random
-import shutil
-import signal
 import statistics
-import subprocess
 import sys
-import tempfile
 import threading
 import time
 import zlib
@@ -62,23 +58,22 @@ from concurrent.futures import ThreadPoolExecutor
 from itertools import permutations
 from pathlib import Path
 
+from benchmarks import harness
 from benchmarks.mount_rig import (
+    BLKIO,
+    MEMCG,
     MemoryCgroup,
+    MountRig,
+    device_reads,
     drop_caches,
     loop_ost,
-    mounted,
     say,
     sh,
-    start_mount,
-    stop_mount,
-    tear_down,
+    throttle_reads,
 )
 
-ROOT = Path(__file__).resolve().parents[2]
-REPORT_DIR = ROOT / "docs" / "benchmarks" / "qos_mount"
-SIM_RESULTS = ROOT / "docs" / "benchmarks" / "qos" / "results.json"
-BLKIO = Path("/sys/fs/cgroup/blkio")
-MEMCG = Path("/sys/fs/cgroup/memory")
+REPORT_DIR = harness.report_dir("qos_mount")
+SIM_RESULTS = harness.report_dir("qos") / "results.json"
 QOS_XATTR = "user.scratchkeeper.qos"
 DISPATCH_XATTR = "user.scratchkeeper.dispatch"
 MiB = 1 << 20
@@ -113,21 +108,6 @@ def summary(values: list[float]) -> dict:
             "std": statistics.pstdev(values) if values else 0.0,
             "max": max(values) if values else 0.0, "count": len(values),
             "p99": sorted(values)[min(len(values) - 1, int(0.99 * len(values)))] if values else 0.0}
-
-
-def io_serviced(rules: dict[str, int]) -> dict[int, int]:
-    """Reads each OST's loop device served (blkio, root cgroup): OST -> count."""
-    out = dict.fromkeys(rules.values(), 0)
-    for line in (BLKIO / "blkio.throttle.io_serviced").read_text().splitlines():
-        words = line.split()
-        if len(words) == 3 and words[0] in rules and words[1] == "Read":
-            out[rules[words[0]]] += int(words[2])
-    return out
-
-
-def set_throttle(rules: dict[str, int], iops: int) -> None:
-    for rule in rules:
-        (BLKIO / "blkio.throttle.read_iops_device").write_text(f"{rule} {iops}\n")
 
 
 def sleep_until(when: float) -> None:
@@ -184,22 +164,15 @@ def choose_primaries(scheme: str, cover: int) -> list[tuple[int, int, int]]:
 
 # ---------------------------------------------------------------- the rig
 
-class Rig:
+class Rig(MountRig):
     """9 OSTs on throttled loop devices, the memory cgroup, the store and its mount."""
 
-    def __init__(self, work: Path, p: dict):
-        self.work, self.p = work, p
-        self.scratch, self.store = work / "scratch", work / "store"
-        self.config = work / "site.toml"
-        self.log = work / "mount.log"
-        self.process = None
-        self.devices: list[str] = []
-        self.rules: dict[str, int] = {}
-        self.mounts: list[Path] = []
-        self.cgroup: Path | None = None
+    name = "qos_mount"
 
-    def ost(self, index: int) -> Path:
-        return self.store / f"ost{index:04d}"
+    def __init__(self, work: Path, p: dict):
+        super().__init__(work)
+        self.p = p
+        self.rules: dict[str, int] = {}
 
     def build(self, data_bytes: int) -> None:
         os.chmod(self.work, 0o755)
@@ -210,9 +183,7 @@ class Rig:
             rule = loop_ost(self.work / f"ost{index}.img", per_ost, self.ost(index),
                             self.devices, self.mounts)
             self.rules[rule] = index
-        self.cgroup = MEMCG / f"sk-qos-mount-bench-{os.getpid()}"
-        self.cgroup.mkdir()
-        (self.cgroup / "memory.limit_in_bytes").write_text(f"{self.p['memory_limit']}\n")
+        self.cgroup = MemoryCgroup.create("sk-qos-mount-bench", self.p["memory_limit"])
 
     def write_config(self, admission: str, accesses: int, interval: float,
                      retrieval: str = "online") -> None:
@@ -244,29 +215,24 @@ level = "WARNING"
 """)
 
     def throttle(self, on: bool) -> None:
-        set_throttle(self.rules, IOPS if on else 0)
+        throttle_reads(self.rules, iops=IOPS if on else 0)
 
-    def join_cgroup(self) -> None:
-        MemoryCgroup(self.cgroup).join()
+    def throttled(self) -> bool:
+        return bool(self.rules)
+
+    def unthrottle(self) -> None:
+        self.throttle(False)
 
     def reset_peak(self) -> None:
-        MemoryCgroup(self.cgroup).reset_peak()
+        self.cgroup.reset_peak()
 
     def memory(self) -> dict:
-        return MemoryCgroup(self.cgroup).peak()
+        return self.cgroup.peak()
 
-    def start(self, admission: str, accesses: int, interval: float,
+    def start(self, admission: str, accesses: int, interval: float,  # type: ignore[override]
               retrieval: str = "online") -> None:
         self.write_config(admission, accesses, interval, retrieval)
-        self.process = start_mount(self.scratch, self.config, self.log, self.join_cgroup)
-
-    def stop(self) -> None:
-        stop_mount(self.scratch, self.process)
-        self.process = None
-
-    def cli(self, *args: str) -> subprocess.CompletedProcess:
-        return subprocess.run([sys.executable, "-m", "scratchkeeper", "-c", str(self.config),
-                               *args], capture_output=True, text=True, timeout=300)
+        super().start()
 
     def worker(self, job: dict, label: str) -> dict:
         """Run the reads of `job` in a reader process inside the memory cgroup."""
@@ -275,14 +241,10 @@ level = "WARNING"
         plan_path.write_text(json.dumps(job))
         self.reset_peak()
         sh([sys.executable, "-m", "benchmarks.qos_mount", "--worker", str(plan_path),
-            str(out_path)], timeout=1800, preexec_fn=self.join_cgroup, cwd=ROOT)
+            str(out_path)], timeout=1800, preexec_fn=self.join_cgroup, cwd=harness.REPO)
         out = json.loads(out_path.read_text())
         out["memory"] = self.memory()
         return out
-
-    def close(self) -> None:
-        tear_down("qos_mount", self.stop, (lambda: self.throttle(False)) if self.rules else None,
-                  self.mounts, self.devices, self.cgroup)
 
 
 def make_files(rig: Rig, p: dict) -> dict:
@@ -386,7 +348,7 @@ def calibrate(rig: Rig, p: dict) -> dict:
     for index, device in enumerate(rig.devices):
         out["unthrottled"][index] = [burst(device, 1)[0] for _ in range(5)]
     for iops in (100, 200):
-        (BLKIO / "blkio.throttle.read_iops_device").write_text(f"{next(iter(rig.rules))} {iops}\n")
+        throttle_reads([next(iter(rig.rules))], iops=iops)
         time.sleep(0.3)
         out["slice_demo"][iops] = burst(rig.devices[0], 24)
     rig.throttle(True)
@@ -478,7 +440,7 @@ def worker(plan_path: str, out_path: str) -> int:
         qos = json.loads(os.getxattr(root, QOS_XATTR))
         dispatch = json.loads(os.getxattr(root, DISPATCH_XATTR))
         reads = {int(o["ost"]): int(o["reads"]) for o in dispatch["osts"]}
-        return qos, reads, io_serviced({r: int(o) for r, o in rules.items()})
+        return qos, reads, device_reads({r: int(o) for r, o in rules.items()})
 
     def delta(after: dict, before: dict) -> dict:
         return {k: after[k] - before.get(k, 0) for k in after
@@ -490,7 +452,7 @@ def worker(plan_path: str, out_path: str) -> int:
     # every piece's objects out of the page cache, every object opened (metadata read) first
     dontneed(pieces)
     if job.get("throttle"):
-        set_throttle({r: int(o) for r, o in rules.items()}, job["throttle"])
+        throttle_reads(rules, iops=job["throttle"])
         time.sleep(0.3)
     out = {"runs": []}
     for run in job["runs"]:
@@ -525,7 +487,7 @@ def worker(plan_path: str, out_path: str) -> int:
         out["runs"].append({"label": run["label"], "intervals": intervals,
                             "qos_end": before[0]})
     if job.get("throttle"):
-        set_throttle({r: int(o) for r, o in rules.items()}, 0)
+        throttle_reads(rules, iops=0)
     pool.shutdown()
     Path(out_path).write_text(json.dumps(out))
     return 0
@@ -646,7 +608,7 @@ def run(work: Path, p: dict) -> dict:
             out["T"] = period
             results["qos"][m] = out
             # the same intervals under interval retrieval (qos.retrieval = "interval", the
-            # seed's design-theoretic retrieval): read at the start of the next interval
+            # flash QoS paper's design-theoretic retrieval): read at the start of the next interval
             say(f"M = {m}: the same, qos.retrieval = \"interval\"")
             rig.start("deterministic", m, period, "interval")
             try:
@@ -782,10 +744,7 @@ def sim_rows() -> dict:
 
 
 def plot(results: dict, a: dict, path: Path) -> None:
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = harness.pyplot()
     tau = results["tau"]
     fig, axes = plt.subplots(1, 3, figsize=(16, 4.5))
     for ax, m in zip(axes, ACCESSES):
@@ -821,8 +780,7 @@ def plot(results: dict, a: dict, path: Path) -> None:
     fig.suptitle(f"Reads through scratchkeeper mount, 9 OSTs throttled to one 64 KiB read per "
                  f"{tau * 1000:.0f} ms each (box: quartiles, whiskers: min-max)", fontsize=10)
     fig.tight_layout()
-    fig.savefig(path, dpi=90)
-    plt.close(fig)
+    harness.save_figure(fig, path, dpi=90)
 
 
 def report(results: dict, a: dict) -> str:
@@ -836,7 +794,7 @@ def report(results: dict, a: dict) -> str:
         f"`.venv/bin/python -m benchmarks.qos_mount{quick}` on {platform.node()} "
         f"({os.cpu_count()} CPUs shared, kernel {platform.release()}), {results['date']}; "
         f"{results['seconds']:.0f} s in all.", "",
-        "Issue 21's last verification item: the guarantee of seed 001 (any (c-1)M^2 + cM "
+        "Issue 21's last verification item: the guarantee of the flash QoS paper (any (c-1)M^2 + cM "
         "distinct buckets of a (9,3,1) design are read in M parallel accesses) measured on "
         "`scratchkeeper mount` with real reads, beside RAID-1 mirrored and chained placed by "
         "the same command, as the simulated Table III of `docs/benchmarks/qos/report.md`.", "",
@@ -959,7 +917,7 @@ def report(results: dict, a: dict) -> str:
     if a.get("interval"):
         lines += ["", "### Interval retrieval (`qos.retrieval = \"interval\"`)", "",
                   "The same intervals (the same draws, schemes interleaved as above, a mount of "
-                  "its own per M) with the seed's design-theoretic retrieval: the requests "
+                  "its own per M) with the flash QoS paper's design-theoretic retrieval: the requests "
                   "admitted in an interval wait for the next one and are given their copies "
                   "together at its start (`qos_assign`: greedy, then alternating paths). "
                   "Response = end of the read - start of that next interval (the retrieval's "
@@ -1096,10 +1054,6 @@ def render(path: Path) -> int:
     return 0
 
 
-def interrupted(*_) -> None:
-    raise KeyboardInterrupt
-
-
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["--worker"]:
@@ -1111,34 +1065,21 @@ def main(argv=None) -> int:
     parser.add_argument("--quick", action="store_true",
                         help="10 intervals per scheme and M (60), fewer calibration bursts")
     args = parser.parse_args(argv)
-    if os.geteuid() != 0:
-        sys.exit("benchmarks.qos_mount: run as root (FUSE, loop devices, cgroups)")
-    for need in (BLKIO / "blkio.throttle.read_iops_device", MEMCG / "cgroup.procs"):
-        if not need.exists():
-            sys.exit(f"benchmarks.qos_mount: no {need} (cgroup v1) here")
+    harness.require_root("qos_mount", "FUSE, loop devices, cgroups")
+    harness.require_paths("qos_mount", [BLKIO / "blkio.throttle.read_iops_device",
+                                        MEMCG / "cgroup.procs"])
     p = plan(args.quick)
-    signal.signal(signal.SIGTERM, interrupted)
-    work = Path(tempfile.mkdtemp(prefix="sk-qos-mount-bench-", dir="/var/tmp"))
     started = time.monotonic()
-    try:
+    with harness.work_folder("qos_mount", "sk-qos-mount-bench-", "/var/tmp", mounts=lambda work: [
+            work / "scratch"] + [work / "store" / f"ost{i:04d}" for i in range(OSTS)]) as work:
         results = run(work, p)
-    finally:
-        store = work / "store"
-        if any(mounted(x) for x in [work / "scratch"] + [store / f"ost{i:04d}"
-                                                          for i in range(OSTS)]):
-            print(f"benchmarks.qos_mount: {work} still has a mount; left in place",
-                  file=sys.stderr)
-        else:
-            shutil.rmtree(work, ignore_errors=True)
-    suffix = "-quick" if args.quick else ""
+    suffix = harness.suffix(args.quick)
     results.update({"quick": args.quick, "plan": p, "seconds": time.monotonic() - started,
-                    "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+                    "date": harness.utc_now(),
                     "plot": f"response{suffix}.png", "json": f"results{suffix}.json"})
     analysis = analyse(results)
     results["analysis"] = analysis
-    REPORT_DIR.mkdir(parents=True, exist_ok=True)
-    (REPORT_DIR / f"results{suffix}.json").write_text(json.dumps(results, indent=1,
-                                                                 default=str))
+    harness.write_json(REPORT_DIR / f"results{suffix}.json", results, default=str)
     plot(results, analysis, REPORT_DIR / f"response{suffix}.png")
     text = report(results, analysis)
     (REPORT_DIR / f"report{suffix}.md").write_text(text)

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import hashlib
-import json
 import os
 import platform
 import shutil
@@ -37,6 +36,7 @@ from dataclasses import replace
 from pathlib import Path
 from types import SimpleNamespace
 
+from benchmarks import harness
 from scratchkeeper import digests
 from scratchkeeper.config import parse_config
 from scratchkeeper.planner import records as planner_records
@@ -51,22 +51,9 @@ from scratchkeeper.storage.local import LocalStripedStore
 from scratchkeeper.transfer.buffers import BufferPool
 from scratchkeeper.transfer.ranged import open_ranged
 
-ROOT = Path(__file__).resolve().parents[2]
-RESULTS_DIR = ROOT / "benchmarks" / "results" / "recovery"
-REPORT_DIR = ROOT / "docs" / "benchmarks" / "recovery"
-CLUSTER = Path(os.environ.get("SK_LOCAL_DIR", "/var/lib/scratchkeeper-local")) / "cluster.json"
+RESULTS_DIR = harness.results_dir("recovery")
+REPORT_DIR = harness.report_dir("recovery")
 MiB = 1 << 20
-
-
-def _cluster() -> dict:
-    try:
-        status = json.loads(CLUSTER.read_text())
-    except (OSError, json.JSONDecodeError) as err:
-        sys.exit(f"benchmarks.recovery: local cluster not available ({err}); "
-                 "run scripts/local-cluster up")
-    if status.get("state") != "up":
-        sys.exit("benchmarks.recovery: local cluster not up; run scripts/local-cluster up")
-    return status
 
 
 class Bench:
@@ -175,9 +162,7 @@ def _copy_once(bench: Bench, same_bytes: Path, target: Path, options: list[str],
     get_runner().run(["globus-url-copy", *options, bench.uri(same_bytes, "ftp"),
                       f"file://{target}"], timeout=600, mutating=False)
     if durable:  # the patch syncs what it wrote before the layout switch: so does this
-        fd = os.open(target, os.O_RDONLY)
-        os.fsync(fd)
-        os.close(fd)
+        harness.fsync_file(target)
     return time.monotonic() - started
 
 
@@ -346,11 +331,7 @@ def _copy_files(listing: Path, targets: list[Path], durable: bool) -> float:
     get_runner().run(["globus-url-copy", "-f", str(listing)], timeout=600, mutating=False)
     if durable:
         for target in targets:
-            fd = os.open(target, os.O_RDONLY)
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
+            harness.fsync_file(target)
     return time.monotonic() - started
 
 
@@ -489,9 +470,7 @@ def bench_fraction(bench: Bench, size: int, ks: list[int], repeats: int) -> dict
 
 def plot_fraction(fraction: dict, path: Path) -> None:
     """Patch time / durable whole-file copy against k, beside 1/k and the 0.1 goal."""
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = harness.pyplot()
     ks = [row["k"] for row in fraction["rows"]]
     copy = fraction["copy"]["seconds"]
     figure, axes = plt.subplots(figsize=(6.4, 4.0))
@@ -514,8 +493,7 @@ def plot_fraction(fraction: dict, path: Path) -> None:
     axes.set_ylim(0, max(0.6, max(row["max"] / copy for row in fraction["rows"]) * 1.05))
     axes.legend(fontsize=8)
     figure.tight_layout()
-    figure.savefig(path, dpi=110)
-    plt.close(figure)
+    harness.save_figure(figure, path)
 
 
 class HungProbeStore(LocalStripedStore):
@@ -750,7 +728,7 @@ def main(argv=None) -> int:
                         help="only the OST failure under many files; its figures are printed, "
                              "the report is not written")
     args = parser.parse_args(argv)
-    cluster = _cluster()
+    cluster = harness.local_cluster("recovery")
     repeats = 3 if args.quick else 7
     workdir = Path(tempfile.mkdtemp(prefix="sk-recovery-bench-"))
     if args.batch_only:
@@ -787,9 +765,8 @@ def main(argv=None) -> int:
     finally:
         bench.cleanup()
         shutil.rmtree(workdir, ignore_errors=True)
-    RESULTS_DIR.mkdir(parents=True, exist_ok=True)
-    (RESULTS_DIR / f"recovery-{'quick' if args.quick else 'full'}.json").write_text(
-        json.dumps(results, indent=2))
+    harness.write_json(RESULTS_DIR / f"recovery-{'quick' if args.quick else 'full'}.json",
+                       results, indent=2)
     REPORT_DIR.mkdir(parents=True, exist_ok=True)
     text = report(results, args.quick)
     (REPORT_DIR / "report.md").write_text(text)

@@ -17,13 +17,12 @@ import sys
 import time
 from pathlib import Path
 
+from benchmarks import harness
 from scratchkeeper.runner import run
 from scratchkeeper.sim import DATA_DIR
 
-ROOT = Path(__file__).resolve().parents[2]
-SHARED = ROOT.parent / "shared" / "traces"
-FULL_TRACE = SHARED / "RICC-2010-2.swf.gz"
-FULL_FAILURES = SHARED / "LA-UR-05-7318-failure-data-1996-2005.csv.xz"
+FULL_TRACE = harness.TRACES / "RICC-2010-2.swf.gz"
+FULL_FAILURES = harness.TRACES / "LA-UR-05-7318-failure-data-1996-2005.csv.xz"
 EXCERPT = Path(DATA_DIR) / "RICC-2010-2-first5000.swf.gz"
 EXCERPT_FAILURES = Path(DATA_DIR) / "LA-UR-05-7318-system20.csv.xz"
 GOAL_SECONDS = 60.0
@@ -86,7 +85,7 @@ def main(argv: list[str] | None = None) -> int:
         limit = max(1, round(total * fraction))
         result = run([sys.executable, "-m", "benchmarks.replay", "--one", str(limit),
                       "--trace", str(trace), "--failures", str(failures)],
-                     timeout=1800, mutating=False, cwd=str(ROOT))
+                     timeout=1800, mutating=False, cwd=str(harness.REPO))
         row = json.loads(result.stdout)
         row["fraction"] = fraction
         rows.append(row)

@@ -28,16 +28,16 @@ import platform
 import random
 import statistics
 import time
-from pathlib import Path
 
+from benchmarks import harness
 from scratchkeeper.replication.decisions import Claim, CycleInput, InputFile, JobInputs, ReplicaStatus, decide
 from scratchkeeper.replication.window import WindowParams
 from scratchkeeper.schedulers import slurm
 from scratchkeeper.schedulers.base import JobRecord, JobState, QueueSnapshot
 
-ROOT = Path(__file__).resolve().parents[2]
-RESULTS = ROOT / "benchmarks" / "results" / "replication"
-REPORT = ROOT / "docs" / "benchmarks" / "replication" / "report.md"
+ROOT = harness.REPO
+RESULTS = harness.results_dir("replication")
+REPORT = harness.report_dir("replication") / "report.md"
 SQUEUE_RESULTS = RESULTS / "squeue.json"
 CAPTURED = ROOT / "tests" / "replication" / "data" / "squeue-window.json"
 CAPTURED_TEXT = ROOT / "tests" / "data" / "slurm" / "squeue-snapshot.txt"
@@ -326,9 +326,8 @@ def main() -> None:
     if args.squeue:
         # alone, so that the jobs held for it can be cancelled before the in-process timings
         squeue = real_squeue(10)
-        squeue["measured"] = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
-        RESULTS.mkdir(parents=True, exist_ok=True)
-        SQUEUE_RESULTS.write_text(json.dumps(squeue, indent=2) + "\n")
+        squeue["measured"] = harness.utc_now()
+        harness.write_json(SQUEUE_RESULTS, squeue, indent=2, newline=True)
         print(json.dumps(squeue, indent=2))
         return
     repeats = 5 if args.quick else 30
@@ -372,8 +371,7 @@ def main() -> None:
                    f"{platform.machine()}",
         "quick": args.quick,
     }
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / "results.json").write_text(json.dumps(summary, indent=2) + "\n")
+    harness.write_json(RESULTS / "results.json", summary, indent=2, newline=True)
     verdict = "meets" if max(first["p95_ms"], again["p95_ms"]) < GOAL_MS else "MISSES"
     cycle, peer = whole["cycle"], whole["peer"]
     whole_verdict = "meets" if max(cycle["median_ms"], whole["cycle_all_lines_changed"][

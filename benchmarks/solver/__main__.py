@@ -11,24 +11,21 @@ from __future__ import annotations
 
 import argparse
 import gc
-import json
 import math
-import os
-import platform
 import random
 import statistics
 import sys
 import time
 from pathlib import Path
 
+from benchmarks import harness
 from scratchkeeper.solver import DiskTable, select_replicas
 
 from .peers import LIST_PEERS, PEERS
 from .workloads import make_workload
 
-ROOT = Path(__file__).resolve().parents[2]
-RESULTS_DIR = ROOT / "benchmarks" / "results" / "solver"
-REPORT_DIR = ROOT / "docs" / "benchmarks" / "solver"
+RESULTS_DIR = harness.results_dir("solver")
+REPORT_DIR = harness.report_dir("solver")
 
 # (label, algorithm, threads); peers are added after these
 OURS = [("auto", "auto", 1), ("slotsearch", "slotsearch", 1), ("integrated", "integrated", 1),
@@ -212,11 +209,7 @@ def write_report(results: list[dict], meta: dict, report_dir: Path) -> Path:
 
 
 def _plot(results: list[dict], path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = harness.pyplot()
     methods = list(results[0]["times"])
     fig, axes = plt.subplots(2, 1, figsize=(12, 8.5), sharey=True)
     for axis, conf in zip(axes, ("conf1", "conf3")):
@@ -236,20 +229,7 @@ def _plot(results: list[dict], path: Path) -> None:
         axis.grid(axis="y", which="both", alpha=0.3)
     axes[0].legend(ncol=4, fontsize=8)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-
-
-def _machine() -> str:
-    model = platform.processor() or platform.machine()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                model = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    return f"{model}, {os.cpu_count()} CPUs, Python {platform.python_version()}"
+    harness.save_figure(fig, path)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -262,9 +242,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--report-dir", type=Path, default=REPORT_DIR)
     parser.add_argument("--results-dir", type=Path, default=RESULTS_DIR)
     args = parser.parse_args(argv)
-    meta = {"quick": args.quick, "seed": args.seed, "machine": _machine(),
-            "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-            "load_start": " ".join(f"{x:.2f}" for x in os.getloadavg())}
+    meta = {"quick": args.quick, "seed": args.seed, "machine": harness.machine(),
+            "date": harness.utc_now(), "load_start": harness.load_average()}
     results = []
     plan = workload_plan(args.quick)
     if args.goal:
@@ -279,11 +258,10 @@ def main(argv: list[str] | None = None) -> int:
               + f"  ({time.perf_counter() - started:.0f} s)", flush=True)
         if shape == "Arbitrary-Load1" and disks == 100 and conf == "conf3":
             print(list_goal_line(result), flush=True)
-    meta["load_end"] = " ".join(f"{x:.2f}" for x in os.getloadavg())
-    args.results_dir.mkdir(parents=True, exist_ok=True)
+    meta["load_end"] = harness.load_average()
     kind = ("goal-" if args.goal else "") + ("quick" if args.quick else "full")
-    raw = args.results_dir / f"solver-{kind}.json"
-    raw.write_text(json.dumps({"meta": meta, "results": results}, indent=1))
+    raw = harness.write_json(args.results_dir / f"solver-{kind}.json",
+                             {"meta": meta, "results": results})
     print(f"raw results: {raw}")
     if not args.goal:
         print(f"report: {write_report(results, meta, args.report_dir)}")

@@ -1,4 +1,4 @@
-"""Library max-flow peers used black-box (seed 000 §2.3.2).
+"""Library max-flow peers used black-box (the replica-selection paper §2.3.2).
 
 ``ortools-bb``/``scipy-bb``: binary capacity scaling then capacity incrementation, a fresh max
 flow per probe (the LEDA black-box of [33]); the max flow is OR-Tools SimpleMaxFlow or SciPy's

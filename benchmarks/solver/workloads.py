@@ -1,5 +1,6 @@
-"""Request generators of seed 000 section 5: random duplicate allocation of an N x N grid onto
-N disks (r = 3), the synthetic query shapes of section 5.2.1 and the small real-trace sizes."""
+"""Request generators of the replica-selection paper's §5: random duplicate allocation of an
+N x N grid onto N disks (r = 3), the synthetic query shapes of §5.2.1 and the small real-trace
+sizes."""
 
 from __future__ import annotations
 

@@ -1,3 +1,3 @@
 """Tiering benchmark: fio Zipf random reads through the scratch mount before and after
 ``scratchkeeper tierd``'s hotness migration, against everything on disk and a static split
-(issue 20, seed 003 Figure 13). ``python -m benchmarks.tiering [--quick]``."""
+(issue 20, the SUORA paper's Figure 13). ``python -m benchmarks.tiering [--quick]``."""

@@ -1,4 +1,4 @@
-"""Tiering benchmark (issue 20, docs/tiering.rst; seed 003 section 4, Figure 13).
+"""Tiering benchmark (issue 20, docs/tiering.rst; the SUORA paper §4, Figure 13).
 
 ``.venv/bin/python -m benchmarks.tiering [--quick]`` (root: FUSE, loop devices, tmpfs, the
 cgroup-v1 blkio throttle and memory controller, ``drop_caches``)
@@ -35,32 +35,29 @@ import hashlib
 import json
 import os
 import platform
-import shutil
-import signal
 import sqlite3
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
+from benchmarks import harness
 from benchmarks.mount_rig import (
+    BLKIO,
+    MEMCG,
     MemoryCgroup,
+    MountRig,
+    device_reads,
     drop_caches,
-    mounted,
+    loop_ost,
     say,
     sh,
     sha256,
-    start_mount,
-    stop_mount,
-    tear_down,
+    throttle_reads,
 )
 
-ROOT = Path(__file__).resolve().parents[2]
-REPORT_DIR = ROOT / "docs" / "benchmarks" / "tiering"
-BLKIO = Path("/sys/fs/cgroup/blkio")
-MEMCG = Path("/sys/fs/cgroup/memory")
+REPORT_DIR = harness.report_dir("tiering")
 STATS = "user.scratchkeeper.dispatch"
 MiB = 1 << 20
 DISK_OSTS = (0, 1)
@@ -81,26 +78,19 @@ def plan(quick: bool) -> dict:
             "disk_bps": 32 * MiB, "disk_iops": 200, "raw_runtime": 10, "stripe": MiB}
 
 
-class Rig:
+class Rig(MountRig):
     """The store (disk OSTs on throttled loop devices, flash OSTs on tmpfs), the memory cgroup
     the mount and fio run in, and the mount."""
 
+    name = "tiering"
+
     def __init__(self, work: Path, p: dict):
-        self.work, self.p = work, p
-        self.scratch, self.store = work / "scratch", work / "store"
-        self.config = work / "site.toml"
-        self.log = work / "mount.log"
-        self.process = None
-        self.devices: list[str] = []
+        super().__init__(work)
+        self.p = p
         self.rules: list[str] = []
-        self.mounts: list[Path] = []
-        self.cgroup: Path | None = None
         self.backend = None
         self.names = [f"f{i:03d}.dat" for i in range(p["files"])]
         self.digests: dict[str, str] = {}
-
-    def ost(self, index: int) -> Path:
-        return self.store / f"ost{index:04d}"
 
     # -- set up --------------------------------------------------------------------------------
     def build(self) -> None:
@@ -111,24 +101,15 @@ class Rig:
             self.ost(index).mkdir(parents=True)
         per_disk = p["files"] * p["file_size"] // len(DISK_OSTS)
         for index in DISK_OSTS:
-            image = self.work / f"disk{index}.img"
-            sh(["truncate", "-s", str(per_disk + per_disk // 4 + 128 * MiB), str(image)])
-            sh(["mkfs.ext4", "-q", "-F", str(image)], capture_output=True)
-            device = sh(["losetup", "-f", "--show", str(image)], capture_output=True,
-                        text=True).stdout.strip()
-            self.devices.append(device)
-            sh(["mount", device, str(self.ost(index))])
-            self.mounts.append(self.ost(index))
-            (self.ost(index) / "lost+found").rmdir()
-            st = os.stat(device)
-            self.rules.append(f"{os.major(st.st_rdev)}:{os.minor(st.st_rdev)}")
+            # the plain ext4 defaults (lazy init, atime) this benchmark has always measured
+            self.rules.append(loop_ost(self.work / f"disk{index}.img",
+                                       per_disk + per_disk // 4 + 128 * MiB, self.ost(index),
+                                       self.devices, self.mounts, (), ()))
         for index in FLASH_OSTS:
             sh(["mount", "-t", "tmpfs", "-o", f"size={p['flash_per_ost']},mode=0755", "tmpfs",
                 str(self.ost(index))])
             self.mounts.append(self.ost(index))
-        self.cgroup = MEMCG / f"sk-tiering-bench-{os.getpid()}"
-        self.cgroup.mkdir()
-        (self.cgroup / "memory.limit_in_bytes").write_text(f"{p['memory_limit']}\n")
+        self.cgroup = MemoryCgroup.create("sk-tiering-bench", p["memory_limit"])
         self.config.write_text(f"""
 [storage]
 scratch_root = "{self.scratch}"
@@ -161,32 +142,26 @@ level = "WARNING"
 """)
 
     def throttle(self, on: bool) -> None:
-        for rule in self.rules:
-            (BLKIO / "blkio.throttle.read_bps_device").write_text(
-                f"{rule} {self.p['disk_bps'] if on else 0}\n")
-            (BLKIO / "blkio.throttle.read_iops_device").write_text(
-                f"{rule} {self.p['disk_iops'] if on else 0}\n")
+        throttle_reads(self.rules, bps=self.p["disk_bps"] if on else 0,
+                       iops=self.p["disk_iops"] if on else 0)
+
+    def throttled(self) -> bool:
+        return bool(self.rules)
+
+    def unthrottle(self) -> None:
+        self.throttle(False)
 
     def device_reads(self) -> dict:
         """Reads and bytes the disk OSTs' loop devices served (blkio, root cgroup)."""
-        out = {"ios": 0, "bytes": 0}
-        for name, key in (("blkio.throttle.io_serviced", "ios"),
-                          ("blkio.throttle.io_service_bytes", "bytes")):
-            for line in (BLKIO / name).read_text().splitlines():
-                words = line.split()
-                if len(words) == 3 and words[0] in self.rules and words[1] == "Read":
-                    out[key] += int(words[2])
-        return out
-
-    def join_cgroup(self) -> None:
-        """preexec_fn: the child (the mount, fio) into the memory cgroup."""
-        MemoryCgroup(self.cgroup).join()
+        rules = dict.fromkeys(self.rules, "disk")
+        return {"ios": device_reads(rules)["disk"],
+                "bytes": device_reads(rules, "io_service_bytes")["disk"]}
 
     def reset_peak(self) -> None:
-        MemoryCgroup(self.cgroup).reset_peak()
+        self.cgroup.reset_peak()
 
     def peak(self) -> dict:
-        return MemoryCgroup(self.cgroup).peak()
+        return self.cgroup.peak()
 
     def make_files(self) -> None:
         from scratchkeeper.config import load_config
@@ -228,15 +203,8 @@ level = "WARNING"
         return [name for name in self.names if self.flash_mirrors(name)]
 
     # -- the mount -----------------------------------------------------------------------------
-    def start(self) -> None:
-        self.process = start_mount(self.scratch, self.config, self.log, self.join_cgroup)
-
-    def stop(self) -> None:
-        stop_mount(self.scratch, self.process)
-        self.process = None
-
     def stats(self) -> dict:
-        return json.loads(os.getxattr(self.scratch, STATS))
+        return self.xattr(STATS)
 
     # -- fio -----------------------------------------------------------------------------------
     def fio(self, label: str, directory: Path, names: list[str], runtime: int, *,
@@ -271,9 +239,9 @@ group_reporting=1
                 "memcg": self.peak()}
 
     # -- tierd ---------------------------------------------------------------------------------
-    def cli(self, *args: str, timeout: float = 600) -> subprocess.CompletedProcess:
-        return sh([sys.executable, "-m", "scratchkeeper", "-c", str(self.config), *args],
-                  timeout=timeout, capture_output=True, text=True)
+    def cli(self, *args: str, timeout: float = 600,
+            check: bool = True) -> subprocess.CompletedProcess:
+        return super().cli(*args, timeout=timeout, check=check)
 
     def moves_since(self, last: int) -> list[dict]:
         if not (self.work / "state.db").exists():
@@ -285,11 +253,6 @@ group_reporting=1
                                                 "ORDER BY id", (last,))]
         finally:
             db.close()
-
-    # -- tear down -----------------------------------------------------------------------------
-    def close(self) -> None:
-        tear_down("tiering", self.stop, (lambda: self.throttle(False)) if self.rules else None,
-                  self.mounts, self.devices, self.cgroup)
 
 
 def raw_speeds(rig: Rig) -> dict:
@@ -496,11 +459,7 @@ def summarize(results: dict) -> dict:
 
 
 def plot(results: dict, path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = harness.pyplot()
     s = results["summary"]
     fig, (ax, ax2) = plt.subplots(1, 2, figsize=(10, 4), gridspec_kw={"width_ratios": [3, 2]})
     labels = ["(a) all on disk", "(b) static split", "(c) hotness\nmigration"]
@@ -525,8 +484,7 @@ def plot(results: dict, path: Path) -> None:
     ax2.tick_params(axis="x", labelsize=8)
     ax.tick_params(axis="x", labelsize=8)
     fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+    harness.save_figure(fig, path, dpi=100)
 
 
 def job_text(results: dict) -> str:
@@ -555,7 +513,7 @@ def report(results: dict) -> str:
         f"`.venv/bin/python -m benchmarks.tiering{quick}` on {platform.node()} "
         f"({os.cpu_count()} CPUs shared, kernel {platform.release()}, {results['fio']}), "
         f"{results['date']}; {results['seconds']:.0f} s in all.", "",
-        "Issue 20's last verification item; seed 003 section 4, Figure 13 (throughput with "
+        "Issue 20's last verification item; the SUORA paper §4, Figure 13 (throughput with "
         "hotness migration against a static split and against all data on the slow tier).", "",
         "## Rig", "",
         f"- **disk class** (pool `disk`, OSTs 0-1): two ext4 file systems, each on its own loop "
@@ -687,46 +645,31 @@ def report(results: dict) -> str:
     return "\n".join(lines)
 
 
-def interrupted(*_) -> None:
-    raise KeyboardInterrupt
-
-
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.tiering")
     parser.add_argument("--quick", action="store_true",
                         help="64 files of 4 MiB, 10 s runs, 2 rounds")
     args = parser.parse_args(argv)
-    if os.geteuid() != 0:
-        sys.exit("benchmarks.tiering: run as root (FUSE, loop devices, tmpfs, cgroups)")
-    for need in (BLKIO / "blkio.throttle.read_bps_device", MEMCG / "cgroup.procs"):
-        if not need.exists():
-            sys.exit(f"benchmarks.tiering: no {need} (cgroup v1) here")
-    if shutil.which("fio") is None:
-        sys.exit("benchmarks.tiering: fio is not installed")
+    harness.require_root("tiering", "FUSE, loop devices, tmpfs, cgroups")
+    harness.require_paths("tiering", [BLKIO / "blkio.throttle.read_bps_device",
+                                      MEMCG / "cgroup.procs"])
+    harness.require_tools("tiering", ["fio"])
     p = plan(args.quick)
-    signal.signal(signal.SIGTERM, interrupted)
-    work = Path(tempfile.mkdtemp(prefix="sk-tiering-bench-", dir="/var/tmp"))
     started = time.monotonic()
-    try:
+    with harness.work_folder("tiering", "sk-tiering-bench-", "/var/tmp", mounts=lambda work: [
+            work / "scratch"] + [work / "store" / f"ost{i:04d}" for i in DISK_OSTS + FLASH_OSTS]
+            ) as work:
         results = run(work, p)
-    finally:
-        store = work / "store"
-        if any(mounted(x) for x in [work / "scratch"] + [store / f"ost{i:04d}"
-                                                          for i in DISK_OSTS + FLASH_OSTS]):
-            print(f"benchmarks.tiering: {work} still has a mount; left in place", file=sys.stderr)
-        else:
-            shutil.rmtree(work, ignore_errors=True)
     results.update({"quick": args.quick, "plan": p, "seconds": time.monotonic() - started,
                     "names": [f"f{i:03d}.dat" for i in range(p["files"])],
                     "fio": subprocess.run(["fio", "--version"], capture_output=True,
                                           text=True).stdout.strip(),
-                    "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())})
+                    "date": harness.utc_now()})
     reads = results.get("recorded_reads", {})
     results["hottest"] = sorted(reads, key=lambda n: (-reads[n], n))
     results["summary"] = summarize(results)
-    suffix = "-quick" if args.quick else ""
-    REPORT_DIR.mkdir(parents=True, exist_ok=True)
-    (REPORT_DIR / f"results{suffix}.json").write_text(json.dumps(results, indent=2))
+    suffix = harness.suffix(args.quick)
+    harness.write_json(REPORT_DIR / f"results{suffix}.json", results, indent=2)
     plot(results, REPORT_DIR / f"throughput{suffix}.png")
     text = report(results)
     (REPORT_DIR / f"report{suffix}.md").write_text(text)

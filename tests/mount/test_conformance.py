@@ -22,11 +22,11 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
-if str(REPO) not in sys.path:  # benchmarks/ is not installed: the repository is its home
+if str(REPO) not in sys.path:  # testkit/ is not installed: the repository is its home
     sys.path.insert(0, str(REPO))
 
-from benchmarks.mount import targets  # noqa: E402, TID251 (the last test import of benchmarks/, to move)
-from benchmarks.mount.conformance import ACCEPTED, accepted_failures, known_bugs  # noqa: E402, TID251
+from testkit import mount_targets as targets  # noqa: E402
+from testkit.pjdfstest import ACCEPTED, accepted_failures, known_bugs  # noqa: E402
 
 PJDFSTEST = REPO / "scripts" / "pjdfstest"
 SUBSET_TIMEOUT = 900  # seconds the subset may take on one target (about 1-3 minutes)
