@@ -4,6 +4,9 @@ PY := $(VENV)/bin/python
 PYTEST_ARGS ?=
 # make check's pytest workers (pytest-xdist): one per core
 WORKERS ?= auto
+# make test's workers: the cluster's tests take one (they run one after another, see
+# XDIST_GROUPS in tests/conftest.py) and mostly wait on Slurm; two more run the rest
+TEST_WORKERS ?= 3
 CC ?= cc
 
 # What the static checks read: every Python file (the scripts without a .py suffix named), every
@@ -38,9 +41,11 @@ demo: cluster
 	scripts/demo
 
 ## Every test, the ones on the real local cluster included, after the static checks (CI runs
-## this); the property tests at CI strength, the 25 slowest tests listed at the end.
+## this), on TEST_WORKERS pytest-xdist workers (the cluster's tests on one of them); the property
+## tests at CI strength, the 25 slowest tests listed at the end.
 test: deps lint types check-c cluster
-	SCRATCHKEEPER_REQUIRE_CLUSTER=1 HYPOTHESIS_PROFILE=ci $(PY) -m pytest --durations=25 $(PYTEST_ARGS)
+	SCRATCHKEEPER_REQUIRE_CLUSTER=1 HYPOTHESIS_PROFILE=ci $(PY) -m pytest -n $(TEST_WORKERS) \
+	  --dist loadgroup --durations=25 $(PYTEST_ARGS)
 
 ## Only the tests that need no cluster.
 test-unit: deps

@@ -38,12 +38,29 @@ FIXTURE_MARKS = {
 }
 
 
+#: `make test` runs the tests on several pytest-xdist workers (`--dist loadgroup`). A test
+#: that asks for one of these fixtures runs in the fixture's group, one after another on one
+#: worker: the cluster's tests share its queue, nodes and services (a test's timing assumes no
+#: other test's jobs on the nodes); pjdfstest's module runs its subset once per target for all
+#: its tests. A cluster test with a private site (tests/recovery: ``site_dir``) uses only the
+#: cluster's data servers, so it runs beside the others.
+XDIST_GROUPS = {"local_cluster": "local-cluster", "subset_run": "pjdfstest"}
+PRIVATE_SITE = "site_dir"
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist's own, which reads the group marks
 def pytest_collection_modifyitems(config, items):
     for item in items:
         for fixture, marks in FIXTURE_MARKS.items():
             if fixture in item.fixturenames:
                 for mark in marks:
                     item.add_marker(mark)
+        if PRIVATE_SITE in item.fixturenames:
+            continue
+        for fixture, group in XDIST_GROUPS.items():
+            if fixture in item.fixturenames:
+                item.add_marker(pytest.mark.xdist_group(group))
+                break
 
 
 # Property tests: a quick look while developing, the thorough run in CI (`make test` selects it

@@ -39,16 +39,39 @@ def plain_python() -> str:
     return python
 
 
+def ensure_system_user(name: str, group: str | None = None) -> pwd.struct_passwd:
+    """The test user ``name`` (a system user, no home), created when missing, a member of the
+    system group ``group`` (also created) when one is named. Test workers run side by side
+    (pytest-xdist): a lock file makes the check and the creation one step."""
+    import fcntl
+    import grp
+
+    def run(*argv: str) -> None:
+        subprocess.run(argv, check=True, capture_output=True, timeout=30)
+
+    with open("/run/scratchkeeper-test-users.lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if group is not None:
+            try:
+                grp.getgrnam(group)
+            except KeyError:
+                run("groupadd", "--system", group)
+        try:
+            entry = pwd.getpwnam(name)
+        except KeyError:
+            run("useradd", "--system", "--no-create-home", "--shell", "/bin/sh",
+                *(("-G", group) if group else ()), name)
+            entry = pwd.getpwnam(name)
+        if group is not None and name not in grp.getgrnam(group).gr_mem:
+            run("usermod", "-aG", group, name)
+    return entry
+
+
 def plain_user() -> tuple[int, int]:
     """uid and gid of the unprivileged test user ``skplain``, created when missing."""
     if os.geteuid() != 0:
         pytest.skip("needs root to run a process as another user")
-    try:
-        entry = pwd.getpwnam(PLAIN_USER)
-    except KeyError:
-        subprocess.run(["useradd", "--system", "--no-create-home", "--shell", "/bin/sh",
-                        PLAIN_USER], check=True, capture_output=True, timeout=30)
-        entry = pwd.getpwnam(PLAIN_USER)
+    entry = ensure_system_user(PLAIN_USER)
     return entry.pw_uid, entry.pw_gid
 
 

@@ -173,6 +173,9 @@ class RecoveryService:
         self._scheduler = scheduler
         self.stop = threading.Event()
         self.changed = threading.Condition()
+        # raised by every notification, under ``changed``: a worker that found no request waits
+        # only if nothing changed since it looked (no stop, no new request in between)
+        self._generation = 0
         self.load = SourceLoad()
         self.recoverer = Recoverer(self.backend, config, load=self.load, stop=self.stop,
                                    store=self.store)
@@ -269,7 +272,19 @@ class RecoveryService:
 
     def _notify(self) -> None:
         with self.changed:
+            self._generation += 1
             self.changed.notify_all()
+
+    def _generation_now(self) -> int:
+        with self.changed:
+            return self._generation
+
+    def _wait_change(self, seen: int, timeout: float) -> None:
+        """Wait up to ``timeout`` for a notification after generation ``seen`` (none if one
+        came already, or the service is stopping)."""
+        with self.changed:
+            if self._generation == seen and not self.stop.is_set():
+                self.changed.wait(timeout=timeout)
 
     # -- work ----------------------------------------------------------------------------------
     def enqueue(self, path: str, osts: list[int], uid: int, origin: str) -> int:
@@ -290,6 +305,7 @@ class RecoveryService:
 
     def _work(self) -> None:
         while not self.stop.is_set():
+            seen = self._generation_now()
             try:
                 row = records.claim_next(self.store, self.worker)
             except ScratchkeeperError as err:
@@ -297,8 +313,7 @@ class RecoveryService:
                 self.stop.wait(5.0)
                 continue
             if row is None:
-                with self.changed:
-                    self.changed.wait(timeout=5.0)
+                self._wait_change(seen, 5.0)
                 continue
             try:
                 process_request(self.store, self.recoverer, row)
@@ -375,6 +390,7 @@ class RecoveryService:
         """Until the file is whole, lost, or ``timeout``; the file's status at that moment."""
         deadline = time.monotonic() + timeout
         while True:
+            seen = self._generation_now()
             status = file_status(self.store, self.backend, path)
             if status["state"] in (records.WHOLE, records.LOST) or status["whole"] \
                     and status["request_id"] is None:
@@ -385,8 +401,7 @@ class RecoveryService:
             if remaining <= 0 or self.stop.is_set():
                 status["timed_out"] = remaining <= 0
                 return status
-            with self.changed:
-                self.changed.wait(timeout=min(remaining, 2.0))
+            self._wait_change(seen, min(remaining, 2.0))
 
     # -- the socket ----------------------------------------------------------------------------
     def _accept(self) -> None:
@@ -616,6 +631,7 @@ class RecoveryService:
     def _wait_request(self, request_id: int, timeout: float) -> dict:
         deadline = time.monotonic() + timeout
         while True:
+            seen = self._generation_now()
             row = records.request(self.store, request_id)
             if row["state"] in (records.DONE, records.FAILED):
                 outcome = json.loads(row["outcome"] or "{}")
@@ -624,8 +640,7 @@ class RecoveryService:
             remaining = deadline - time.monotonic()
             if remaining <= 0 or self.stop.is_set():
                 return {"request_id": request_id, "state": row["state"], "timed_out": True}
-            with self.changed:
-                self.changed.wait(timeout=min(remaining, 2.0))
+            self._wait_change(seen, min(remaining, 2.0))
 
 
 def _namespace_root(backend: StorageBackend) -> str:

@@ -204,27 +204,12 @@ def other_user() -> tuple[int, int, int]:
     """uid and gid of a second unprivileged test user ``skother`` (beside ``skplain``), and
     the gid of ``skshare``, a supplementary group of skother's only; created when missing."""
     import grp
-    import pwd
-    import subprocess
+
+    from user_runtime import ensure_system_user
     if os.geteuid() != 0:
         pytest.skip("needs root to act as other users")
-
-    def run(*argv):
-        subprocess.run(argv, check=True, capture_output=True, timeout=30)
-
-    try:
-        shared = grp.getgrnam(SHARED_GROUP)
-    except KeyError:
-        run("groupadd", "--system", SHARED_GROUP)
-        shared = grp.getgrnam(SHARED_GROUP)
-    try:
-        entry = pwd.getpwnam(OTHER_USER)
-    except KeyError:
-        run("useradd", "--system", "--no-create-home", "--shell", "/bin/sh", "-G", SHARED_GROUP,
-            OTHER_USER)
-        entry = pwd.getpwnam(OTHER_USER)
-    if OTHER_USER not in grp.getgrnam(SHARED_GROUP).gr_mem:
-        run("usermod", "-aG", SHARED_GROUP, OTHER_USER)
+    entry = ensure_system_user(OTHER_USER, SHARED_GROUP)
+    shared = grp.getgrnam(SHARED_GROUP)
     return entry.pw_uid, entry.pw_gid, shared.gr_gid
 
 
