@@ -13,7 +13,8 @@ CC ?= cc
 # shell script (a sh/bash first line), the Lua of the Slurm plugins.
 PY_SOURCES := scratchkeeper tests testkit benchmarks scripts/localcluster scripts/local-cluster \
 	scripts/pjdfstest scripts/layout-darshan-table
-SHELL_SOURCES = $(shell grep -lsE '^\#!(/usr)?/bin/(env )?(ba)?sh\b' scripts/* .ci/run site-config/*/*.sh)
+SHELL_SOURCES = $(shell grep -lsE '^\#!(/usr)?/bin/(env )?(ba)?sh\b' scripts/* .ci/run site-config/*/*.sh \
+	slurm-plugins/scratchkeeper-healthcheck)
 LUA_SOURCES := $(wildcard slurm-plugins/*.lua)
 # The fast layer: no cluster, no mount, no root (tests/conftest.py marks tests by their fixtures),
 # nothing marked slow (stress and long property runs).

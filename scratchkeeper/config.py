@@ -177,6 +177,8 @@ class SchedulerConfig:
     kill_on_invalid_dependency: bool = _opt(True, "Slurm: cancel a job whose dependency can never be met")
     submit_retries: int = _opt(2, "extra tries of a submission that failed transiently", minimum=0,
                                maximum=100)
+    chain_workers: int = _opt(4, "held jobs the chain service chains at once (each a few "
+                              "scheduler commands in a row)", minimum=1, maximum=64)
     submit_via: str = _opt("direct", "how `scratchkeeper submit` submits: 'direct' (it submits "
                            "the data jobs itself, so the user must be allowed on the data "
                            "queue) or 'chain-service' (Slurm: the script goes to sbatch, "
@@ -484,6 +486,10 @@ class StagingConfig:
                               "Lustre (the local store's mount records closes itself)")
     changelog_user: str = _opt("", "lustre: changelog user registered for the chain service "
                                "(lctl --device MDT changelog_register; not replicad's own)")
+    max_source_wait: float = _opt(3600.0, "longest #STAGEIN -wait-for-source a script may ask "
+                                  "for, in seconds: a data job waiting for a source not there "
+                                  "yet holds its data-queue slot (0: the option is refused)",
+                                  minimum=0, maximum=7 * DAY)
 
 
 @record(frozen=True)
@@ -520,6 +526,54 @@ class LoggingConfig:
                      path="absolute or empty")
 
 
+#: What a ``[metrics]`` address looks like: ``HOST:PORT`` (an IPv4 address or a name, or an IPv6
+#: address in brackets), port 1-65535; ``""`` or ``"0"`` turns the endpoint off.
+_LISTEN_ADDRESS = re.compile(r"(?P<host>[A-Za-z0-9.-]{1,253}|\[[0-9A-Fa-f:.]{2,64}\]):"
+                             r"(?P<port>\d{1,5})", re.ASCII)
+
+
+def listen_address(value: str) -> tuple[str, int] | None:
+    """``"127.0.0.1:9671"`` -> ("127.0.0.1", 9671); ``""``/``"0"`` -> None (off); ValueError
+    saying what was expected otherwise."""
+    if value in ("", "0"):
+        return None
+    match = _LISTEN_ADDRESS.fullmatch(value)
+    if match is None or not 0 < int(match["port"]) < 65536:
+        raise ValueError("HOST:PORT (e.g. 127.0.0.1:9671, [::1]:9671, port 1-65535), or \"\" "
+                         "or \"0\" for no endpoint")
+    return match["host"].strip("[]"), int(match["port"])
+
+
+def _listen_address(value: str) -> str | None:
+    try:
+        listen_address(value)
+    except ValueError as err:
+        return str(err)
+    return None
+
+
+def _metrics_opt(port: int, service: str):
+    return _opt(f"127.0.0.1:{port}", f"where {service} serves its Prometheus/OpenMetrics "
+                "metrics (HTTP GET /metrics), HOST:PORT; loopback by default, so that only the "
+                "site's own scraper on the host (or a proxy it puts in front) reads it; \"\" or "
+                "\"0\": no endpoint (docs/operations.rst)", expected=_listen_address)
+
+
+@record(frozen=True)
+class MetricsConfig:
+    recoveryd: str = _metrics_opt(9671, "recoveryd (OST health, recoveries, patches, and the "
+                                  "counters of the scratch mount on its host)")
+    replicad: str = _metrics_opt(9672, "replicad (replicas and their space)")
+    chain_service: str = _metrics_opt(9673, "the chain service (`spank chain --watch`: chains, "
+                                      "chaining delay, offloads)")
+    tierd: str = _metrics_opt(9674, "tierd (tier replicas, moves)")
+    mount: str = _metrics_opt(9675, "`scratchkeeper metrics` (the counters of the scratch "
+                              "mount of its host, for nodes where no recoveryd runs)")
+    scrape_timeout: float = _opt(10.0, "seconds one scrape's connection may stay open (the "
+                                 "endpoint answers one scraper at a time)", minimum=0,
+                                 exclusive_minimum=True, maximum=300)
+
+
 @record(frozen=True)
 class SiteConfig:
     scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
@@ -536,6 +590,7 @@ class SiteConfig:
     tiering: TieringConfig = field(default_factory=TieringConfig)
     qos: QosConfig = field(default_factory=QosConfig)
     logging: LoggingConfig = field(default_factory=LoggingConfig)
+    metrics: MetricsConfig = field(default_factory=MetricsConfig)
     source: str = field(default="(defaults)", metadata={"internal": True})
 
 

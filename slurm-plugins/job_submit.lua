@@ -93,15 +93,36 @@ local function may_use_data_queue(uid, host)
   return true
 end
 
--- Lines of the script that are data directives (the planner's grammar: "#STAGEIN" then a
--- blank or the end of the line, leading blanks allowed).
+-- Whether a line is a data directive of one of the three families the planner reads
+-- (scratchkeeper/planner/directives.py; leading blanks allowed): "#STAGEIN"/"#STAGEOUT" then a
+-- blank or the end of the line; DataWarp's "#DW stage_in"/"#DW stage_out"; a "#PBS" line whose
+-- -W attributes hold stagein= or stageout= (Torque's qsub wrapper hands the script to sbatch
+-- as it is). Plain sbatch/qsub would run such a job without its data.
+local function word_then_blank(line, pattern)
+  return string.match(line, pattern .. "%s") ~= nil or string.match(line, pattern .. "$") ~= nil
+end
+
+local function is_directive(line)
+  if word_then_blank(line, "^%s*#STAGEIN") or word_then_blank(line, "^%s*#STAGEOUT") then
+    return true
+  end
+  if word_then_blank(line, "^%s*#DW%s+stage_in") or word_then_blank(line, "^%s*#DW%s+stage_out") then
+    return true
+  end
+  local attributes = string.match(line, "^%s*#PBS%s.-%-W%s*(.*)$")
+  if attributes then
+    for attribute in string.gmatch(attributes, "[^,]+") do
+      local key = string.match(attribute, "^%s*(%a+)%s*=")
+      if key == "stagein" or key == "stageout" then return true end
+    end
+  end
+  return false
+end
+
 local function has_directives(script)
   if not script then return false end
   for line in string.gmatch(script, "[^\n]+") do
-    if string.match(line, "^%s*#STAGEIN%s") or string.match(line, "^%s*#STAGEIN$")
-        or string.match(line, "^%s*#STAGEOUT%s") or string.match(line, "^%s*#STAGEOUT$") then
-      return true
-    end
+    if is_directive(line) then return true end
   end
   return false
 end

@@ -15,9 +15,16 @@
  * chained its data jobs (docs/slurm-plugins.rst).
  *
  * On the nodes (job script context):
- *   slurm_spank_job_prolog  asks recoveryd (Unix socket) "check-job" and waits, with a
- *                           timeout, until the job's staged inputs are whole;
+ *   slurm_spank_job_prolog  refuses the job when the scratch mount is down (not mounted, dead:
+ *                           ENOTCONN, or no statfs answer within mount_timeout), after running
+ *                           the node health check, which drains the node with scratchkeeper's
+ *                           reason; then asks recoveryd (Unix socket) "check-job" and waits,
+ *                           with a timeout, until the job's staged inputs are whole;
  *   slurm_spank_job_epilog  runs `scratchkeeper replicas job-ended JOBID` for replicad.
+ * In the job's tasks (remote context, as the user, stderr the job's output):
+ *   slurm_spank_task_init   prints one line to the job's stderr when the scratch mount is down,
+ *                           and for the batch script leaves a watcher that prints one line when
+ *                           the mount goes down while the job runs and one when it is back.
  *
  * plugstack.conf arguments (all optional):
  *   socket=PATH         recoveryd socket     (default /run/scratchkeeper/recoveryd.sock)
@@ -26,6 +33,14 @@
  *   config=PATH         site config passed as --config (default: scratchkeeper's own default)
  *   epilog_timeout=S    longest run of the epilog command (default 30)
  *   epilog=no           do not notify the replication daemon
+ *   scratch=PATH        the scratch mount the prolog and the tasks check (default /scratch)
+ *   healthcheck=PATH    the node health check the prolog runs on a dead mount to drain the
+ *                       node (default: none; the node is then drained by Slurm as "Prolog error")
+ *   mount_timeout=S     longest wait for the scratch mount's statfs (default 10)
+ *   watch=S             the batch script's watcher checks the mount every S seconds (default
+ *                       5; 0: no watcher)
+ *   lost_input=run      a staged input that cannot be made whole is logged and the job runs
+ *                       (default refuse: the prolog fails, as the plugin always did)
  */
 
 #define _GNU_SOURCE
@@ -33,6 +48,9 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/prctl.h>
+#include <sys/statvfs.h>
+#include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -44,10 +62,13 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <slurm/slurm.h>
 #include <slurm/spank.h>
 
 SPANK_PLUGIN(scratchkeeper, 1);
 
+/* What a job prolog returns to fail (see slurm_spank_job_prolog) */
+#define PROLOG_FAILS (-1)
 #define MAX_REQUESTS 64
 #define MAX_VALUE 4096
 #define MAX_REPLY 65536
@@ -71,6 +92,11 @@ static char _config[1024] = "";
 static int _prolog_timeout = 600;
 static int _epilog_timeout = 30;
 static int _epilog_enabled = 1;
+static char _scratch[1024] = "/scratch";
+static char _healthcheck[1024] = "";
+static int _mount_timeout = 10;
+static int _watch_interval = 5;
+static int _lost_input_runs = 0;
 
 static int _opt_stage_in(int val, const char *optarg, int remote);
 static int _opt_stage_out(int val, const char *optarg, int remote);
@@ -269,6 +295,35 @@ static int _parse_args(int ac, char **av)
 			_epilog_enabled = 0;
 		} else if (!strcmp(arg, "epilog=yes")) {
 			_epilog_enabled = 1;
+		} else if (!strncmp(arg, "scratch=", 8)) {
+			if (_copy_arg(_scratch, sizeof(_scratch), arg + 8, "scratch") < 0)
+				return -1;
+			if (_scratch[0] != '/' || strchr(_scratch, '\n')) {
+				slurm_error("scratchkeeper: scratch=%s: expected an absolute path", _scratch);
+				return -1;
+			}
+			/* mountinfo lists the mount point without a trailing slash */
+			while (strlen(_scratch) > 1 && _scratch[strlen(_scratch) - 1] == '/')
+				_scratch[strlen(_scratch) - 1] = '\0';
+		} else if (!strncmp(arg, "healthcheck=", 12)) {
+			if (_copy_arg(_healthcheck, sizeof(_healthcheck), arg + 12, "healthcheck") < 0)
+				return -1;
+		} else if (!strncmp(arg, "mount_timeout=", 14)) {
+			if (_parse_int(arg + 14, &_mount_timeout) < 0 || _mount_timeout == 0 ||
+			    _mount_timeout > 60) {
+				slurm_error("scratchkeeper: mount_timeout=%s: expected 1 to 60 seconds",
+					    arg + 14);
+				return -1;
+			}
+		} else if (!strncmp(arg, "watch=", 6)) {
+			if (_parse_int(arg + 6, &_watch_interval) < 0 || _watch_interval > 3600) {
+				slurm_error("scratchkeeper: watch=%s: expected 0 to 3600 seconds", arg + 6);
+				return -1;
+			}
+		} else if (!strcmp(arg, "lost_input=run")) {
+			_lost_input_runs = 1;
+		} else if (!strcmp(arg, "lost_input=refuse")) {
+			_lost_input_runs = 0;
 		} else {
 			slurm_error("scratchkeeper: unknown plugstack argument '%s'", arg);
 			return -1;
@@ -347,6 +402,148 @@ static double _now(void)
 
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	return ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+/* A path of /proc/self/mountinfo: space, tab, newline and backslash are octal escapes. */
+static void _unescape_mountinfo(char *field)
+{
+	char *in = field, *out = field;
+
+	while (*in) {
+		if (in[0] == '\\' && in[1] >= '0' && in[1] <= '3' && in[2] >= '0' && in[2] <= '7' &&
+		    in[3] >= '0' && in[3] <= '7') {
+			*out++ = (char)((in[1] - '0') * 64 + (in[2] - '0') * 8 + (in[3] - '0'));
+			in += 4;
+		} else {
+			*out++ = *in++;
+		}
+	}
+	*out = '\0';
+}
+
+/* Whether /proc/self/mountinfo lists a mount at _scratch (1), not (0), unreadable (-1). */
+static int _scratch_listed(void)
+{
+	FILE *info = fopen("/proc/self/mountinfo", "re");
+	char *line = NULL;
+	size_t size = 0;
+	int found = 0;
+
+	if (!info)
+		return -1;
+	while (!found && getline(&line, &size, info) > 0) {
+		char *field = line, *save = NULL;
+		int i;
+
+		/* id parent major:minor root MOUNT_POINT ... */
+		for (i = 0, field = strtok_r(line, " ", &save); field && i < 4; i++)
+			field = strtok_r(NULL, " ", &save);
+		if (!field)
+			continue;
+		_unescape_mountinfo(field);
+		found = !strcmp(field, _scratch);
+	}
+	free(line);
+	fclose(info);
+	return found;
+}
+
+/*
+ * Is the scratch mount up? 1 up; 0 down with the reason in why. statfs runs in a grandchild
+ * (init reaps it) that reports its pid, then its errno, through a pipe: a dead FUSE mount
+ * answers ENOTCONN at once, a hung one never answers, and a process blocked on a FUSE request
+ * its server already read cannot be killed or reaped, so it is given up on after
+ * _mount_timeout without being waited for (SIGKILLed: one still queued ends at once).
+ */
+static int _scratch_state(char *why, size_t why_len)
+{
+	struct {
+		pid_t pid;
+		int error;
+	} report = {0, 0};
+	size_t got = 0;
+	double deadline;
+	int fds[2], listed;
+	pid_t child;
+
+	listed = _scratch_listed();
+	if (listed <= 0) {
+		snprintf(why, why_len, listed < 0 ? "cannot read /proc/self/mountinfo" :
+			 "not mounted");
+		return 0;
+	}
+	if (pipe2(fds, O_CLOEXEC) < 0) {
+		snprintf(why, why_len, "pipe: %s", strerror(errno));
+		return 0;
+	}
+	child = fork();
+	if (child < 0) {
+		snprintf(why, why_len, "fork: %s", strerror(errno));
+		close(fds[0]);
+		close(fds[1]);
+		return 0;
+	}
+	if (child == 0) {
+		struct statvfs st;
+
+		close(fds[0]);
+		if (fork() == 0) {
+			int fd = open("/dev/null", O_RDWR);
+
+			/* it may outlive the hook: hold none of its descriptors (a pipe a reader
+			 * waits to see closed: slurmd's, or the job's stderr) but the report's */
+			if (fd >= 0) {
+				dup2(fd, STDIN_FILENO);
+				dup2(fd, STDOUT_FILENO);
+				dup2(fd, STDERR_FILENO);
+			}
+			for (fd = STDERR_FILENO + 1; fd < 1024; fd++)
+				if (fd != fds[1])
+					close(fd);
+			report.pid = getpid();
+			if (write(fds[1], &report.pid, sizeof(report.pid)) < 0)
+				_exit(1);
+			report.error = statvfs(_scratch, &st) < 0 ? errno : 0;
+			if (write(fds[1], &report.error, sizeof(report.error)) < 0)
+				_exit(1);
+			_exit(0);
+		}
+		_exit(0);
+	}
+	close(fds[1]);
+	waitpid(child, NULL, 0);
+	deadline = _now() + _mount_timeout;
+	while (got < sizeof(report)) {
+		struct pollfd pfd = {.fd = fds[0], .events = POLLIN};
+		int left_ms = (int)((deadline - _now()) * 1000), ready;
+		ssize_t n;
+
+		if (left_ms <= 0)
+			break;
+		ready = poll(&pfd, 1, left_ms);
+		if (ready < 0 && errno == EINTR)
+			continue;
+		if (ready <= 0)
+			break;
+		n = read(fds[0], (char *)&report + got, sizeof(report) - got);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0)
+			break;
+		got += (size_t)n;
+	}
+	close(fds[0]);
+	if (got < sizeof(report)) {
+		if (got >= sizeof(report.pid) && report.pid > 0)
+			kill(report.pid, SIGKILL);
+		snprintf(why, why_len, "statfs did not answer within %ds", _mount_timeout);
+		return 0;
+	}
+	if (report.error) {
+		snprintf(why, why_len, "%s", strerror(report.error));
+		return 0;
+	}
+	return 1;
 }
 
 /* Is "key":true in the JSON reply? (The service writes compact JSON; spaces tolerated.) */
@@ -466,6 +663,50 @@ out:
 	return rc;
 }
 
+static int _run(char *const argv[], int timeout, char *why, size_t why_len);
+
+/* The node's name: slurmd puts SLURMD_NODENAME in the prolog's and the tasks' environment. */
+static const char *_node_name(void)
+{
+	const char *name = getenv("SLURMD_NODENAME");
+
+	return name && *name ? name : "this node";
+}
+
+/*
+ * The prolog's gate: on a dead scratch mount, run the node health check (it drains the node
+ * with scratchkeeper's own reason, which it alone lifts once the mount is back; Slurm's own
+ * "Prolog error" drain leaves a node drained already as it is) and refuse the job.
+ * Returns 0 when the mount is up.
+ */
+static int _refuse_on_dead_mount(uint32_t job_id)
+{
+	char why[256], ran[512] = "";
+	char timeout[16];
+	char *argv[8];
+	int n = 0;
+
+	if (_scratch_state(why, sizeof(why)))
+		return 0;
+	if (_healthcheck[0]) {
+		snprintf(timeout, sizeof(timeout), "%d", _mount_timeout);
+		argv[n++] = _healthcheck;
+		argv[n++] = "--scratch";
+		argv[n++] = _scratch;
+		argv[n++] = "--timeout";
+		argv[n++] = timeout;
+		argv[n] = NULL;
+		/* its own scontrol calls are bounded (30 s each), its statfs by --timeout */
+		if (_run(argv, _mount_timeout + 75, ran, sizeof(ran)) < 0)
+			slurm_error("scratchkeeper: job %u: the node health check failed: %s", job_id,
+				    ran);
+	}
+	slurm_error("scratchkeeper: job %u: scratch mount %s on %s is down (%s): job refused, "
+		    "Slurm requeues it%s", job_id, _scratch, _node_name(), why,
+		    _healthcheck[0] ? "; the node is drained until the mount is back" : "");
+	return -1;
+}
+
 int slurm_spank_job_prolog(spank_t sp, int ac, char **av)
 {
 	uint32_t job_id = 0;
@@ -481,6 +722,13 @@ int slurm_spank_job_prolog(spank_t sp, int ac, char **av)
 		slurm_error("scratchkeeper: prolog: no job id");
 		return ESPANK_ERROR;
 	}
+	/* With "required" a negative return fails the prolog: Slurm requeues the job (held
+	 * unless SchedulerParameters=nohold_on_prolog_fail); with "optional" it is only logged.
+	 * Negative, not ESPANK_ERROR: that is 3000 in 22.05, which slurmstepd's "spank prolog"
+	 * logs as a failure of the required plugin but still exits 0 for, so the job would run
+	 * (seen on the local cluster). */
+	if (_refuse_on_dead_mount(job_id) < 0)
+		return PROLOG_FAILS;
 	rc = _check_job(job_id, why, sizeof(why));
 	if (rc == 1) {
 		slurm_info("scratchkeeper: job %u: staged inputs whole", job_id);
@@ -493,9 +741,9 @@ int slurm_spank_job_prolog(spank_t sp, int ac, char **av)
 		return ESPANK_SUCCESS;
 	}
 	/* Negative: with "required" in plugstack.conf the prolog fails (node drained, job
-	 * requeued held); with "optional" Slurm logs it and the job runs. */
+	 * requeued held) unless lost_input=run; with "optional" Slurm logs it and the job runs. */
 	slurm_error("scratchkeeper: job %u: staged input not whole: %s", job_id, why);
-	return ESPANK_ERROR;
+	return _lost_input_runs ? ESPANK_SUCCESS : PROLOG_FAILS;
 }
 
 /* Run argv with a timeout; stdout/stderr to /dev/null (the command logs itself). */
@@ -575,11 +823,97 @@ int slurm_spank_job_epilog(spank_t sp, int ac, char **av)
 	argv[n++] = job;
 	argv[n] = NULL;
 	if (_run(argv, _epilog_timeout, why, sizeof(why)) < 0) {
+		/* logged only: a failed epilog would drain the node under "required" */
 		slurm_error("scratchkeeper: job %u: could not tell the replication daemon the job "
 			    "ended: %s", job_id, why);
-		return ESPANK_ERROR;
+		return ESPANK_SUCCESS;
 	}
 	slurm_info("scratchkeeper: job %u: replication daemon told the job ended", job_id);
+	return ESPANK_SUCCESS;
+}
+
+/* One line on the job's stderr, "scratchkeeper: TIME: ..." (UTC, to the second). */
+static void _tell_job(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static void _tell_job(const char *fmt, ...)
+{
+	char stamp[32], text[1024];
+	time_t now = time(NULL);
+	struct tm tm;
+	va_list args;
+
+	gmtime_r(&now, &tm);
+	strftime(stamp, sizeof(stamp), "%Y-%m-%dT%H:%M:%SZ", &tm);
+	va_start(args, fmt);
+	vsnprintf(text, sizeof(text), fmt, args);
+	va_end(args);
+	dprintf(STDERR_FILENO, "scratchkeeper: %s: %s\n", stamp, text);
+}
+
+/*
+ * The batch script's watcher: a child of the task (so it is the job's, as the user, killed
+ * with it) that keeps only the job's stderr and checks the mount every _watch_interval
+ * seconds, printing one line when it goes down and one when it is back. It ends with the
+ * task (PR_SET_PDEATHSIG): the batch shell's exit ends it, and Slurm kills what is left.
+ */
+static void _start_watcher(int up)
+{
+	pid_t parent = getpid();
+	char why[256];
+	int fd;
+
+	if (fork() != 0)
+		return;  /* the task goes on to exec the job (a failed fork: no watcher) */
+	if (prctl(PR_SET_PDEATHSIG, SIGKILL) < 0 || getppid() != parent)
+		_exit(0);
+	fd = open("/dev/null", O_RDWR);
+	if (fd >= 0) {
+		dup2(fd, STDIN_FILENO);
+		dup2(fd, STDOUT_FILENO);
+	}
+	/* no other descriptor of the task's (pipes a reader waits to see closed) */
+	for (fd = STDERR_FILENO + 1; fd < 1024; fd++)
+		close(fd);
+	for (;;) {
+		int now;
+
+		sleep((unsigned int)_watch_interval);
+		now = _scratch_state(why, sizeof(why));
+		if (up && !now)
+			_tell_job("the scratch mount %s on %s went down (%s): files under it cannot "
+				  "be read or written until it is mounted again", _scratch,
+				  _node_name(), why);
+		else if (!up && now)
+			_tell_job("the scratch mount %s on %s is back: files opened before it went "
+				  "down stay unusable, open them again", _scratch, _node_name());
+		up = now;
+	}
+}
+
+/*
+ * In each step's first task on a node, as the user, just before the job's program: a dead
+ * mount is said on the job's stderr (its output file), since the program itself will only
+ * see ENOTCONN; the task runs anyway (it may not use the scratch file system). The batch
+ * script gets the watcher too.
+ */
+int slurm_spank_task_init(spank_t sp, int ac, char **av)
+{
+	uint32_t step = 0;
+	int task = 0, up;
+	char why[256];
+
+	(void)ac;
+	(void)av;
+	/* one line per step and node, not one per task */
+	if (spank_context() != S_CTX_REMOTE ||
+	    spank_get_item(sp, S_TASK_ID, &task) != ESPANK_SUCCESS || task != 0)
+		return ESPANK_SUCCESS;
+	up = _scratch_state(why, sizeof(why));
+	if (!up)
+		_tell_job("the scratch mount %s on %s is down (%s): files under it cannot be read or "
+			  "written until it is mounted again", _scratch, _node_name(), why);
+	if (_watch_interval > 0 && spank_get_item(sp, S_JOB_STEPID, &step) == ESPANK_SUCCESS &&
+	    step == SLURM_BATCH_SCRIPT)
+		_start_watcher(up);
 	return ESPANK_SUCCESS;
 }
 

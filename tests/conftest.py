@@ -41,11 +41,10 @@ FIXTURE_MARKS = {
 #: `make test` runs the tests on several pytest-xdist workers (`--dist loadgroup`). A test
 #: that asks for one of these fixtures runs in the fixture's group, one after another on one
 #: worker: the cluster's tests share its queue, nodes and services (a test's timing assumes no
-#: other test's jobs on the nodes); pjdfstest's module runs its subset once per target for all
-#: its tests. A cluster test with a private site (tests/recovery: ``site_dir``) uses only the
-#: cluster's data servers, so it runs beside the others.
+#: other test's jobs on the nodes; even a private site's recoveryd asks the cluster's queue,
+#: whose answers slow down under another test's load); pjdfstest's module runs its subset once
+#: per target for all its tests.
 XDIST_GROUPS = {"local_cluster": "local-cluster", "subset_run": "pjdfstest"}
-PRIVATE_SITE = "site_dir"
 
 
 @pytest.hookimpl(tryfirst=True)  # before xdist's own, which reads the group marks
@@ -55,8 +54,6 @@ def pytest_collection_modifyitems(config, items):
             if fixture in item.fixturenames:
                 for mark in marks:
                     item.add_marker(mark)
-        if PRIVATE_SITE in item.fixturenames:
-            continue
         for fixture, group in XDIST_GROUPS.items():
             if fixture in item.fixturenames:
                 item.add_marker(pytest.mark.xdist_group(group))
@@ -115,6 +112,22 @@ class LocalCluster:
         ``set_runner`` must not turn the cluster's own checks into fakes.
         """
         return CommandRunner().run(argv, timeout=timeout, check=check, mutating=False)
+
+    def wait_for_the_mount_gate(self, timeout: float = 90.0) -> None:
+        """Until no node is drained by the scratch-mount health check (a test that killed the
+        mount leaves the cluster as it found it: the check resumes the nodes within its
+        interval once the mount is back)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            out = self.command(["sinfo", "-h", "-N", "-o", "%N|%E"], check=False).stdout
+            held = [line for line in out.splitlines()
+                    if "|scratchkeeper: scratch mount" in line]
+            if not held:
+                return
+            if time.monotonic() > deadline:
+                pytest.fail(f"nodes still drained for the scratch mount after {timeout:g} s: "
+                            f"{held}", pytrace=False)
+            time.sleep(1)
 
     def job_state(self, job_id: str) -> str | None:
         """The job's state as accounting records it ("CANCELLED by 0" gives CANCELLED).

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import concurrent.futures
+import datetime
 import hashlib
 import json
 import os
@@ -70,6 +71,8 @@ class Chain:
     stage_in: str = ""
     stage_in_log: str = ""
     states: dict[str, str] = field(default_factory=dict)
+    #: sacct's Submit and Start of each role (epoch seconds), once the job ended
+    times: dict[str, tuple[float | None, float | None]] = field(default_factory=dict)
     commit_seconds: float | None = None
     problems: list[str] = field(default_factory=list)
 
@@ -145,16 +148,23 @@ def submit(chain: Chain, command: list[str], users_config: str, via: str) -> Non
         result.stdout.strip().split(";")[0]
 
 
-def sacct_states(job_ids: list[str]) -> dict[str, tuple[str, str]]:
-    """(state, end time) of the jobs whose accounting record is complete and final."""
+def _epoch(text: str) -> float | None:
+    try:
+        return datetime.datetime.fromisoformat(text).timestamp()
+    except ValueError:
+        return None  # Unknown, None
+
+
+def sacct_states(job_ids: list[str]) -> dict[str, tuple[str, float | None, float | None]]:
+    """(state, submit time, start time) of the jobs whose accounting record is final."""
     found = {}
     for start in range(0, len(job_ids), 200):
-        result = run(["sacct", "-n", "-X", "-P", "-o", "JobID,State,Partition,End",
+        result = run(["sacct", "-n", "-X", "-P", "-o", "JobID,State,Partition,Submit,Start",
                       "-j", ",".join(job_ids[start:start + 200])], timeout=120)
         for line in result.stdout.splitlines():
             fields = line.split("|")
-            if len(fields) == 4 and fields[2] and fields[1].split()[0] not in ACTIVE:
-                found[fields[0]] = (fields[1].split()[0], fields[3])
+            if len(fields) == 5 and fields[2] and fields[1].split()[0] not in ACTIVE:
+                found[fields[0]] = (fields[1].split()[0], _epoch(fields[3]), _epoch(fields[4]))
     return found
 
 
@@ -173,9 +183,9 @@ def wait(chains: list[Chain], store: StateStore, timeout: float) -> float:
         jobs = [j for c in chains for j in (c.job_id, c.stage_in) if j]
         ended = sacct_states(jobs)
         for chain in chains:
-            chain.states = {role: ended[j][0] for role, j in (("compute", chain.job_id),
-                                                                ("stage-in", chain.stage_in))
-                            if j in ended}
+            roles = (("compute", chain.job_id), ("stage-in", chain.stage_in))
+            chain.states = {role: ended[j][0] for role, j in roles if j in ended}
+            chain.times = {role: ended[j][1:] for role, j in roles if j in ended}
         pending = [c for c in chains if c.job_id and len(c.states) < 2]
         if not pending:
             return time.monotonic()
@@ -239,6 +249,38 @@ def runtime_has_the_fix(status: dict) -> bool:
     return bool(state) and "def retry_busy" in state[0].read_text()
 
 
+def chaining_delays(chains: list[Chain]) -> dict[str, list[float]]:
+    """Per chain, from the compute job's submission (sacct Submit, Slurm's clock) to its
+    stage-in's submission by the chain service (the chaining delay) and to its start."""
+    delays: dict[str, list[float]] = {"to stage-in submitted": [], "to stage-in started": []}
+    for chain in chains:
+        compute = chain.times.get("compute", (None, None))[0]
+        submitted, started = chain.times.get("stage-in", (None, None))
+        if compute is None:
+            continue
+        if submitted is not None:
+            delays["to stage-in submitted"].append(submitted - compute)
+        if started is not None:
+            delays["to stage-in started"].append(started - compute)
+    return delays
+
+
+def paced_submit(chains: list[Chain], rate: float, submitters: int, command: list[str],
+                 users_config: str, via: str) -> None:
+    """Submit every chain; with ``rate`` (chains per minute), chain i not before i * 60 / rate
+    seconds after the first, as a site's users submit over time rather than in one burst."""
+    start = time.monotonic()
+
+    def one(chain: Chain) -> None:
+        if rate > 0:
+            due = start + chain.index * 60.0 / rate
+            time.sleep(max(0.0, due - time.monotonic()))
+        submit(chain, command, users_config, via)
+
+    with concurrent.futures.ThreadPoolExecutor(max_workers=submitters) as pool:
+        list(pool.map(one, chains))
+
+
 def percentile(values: list[float], fraction: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(fraction * (len(ordered) - 1) + 0.5))]
@@ -255,6 +297,9 @@ def main() -> int:
     parser.add_argument("--via", choices=("sbatch", "cli"), default="sbatch",
                         help="how users submit: sbatch as `scratchkeeper submit` hands the script "
                              "over (default), or the whole `scratchkeeper submit` per chain")
+    parser.add_argument("--rate", type=float, default=0.0, metavar="PER_MINUTE",
+                        help="submit at this many chains per minute (default 0: all at once, "
+                             "as fast as the submitters go)")
     parser.add_argument("--timeout", type=float, default=3600)
     args = parser.parse_args()
     harness.require_root("load", "it submits as the benchmark users")
@@ -278,8 +323,7 @@ def main() -> int:
           flush=True)
     since = log_sizes(log_dir)
     started = time.monotonic()
-    with concurrent.futures.ThreadPoolExecutor(max_workers=args.submitters) as pool:
-        list(pool.map(lambda c: submit(c, command, users_config, args.via), chains))
+    paced_submit(chains, args.rate, args.submitters, command, users_config, args.via)
     submitted = time.monotonic()
     print(f"  submitted in {submitted - started:.1f}s", flush=True)
     finished = wait(chains, store, args.timeout)
@@ -290,6 +334,7 @@ def main() -> int:
     failed = [c for c in chains if c.problems]
     commits = [c.commit_seconds for c in chains if c.commit_seconds is not None]
     makespan = finished - started
+    delays = chaining_delays(chains)
     slowest = max(chains, key=lambda c: c.commit_seconds or -1.0)
     results = {
         "run": run_id, "chains": len(chains), "users": args.users, "payload_bytes": args.payload,
@@ -303,6 +348,13 @@ def main() -> int:
                            "slowest_chain": slowest.chain_id if commits else None,
                            "median": statistics.median(commits) if commits else None,
                            "p95": percentile(commits, 0.95) if commits else None},
+        "rate_per_minute": args.rate,
+        "chaining_delay_seconds": {
+            what: {"measured": len(values),
+                   "median": statistics.median(values) if values else None,
+                   "p95": percentile(values, 0.95) if values else None,
+                   "max": max(values) if values else None}
+            for what, values in delays.items()},
         "lock_errors_in_daemon_logs": locked_lines,
         "lock_retries_in_daemon_logs": {k: len(v) for k, v in retried_lines.items()},
         "runtime": status["runtime"], "runtime_has_the_fix": runtime_has_the_fix(status),
@@ -314,6 +366,7 @@ def main() -> int:
     harness.write_json(RESULTS / f"{run_id}.json", results, indent=2)
     write_report(results)
     print(json.dumps({k: results[k] for k in ("chains_per_minute", "completed", "commit_seconds",
+                                              "chaining_delay_seconds",
                                               "lock_errors_in_daemon_logs")}, indent=2))
     ok = not failed and not any(locked_lines.values())
     return 0 if ok else 1
@@ -341,7 +394,12 @@ def write_report(results: dict) -> None:
         "",
         "| measure | value |",
         "|---|---|",
-        f"| chains submitted in | {results['submit_seconds']:.1f} s |",
+        f"| chains submitted in | {results['submit_seconds']:.1f} s"
+        + (f" (paced at {results['rate_per_minute']:g} a minute)"
+           if results.get("rate_per_minute") else "") + " |",
+        *[f"| **chaining delay {what}** (median / p95 / max) | "
+          f"**{seconds(d['median'])} / {seconds(d['p95'])}** / {seconds(d['max'])} |"
+          for what, d in results.get("chaining_delay_seconds", {}).items()],
         f"| all chains ended after | {results['makespan_seconds']:.0f} s |",
         f"| **chains per minute** | **{results['chains_per_minute']:.1f}** |",
         f"| chains completed, file recorded | {results['completed']} of {results['chains']} |",

@@ -16,7 +16,7 @@ the workload cheapest when each request is served by the cheaper of primary and 
 mount's per-request choice). Where no request would be served cheaper by another layout, the
 replica keeps the primary's layout.
 
-The workload travels with the file: the stage-in records it in ``user.scratchkeeper.advisor``
+The workload travels with the file: the stage-in records it in ``user.scratchkeeper.layout``
 (:func:`workload_text`) and the replication daemon reads it back (:func:`parse_workload`). It is
 a user-writable attribute, so it is read as data: bounded, every field checked, anything else
 refused.
@@ -163,7 +163,7 @@ def workload_text(workload: Workload) -> str:
 
 
 def parse_workload(record: str) -> Workload | None:
-    """The workload word of a layout record (``user.scratchkeeper.advisor``), None if it has
+    """The workload word of a layout record (``user.scratchkeeper.layout``), None if it has
     none; :class:`InputError` for one that is not exactly what :func:`workload_text` writes."""
     head = record.split(": ", 1)[0]
     words = [w for w in head.split() if w.startswith("workload=")]

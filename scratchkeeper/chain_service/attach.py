@@ -11,6 +11,7 @@ the compute job depend on its stage-in jobs, marks it chained and releases it.
 
 from __future__ import annotations
 
+import concurrent.futures
 import json
 import logging
 import os
@@ -29,6 +30,7 @@ from ..planner.spool import output_path, spool_dir, write_script
 from ..planner.submit import hold_back_jit, new_chain_id, submit_chain_job
 from ..runner import get_runner
 from ..schedulers import Scheduler, get_scheduler
+from ..schedulers.base import cancel_comment
 from ..state import StateStore
 from ..transfer.uri import SCHEMES
 
@@ -227,7 +229,7 @@ def chain_job(job: HeldJob, config: SiteConfig, store: StateStore,
             refuse_job(job, f"chain {existing}: {row['reason']}", config, runner)
             outcome.chain_id, outcome.error = existing, row["reason"]
             return outcome
-        _undo(store, scheduler, existing, job.job_id)
+        _undo(store, scheduler, existing, job.job_id, config)
     text = job_script(job.job_id, runner, timeout=config.scheduler.command_timeout)
     parsed = parse_script(planned_text(text, job.requests), job.script_path, cwd=job.workdir,
                           scratch_root=config.storage.scratch_root)
@@ -290,7 +292,8 @@ def chain_job(job: HeldJob, config: SiteConfig, store: StateStore,
         submitted = [v for k, v in ids.items() if k != COMPUTE]
         if submitted:
             try:
-                scheduler.cancel(submitted)
+                scheduler.cancel(submitted, reason=f"chaining job {job.job_id} failed ({err}); "
+                                                   "it is chained again")
             except ScratchkeeperError as cancel_err:
                 log.error("job %s: could not cancel %s: %s", job.job_id, submitted, cancel_err)
         records.set_chain_state(store, plan.chain_id, records.SUBMIT_FAILED, str(err))
@@ -313,12 +316,18 @@ def _mark_and_release(job: HeldJob, chain_id: str, runner, config: SiteConfig) -
     log.info("job %s: chained as %s and released", job.job_id, chain_id)
 
 
-def _undo(store: StateStore, scheduler: Scheduler, chain_id: str, job_id: str) -> None:
-    """Cancel the data jobs a crashed chaining left behind (never the user's compute job)."""
+def _undo(store: StateStore, scheduler: Scheduler, chain_id: str, job_id: str,
+          config: SiteConfig) -> None:
+    """Cancel the data jobs a crashed chaining left behind (never the user's compute job): the
+    recorded ones, and any submitted but killed before its id was recorded (a held stage-in
+    would stay pending for ever), found by its script in the chain's spool folder."""
     data_ids = [row["job_id"] for row in records.chain_jobs(store, chain_id)
                 if row["job_id"] and row["role"] != COMPUTE]
+    data_ids += [found for found in scheduler.queued_from(str(spool_dir(config, chain_id)))
+                 if found not in data_ids and found != job_id]
     if data_ids:
-        scheduler.cancel(data_ids)
+        scheduler.cancel(data_ids, reason=f"chaining job {job_id} was interrupted; it is "
+                                          "chained again")
     records.set_chain_state(store, chain_id, records.SUBMIT_FAILED,
                             "chaining interrupted; planned again")
     log.warning("job %s: chain %s was left half-submitted; cancelled %s", job_id, chain_id,
@@ -330,8 +339,12 @@ def refuse_job(job: HeldJob, reason: str, config: SiteConfig, runner=None) -> No
     runner = runner or get_runner()
     timeout = config.scheduler.command_timeout
     one_line = " ".join(reason.split())[:900]
+    # the admin comment for `scratchkeeper submit` (hand_over reads it), the comment for the
+    # job's owner (squeue -o %k, sacct -o Comment)
     runner.run(["scontrol", "update", f"JobId={job.job_id}",
-                f"AdminComment={FAILED} {one_line}"], timeout=timeout, mutating=True)
+                f"AdminComment={FAILED} {one_line}",
+                f"Comment={cancel_comment('staging cannot be planned: ' + one_line)}"],
+               timeout=timeout, mutating=True)
     runner.run(["scancel", job.job_id], timeout=timeout, mutating=True)
     log.error("job %s: staging cannot be planned, cancelled: %s", job.job_id, one_line)
 
@@ -344,22 +357,31 @@ def chain_pending(config: SiteConfig, store: StateStore, *, only: set[str] | Non
     a scheduler error, or any other failure of one job, leaves it held for the next sweep.
     """
     scheduler = scheduler or get_scheduler(config, "slurm")
-    outcomes = []
-    for job in held_jobs(timeout=config.scheduler.command_timeout):
-        if only is not None and job.job_id not in only:
-            continue
+    jobs = [job for job in held_jobs(timeout=config.scheduler.command_timeout)
+            if only is None or job.job_id in only]
+
+    def chain_one(job: HeldJob) -> ChainOutcome:
         try:
-            outcomes.append(chain_job(job, config, store, scheduler))
+            return chain_job(job, config, store, scheduler)
         except InputError as err:
             refuse_job(job, str(err), config)
-            outcomes.append(ChainOutcome(job.job_id, error=str(err)))
+            return ChainOutcome(job.job_id, error=str(err))
         except ScratchkeeperError as err:
             log.error("job %s: chaining failed, left held for the next sweep: %s", job.job_id, err)
-            outcomes.append(ChainOutcome(job.job_id, error=str(err)))
+            return ChainOutcome(job.job_id, error=str(err))
         except Exception as err:  # one job's bug must not stop the others' chains
             log.exception("job %s: chaining failed, left held for the next sweep", job.job_id)
-            outcomes.append(ChainOutcome(job.job_id, error=f"internal error: {err!r}"))
-    return outcomes
+            return ChainOutcome(job.job_id, error=f"internal error: {err!r}")
+
+    # Chaining one job is a few scheduler commands in a row (script, sbatch per data job,
+    # update, release), so it mostly waits on slurmctld: several jobs at once keep the
+    # delay from submission to stage-in short under a burst. Each job's steps stay in order;
+    # jobs share nothing but the state database (one connection per thread).
+    workers = max(1, min(config.scheduler.chain_workers, len(jobs)))
+    if workers == 1:
+        return [chain_one(job) for job in jobs]
+    with concurrent.futures.ThreadPoolExecutor(workers, thread_name_prefix="chain") as pool:
+        return list(pool.map(chain_one, jobs))
 
 
 def hand_over(script_path: str, config: SiteConfig, runner=None) -> str:

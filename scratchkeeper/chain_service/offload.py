@@ -43,7 +43,7 @@ from ..config import SiteConfig
 from ..errors import ScratchkeeperError
 from ..ownership import open_owned
 from ..planner import records
-from ..planner.plan import PlannedJob, StepAction
+from ..planner.plan import PlannedJob, StepAction, job_name_of, safe_job_name
 from ..planner.render import render_data_job
 from ..planner.spool import OFFLOADED_LIST, spool_dir, write_script
 from ..planner.submit import submit_chain_job
@@ -295,9 +295,17 @@ def _submit(config: SiteConfig, store: StateStore, record: CloseRecord, target: 
 
 
 def job_name(chain: dict, job_key: str) -> str:
-    """An offload job's name: the script's and the offload's key, unique per offload, so that
-    a sweep killed right after submitting it finds it again (:func:`_resume`)."""
-    return f"{posixpath.basename(chain['script_path'])}.{job_key}"
+    """An offload job's name: the chain's compute job's name (``#SBATCH -J``, ``#PBS -N``,
+    else the script's name, as the stage-in and stage-out jobs are named) and the offload's
+    key, ``myjob.offload-<hash>``: unique per offload, so that a sweep killed right after
+    submitting it finds it again (:func:`_resume`), and made safe by the planner's rule."""
+    try:
+        jobs = json.loads(chain["plan_json"])["jobs"]
+        name = next((j["name"] for j in jobs if j["role"] == "compute"), None)
+    except (KeyError, TypeError, ValueError):
+        name = None  # a chain recorded without its plan's names: the script's name
+    base = safe_job_name(name) if name else job_name_of(chain["script_path"])
+    return f"{base}.{job_key}"
 
 
 def _submit_job(config: SiteConfig, store: StateStore, chain: dict, target: Target,

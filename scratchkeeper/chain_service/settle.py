@@ -79,6 +79,9 @@ def settle_chains(config: SiteConfig, store: StateStore, *,
                 decided.append(decision)
         cancel = [job_id for end, _, _ in decided for job_id in end.cancelled]
         if cancel:
+            for end, _, _ in decided:  # each chain's reason on its own jobs
+                if end.cancelled:
+                    scheduler.annotate(end.cancelled, f"chain {end.chain_id}: {end.reason}")
             try:
                 scheduler.cancel(cancel)  # one command for the whole cycle
             except ScratchkeeperError as err:

@@ -8,6 +8,7 @@ once all of them ran.
 
 from __future__ import annotations
 
+import functools
 import logging
 import random
 import signal
@@ -16,6 +17,7 @@ import time
 
 from ..config import SiteConfig
 from ..errors import ScratchkeeperError
+from ..planner import records
 from ..planner.jit import reevaluate
 from ..state import StateStore
 from .attach import chain_pending
@@ -82,12 +84,34 @@ def watch(config: SiteConfig, store: StateStore, only: set[str] | None, interval
         stop = threading.Event()
         signal.signal(signal.SIGTERM, lambda *_: stop.set())
         signal.signal(signal.SIGINT, lambda *_: stop.set())
+    # the Prometheus endpoint (metrics.chain_service); imported here: a single sweep (or a
+    # user's command) does not serve it
+    from ..metrics import serve
+    from ..metrics.chains import ChainCollector
+
+    endpoint = serve(config, "chain-service", [ChainCollector(
+        chain_counts=functools.partial(records.chain_counts, store),
+        job_counts=functools.partial(records.chain_job_counts, store),
+        stage_in_delays=functools.partial(records.stage_in_delays, store),
+        offload_counts=functools.partial(records.offload_counts, store))])
+    try:
+        _loop(config, store, only, interval, stop)
+    finally:
+        if endpoint is not None:
+            endpoint.close()
+
+
+def _loop(config: SiteConfig, store: StateStore, only: set[str] | None, interval: float,
+          stop: threading.Event) -> None:
     consecutive_failures = 0
     while not stop.is_set():
+        began = time.monotonic()
         try:
             sweep(config, store, only, interval)
             consecutive_failures = 0
-            pause = interval
+            # a sweep every interval, not interval after the last one ended: a long sweep
+            # (a burst of jobs to chain) does not stretch the wait of the jobs held meanwhile
+            pause = max(0.0, interval - (time.monotonic() - began))
         except Exception as err:  # a service outlives a bug met in one sweep
             consecutive_failures += 1
             pause = min(MAX_BACKOFF, interval * 2 ** min(consecutive_failures, 6))

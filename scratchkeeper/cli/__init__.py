@@ -36,6 +36,7 @@ LOG_FORMAT = "%(asctime)s %(name)s %(levelname)s: %(message)s"
 COMMANDS = {
     "config": "config",
     "layout": "layout",
+    "metrics": "metrics",
     "mount": "mount",
     "plan": "planner", "submit": "planner", "status": "planner",
     "recoveryd": "recovery", "read": "recovery", "recover": "recovery", "recovery": "recovery",
@@ -226,9 +227,33 @@ def _run(argv: list[str] | None) -> int:
     except ScratchkeeperError as err:
         _say(f"scratchkeeper: {err}" if not _names_a_place(err) else str(err))
         return err.exit_code
+    except OSError as err:
+        if err.filename is None:
+            raise  # not a file's: the command's own output failing is main()'s to report
+        # a file no layer turned into one of ours (a folder this user may not write): one line
+        # naming it, never a traceback
+        _say(f"scratchkeeper: {_os_error_line(err, args)}")
+        return 2 if isinstance(err, PermissionError) else 1
     except KeyboardInterrupt:
         _say("scratchkeeper: interrupted")
         return 130
+
+
+def _os_error_line(err: OSError, args: argparse.Namespace) -> str:
+    """``err`` as one line: the file, what the system said and, for a permission, who asked
+    with which site configuration (one a plain user may not use for this command, such as
+    root's, which submits to data queues only root may use)."""
+    where = os.fsdecode(err.filename)
+    if err.filename2 is not None:
+        where += f" -> {os.fsdecode(err.filename2)}"
+    what = err.strerror or str(err)
+    if not isinstance(err, PermissionError):
+        return f"{where}: {what}"
+    config = getattr(args, "config", None)
+    with_config = f" with the site configuration {config}" if config else ""
+    return (f"{where}: {what.lower()} for uid {os.geteuid()}: this command{with_config} needs "
+            "to write there (is it a configuration for the site's own services? users submit "
+            "with the one the site gives them)")
 
 
 def _say(line: str) -> None:

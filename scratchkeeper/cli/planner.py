@@ -33,6 +33,10 @@ def register(subparsers) -> None:
     status.add_argument("--json", action="store_true", help="machine-readable output")
     status.add_argument("--wait", type=float, metavar="SECONDS",
                         help="poll until the chain has ended, at most SECONDS")
+    status.add_argument("--backlog", action="store_true",
+                        help="(root) the chain service's backlog: jobs waiting to be chained or "
+                             "released, chains being submitted, JIT stage-ins held back, and "
+                             "data jobs still queued whose chain has ended (orphans)")
     status.set_defaults(func=_status)
 
 
@@ -166,6 +170,99 @@ def _hand_over(args, config) -> int:
     return 0
 
 
+def _status_list(args, config, store, uid: int) -> int:
+    """The caller's recent chains (root: everyone's), each in the state its jobs say."""
+    from ..planner import records
+    from ..planner.status import chain_summaries
+
+    summaries = chain_summaries(store, config, records.recent_chains(store, None if uid == 0
+                                                                     else uid))
+    if args.json:
+        print(json.dumps([{"chain_id": c.chain_id, "script": c.script, "state": c.state,
+                           "reason": c.reason, "recorded_state": c.recorded_state,
+                           "replaced_by": c.replaced_by} for c in summaries], indent=2))
+        return 0
+    for chain in summaries:
+        created = time.strftime("%Y-%m-%d %H:%M", time.localtime(chain.created))
+        note = f"  (replaced by {chain.replaced_by})" if chain.replaced_by else ""
+        print(f"{chain.chain_id}  {created}  {chain.state:16} {chain.script}{note}")
+    return 0
+
+
+def _backlog(args, config, store) -> int:
+    """``status --backlog``: what the chain service has still to do, and what it left behind."""
+    from ..errors import PermissionDenied, ScratchkeeperError
+    from ..planner import records
+    from ..planner.status import backlog
+
+    if os.getuid() != 0:
+        raise PermissionDenied("status --backlog shows every user's jobs: run it as root")
+    records.open_chain_ends(store)
+    held = None
+    notes = []
+    if config.scheduler.kind == "slurm":
+        from ..chain_service.attach import held_jobs
+
+        try:
+            held = [(job.job_id, job.chained) for job in
+                    held_jobs(timeout=config.scheduler.command_timeout)]
+        except ScratchkeeperError as err:
+            notes.append(f"jobs held for chaining not read: {err}")
+    report = backlog(store, config, held)
+    report.notes[:0] = notes
+    now = time.time()
+    if args.json:
+        print(json.dumps({"taken_at": now, **report.to_dict()}, indent=2))
+        return 0
+    print(f"chain service backlog at {_clock(now)}")
+    print(f"  held for chaining:        {_waiting(report.to_chain, now)}")
+    print(f"  chained, to be released:  {_waiting(report.to_release, now)}")
+    for row in report.submitting:
+        print(f"  chains {row['state']}:{' ' * max(1, 17 - len(row['state']))}{row['count']}, "
+              f"oldest since {_clock(row['oldest'])} ({_ago(now - row['oldest'])})")
+    if report.jit_waiting is not None:
+        jit = report.jit_waiting
+        nxt = jit["next_release"]
+        print(f"  JIT stage-ins held back:  {jit['count']}"
+              + (f", next release {_clock(nxt)}" if nxt is not None else ""))
+    print(f"orphaned data jobs (still queued, their chain has ended): {len(report.orphans)}")
+    for job in report.orphans:
+        print(f"  {job['job_id']:>8}  {job['job_key']:12} {job['state']:9} chain "
+              f"{job['chain_id']}: {job['why']}" + _since(job["submitted"], now))
+    print(f"data-queue jobs no chain or offload records: {len(report.unrecorded)}")
+    for job in report.unrecorded:
+        print(f"  {job['job_id']:>8}  {job['name'][:40]:40} {job['user']:10} {job['state']}"
+              + _since(job["submitted"], now))
+    for note in report.notes:
+        print(f"note: {note}")
+    return 0
+
+
+def _waiting(jobs: list[dict], now: float) -> str:
+    if not jobs:
+        return "0"
+    oldest = jobs[0]["submitted"]
+    return f"{len(jobs)}" + (f", oldest submitted {_clock(oldest)} ({_ago(now - oldest)})"
+                             if oldest is not None else "")
+
+
+def _since(when: float | None, now: float) -> str:
+    return "" if when is None else f"  (submitted {_clock(when)}, {_ago(now - when)})"
+
+
+def _clock(when: float) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(when))
+
+
+def _ago(seconds: float) -> str:
+    seconds = max(0, int(seconds))
+    if seconds < 120:
+        return f"{seconds}s ago"
+    if seconds < 7200:
+        return f"{seconds // 60}m ago"
+    return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m ago"
+
+
 def _status(args) -> int:
     from ..planner import records
     from ..planner.status import chain_status, resolve_chain
@@ -174,16 +271,12 @@ def _status(args) -> int:
     config = site_config(args)
     store = records.open_records(StateStore(config.state.database))
     uid = os.getuid()
+    if args.backlog:
+        if args.ident is not None or args.wait:
+            raise InputError("--backlog takes no JOBID|CHAIN and no --wait")
+        return _backlog(args, config, store)
     if args.ident is None:
-        rows = records.recent_chains(store, None if uid == 0 else uid)
-        if args.json:
-            print(json.dumps([{"chain_id": r["chain_id"], "script": r["script_path"],
-                               "state": r["state"], "reason": r["reason"]} for r in rows], indent=2))
-        else:
-            for row in rows:
-                created = time.strftime("%Y-%m-%d %H:%M", time.localtime(row["created"]))
-                print(f"{row['chain_id']}  {created}  {row['state']:16} {row['script_path']}")
-        return 0
+        return _status_list(args, config, store, uid)
     chain_id = resolve_chain(store, args.ident)
     deadline = time.monotonic() + (args.wait or 0)
     while True:
@@ -197,7 +290,8 @@ def _status(args) -> int:
     if args.json:
         print(json.dumps(status.to_dict(), indent=2))
     else:
-        print(f"chain {status.chain_id}: {status.state}  ({status.script})")
+        replaced = f" (replaced by {status.replaced_by})" if status.replaced_by else ""
+        print(f"chain {status.chain_id}: {status.state}{replaced}  ({status.script})")
         if status.reason:
             print(f"  reason: {status.reason}")
         for job in status.jobs:

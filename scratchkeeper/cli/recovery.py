@@ -6,6 +6,7 @@ import argparse
 import json
 import os
 import sys
+import time
 from typing import TYPE_CHECKING
 
 from ..errors import InputError, PermissionDenied, RecoveryError
@@ -61,7 +62,12 @@ def register(subparsers) -> None:
     status.add_argument("path", metavar="PATH")
     status.add_argument("--json", action="store_true")
     status.set_defaults(func=_status)
-    listing = actions.add_parser("list", help="recent recovery requests")
+    listing = actions.add_parser(
+        "list", help="recent recovery requests: times and progress",
+        description="Recent requests, newest first: when each was queued, how long it waited "
+                    "and ran (so far, for an unfinished one) and, once its rebuild is planned, "
+                    "the bytes patched of the bytes to patch. Root reads the state database "
+                    "(every request, all fields); others ask recoveryd for their own.")
     listing.add_argument("--json", action="store_true")
     listing.set_defaults(func=_list)
     hook = actions.add_parser(
@@ -229,19 +235,55 @@ def _list(args: argparse.Namespace) -> int:
     from ..recovery.client import ServiceUnavailable
 
     config = site_config(args)
-    try:
-        rows = _client(config).list()["requests"]
-    except ServiceUnavailable:
-        uid = os.getuid()
-        rows = [dict(r) for r in records.recent_requests(_open_store(config),
-                                                         None if uid == 0 else uid)]
+    uid = os.getuid()
+    rows: list
+    if uid == 0:
+        # the admin's view: the records themselves, with the times and progress recoveryd's
+        # answer leaves out (and whether recoveryd runs or not)
+        rows = records.recent_requests(_open_store(config), None)
+    else:
+        try:
+            rows = _client(config).list()["requests"]
+        except ServiceUnavailable:
+            rows = records.recent_requests(_open_store(config), uid)
+    now = time.time()
+    views = [records.request_view(row, now) for row in rows]
     if args.json:
-        print(json.dumps(rows, indent=2, default=str))
+        print(json.dumps(views, indent=2, default=str))
         return 0
-    for row in rows:
-        print(f"{row['request_id']:>6} {row['state']:<8} {row['origin']:<8} {row['path']}"
-              + (f"  ({row['reason']})" if row.get("reason") else ""))
+    print(f"{'ID':>6} {'STATE':<8} {'ORIGIN':<8} {'QUEUED':<19} {'WAITED':>7} {'RAN':>7} "
+          f"{'PATCHED':<24} PATH")
+    for view in views:
+        queued = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(view["created"]))
+        print(f"{view['request_id']:>6} {view['state']:<8} {view['origin']:<8} {queued:<19} "
+              f"{_duration(view['wait_seconds']):>7} {_duration(view['run_seconds']):>7} "
+              f"{_progress(view):<24} {view['path']}"
+              + (f"  ({view['reason']})" if view.get("reason") else ""))
     return 0
+
+
+def _duration(seconds: float | None) -> str:
+    """``4.2s``, ``12m05s``, ``3h20m``: how long, to the precision a glance needs."""
+    if seconds is None:
+        return "-"
+    seconds = max(0.0, seconds)
+    if seconds < 60:
+        return f"{seconds:.1f}s"
+    if seconds < 3600:
+        return f"{int(seconds // 60)}m{int(seconds % 60):02d}s"
+    return f"{int(seconds // 3600)}h{int(seconds % 3600 // 60):02d}m"
+
+
+def _progress(view: dict) -> str:
+    """``48.0M/128.0M 37%`` (sizes as ``lfs df -h`` prints them); ``-`` before the rebuild is
+    planned (or where recoveryd's answer does not say)."""
+    from ..storage.df import human_size
+
+    total = view.get("bytes_total")
+    if total is None:
+        return "-"
+    done = view.get("bytes_done") or 0
+    return f"{human_size(done)}/{human_size(total)} {view['progress'] * 100:.0f}%"
 
 
 def _hook(args: argparse.Namespace) -> int:

@@ -29,7 +29,7 @@ def register(subparsers) -> None:
     commit.add_argument("--job", required=True, help="job key in the chain (stage-in, stage-out...)")
     commit.add_argument("--layout", metavar="TEXT", help="the stage-in's layout decision "
                         "(#STAGEIN -layout), recorded on every staged file as the xattr "
-                        "user.scratchkeeper.advisor")
+                        "user.scratchkeeper.layout")
     commit.set_defaults(func=_commit)
     fail = actions.add_parser("fail", help="record a failed data stage and cancel its dependents")
     fail.add_argument("--chain", required=True)

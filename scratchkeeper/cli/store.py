@@ -64,8 +64,14 @@ def _add_file_actions(commands) -> None:
     layout.add_argument("--json", action="store_true")
     layout.set_defaults(func=_layout)
 
-    df = commands.add_parser("df", help="list OSTs with state and space (like lfs df)")
+    # -h is lfs df's (and df's) human-readable switch, so help is --help alone here
+    df = commands.add_parser("df", help="list OSTs with state and space (like lfs df)",
+                             add_help=False)
+    df.add_argument("--help", action="help", help="show this help message and exit")
     df.add_argument("--json", action="store_true")
+    df.add_argument("-h", "--human-readable", action="store_true",
+                    help="sizes in powers of 1024 (44.6M, 1.1T), in lfs df -h's columns, with "
+                         "the filesystem_summary line")
     df.add_argument("--check", type=float, metavar="TIMEOUT",
                     help="probe every OST at once first, waiting at most TIMEOUT seconds "
                          "(config: recovery.probe_timeout)")
@@ -96,7 +102,8 @@ def _add_file_actions(commands) -> None:
     xattr.set_defaults(func=_xattr)
 
     setstripe = commands.add_parser("setstripe", help="local store only: set a directory's "
-                                                      "default layout (like lfs setstripe DIR)")
+                                                      "default layout (like lfs setstripe DIR); "
+                                                      "a user on their own files only")
     setstripe.add_argument("path", metavar="DIR")
     setstripe.add_argument("--stripe-count", "-c", type=int,
                            help="number of OSTs, -1 for all (config: storage.stripe_count)")
@@ -307,14 +314,30 @@ def _setstripe(args) -> int:
     request = _request(argparse.Namespace(stripe_count=args.stripe_count,
                                           stripe_size=args.stripe_size, ost_list=None,
                                           pool=args.pool))
-    if args.file:
-        return _setstripe_file(backend, args.path, request)
     default = DirDefault(
         backend.default_stripe_count if request.stripe_count is None else request.stripe_count,
         backend.default_stripe_size if request.stripe_size is None else request.stripe_size,
         request.pool)
+    if backend.through_mount:
+        # a plain user (a stage-in's data job): on their own file or directory, through the
+        # scratch mount, which checks owner, emptiness and the store's limits (docs/storage.rst)
+        full = backend.paths.resolve(args.path)
+        backend.lay_out_through_mount(full, default, file=args.file)
+        if args.file:
+            return _print_layout(backend, args.path)
+        print(f"{full}: {default.to_xattr().decode()}")
+        return 0
+    if args.file:
+        return _setstripe_file(backend, args.path, request)
     backend.set_default_layout(args.path, default)
     print(f"{backend.paths.resolve(args.path)}: {default.to_xattr().decode()}")
+    return 0
+
+
+def _print_layout(backend, path: str) -> int:
+    layout = backend.layout(path)
+    print(f"{backend.paths.resolve(path)}: stripe count {layout.stripe_count}, stripe size "
+          f"{layout.stripe_size}, OSTs {','.join(map(str, layout.ost_list))}")
     return 0
 
 
@@ -328,10 +351,8 @@ def _setstripe_file(backend, path: str, request) -> int:
         if backend.is_dir(path):
             raise InputError(f"{full}: is a directory")
         backend.remove(path)  # a re-staged input: the transfer overwrites it whole anyway
-    layout = backend.create(path, request)
-    print(f"{full}: stripe count {layout.stripe_count}, stripe size {layout.stripe_size}, "
-          f"OSTs {','.join(map(str, layout.ost_list))}")
-    return 0
+    backend.create(path, request)
+    return _print_layout(backend, path)
 
 
 def _gc(args) -> int:
@@ -355,6 +376,14 @@ def _df(args) -> int:
     if args.json:
         print(json.dumps([o.to_dict() for o in osts], indent=2))
         return 0
+    if args.human_readable:
+        from ..storage.df import human_lines
+        from ..storage.local import LocalStripedStore
+
+        # the local store's OSTs are directories of one file system: its size counts once
+        print("\n".join(human_lines(osts, backend.scratch_root,
+                                     shared_space=isinstance(backend, LocalStripedStore))))
+        return 0 if all(o.healthy for o in osts) or args.check is None else 1
     print(f"{'OST':>5} {'name':24} {'state':12} {'used':>14} {'available':>16}  detail")
     for ost in osts:
         used = "-" if ost.used_bytes is None else str(ost.used_bytes)

@@ -184,7 +184,7 @@ def commit_stage(store: StateStore, config: SiteConfig, chain_id: str, job_key: 
     ``for_uid``: a privileged service commits for the data job of that user (the data job
     cannot write the state database): the chain and every staged file must be that user's, and
     each file is opened once, without following links, for its digests. ``layout``: the
-    stage-in's layout decision (``#STAGEIN -layout``), kept as ``user.scratchkeeper.advisor``.
+    stage-in's layout decision (``#STAGEIN -layout``), kept as ``user.scratchkeeper.layout``.
     """
     if layout is not None:
         # one line of text: a record; only its workload word is read back (replicad, hybrid
@@ -353,7 +353,7 @@ def fail_stage(store: StateStore, config: SiteConfig, chain_id: str, job_key: st
     ids = [r["job_id"] for r in dependents]
     if ids:
         try:
-            get_scheduler(config, chain["scheduler"]).cancel(ids)
+            get_scheduler(config, chain["scheduler"]).cancel(ids, reason=message)
         except ScratchkeeperError as err:
             # the scheduler cancels them too (kill-on-invalid-dep), so this is logged, not fatal
             log.warning("chain %s: cancelling %s failed: %s", chain_id, ids, err)

@@ -15,7 +15,8 @@ Grammar (docs/directives.rst has the full text and examples):
     ``-dependency afterok|afterany`` (stage-out only), ``-start jit|now`` (stage-in only: held
     back until just before the compute job's expected start, or started at once),
     ``-when close|end`` (stage-out only: each result offloaded once it is closed after writing,
-    or all of them after the job); stage-in only, the layout of the files it creates:
+    or all of them after the job), ``-wait-for-source DURATION`` (stage-in only: a source not
+    there yet is tried again until then); stage-in only, the layout of the files it creates:
     ``-layout auto|1dv|1dh|2d``, ``-stripe-count N``, ``-stripe-size SIZE`` and, for ``auto``,
     ``-procs P``, ``-per-node M``, ``-request-size S``, ``-pattern seq|random``,
     ``-shared``/``-per-process``, ``-darshan LOG`` (:mod:`.layout_directive`).
@@ -63,7 +64,15 @@ _COMMAND_NAME_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._+-]*(?=[\s;&|]|$)")
 
 #: bounds of the numeric stage options (the scheduler's own bounds of -priority: plan.py)
 MAX_RETRIES = 100
+#: what the compute job's script has in place of each line of a data directive (continuations
+#: included): its line N is the script's line N, so that bash's and the scheduler's messages
+#: about the compute job name the line the user wrote
+DATA_LINE = "# scratchkeeper: a data directive, run by a data job of the chain"
 MAX_RETRY_DELAY = 86400.0
+#: the longest -wait-for-source anyone may write (a site bounds it lower: staging.max_source_wait)
+MAX_SOURCE_WAIT_SECONDS = 7 * 86400
+_DURATION_RE = re.compile(r"([0-9]{1,7})([smh]?)")
+_DURATION_UNIT = {"": 1, "s": 1, "m": 60, "h": 3600}
 MAX_WALLTIME_SECONDS = 365 * 86400
 PRIORITY_BOUNDS = (-1024, 4294967294)  # PBS -p goes down to -1024, Slurm --priority up to 2^32-2
 #: data jobs a ``-parallel`` stage may become: each stage-out job waits on every stage-in job,
@@ -110,6 +119,7 @@ class StageOptions:
     dependency: str | None = None
     start: str | None = None  # stage-in: "jit" or "now" (None: the site's staging.start)
     when: str | None = None   # stage-out: "close" or "end" (None: end)
+    wait_for_source: int | None = None  # stage-in: seconds a missing source is waited for
     inputs: list[str] = field(default_factory=list)
     layout: LayoutOptions = field(default_factory=LayoutOptions)  # stage-in only
     lines: dict[str, int] = field(default_factory=dict)  # option name -> line it was set on
@@ -182,12 +192,14 @@ def parse_script(text: str, path: str, *, cwd: str, scratch_root: str) -> Parsed
             stage = _STAGE_OF[match.group(1)]
             body, index = _join_continuations(lines, index, match.group(1), path)
             _parse_stage_line(body, stage, number, ctx, steps, options[stage], seen_option[stage])
+            compute.extend([DATA_LINE] * (index - number + 1))
             continue
         match = _DW_RE.match(raw)
         if match:
             body, index = _join_continuations(lines, index, None, path)
             steps.append(_parse_datawarp(_DW_RE.match(body).group(2), _STAGE_OF[match.group(1)],
                                          number, ctx))
+            compute.extend([DATA_LINE] * (index - number + 1))
             continue
         match = _PBS_W_RE.match(raw)
         if match and _PBS_W_STAGE_RE.search(match.group("attributes")):
@@ -197,15 +209,19 @@ def parse_script(text: str, path: str, *, cwd: str, scratch_root: str) -> Parsed
                 compute.append(f"{before} -W {kept}")
             elif before.strip() != "#PBS":
                 compute.append(before)
+            else:
+                compute.append(DATA_LINE)
             index += 1
             continue
         compute.append(raw)
         index += 1
     if not any(line.strip() and not line.lstrip().startswith("#") for line in compute):
+        # an empty script has no line to name
         raise DirectiveError("the script has no commands for the compute job", path=path,
-                             line=len(lines) or 1)
+                             line=len(lines) or None)
     for stage, opts in options.items():
-        for name, only in (("dependency", STAGE_OUT), ("when", STAGE_OUT), ("start", STAGE_IN)):
+        for name, only in (("dependency", STAGE_OUT), ("when", STAGE_OUT), ("start", STAGE_IN),
+                           ("wait-for-source", STAGE_IN)):
             if name in opts.lines and stage != only:
                 raise DirectiveError(f"-{name} applies to {_DIRECTIVE[only]} only", path=path,
                                      line=opts.lines[name])
@@ -383,6 +399,7 @@ def _confine(path: str, side: str, directive: str, number: int, ctx: _Context) -
 _OPTION_ARITY = {
     "retry": 1, "retry-delay": 1, "walltime": 1, "qos": 1, "account": 1, "priority": 1,
     "name": 1, "parallel": 0, "input": 1, "dependency": 1, "start": 1, "when": 1,
+    "wait-for-source": 1,
     **_LAYOUT_ARITY,
 }
 _ALIASES = {"t": "walltime", "A": "account", "N": "name", "J": "name", "p": "priority",
@@ -475,6 +492,12 @@ def _set_option(opts: StageOptions, name: str, value: str | None, directive: str
         if value not in ("close", "end"):
             bad("close or end")
         opts.when = value
+    elif name == "wait-for-source":
+        seconds = duration_seconds(value)
+        if seconds is None or seconds > MAX_SOURCE_WAIT_SECONDS:
+            bad(f"a duration from 0 to {MAX_SOURCE_WAIT_SECONDS // 86400} days: seconds, or "
+                "digits and s, m or h (600, 90s, 10m, 2h)")
+        opts.wait_for_source = seconds
     elif name in _LAYOUT_ARITY:
         set_layout_option(opts.layout, name, value, ctx.cwd, bad)
     elif name == "input":
@@ -486,6 +509,12 @@ def _set_option(opts: StageOptions, name: str, value: str | None, directive: str
             bad("a path on this cluster")
         _confine(location.path, "input", directive, number, ctx)
         opts.inputs.append(location.path.rstrip("/"))
+
+
+def duration_seconds(text: str) -> int | None:
+    """``600``, ``90s``, ``10m`` or ``2h`` in seconds; None for anything else."""
+    found = _DURATION_RE.fullmatch(text)
+    return int(found.group(1)) * _DURATION_UNIT[found.group(2)] if found else None
 
 
 def _parse_datawarp(text: str, stage: str, number: int, ctx: _Context) -> DataStep:

@@ -5,7 +5,7 @@ Directives (docs/directives.rst): ``-layout auto|1dv|1dh|2d``, ``-stripe-count N
 ``-request-size S``, ``-pattern seq|random``, ``-shared``/``-per-process`` or ``-darshan LOG``.
 :func:`set_layout_option` checks one option as it is parsed; :func:`decide_layout` turns them,
 once per plan, into a :class:`LayoutDecision`: the choice of the layout paper's model for ``auto``
-(``scratchkeeper.advisor.advise``), the section-4 stripe settings of a named layout, with an
+(``scratchkeeper.advisor.advise``), the layout paper's §4 stripe settings of a named layout, with an
 explicit ``-stripe-count``/``-stripe-size`` winning over both.
 """
 
@@ -32,7 +32,7 @@ OPTION_ARITY = {"layout": 1, "stripe-count": 1, "stripe-size": 1, "procs": 1, "p
 DEFAULT_REQUEST_SIZE = 1 << 20
 #: bounds of -procs / -per-node (a plan-time sanity bound, far above any job's task count)
 MAX_PROCS = 10_000_000
-#: what the xattr ``user.scratchkeeper.advisor`` holds at most of the reason
+#: what the xattr ``user.scratchkeeper.layout`` holds at most of the reason
 XATTR_REASON_MAX = 3000
 
 
@@ -75,7 +75,7 @@ class LayoutDecision:
     workload: object | None = None
 
     def xattr(self) -> str:
-        """The value of ``user.scratchkeeper.advisor``: ``1-DV count=8 size=1048576: reason``,
+        """The value of ``user.scratchkeeper.layout``: ``1-DV count=8 size=1048576: reason``,
         with the workload (``workload=...``, ``scratchkeeper.advisor.hybrid``) before the colon
         where ``auto`` chose the layout."""
         head = f"{self.layout or 'explicit'} count={self.stripe_count} size={self.stripe_size}"

@@ -10,7 +10,7 @@ import posixpath
 import re
 from dataclasses import field
 
-from ..config import SiteConfig
+from ..config import SiteConfig, slurm_time_seconds
 from ..errors import DirectiveError
 from ..structs import record
 from ..transfer.clients import ClientCommand, UnsupportedTransfer, client_command, destination_path
@@ -83,6 +83,10 @@ class PlannedJob:
     depends_on: list[Dependency]
     retries: int = 0
     retry_delay: float = 0.0
+    #: a source not found is retried like a transient failure (the stage wrote ``-retry N``)
+    retry_missing: bool = False
+    #: seconds a missing source is tried again for before the retries count (``-wait-for-source``)
+    source_wait: int = 0
     walltime: str | None = None
     qos: str | None = None
     account: str | None = None
@@ -131,7 +135,12 @@ def job_name_of(script_path: str) -> str:
     JOB_NAME_MAX characters: ``my job.sh`` is ``my_job.sh``, ``run(2).sh`` ``run_2.sh``.
     These characters (letters, digits, ``. _ + -``) are what Slurm's ``--job-name``, PBS's
     ``-N`` and the templates' ``header`` filter all take."""
-    base = posixpath.basename(script_path)
+    return safe_job_name(posixpath.basename(script_path))
+
+
+def safe_job_name(base: str) -> str:
+    """``base`` (a script's file name, or a job name a script's header gives) made a name every
+    scheduler takes, by :func:`job_name_of`'s rule; ``job`` when nothing of it is left."""
 
     def replace(found: re.Match) -> str:  # nothing beside a dot or at an end: run(2).sh
         start, end = found.span()
@@ -154,6 +163,7 @@ def build_plan(parsed: ParsedScript, config: SiteConfig, *, chain_id: str, workd
     offloaded: list[OffloadedFile] = []
 
     _check_priorities(parsed, kind)
+    _check_source_wait(parsed, config)
     # once per plan: a -darshan log is read once, and -parallel stage-ins share the decision
     stage_in = parsed.options[STAGE_IN]
     layout, layout_skipped = decide_layout(stage_in.layout, stage_in.lines, parsed.compute_job,
@@ -208,6 +218,28 @@ def _check_priorities(parsed: ParsedScript, kind: str) -> None:
                                  line=opts.lines.get("priority"))
 
 
+def _check_source_wait(parsed: ParsedScript, config: SiteConfig) -> None:
+    """A -wait-for-source within the site's bound and shorter than the data job's time limit
+    (a job killed by its limit while waiting would not say why)."""
+    opts = parsed.options[STAGE_IN]
+    wait = opts.wait_for_source
+    if wait is None:
+        return
+    line = opts.lines.get("wait-for-source")
+    bound = config.staging.max_source_wait
+    if wait > bound:
+        allowed = "this site does not allow waiting" if bound == 0 else \
+            f"this site allows at most {bound:g} s (staging.max_source_wait)"
+        raise DirectiveError(f"#STAGEIN: -wait-for-source {wait} s is too long: {allowed}",
+                             path=parsed.path, line=line)
+    walltime = opts.walltime or config.scheduler.data_walltime
+    limit = slurm_time_seconds(walltime)
+    if limit is not None and wait >= limit:
+        raise DirectiveError(f"#STAGEIN: -wait-for-source {wait} s does not fit in the data "
+                             f"job's time limit {walltime} ({limit} s); raise -walltime",
+                             path=parsed.path, line=line)
+
+
 def _inherited_priority(value: str | None, kind: str) -> int | None:
     """The compute job's priority, if the data jobs can take it on this scheduler."""
     low, high = PRIORITY_RANGE[kind]
@@ -227,7 +259,8 @@ def _data_job(key: str, stage: str, opts: StageOptions, parsed: ParsedScript, co
     return PlannedJob(
         key=key, role=stage, queue=config.scheduler.data_queue,
         name=opts.job_name or f"{base_name}.{key}",
-        depends_on=list(depends), retries=retries,
+        depends_on=list(depends), retries=retries, retry_missing=opts.retries is not None,
+        source_wait=opts.wait_for_source or 0,
         retry_delay=opts.retry_delay if opts.retry_delay is not None else config.retry.delay,
         walltime=opts.walltime or config.scheduler.data_walltime,
         qos=opts.qos or inherited.get("qos"), account=opts.account or inherited.get("account"),

@@ -346,7 +346,11 @@ def chain(store: StateStore, chain_id: str):
 
 
 def chain_of_job(store: StateStore, job_id: str):
-    rows = store.query("SELECT chain_id FROM chain_jobs WHERE job_id=?", (job_id,))
+    """The newest chain holding ``job_id``: a compute job the chain service chained again (its
+    first chaining interrupted) is in the abandoned chain and in the one that replaced it."""
+    rows = store.query("SELECT j.chain_id FROM chain_jobs j JOIN chains c ON c.chain_id = "
+                       "j.chain_id WHERE j.job_id=? ORDER BY c.created DESC, c.rowid DESC "
+                       "LIMIT 1", (job_id,))
     return rows[0]["chain_id"] if rows else None
 
 
@@ -436,6 +440,90 @@ def record_stage_in_failed(store: StateStore, chain_id: str, failed: dict[str, s
         set_jobs_state(store, chain_id, cancelled, JOB_CANCELLED, "cancelled: " + reason)
         set_chain_state(store, chain_id, STAGE_IN_FAILED, reason)
     return True
+
+
+# -- what `status` and `status --backlog` read -------------------------------------------------
+#: chain states that end a chain: its data jobs have nothing left to do
+ENDED_STATES = (SUBMIT_FAILED, STAGE_IN_FAILED, STAGE_OUT_FAILED)
+# a chain replaced by a later one: the chain service chained its compute job again after the
+# first chaining failed or was interrupted (attach._undo). The same owner, the same script, and
+# a submit-failed first chain: a job id the scheduler handed out again since (a reset of its
+# state) is not taken for a replacement.
+_REPLACEMENTS = """
+SELECT oj.chain_id AS chain_id, nc.chain_id AS replaced_by
+  FROM chain_jobs oj
+  JOIN chains oc ON oc.chain_id = oj.chain_id
+  JOIN chain_jobs nj ON nj.job_id = oj.job_id AND nj.role = 'compute' AND nj.chain_id != oj.chain_id
+  JOIN chains nc ON nc.chain_id = nj.chain_id
+ WHERE oj.role = 'compute' AND oj.job_id IS NOT NULL AND oc.state = 'submit-failed'
+   AND nc.owner_uid = oc.owner_uid AND nc.script_path = oc.script_path
+   AND (nc.created > oc.created OR (nc.created = oc.created AND nc.rowid > oc.rowid))
+   AND oj.chain_id IN ({marks})
+ ORDER BY nc.created, nc.rowid
+"""
+#: ids per query: SQLite's default limit of host parameters is far above it
+_QUERY_CHUNK = 500
+
+
+def replacements(store: StateStore, chain_ids: Iterable[str]) -> dict[str, str]:
+    """Chain id -> the newest chain that took over its compute job, for those replaced."""
+    found: dict[str, str] = {}
+    for chunk in _chunks(list(chain_ids)):
+        for row in store.query(_REPLACEMENTS.format(marks=", ".join("?" * len(chunk))), chunk):
+            found[row["chain_id"]] = row["replaced_by"]  # ordered oldest first: newest wins
+    return found
+
+
+def jobs_by_id(store: StateStore, job_ids: Iterable[str]):
+    """Rows (job_id, chain_id, job_key, role, job_state, chain_state, chain_created,
+    chain_updated, owner_uid, settled) of the chain jobs with these ids; ``settled``: when the
+    chain service recorded the chain's end (``chain_ends``), None if not (or no such table)."""
+    ends = made(store, "chain_ends")
+    settled = ("(SELECT settled FROM chain_ends e WHERE e.chain_id = c.chain_id)" if ends
+               else "NULL")
+    out = []
+    for chunk in _chunks([str(j) for j in job_ids]):
+        out += store.query(
+            f"SELECT j.job_id AS job_id, j.chain_id AS chain_id, j.job_key AS job_key, "
+            f"j.role AS role, j.state AS job_state, c.state AS chain_state, "
+            f"c.created AS chain_created, c.updated AS chain_updated, "
+            f"c.owner_uid AS owner_uid, {settled} AS settled "
+            f"FROM chain_jobs j JOIN chains c ON c.chain_id = j.chain_id "
+            f"WHERE j.job_id IN ({', '.join('?' * len(chunk))})", chunk)
+    return out
+
+
+def offload_jobs_by_id(store: StateStore, job_ids: Iterable[str]):
+    """Rows (job_id, chain_id, state) of the offload jobs with these ids."""
+    if not made(store, "offloads"):
+        return []
+    out = []
+    for chunk in _chunks([str(j) for j in job_ids]):
+        out += store.query(f"SELECT job_id, chain_id, state FROM offloads WHERE job_id IN "
+                           f"({', '.join('?' * len(chunk))})", chunk)
+    return out
+
+
+def chains_unfinished_submission(store: StateStore):
+    """(state, count, oldest created) of chains still being planned or submitted: a chaining
+    in progress, or one a crash left half done."""
+    return store.query("SELECT state, COUNT(*) AS count, MIN(created) AS oldest FROM chains "
+                       "WHERE state IN (?, ?) GROUP BY state ORDER BY state",
+                       (PLANNED, SUBMITTING))
+
+
+def jit_backlog(store: StateStore):
+    """(count, next release) of the just-in-time stage-ins held back; None when no chain ever
+    asked for one (the table does not exist)."""
+    if not made(store, "jit_schedule"):
+        return None
+    return store.query("SELECT COUNT(*) AS count, MIN(release_at) AS next_release "
+                       "FROM jit_schedule WHERE state = ?",
+                       (WAITING,))[0]
+
+
+def _chunks(values: list) -> list[list]:
+    return [values[i:i + _QUERY_CHUNK] for i in range(0, len(values), _QUERY_CHUNK)]
 
 
 # -- what replication reads: the inputs of compute jobs ------------------------------------------
@@ -589,3 +677,59 @@ def listed_offloads(store: StateStore, chain_id: str, states: tuple[str, str]):
     the order their files closed."""
     return store.query("SELECT path, size, mtime, digest, state FROM offloads WHERE chain_id=? "
                        "AND state IN (?, ?) ORDER BY closed", (chain_id, *states))
+
+
+# -- what the chain service's metrics read: counts by state, the chaining delay ------------------
+# A chain's delay: from its record (``chains.created``: when `scratchkeeper submit` submitted
+# it, or when the chain service chained the held job) to the start of its first stage-in job
+# (``transfers.started``, the job's start time stage commit records). Chains with a
+# just-in-time stage-in are left out: they start late on purpose (jit_schedule).
+_STAGE_IN_DELAYS = """
+SELECT MIN(t.started) - c.created
+  FROM chains c
+  JOIN chain_jobs j ON j.chain_id = c.chain_id AND j.role = 'stage-in'
+  JOIN transfers t ON t.chain_id = j.chain_id AND t.job_key = j.job_key
+ WHERE c.created >= ?
+   AND NOT EXISTS (SELECT 1 FROM jit_schedule s WHERE s.chain_id = c.chain_id)
+ GROUP BY c.chain_id
+"""
+
+
+def _made_all(store: StateStore, *tables: str) -> bool:
+    """Whether every one of ``tables`` exists (one query, as :func:`made` for one)."""
+    marks = ", ".join("?" * len(tables))
+    rows = store.query(f"SELECT COUNT(*) FROM sqlite_master WHERE type = 'table' "
+                       f"AND name IN ({marks})", tables)
+    return rows[0][0] == len(tables)
+
+
+def chain_counts(store: StateStore) -> list[tuple[str, int]] | None:
+    """(state, chains) per chain state; None while the planner's tables are not made (a
+    reader that may not create them: the chain service's metrics before the first chain)."""
+    if not made(store, "chains"):
+        return None
+    return [(row[0], row[1]) for row in store.query(
+        "SELECT state, COUNT(*) FROM chains GROUP BY state")]
+
+
+def chain_job_counts(store: StateStore) -> list[tuple[str, str, int]]:
+    """(role, state, jobs) of the chains' jobs (the table is made with ``chains``)."""
+    return [(row[0], row[1], row[2]) for row in store.query(
+        "SELECT role, state, COUNT(*) FROM chain_jobs GROUP BY role, state")]
+
+
+def stage_in_delays(store: StateStore, since: float) -> list[float] | None:
+    """The chaining delay (seconds) of each chain recorded since ``since`` whose stage-in
+    started, JIT chains left out; None while the planner's or staging tables are not made."""
+    if not _made_all(store, "chains", "chain_jobs", "transfers", "jit_schedule"):
+        return None
+    return [float(row[0]) for row in store.query(_STAGE_IN_DELAYS, (since,))
+            if row[0] is not None]
+
+
+def offload_counts(store: StateStore) -> list[tuple[str, int, float]] | None:
+    """(state, offloads, bytes) per offload state; None while the staging tables are not made."""
+    if not made(store, "offloads"):
+        return None
+    return [(row[0], row[1], row[2]) for row in store.query(
+        "SELECT state, COUNT(*), TOTAL(size) FROM offloads GROUP BY state")]

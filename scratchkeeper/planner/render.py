@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 
 from ..config import SiteConfig
 from ..errors import ConfigError, TemplateError
-from ..transfer.classify import grep_pattern
+from ..transfer.classify import DENIED_PATTERNS, MISSING_PATTERNS, grep_pattern
 from ..transfer.clients import file_url
 from . import compiled_templates
 from .plan import COMPUTE, Plan, PlannedJob
@@ -215,7 +215,9 @@ def render_plan(plan: Plan, parsed_shebang: str, compute_script: str, config: Si
         if job.role == COMPUTE:
             body = compute_script
             if parsed_shebang and body.startswith(parsed_shebang):
-                body = body[len(parsed_shebang):].lstrip("\n")
+                # the shebang's own line break only: blank lines after it keep the compute
+                # script's line N the script's line N (docs/planner.rst)
+                body = body[len(parsed_shebang) + 1:]
             job.script = _render(templates(f"{folder}/compute.sh.j2"), dict(
                 shebang=parsed_shebang or "#!/bin/bash", body=body, chain_id=plan.chain_id,
                 script_path=plan.script_path))
@@ -253,7 +255,8 @@ def _stage_context(plan: Plan, job: PlannedJob, config: SiteConfig) -> dict:
         job=job, chain_id=plan.chain_id, script_path=plan.script_path, workdir=plan.workdir,
         attempts=job.retries + 1, delay=job.retry_delay, backoff=retry.backoff,
         max_delay=retry.max_delay, timeout=int(config.transfer.timeout),
-        permanent=grep_pattern(), scratchkeeper=sk, stage_in=job.role == "stage-in",
+        permanent=grep_pattern(), denied=grep_pattern(DENIED_PATTERNS),
+        missing=grep_pattern(MISSING_PATTERNS), scratchkeeper=sk, stage_in=job.role == "stage-in",
         offload=job.role == "offload",
         # #STAGEIN -layout: the command that lays out each file before its transfer writes it
         setstripe=_setstripe_argv(job, config, sk),

@@ -84,6 +84,28 @@ class ChainStatus:
     staged_files: list[dict]
     #: results offloaded at close (#STAGEOUT -when close): path, state, job, times, digest
     offloads: list[dict] = field(default_factory=list)
+    #: the chain that took over this one's compute job (the chain service chained it again
+    #: after this chaining failed or was interrupted); ``state`` is then that chain's
+    replaced_by: str | None = None
+    #: the state recorded for this chain itself (``state`` says what its job became)
+    recorded_state: str = ""
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass
+class ChainSummary:
+    """One line of ``status`` without a chain: the state a user expects (``completed`` once
+    every job completed), not only the one recorded at submission."""
+
+    chain_id: str
+    script: str
+    created: float
+    state: str
+    reason: str
+    recorded_state: str
+    replaced_by: str | None = None
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -101,46 +123,189 @@ def resolve_chain(store: StateStore, ident: str) -> str:
 
 def chain_status(store: StateStore, config: SiteConfig, chain_id: str, *,
                  caller_uid: int | None = None) -> ChainStatus:
+    """The chain's jobs, files and offloads; for a chain another replaced (re-chained by the
+    chain service), its own jobs with the state of the chain that replaced it."""
     chain = records.chain(store, chain_id)
     if caller_uid not in (None, 0) and chain["owner_uid"] != caller_uid:
         raise PermissionDenied(f"chain {chain_id} belongs to another user")
-    rows = records.chain_jobs(store, chain_id)
-    ids = [r["job_id"] for r in rows if r["job_id"]]
-    live: dict[str, JobRecord] = {}
-    scheduler_note = ""
-    if ids:
-        scheduler = get_scheduler(config, chain["scheduler"])
-        try:
-            # a forgotten job hides no other; an id handed out again since is not the chain's
-            live = records_of_chain(scheduler.lookup(ids, missing_ok=True), chain)
-        except ScratchkeeperError as err:
-            scheduler_note = f"scheduler unreachable: {err}"
+    replaced_by = records.replacements(store, [chain_id]).get(chain_id)
+    ids = [r["job_id"] for r in records.chain_jobs(store, chain_id) if r["job_id"]]
+    live, scheduler_note = _look_up(config, chain["scheduler"], ids)
+    live = records_of_chain(live, chain)  # an id handed out again since is not the chain's
     # The records are read (again) after the scheduler answered: a data job records its end
     # (stage fail, stage commit) before it exits, so a job the scheduler shows ended has its
     # record in this read. Read only before, a failure recorded during the lookup would be
     # missed and the scheduler's bare "ended FAILED" shown in place of the recorded cause.
     chain = records.chain(store, chain_id)
     rows = records.chain_jobs(store, chain_id)
-    # Only a scheduler that answered can say a stage-in is gone; an unreachable one says nothing.
-    failures = [] if scheduler_note else [
-        f for f in (stage_in_failure(r, live.get(r["job_id"])) for r in rows) if f]
-    jobs = [_job_status(row, live.get(row["job_id"]) if row["job_id"] else None,
-                        "; ".join(failures)) for row in rows]
+    state, reason, jobs = _derive(chain, rows, live, scheduler_note)
     staged_rows = records.staged_files(store, chain_id)
     staged = [{"path": r["path"], "source": r["source"], "state": r["state"], "size": r["size"],
                "checksum": r["checksum"]} for r in staged_rows]
     _add_timing(store, chain_id, jobs, live, staged_rows)
-    state, reason = chain["state"], chain["reason"]
-    if state == records.SUBMITTED and failures:
-        # the chain service records this at its next sweep; say it now
-        state, reason = records.STAGE_IN_FAILED, "; ".join(failures)
     offloads = []
     if staging_made(store, "offloads"):
         offloads = [{k: r[k] for k in ("path", "state", "job_id", "destination", "closed",
                                        "submitted", "ended", "digest", "reason")}
                     for r in records.offloads(store, chain_id=chain_id)]
-    return ChainStatus(chain_id, chain["script_path"], _chain_state(state, jobs),
-                       reason or scheduler_note, jobs, staged, offloads)
+    status = ChainStatus(chain_id, chain["script_path"], state, reason, jobs, staged, offloads,
+                         recorded_state=chain["state"])
+    if replaced_by is not None:
+        successor = chain_status(store, config, replaced_by)
+        status.replaced_by = replaced_by
+        status.state = successor.state
+        status.reason = f"replaced by chain {replaced_by} ({chain['reason'] or 'chaining failed'})"
+    return status
+
+
+def chain_summaries(store: StateStore, config: SiteConfig, rows) -> list[ChainSummary]:
+    """``status``'s list: each chain of ``rows`` (records' chain rows) with the state its jobs
+    say, found with one scheduler lookup per scheduler kind for all of them; a chain another
+    replaced shows that chain's state. A scheduler that cannot be reached leaves the recorded
+    states, with the reason."""
+    replaced = records.replacements(store, [row["chain_id"] for row in rows])
+    chains = {row["chain_id"]: row for row in rows}
+    for successor in set(replaced.values()) - set(chains):
+        chains[successor] = records.chain(store, successor)
+    jobs_of = {chain_id: records.chain_jobs(store, chain_id) for chain_id in chains}
+    by_kind: dict[str, list[str]] = {}
+    for chain_id, chain in chains.items():
+        by_kind.setdefault(chain["scheduler"], []).extend(
+            r["job_id"] for r in jobs_of[chain_id] if r["job_id"])
+    looked_up = {kind: _look_up(config, kind, ids) for kind, ids in by_kind.items()}
+    derived = {}
+    for chain_id, before in chains.items():
+        live, note = looked_up[before["scheduler"]]
+        # read again after the lookup, for the reason chain_status gives
+        derived[chain_id] = _derive(records.chain(store, chain_id),
+                                    records.chain_jobs(store, chain_id),
+                                    records_of_chain(live, before), note)[:2]
+    out = []
+    for row in rows:
+        chain_id = row["chain_id"]
+        successor = replaced.get(chain_id)
+        state, reason = derived[successor or chain_id]
+        if successor is not None:
+            reason = f"replaced by chain {successor}"
+        out.append(ChainSummary(chain_id, row["script_path"], row["created"], state, reason,
+                                row["state"], successor))
+    return out
+
+
+@dataclass
+class Backlog:
+    """What the chain service has still to do, and the data jobs it left behind
+    (``status --backlog``). Times are epoch seconds."""
+
+    #: compute jobs job_submit.lua held, not chained yet: job_id, submitted
+    to_chain: list[dict] = field(default_factory=list)
+    #: compute jobs chained but still held (the release is due): job_id, chain_id, submitted
+    to_release: list[dict] = field(default_factory=list)
+    #: chains still being planned or submitted (or left so by a crash): state, count, oldest
+    submitting: list[dict] = field(default_factory=list)
+    #: just-in-time stage-ins held back: count, next_release (None: no chain asked for one)
+    jit_waiting: dict | None = None
+    #: data jobs still in the queue whose chain ended, was settled or was replaced
+    orphans: list[dict] = field(default_factory=list)
+    #: jobs in the data queue that no chain and no offload records (a submission a crash cut
+    #: between sbatch and its record, or jobs not scratchkeeper's)
+    unrecorded: list[dict] = field(default_factory=list)
+    #: what could not be asked (the scheduler unreachable, the chain service's queue)
+    notes: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def backlog(store: StateStore, config: SiteConfig,
+            held: list[tuple[str, str | None]] | None = None) -> Backlog:
+    """The chain service's backlog and the orphaned data jobs, from the chain records and one
+    look at the whole queue of the site's scheduler.
+
+    ``held``: (job id, chain id once chained) of the compute jobs job_submit.lua holds, as the
+    chain service reads them from the queue (None: not asked, PBS has no such jobs).
+    """
+    report = Backlog()
+    report.submitting = [dict(row) for row in records.chains_unfinished_submission(store)]
+    jit = records.jit_backlog(store)
+    report.jit_waiting = dict(jit) if jit is not None else None
+    try:
+        queued = {r.job_id: r for r in get_scheduler(config).query(None)}
+    except ScratchkeeperError as err:
+        report.notes.append(f"scheduler unreachable, queue not read: {err}")
+        return report
+    for job_id, chain_id in held or ():
+        job = queued.get(job_id)
+        entry = {"job_id": job_id, "submitted": job.submit_time if job else None}
+        if chain_id is None:
+            report.to_chain.append(entry)
+        else:
+            report.to_release.append({**entry, "chain_id": chain_id})
+    rows = [r for r in records.jobs_by_id(store, queued) if not queued[r["job_id"]].state.is_final]
+    replaced = records.replacements(store, {r["chain_id"] for r in rows})
+    for row in rows:
+        job = queued[row["job_id"]]
+        if row["role"] == "compute" or not _same_job(job, row):
+            continue
+        why = _orphaned(row, replaced.get(row["chain_id"]))
+        if why:
+            report.orphans.append({"job_id": row["job_id"], "chain_id": row["chain_id"],
+                                   "job_key": row["job_key"], "state": job.state.value,
+                                   "submitted": job.submit_time, "why": why})
+    known = ({r["job_id"] for r in rows} | {r["job_id"] for r in records.offload_jobs_by_id(
+        store, queued)} | {job_id for job_id, _ in held or ()})
+    report.unrecorded = [{"job_id": job.job_id, "name": job.name, "user": job.user,
+                          "state": job.state.value, "submitted": job.submit_time}
+                         for job in queued.values()
+                         if job.queue == config.scheduler.data_queue and not job.state.is_final
+                         and job.job_id not in known]
+    for found in (report.to_chain, report.to_release, report.orphans, report.unrecorded):
+        found.sort(key=lambda entry: entry["submitted"] or 0.0)
+    return report
+
+
+def _same_job(job: JobRecord, row) -> bool:
+    """Whether the queue's job is the one the chain recorded, not one with an id the
+    scheduler handed out again since (see :func:`records_of_chain`)."""
+    return job.submit_time is None or job.submit_time <= row["chain_updated"] + _CLOCK_SLACK
+
+
+def _orphaned(row, replaced_by: str | None) -> str:
+    """Why a queued data job has no chain left to serve ('' when it has one)."""
+    if replaced_by is not None:
+        return f"its chain was replaced by {replaced_by}"
+    if row["chain_state"] in records.ENDED_STATES:
+        return f"its chain ended ({row['chain_state']})"
+    if row["settled"] is not None:
+        return "its chain's end was settled by the chain service"
+    return ""
+
+
+def _look_up(config: SiteConfig, kind: str, ids: list[str]) -> tuple[dict[str, JobRecord], str]:
+    """The scheduler's records of ``ids`` (a forgotten job hides no other), and a note saying
+    why there are none when the scheduler could not be asked."""
+    if not ids:
+        return {}, ""
+    try:
+        return get_scheduler(config, kind).lookup(ids, missing_ok=True), ""
+    except ScratchkeeperError as err:
+        return {}, f"scheduler unreachable: {err}"
+
+
+def _derive(chain, rows, live: dict[str, JobRecord],
+            scheduler_note: str) -> tuple[str, str, list[JobStatus]]:
+    """The chain's state and reason and its jobs' statuses, from its records and the
+    scheduler's (``live``, already limited to the chain's own jobs)."""
+    # Only a scheduler that answered can say a stage-in is gone; an unreachable one says nothing.
+    failures = [] if scheduler_note else [
+        f for f in (stage_in_failure(r, live.get(r["job_id"])) for r in rows) if f]
+    jobs = [_job_status(row, live.get(row["job_id"]) if row["job_id"] else None,
+                        "; ".join(failures)) for row in rows]
+    state, reason = chain["state"], chain["reason"]
+    if state == records.SUBMITTED and failures:
+        # the chain service records this at its next sweep; say it now
+        state, reason = records.STAGE_IN_FAILED, "; ".join(failures)
+    return _chain_state(state, jobs), reason or scheduler_note, jobs
 
 
 def staging_made(store: StateStore, table: str = "jit_schedule") -> bool:

@@ -184,7 +184,7 @@ def _roll_back(plan: Plan, store, scheduler: Scheduler, ids: dict[str, str], dry
     note = ""
     if submitted:
         try:
-            scheduler.cancel(submitted)
+            scheduler.cancel(submitted, reason=f"submitting chain {plan.chain_id} failed: {err}")
             note = f" (cancelled the jobs already submitted: {', '.join(submitted)})"
         except ScratchkeeperError as cancel_err:
             note = (f" (and cancelling the jobs already submitted, {', '.join(submitted)}, "

@@ -49,7 +49,7 @@ from ..state import StateStore
 from ..storage import Extent, FileLayout, OstStatus, Rebuild, StorageBackend, subtract_extents
 from ..transfer.buffers import BufferPool
 from ..transfer.ranged import RangedReader, ReaderPool, measure, open_ranged
-from . import plan as planning, trust
+from . import plan as planning, records, trust
 from .gather import Gathered, PatchSlots, ProbeGroup, RecoveryInterrupted
 from .safety import check_inside_scratch
 from .trust import FileHints
@@ -151,6 +151,7 @@ class Recoverer:
         self.store = store  # where stage-in recorded block digests (None: verify without them)
         if store is not None:
             planner_records.open_records(store)  # staged files and their sources' endpoints
+            records.open_records(store)  # the requests whose progress the patch records
         # where recovery may fetch from; every reader is opened through it (_open_reader)
         self.policy = trust.SourcePolicy(config.recovery, store)
         self.load = load or SourceLoad()
@@ -553,6 +554,14 @@ class Recoverer:
         verified = [True]
         lock = threading.Lock()
         failure = threading.Event()
+        # the request's progress counts every byte the rebuild must patch: those a resumed
+        # rebuild's journal already holds are done
+        rebuild_total = sum(e.length for e in rebuild.lost)
+        patched_before = max(0, rebuild_total - sum(e.length for e in rebuild.missing))
+        recorder = (records.ProgressRecorder(self.store, rebuild.rebuild_id, rebuild_total)
+                    if self.store is not None else None)
+        if recorder is not None:
+            recorder.update(patched_before, force=True)
 
         def written(extent: Extent, was_verified: bool) -> None:
             with lock:
@@ -563,6 +572,8 @@ class Recoverer:
                 now = done[0]
             if progress:
                 progress(now, total)
+            if recorder is not None:
+                recorder.update(patched_before + now)
 
         lanes = []
         for index, source in enumerate(patch_plan.sources):
@@ -614,6 +625,8 @@ class Recoverer:
         if missing:
             raise StorageError(f"{rebuild.path}: {sum(e.length for e in missing)} bytes still "
                                "missing after patching")
+        if recorder is not None:
+            recorder.update(patched_before + done[0], force=True)
         return verified[0], pending
 
     def _lanes(self, source: planning.PatchSource, chunks: list[Extent],

@@ -4,16 +4,26 @@ A request is written (one transaction) before it is acknowledged, so none is los
 most one active (``queued`` or ``running``) request per path, so two reports of the same loss
 become one rebuild. A ``running`` request names its worker (``host:pid:start-time``); a restart
 finds requests whose worker is gone and queues them again, with the rebuild they had begun.
+
+What ``recovery list`` shows is recorded here too: when a request was queued (``created``),
+first started and finished, and a running one's progress (``bytes_done`` of ``bytes_total``,
+the bytes its rebuild must patch), which the patching worker writes at most once every
+:data:`PROGRESS_INTERVAL` seconds (:class:`ProgressRecorder`). A resumed rebuild counts the bytes
+patched before the restart as done, so its progress goes on from where the journal left it.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import os
 import socket
 import time
 
+from ..errors import StateError
 from ..state import StateStore
+
+log = logging.getLogger(__name__)
 
 COMPONENT = "recovery"
 
@@ -44,7 +54,20 @@ MIGRATIONS = [
         updated       REAL NOT NULL
     );
     """,
+    # times and progress for `recovery list`; the requests closed before have no start time
+    """
+    ALTER TABLE recovery_requests ADD COLUMN started REAL;
+    ALTER TABLE recovery_requests ADD COLUMN finished REAL;
+    ALTER TABLE recovery_requests ADD COLUMN bytes_done INTEGER NOT NULL DEFAULT 0;
+    ALTER TABLE recovery_requests ADD COLUMN bytes_total INTEGER;
+    ALTER TABLE recovery_requests ADD COLUMN progress_at REAL;
+    UPDATE recovery_requests SET finished = updated WHERE state IN ('done', 'failed');
+    """,
 ]
+
+#: the most often a patching worker writes its progress (seconds): a patch of many small
+#: writes costs one transaction a second, not one per write
+PROGRESS_INTERVAL = 1.0
 
 # request states
 QUEUED, RUNNING, DONE, FAILED = "queued", "running", "done", "failed"
@@ -125,17 +148,20 @@ def claim_next(store: StateStore, worker: str):
                            "ORDER BY request_id LIMIT 1", (QUEUED,)).fetchone()
         if row is None:
             return None
-        conn.execute("UPDATE recovery_requests SET state = ?, worker = ?, updated = ? "
-                     "WHERE request_id = ?", (RUNNING, worker, time.time(), row["request_id"]))
+        now = time.time()
+        conn.execute("UPDATE recovery_requests SET state = ?, worker = ?, updated = ?, "
+                     "started = COALESCE(started, ?) WHERE request_id = ?",
+                     (RUNNING, worker, now, now, row["request_id"]))
     return request(store, row["request_id"])
 
 
 def claim(store: StateStore, request_id: int, worker: str) -> bool:
     """Take one given request if it is queued (inline recovery by the CLI or the hook)."""
     with store.transaction() as conn:
-        cursor = conn.execute("UPDATE recovery_requests SET state = ?, worker = ?, updated = ? "
-                              "WHERE request_id = ? AND state = ?",
-                              (RUNNING, worker, time.time(), request_id, QUEUED))
+        now = time.time()
+        cursor = conn.execute("UPDATE recovery_requests SET state = ?, worker = ?, updated = ?, "
+                              "started = COALESCE(started, ?) WHERE request_id = ? AND state = ?",
+                              (RUNNING, worker, now, now, request_id, QUEUED))
         return cursor.rowcount == 1
 
 
@@ -151,15 +177,73 @@ def finish(store: StateStore, request_id: int, *, ok: bool, path: str, file_stat
     """Close a request and set its file's state, in one transaction."""
     now = time.time()
     with store.transaction() as conn:
+        # a patched request did all it had to (a file found whole had nothing to patch)
         conn.execute("UPDATE recovery_requests SET state = ?, reason = ?, outcome = ?, "
-                     "rebuild_id = NULL, updated = ? WHERE request_id = ?",
-                     (DONE if ok else FAILED, reason, json.dumps(outcome or {}), now, request_id))
+                     "rebuild_id = NULL, updated = ?, finished = ?, "
+                     "bytes_done = CASE WHEN ? THEN COALESCE(bytes_total, bytes_done) "
+                     "ELSE bytes_done END WHERE request_id = ?",
+                     (DONE if ok else FAILED, reason, json.dumps(outcome or {}), now, now,
+                      ok, request_id))
         conn.execute("INSERT INTO recovery_files(path, state, reason, patched_bytes, seconds, "
                      "updated) VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT(path) DO UPDATE SET "
                      "state = excluded.state, reason = excluded.reason, "
                      "patched_bytes = excluded.patched_bytes, seconds = excluded.seconds, "
                      "updated = excluded.updated",
                      (path, file_state, reason, patched_bytes, seconds, now))
+
+
+def record_progress(store: StateStore, rebuild_id: str, done: int, total: int) -> None:
+    """The running request patching ``rebuild_id`` has ``done`` of its ``total`` bytes in place."""
+    with store.transaction() as conn:
+        conn.execute("UPDATE recovery_requests SET bytes_done = ?, bytes_total = ?, "
+                     "progress_at = ? WHERE rebuild_id = ? AND state = ?",
+                     (done, total, time.time(), rebuild_id, RUNNING))
+
+
+class ProgressRecorder:
+    """A rebuild's progress, written for its request at most once every ``interval`` seconds.
+
+    Called by the thread that writes the patch, after each group of writes: a write to the
+    state database that fails (a lock held too long) is logged and skipped, never allowed to
+    fail the patch; the next one, or the request's end, records the figure.
+    """
+
+    def __init__(self, store: StateStore, rebuild_id: str, total: int, *,
+                 interval: float = PROGRESS_INTERVAL):
+        self.store = store
+        self.rebuild_id = rebuild_id
+        self.total = total
+        self.interval = interval
+        self._last = float("-inf")  # monotonic time of the last write
+
+    def update(self, done: int, *, force: bool = False) -> None:
+        now = time.monotonic()
+        if not force and now - self._last < self.interval:
+            return
+        self._last = now
+        try:
+            record_progress(self.store, self.rebuild_id, done, self.total)
+        except StateError as err:
+            log.warning("rebuild %s: progress not recorded: %s", self.rebuild_id, err)
+
+
+def request_view(row, now: float | None = None) -> dict:
+    """What ``recovery list`` shows of a request: its record with the times it waited and ran
+    (until now for an unfinished one) and its progress as a fraction (None: not known yet)."""
+    view = {key: row[key] for key in row.keys() if key not in ("outcome", "worker")}
+    now = time.time() if now is None else now
+    started, finished = view.get("started"), view.get("finished")
+    if started is None and finished is None and view["state"] not in ACTIVE:
+        # an ended request whose times the answer does not carry (recoveryd's "list")
+        view["wait_seconds"] = None
+    else:
+        view["wait_seconds"] = (started if started is not None else (finished or now)) \
+            - view["created"]
+    view["run_seconds"] = None if started is None else (finished or now) - started
+    total = view.get("bytes_total")
+    view["progress"] = (min(1.0, (view.get("bytes_done") or 0) / total) if total else
+                        (1.0 if total == 0 else None))
+    return view
 
 
 def requeue_orphans(store: StateStore) -> list[int]:
@@ -209,3 +293,9 @@ def recent_requests(store: StateStore, requested_by: int | None, limit: int = 50
                            (limit,))
     return store.query("SELECT * FROM recovery_requests WHERE requested_by = ? "
                        "ORDER BY request_id DESC LIMIT ?", (requested_by, limit))
+
+
+def request_counts(store: StateStore) -> list[tuple[str, int]]:
+    """(state, requests) of every state a request is in: the metrics' backlog and history."""
+    return [(row[0], row[1]) for row in store.query(
+        "SELECT state, COUNT(*) FROM recovery_requests GROUP BY state")]

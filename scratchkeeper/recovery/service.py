@@ -16,6 +16,7 @@ from __future__ import annotations
 import concurrent.futures
 import contextlib
 import dataclasses
+import functools
 import json
 import logging
 import math
@@ -187,6 +188,11 @@ class RecoveryService:
         self._connections: dict[int, int] = {}  # open connections by uid
         self._refusal_logs: dict[int, trust.RateLimitedLog] = {}  # by uid
         self.failures = 0
+        # what the metrics endpoint reports: the last probe of every OST (Unix time, states)
+        # and the recoveries finished here; both only written by this object
+        self.last_probe: tuple[float, list] | None = None
+        self.patch_stats = None
+        self._metrics = None
 
     # -- life cycle ----------------------------------------------------------------------------
     def start(self) -> None:
@@ -199,10 +205,27 @@ class RecoveryService:
         self._handlers = concurrent.futures.ThreadPoolExecutor(
             max_workers=self.handler_threads, thread_name_prefix="socket-request")
         self._spawn(self._accept, "socket")
+        self._serve_metrics()
         self._notify()
         log.info("recoveryd: listening on %s, %d file worker(s), check every %gs",
                  self.config.recovery.socket, self.config.recovery.file_workers,
                  self.config.recovery.check_interval)
+
+    def _serve_metrics(self) -> None:
+        """The Prometheus endpoint (metrics.recoveryd): imported here, as only the daemon
+        serves it (recoveryd's command-line uses of this module need no prometheus_client)."""
+        from ..metrics import serve
+        from ..metrics.mount import MountCollector
+        from ..metrics.recovery import PatchStats, RecoveryCollector
+
+        self.patch_stats = PatchStats()
+        collectors = [RecoveryCollector(functools.partial(records.request_counts, self.store),
+                                        self.patch_stats, lambda: self.last_probe)]
+        if self.config.storage.backend == "local":
+            # the mount of this host (docs/operations.rst: who exports the mount's counters)
+            collectors.append(MountCollector(self.config.storage.scratch_root,
+                                             ost_count=self.config.storage.ost_count))
+        self._metrics = serve(self.config, "recoveryd", collectors)
 
     def _spawn(self, target, name: str) -> None:
         thread = threading.Thread(target=target, name=name, daemon=True)
@@ -259,6 +282,9 @@ class RecoveryService:
                 os.unlink(self.config.recovery.socket)
         if self._handlers is not None:
             self._handlers.shutdown(wait=True)
+        if self._metrics is not None:
+            self._metrics.close()
+            self._metrics = None
         self.recoverer.readers.close_all()
 
     def install_signal_handlers(self) -> None:
@@ -316,7 +342,9 @@ class RecoveryService:
                 self._wait_change(seen, 5.0)
                 continue
             try:
-                process_request(self.store, self.recoverer, row)
+                result = process_request(self.store, self.recoverer, row)
+                if self.patch_stats is not None:
+                    self.patch_stats.observe(result)
             except RecoveryInterrupted:
                 log.info("request %d: %s: left for the next start", row["request_id"], row["path"])
                 return
@@ -334,6 +362,7 @@ class RecoveryService:
         outside their files (and probe their own anew), rather than probing every OST again.
         """
         statuses = self.recoverer.probe_all()
+        self.last_probe = (time.time(), statuses)
         failed = sorted(o.ost_index for o in statuses if not o.healthy)
         if not failed:
             return []
@@ -577,9 +606,9 @@ class RecoveryService:
             return self._stage_report(op, message, uid)
         if op == "list":
             rows = records.recent_requests(self.store, None if uid == 0 else uid)
-            return {"requests": [{k: row[k] for k in ("request_id", "path", "state", "origin",
-                                                        "requested_by", "reason", "created")}
-                                 for row in rows]}
+            # a user sees their own requests only (recent_requests filters by uid), with the
+            # times and progress `recovery list` prints
+            return {"requests": [records.request_view(row) for row in rows]}
         raise InputError(f"unknown op {str(op)[:64]!r} (report, status, wait, recover, "
                          "reads, check-job, list, stage-commit, stage-fail)")
 

@@ -16,6 +16,7 @@ too) first reconciles every row left ``creating``/``removing`` with the store.
 from __future__ import annotations
 
 import concurrent.futures
+import functools
 import logging
 import os
 import random
@@ -35,7 +36,7 @@ from .closes import ChangelogReader, CloseTracker, InotifyWatcher
 from .decisions import CycleInput, Decisions, InputFile, JobInputs, RemoveReplica, decide
 from .inputs import KnownInputs
 from .replicas import DATA_JOB_PREFIX, ReplicaOperations
-from .state import FILE_CLOSED, ReplicationState
+from .state import FILE_CLOSED, ReplicationState, active_claim_count, daemon_status, replica_counts
 from .window import WindowParams
 
 log = logging.getLogger(__name__)
@@ -111,6 +112,7 @@ class ReplicationDaemon:
         self._changelog: ChangelogReader | None = None
         self._changelog_closed: dict[str, float] = {}     # path -> last CLOSE record time
         self._lock_handle = None
+        self._metrics = None
 
     # -- life cycle ----------------------------------------------------------------------------
     def acquire_lock(self) -> None:
@@ -157,6 +159,7 @@ class ReplicationDaemon:
         """
         report: CycleReport | None = None
         self.acquire_lock()
+        self._serve_metrics()
         try:
             self.start_close_events()
         except ScratchkeeperError as err:
@@ -178,6 +181,18 @@ class ReplicationDaemon:
             return 1
         return 0
 
+    def _serve_metrics(self) -> None:
+        """The Prometheus endpoint (metrics.replicad), once the lock says this is the one
+        replicad of the state database; imported here: only the daemon serves it."""
+        from ..metrics import serve
+        from ..metrics.replication import ReplicationCollector
+
+        self._metrics = serve(self.config, "replicad", [ReplicationCollector(
+            replica_counts=functools.partial(replica_counts, self.store),
+            active_claims=functools.partial(active_claim_count, self.store),
+            daemon_status=functools.partial(daemon_status, self.store),
+            max_space_fraction=self.config.replication.max_space_fraction)])
+
     def wait_idle(self, timeout: float = 60.0) -> bool:
         """Wait until no creation is in flight; False when ``timeout`` passed first."""
         deadline = time.monotonic() + timeout
@@ -192,6 +207,9 @@ class ReplicationDaemon:
         self._pool.shutdown(wait=True, cancel_futures=True)
         if self._watcher is not None:
             self._watcher.stop()
+        if self._metrics is not None:
+            self._metrics.close()
+            self._metrics = None
         if self._lock_handle is not None:
             self._lock_handle.close()
             self._lock_handle = None

@@ -34,7 +34,7 @@ log = logging.getLogger(__name__)
 
 SHA256_XATTR = "user.scratchkeeper.sha256"
 #: the stage-in's layout record (``planner.layout_directive``), with its workload for hybrid replicas
-LAYOUT_XATTR = "user.scratchkeeper.advisor"
+LAYOUT_XATTR = "user.scratchkeeper.layout"
 DATA_JOB_PREFIX = "skrep-"
 
 

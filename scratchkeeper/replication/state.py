@@ -370,11 +370,28 @@ class ReplicationState:
         self._status_written.update(changed)
 
     def status(self) -> dict:
-        return {row["key"]: json.loads(row["value"])
-                for row in self.store.query("SELECT key, value FROM daemon_status")}
+        return daemon_status(self.store)
 
 
 def _ints(text: str) -> tuple[int, ...]:
     """A JSON list of integers as written by this module (``[1, 2]``), parsed cheaply."""
     inner = text.strip()[1:-1]
     return tuple(int(part) for part in inner.split(",")) if inner.strip() else ()
+
+
+# -- what the metrics read (plain values, without making the tables: see ReplicationState) ------
+def replica_counts(store: StateStore) -> list[tuple[str, int, float]]:
+    """(state, replicas, bytes of the replicated files) per replica state."""
+    return [(row[0], row[1], row[2]) for row in store.query(
+        "SELECT state, COUNT(*), TOTAL(size) FROM replicas GROUP BY state")]
+
+
+def active_claim_count(store: StateStore) -> int:
+    """How many (job, input) pairs hold a replica now."""
+    return int(store.query("SELECT COUNT(*) FROM claims WHERE active = 1")[0][0])
+
+
+def daemon_status(store: StateStore) -> dict:
+    """What replicad's last cycle wrote (``ReplicationState.set_status``), key by key."""
+    return {row["key"]: json.loads(row["value"])
+            for row in store.query("SELECT key, value FROM daemon_status")}

@@ -97,6 +97,17 @@ class JobRecord:
         return f"{self.native_state}, exit code {self.exit_code}:{self.exit_signal or 0}"
 
 
+#: the longest cancel reason written to a job (Slurm keeps comments in its accounting database)
+COMMENT_MAX = 240
+
+
+def cancel_comment(reason: str) -> str:
+    """The comment a cancelled job carries: one line, printable, bounded, marked as ours."""
+    text = " ".join("".join(c if c.isprintable() else " " for c in reason).split())
+    text = f"scratchkeeper: {text}"
+    return text if len(text) <= COMMENT_MAX else text[:COMMENT_MAX - 3] + "..."
+
+
 _JOB_FIELDS = tuple(f.name for f in dataclasses.fields(JobRecord))
 _new_object = object.__new__
 
@@ -250,9 +261,41 @@ class Scheduler:
                                   + ", ".join(unknown))
         return found
 
-    def cancel(self, job_ids: Sequence[str]) -> None:
-        if job_ids:
-            self._run(self.backend.build_cancel(list(job_ids)), mutating=True)
+    def cancel(self, job_ids: Sequence[str], reason: str | None = None) -> None:
+        """Cancel ``job_ids``; with a ``reason``, first write it where the scheduler's users
+        look (Slurm: the job's comment, which ``squeue -o %k`` and ``sacct -o Comment`` show),
+        where the backend has such a place. Writing it is best effort: the cancel is what
+        counts, so a failure to annotate is logged and the jobs are cancelled all the same."""
+        if not job_ids:
+            return
+        if reason:
+            self.annotate(job_ids, reason)
+        self._run(self.backend.build_cancel(list(job_ids)), mutating=True)
+
+    def queued_from(self, folder: str) -> list[str]:
+        """Ids of the queued jobs whose batch script lies in ``folder`` (a chain's spool
+        folder): what a crash between a submission and its record left behind. Empty where the
+        backend cannot tell."""
+        argv = self.backend.build_scripts_query()
+        if argv is None:
+            return []
+        inside = folder.rstrip("/") + "/"
+        return [job_id for job_id, script in
+                self.backend.parse_scripts_query(self._run(argv, mutating=False))
+                if script.startswith(inside)]
+
+    def annotate(self, job_ids: Sequence[str], reason: str) -> bool:
+        """Write why scratchkeeper cancels ``job_ids`` where the scheduler's users look, before
+        the cancel (best effort; False where the backend has no such place or it failed)."""
+        argv = self.backend.build_annotate(list(job_ids), cancel_comment(reason))
+        if argv is None or not job_ids:
+            return False
+        try:
+            self._run(argv, mutating=True)  # idempotent: a transient failure is retried
+        except SchedulerError as err:
+            log.warning("writing the cancel reason of %s: %s", ", ".join(job_ids), err)
+            return False
+        return True
 
     def hold(self, job_ids: Sequence[str]) -> None:
         if job_ids:

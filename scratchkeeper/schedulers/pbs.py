@@ -148,6 +148,21 @@ def build_cancel(job_ids: Sequence[str]) -> list[str]:
     return ["qdel", *job_ids]
 
 
+def build_scripts_query() -> list[str] | None:
+    """None: qstat does not name a job's script file (qsub copies the script)."""
+    return None
+
+
+def parse_scripts_query(stdout: str) -> list[tuple[str, str]]:
+    return []
+
+
+def build_annotate(job_ids: Sequence[str], comment: str) -> list[str] | None:
+    """None: Torque keeps no comment a job's owner sees that a client may set (its ``comment``
+    attribute belongs to the scheduler), so the reason stays in ``scratchkeeper status``."""
+    return None
+
+
 def build_hold(job_ids: Sequence[str]) -> list[str]:
     return ["qhold", *job_ids]
 

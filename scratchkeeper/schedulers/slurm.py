@@ -303,6 +303,27 @@ def build_cancel(job_ids: Sequence[str]) -> list[str]:
     return ["scancel", *job_ids]
 
 
+def build_scripts_query() -> list[str] | None:
+    """Every queued job with the path of its batch script (``%o``), all users'."""
+    return ["squeue", "--noheader", "--all", "--format=%i|%o"]
+
+
+def parse_scripts_query(stdout: str) -> list[tuple[str, str]]:
+    found = []
+    for line in stdout.splitlines():
+        job_id, sep, script = line.strip().partition("|")
+        if sep and job_id.isdigit():
+            found.append((job_id, script))
+    return found
+
+
+def build_annotate(job_ids: Sequence[str], comment: str) -> list[str] | None:
+    """Set the jobs' comment (one ``scontrol update`` for a list of jobs). ``sacct`` keeps it
+    when slurm.conf has ``AccountingStoreFlags=job_comment``. scontrol takes the value as one
+    argument (no shell), so quotes and blanks in it are data."""
+    return ["scontrol", "update", f"JobId={','.join(job_ids)}", f"Comment={comment}"]
+
+
 def build_hold(job_ids: Sequence[str]) -> list[str]:
     return ["scontrol", "hold", ",".join(job_ids)]
 

@@ -23,6 +23,7 @@ of the class's file systems.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import signal
@@ -115,6 +116,13 @@ class Tierd:
     def run(self, *, max_cycles: int | None = None) -> int:
         self.acquire_lock()
         cycles, report = 0, None
+        # the Prometheus endpoint (metrics.tierd); imported here: only the daemon serves it
+        from ..metrics import serve
+        from ..metrics.tiering import TieringCollector
+
+        endpoint = serve(self.config, "tierd", [TieringCollector(
+            functools.partial(records.move_counts, self.store),
+            functools.partial(records.file_count, self.store))])
         try:
             self.reconcile()
             while not self.stop_event.is_set():
@@ -124,6 +132,8 @@ class Tierd:
                     break
                 self.stop_event.wait(self.settings.interval)
         finally:
+            if endpoint is not None:
+                endpoint.close()
             if self._lock_handle is not None:
                 self._lock_handle.close()
                 self._lock_handle = None

@@ -52,3 +52,15 @@ STARTED, DONE, FAILED = "started", "done", "failed"
 def open_tiering(store: StateStore) -> StateStore:
     store.ensure_schema(COMPONENT, MIGRATIONS)
     return store
+
+
+def move_counts(store: StateStore) -> list[tuple[str, str, str, int, float]]:
+    """(direction, target, state, moves, bytes) of the moves recorded, per group."""
+    return [(row[0], row[1], row[2], row[3], row[4]) for row in store.query(
+        "SELECT direction, target, state, COUNT(*), TOTAL(size) FROM tier_moves "
+        "GROUP BY direction, target, state")]
+
+
+def file_count(store: StateStore) -> int:
+    """How many files tierd counts reads of."""
+    return int(store.query("SELECT COUNT(*) FROM tier_files")[0][0])

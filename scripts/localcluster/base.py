@@ -22,6 +22,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+SUPERVISOR = Path(__file__).resolve().parent / "supervise.py"
+
 
 class ClusterError(Exception):
     """Something the cluster cannot start or stop with; printed as one line, exit 1."""
@@ -200,9 +202,16 @@ class Daemon:
     user: str | None = None
     prepare: Callable[[], None] | None = None
     config_files: tuple[Path, ...] = ()  # a change restarts the daemon on the next `up`
+    # seconds: run under supervise.py, which starts the command again this long after it died
+    # (systemd's Restart=always, RestartSec=); 0: not supervised. The supervisor runs on
+    # ``executable``, which must then be a Python 3 interpreter, so its pid is recognised as
+    # the daemon's; the command's own pid is in run/NAME.pid.
+    respawn: float = 0.0
 
     def digest(self) -> str:
         content = hashlib.sha256("\0".join(self.argv).encode())
+        if self.respawn:
+            content.update(f"\0respawn={self.respawn:g}".encode())
         for path in self.config_files:
             # An optional file (the SPANK plugin's plugstack entry) counts by its absence too.
             content.update(path.read_bytes() if path.exists() else b"\0absent")
@@ -229,7 +238,8 @@ class Daemon:
             log_file.write(f"--- {datetime.datetime.now().isoformat()} "
                            f"{' '.join(self.argv)}\n".encode())
             log_file.flush()
-            process = subprocess.Popen(self.argv, stdin=subprocess.DEVNULL, stdout=log_file,
+            process = subprocess.Popen(self.command(layout), stdin=subprocess.DEVNULL,
+                                       stdout=log_file,
                                        stderr=subprocess.STDOUT, start_new_session=True,
                                        cwd=str(layout.root), user=self.user,
                                        group=self._group(), extra_groups=[] if self.user else None)
@@ -248,6 +258,18 @@ class Daemon:
             raise ClusterError(f"{self.name} {why}; last lines of {log_path}: {tail} "
                                f"(`local-cluster down` stops what was started)")
         say(f"{self.name}: started (pid {process.pid})")
+
+    def command(self, layout: Layout) -> list[str]:
+        """What is started: the daemon's argv, or supervise.py running it."""
+        if not self.respawn:
+            return self.argv
+        return [self.executable, str(SUPERVISOR), "--name", self.name,
+                "--pid-file", str(self.pid_file(layout)), "--pause", f"{self.respawn:g}", "--",
+                *self.argv]
+
+    def pid_file(self, layout: Layout) -> Path:
+        """Where a supervised daemon's command records its pid."""
+        return layout.run / f"{self.name}.pid"
 
     def _group(self) -> str | None:
         if not self.user:

@@ -39,6 +39,6 @@ def test_stage_in_creates_the_file_with_the_chosen_layout(local_cluster, tmp_pat
     backend = open_backend(load_config(local_cluster.site_config))
     component = backend.layout(str(staged)).first
     assert (component.stripe_count, component.stripe_size) == (2, 262144)
-    reason = backend.get_xattr(str(staged), "user.scratchkeeper.advisor").decode()
+    reason = backend.get_xattr(str(staged), "user.scratchkeeper.layout").decode()
     assert reason.startswith("1-DV count=2 size=262144: ") and "-layout 1dv" in reason
     assert hashlib.sha256(staged.read_bytes()).digest() == hashlib.sha256(payload).digest()

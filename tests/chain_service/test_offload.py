@@ -286,3 +286,39 @@ def test_the_stage_out_of_a_close_directory_sends_through_the_changed_folder(tmp
     assert f"stage changed --list {tmp_path}/spool/sk0123456789/offloaded.list --link-into" in text
     assert f"file://{folder}/ ftp://127.0.0.1:2811/sink/run/" in text
     assert f"file://{scratch}/results/ ftp://127.0.0.1:2811/sink/run/" in text  # the fallback
+
+
+@pytest.mark.parametrize("scheduler, header, expected", [
+    ("slurm", "#SBATCH -J climate", "climate.offload-0123456789"),
+    ("slurm", "#SBATCH --job-name=run_7", "run_7.offload-0123456789"),
+    ("pbs", "#PBS -N wrf", "wrf.offload-0123456789"),
+    ("slurm", "#SBATCH -t 5", "my_job.sh.offload-0123456789"),       # no name: the script's
+    # a header name the planner does not take: the script's, as its siblings have
+    ("slurm", "#SBATCH -J a;b(c)", "my_job.sh.offload-0123456789"),
+])
+def test_an_offload_job_is_named_after_the_users_job(tmp_path, scheduler, header, expected):
+    """Named as the chain's stage-in and stage-out jobs are (issue 32: not
+    ``job.sh.offload-<hash>`` when the script names its job)."""
+    import dataclasses
+
+    from scratchkeeper.config import SiteConfig
+    from scratchkeeper.planner.submit import prepare
+
+    root = tmp_path / "scratch"
+    root.mkdir()
+    script = root / "my job.sh"
+    script.write_text(f"#!/bin/bash\n{header}\n#STAGEOUT -when close\n"
+                      "#STAGEOUT out.dat http://h/out.dat\nrun\n")
+    config = SiteConfig()
+    config = dataclasses.replace(config, storage=dataclasses.replace(
+        config.storage, scratch_root=str(root)))
+    _, plan = prepare(str(script), config, scheduler=scheduler, workdir=str(root),
+                      chain_id="sk0123456789")
+    store = records.open_records(StateStore(str(tmp_path / "state.db")))
+    records.record_plan(store, plan, os.getuid(), {})
+    chain = records.chain(store, plan.chain_id)
+    name = offload.job_name(chain, "offload-0123456789")
+    assert name == expected
+    base = expected.rsplit(".", 1)[0]
+    assert plan.job("stage-out").name == f"{base}.stage-out"  # the same base as its siblings
+    assert name.rsplit(".", 1)[-1] == "offload-0123456789"    # what _resume reads back

@@ -48,7 +48,8 @@ def add_chain(store, chain_id, stage_in, compute, stage_out=None, *, scheduler="
 def slurm_answers(squeue=SQUEUE, scancel=None):
     return [(("squeue",), lambda argv: result(argv, squeue)),
             (("sacct",), lambda argv: result(argv, SACCT)),
-            (("scancel",), scancel or (lambda argv: result(argv)))]
+            (("scancel",), scancel or (lambda argv: result(argv))),
+            (("scontrol", "update"), lambda argv: result(argv))]  # the cancel reasons
 
 
 def with_states(document: str, states: dict[str, str]) -> str:
@@ -78,6 +79,13 @@ def test_stage_ins_ended_without_staging_end_their_chains(store, use_runner):
     (scancel,) = runner.ran("scancel")
     assert sorted(scancel[1:]) == sorted([IDS["compute after cancelled"],
                                           IDS["compute after killed"]])
+    # each chain's reason written on its own jobs first, where squeue and sacct show it
+    comments = {argv[2]: argv[3] for argv in runner.ran("scontrol")}
+    assert comments[f"JobId={IDS['compute after killed']}"] == (
+        f"Comment=scratchkeeper: chain killed: stage-in job {IDS['stage-in killed']} ended "
+        "FAILED, exit code 0:9 (killed by signal 9) before its files were staged")
+    assert comments[f"JobId={IDS['compute after cancelled']}"].startswith(
+        "Comment=scratchkeeper: chain cancelled: stage-in job")
     assert ends["timeout"].cancelled == []
     chain = records.chain(store, "killed")
     assert chain["state"] == records.STAGE_IN_FAILED

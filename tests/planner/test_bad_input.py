@@ -132,3 +132,12 @@ def test_a_zero_node_count_without_a_layout_is_the_schedulers_business():
     plan = build_plan(parsed, SiteConfig(), chain_id="c1", workdir="/scratch")
     render_plan(plan, parsed.shebang, parsed.compute_script, SiteConfig())
     assert "#SBATCH --nodes=0" in plan.job("compute").script
+
+
+@pytest.mark.parametrize("name, expected", [
+    ("climate", "climate"), ("a b", "a_b"), ("x" * 100, "x" * JOB_NAME_MAX), ("((", "job"),
+])
+def test_a_job_name_from_a_header_is_made_safe_by_the_same_rule(name, expected):
+    from scratchkeeper.planner.plan import safe_job_name
+
+    assert safe_job_name(name) == expected

@@ -106,8 +106,9 @@ def test_chain_stages_in_computes_and_stages_out(local_cluster, work, flavour):
 
 def test_permanent_stage_in_failure_cancels_the_chain(local_cluster, work):
     name, _, scratch, tmp_path = work
+    # no -retry: a source that is not there fails at once (with -retry it would be waited for,
+    # tests/transfer/test_late_source.py)
     script = write_script(tmp_path, f"""#!/bin/bash
-#STAGEIN -retry 3 -retry-delay 5
 #STAGEIN {local_cluster.http_source_url}{name}-missing.dat {scratch}/missing.dat
 touch {scratch}/compute-ran
 #STAGEOUT {scratch}/compute-ran {local_cluster.gridftp_url}{local_cluster.sink_dir}/{name}.ran
@@ -118,16 +119,22 @@ touch {scratch}/compute-ran
     assert status.returncode == 1
     report = json.loads(status.stdout)
     assert report["state"] == "stage-in-failed"
-    assert "404" in report["reason"] and f"{script}:3:" in report["reason"]
+    assert "404" in report["reason"] and f"{script}:2:" in report["reason"]
     assert [j["state"] for j in report["jobs"]] == ["failed", "cancelled", "cancelled"]
     assert local_cluster.wait_for_job(ids[1]) == "CANCELLED"
     assert local_cluster.wait_for_job(ids[2]) == "CANCELLED"
     queue = local_cluster.command(["squeue", "-h", "-o", "%i", "-j", ",".join(ids)], check=False)
     assert queue.stdout.split() == []
     assert not (scratch / "compute-ran").exists()
-    # a 404 is permanent: one attempt, not four
+    # why, where Slurm users look: the cancelled jobs' comment, in squeue and in sacct
+    for job_id in ids[1:]:
+        comment = local_cluster.command(["sacct", "-n", "-X", "-P", "-j", job_id, "-o",
+                                         "Comment"]).stdout.strip()
+        assert comment.startswith("scratchkeeper: stage-in failed: ") and "404" in comment \
+            and f"{script}:2:" in comment, (job_id, comment)
+    # a 404 without -retry is permanent: one attempt
     log = [j for j in report["jobs"] if j["role"] == "stage-in"][0]["log_path"]
-    assert open(log).read().count("attempt ") == 1
+    assert len(re.findall(r": attempt \d+ of \d+$", open(log).read(), re.M)) == 1
 
 
 def test_transient_failure_is_retried_then_fails(local_cluster, work):
@@ -142,7 +149,8 @@ true
                            "90", check=False).stdout)
     assert report["state"] == "stage-in-failed"
     log = report["jobs"][0]["log_path"]
-    assert open(log).read().count("attempt ") == 3
+    # one line per attempt as it starts ("line 3: attempt 2 of 3"); the failures name theirs too
+    assert len(re.findall(r": attempt \d+ of 3$", open(log).read(), re.M)) == 3
     assert report["jobs"][1]["state"] == "cancelled"
 
 

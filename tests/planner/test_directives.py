@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from scratchkeeper.errors import ConfigError, DirectiveError
-from scratchkeeper.planner.directives import STAGE_IN, STAGE_OUT, landing, parse_script
+from scratchkeeper.planner.directives import DATA_LINE, STAGE_IN, STAGE_OUT, landing, parse_script
 from scratchkeeper.transfer.uri import names_data
 
 SCRIPTS = Path(__file__).parent / "scripts"
@@ -34,10 +34,11 @@ def test_seed_example_literal_commands_and_continuation():
     stage_out = parsed.stage_steps(STAGE_OUT)
     assert stage_out[0].command == "scp /scratch/user/output/ user@destination_host:/home/user/"
     assert parsed.options[STAGE_OUT].job_name == "myjob.offload"
-    # the continuation line left the compute script with its directive
+    # the continuation line left the compute script with its directive; each directive line
+    # is a comment there, so that the command keeps its line number (8)
     assert parsed.compute_lines == ["#!/bin/bash", "#PBS -N myjob",
-                                    "#PBS -l nodes=128,walltime=12:00",
-                                    "mpirun -np 128 ~/programs/myapp"]
+                                    "#PBS -l nodes=128,walltime=12:00", *[DATA_LINE] * 4,
+                                    "mpirun -np 128 ~/programs/myapp", *[DATA_LINE] * 2]
     assert parsed.dialect == "pbs"
     assert parsed.compute_job["name"] == "myjob"
 
@@ -46,7 +47,7 @@ def test_continuation_with_directive_prefix():
     text = "#!/bin/bash\n#STAGEIN globus-url-copy \\\n#STAGEIN   ftp://h/a \\\n#STAGEIN file:///s/a\nrun\n"
     parsed = parse_text(text, "x.sh")
     assert parsed.steps[0].command == "globus-url-copy ftp://h/a file:///s/a"
-    assert parsed.compute_lines == ["#!/bin/bash", "run"]
+    assert parsed.compute_lines == ["#!/bin/bash", *[DATA_LINE] * 3, "run"]
 
 
 def test_structured_transfers_resolve_schemes():

@@ -2,6 +2,7 @@
 
 import dataclasses
 import shlex
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -177,12 +178,26 @@ def test_the_stage_in_lays_out_each_file_before_its_transfer(fixed_callback):
         "#STAGEIN /home/alice/in.dat")
     body = rendered(text, site())
     lines = body.splitlines()
-    first = lines.index("scratchkeeper store setstripe --file -c 8 -S 524288 '/scratch/w/a dir/b.dat'"
-                        " >/dev/null || { SK_LAST_ERROR=\"setting the layout of \"'/scratch/w/a "
-                        "dir/b.dat'\" failed\"; sk_fail 4; }")
+    first = next(i for i, line in enumerate(lines) if line.startswith(
+        "SK_LAYOUT_ERROR=$(scratchkeeper store setstripe --file -c 8 -S 524288 "
+        "'/scratch/w/a dir/b.dat' 2>&1 >/dev/null) || "))
     transfer = next(i for i, line in enumerate(lines) if line.startswith("sk_retry")
                     and "b.dat" in line)
-    assert lines[first - 1].startswith("#") and lines[first - 2] == "mkdir -p -- '/scratch/w/a dir'"
+    assert lines[first - 1].startswith("#") and lines[first - 2].startswith("#")
+    assert lines[first - 3] == "mkdir -p -- '/scratch/w/a dir'"
+    # a refusal's reason reaches `status` (sk_fail's --reason), not only "failed" (issue 32)
+    fake = ("scratchkeeper() { echo progress; echo 'warning: first' >&2; "
+            "echo 'scratchkeeper: /scratch/w/a dir/b.dat: holds data' >&2; return 2; }\n"
+            "sk_fail() { echo \"line $1: $SK_LAST_ERROR\"; exit 1; }\n")
+    done = subprocess.run(["bash", "-c", fake + lines[first]], capture_output=True, text=True,
+                          timeout=30)
+    assert done.stdout == ("line 4: setting the layout of /scratch/w/a dir/b.dat failed: "
+                           "scratchkeeper: /scratch/w/a dir/b.dat: holds data\n"), done
+    silent = subprocess.run(["bash", "-c", fake.replace("echo 'warning: first' >&2; ", "")
+                             .replace("echo 'scratchkeeper: /scratch/w/a dir/b.dat: holds "
+                                      "data' >&2; ", "") + lines[first]],
+                            capture_output=True, text=True, timeout=30)
+    assert silent.stdout.endswith("failed: exit status 2\n"), silent
     assert first < transfer
     assert "setstripe --file -c 8 -S 524288 /scratch/w/in.dat" in body
     assert "rm -f --" not in body
@@ -212,7 +227,8 @@ def test_auto_records_its_workload_for_a_hybrid_replica(fixed_callback):
 def test_lustre_lays_out_with_lfs_after_removing_an_old_file(fixed_callback):
     config = site(backend="lustre")
     body = rendered(script("#STAGEIN -layout 1dv -stripe-count 4 -request-size 1M"), config)
-    assert "rm -f -- /scratch/w/in.dat\nlfs setstripe -c 4 -S 1048576 /scratch/w/in.dat" in body
+    assert ("rm -f -- /scratch/w/in.dat\nSK_LAYOUT_ERROR=$(lfs setstripe -c 4 -S 1048576 "
+            "/scratch/w/in.dat 2>&1 >/dev/null) || ") in body
 
 
 def test_without_layout_options_the_data_job_is_unchanged(fixed_callback):

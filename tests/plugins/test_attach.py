@@ -31,12 +31,15 @@ class FakeSlurm(CommandRunner):
         self.fail_sbatch_at = fail_sbatch_at
         self.recorded: list[tuple[str, ...]] = []
         self.next_id = 600
+        self.queued: dict[str, str] = {JOB: "/scratch/u/job.sh"}  # job id -> batch script
 
     def run(self, argv, **kwargs):
         argv = tuple(str(a) for a in argv)
         self.recorded.append(argv)
         out = ""
-        if argv[0] == "squeue":
+        if argv[:2] == ("squeue", "--noheader"):  # the queue's jobs with their scripts
+            out = "".join(f"{job_id}|{script}\n" for job_id, script in self.queued.items())
+        elif argv[0] == "squeue":
             out = json.dumps({"jobs": [{
                 "job_id": int(JOB), "job_state": "PENDING", "priority": self.priority,
                 "user_id": 0, "group_id": 0, "current_working_directory": "/scratch/u",
@@ -54,6 +57,7 @@ class FakeSlurm(CommandRunner):
                                    returncode=1, stderr="Invalid qos specification")
             self.next_id += 1
             out = f"{self.next_id}\n"
+            self.queued[str(self.next_id)] = argv[-1]
         elif argv[:3] == ("scontrol", "update", f"JobId={JOB}") and argv[3].startswith("AdminComment="):
             self.comment = argv[3][len("AdminComment="):]
         return self._keep(CommandResult(argv, 0, out, "", 0.0))
@@ -128,6 +132,32 @@ def test_a_chain_left_half_submitted_is_undone_and_planned_again(config, store, 
     (outcome,) = chain_pending(config, store)
     assert outcome.error is None and outcome.chain_id != first
     assert fake.commands("scancel", "601")  # what the first attempt had submitted
+    assert ("scontrol", "release", JOB) in fake.recorded
+
+
+def test_a_data_job_submitted_but_not_recorded_before_a_kill_is_cancelled(config, store,
+                                                                          slurm, monkeypatch):
+    """Killed between the held stage-in's sbatch and its record: the next attempt finds it by
+    its script in the chain's spool folder and cancels it (else it stays held for ever)."""
+    fake = slurm()
+    recorded = records.set_job_submitted
+
+    def killed(store_, chain_id, key, job_id):
+        if key != "compute":
+            raise KeyboardInterrupt  # the service dies right after the sbatch
+        return recorded(store_, chain_id, key, job_id)
+
+    monkeypatch.setattr(records, "set_job_submitted", killed)
+    with pytest.raises(KeyboardInterrupt):
+        chain_pending(config, store)
+    monkeypatch.setattr(records, "set_job_submitted", recorded)
+    first = records.chain_of_job(store, JOB)
+    assert fake.commands("sbatch") and "601" in fake.queued
+    fake.queued["777"] = "/elsewhere/spool/stage-in.sh"  # another chain's job: left alone
+    (outcome,) = chain_pending(config, store)
+    assert outcome.error is None and outcome.chain_id != first
+    (cancel,) = fake.commands("scancel")
+    assert cancel == ("scancel", "601")
     assert ("scontrol", "release", JOB) in fake.recorded
 
 

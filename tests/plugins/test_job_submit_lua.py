@@ -93,6 +93,58 @@ def test_directive_script_is_held_by_default(defaults):
     assert job.admin_comment == "scratchkeeper:chain-pending\ndirectives"
 
 
+# Every family the planner reads holds the job: plain sbatch (or Torque's qsub wrapper, which
+# hands the script to sbatch as it is) must never run a job without its data.
+HELD_LINES = [
+    "#STAGEOUT /s/a ftp://h/a",
+    "#STAGEIN",
+    "#DW stage_in source=gsiftp://h/a destination=/s/a type=file",
+    "  #DW stage_out source=/s/r destination=gsiftp://h/r type=directory",
+    "#DW stage_in",
+    "#PBS -W stagein=/s/a@h:/data/a",
+    "#PBS -N run -W depend=afterok:1,stageout=/s/r@h:/res/r",
+    "#PBS -W stageout = /s/r@h:/res/r",
+]
+PASSED_LINES = [
+    "#STAGEINX a b",
+    "# STAGEIN a b",
+    "#DW jobdw capacity=1GB access_mode=striped type=scratch",
+    "#DW stage_inx source=a destination=b",
+    "#PBS -W depend=afterok:1",
+    "#PBS -N stagein=x",
+    "echo '#PBS -W stagein=a@h:b'",
+]
+
+
+@pytest.mark.parametrize("line", HELD_LINES)
+def test_every_directive_family_holds_the_job(defaults, line):
+    rc, job = defaults.submit(script=f"#!/bin/sh\n{line}\ntrue\n")
+    assert rc == SUCCESS and job.priority == 0, line
+    assert job.admin_comment == "scratchkeeper:chain-pending\ndirectives"
+
+
+@pytest.mark.parametrize("line", PASSED_LINES)
+def test_lines_that_are_not_data_directives_pass(defaults, line):
+    rc, job = defaults.submit(script=f"#!/bin/sh\n{line}\ntrue\n")
+    assert rc == SUCCESS and job.priority is None and job.admin_comment is None, line
+
+
+@pytest.mark.parametrize("line", HELD_LINES + PASSED_LINES)
+def test_the_plugin_and_the_planner_agree_on_what_is_a_directive(tmp_path, defaults, line):
+    """Held exactly when the planner finds a data step (or refuses the line as a broken one)."""
+    from scratchkeeper.errors import DirectiveError
+    from scratchkeeper.planner.directives import parse_script
+
+    text = f"#!/bin/sh\n{line}\ntrue\n"
+    try:
+        planner_sees = bool(parse_script(text, str(tmp_path / "job.sh"), cwd=str(tmp_path),
+                                         scratch_root="/s").steps)
+    except DirectiveError:
+        planner_sees = True  # a broken directive: the chain service refuses it, with its line
+    _, job = defaults.submit(script=text)
+    assert (job.priority == 0) == planner_sees, line
+
+
 def test_reject_mode_refuses_directive_scripts_with_what_to_run(tmp_path):
     ctld = Slurmctld(tmp_path, 'return { staging = "reject" }')
     rc, job = ctld.submit(script="#!/bin/sh\n#STAGEOUT /s/a ftp://h/a\ntrue\n")

@@ -125,6 +125,49 @@ def test_directive_script_given_to_plain_sbatch_is_held_for_chaining(plugins, jo
     assert "directives" in admin_comment(job_id)
 
 
+def test_datawarp_script_given_to_plain_sbatch_is_chained_and_runs_with_its_data(
+        plugins, jobs, site, source, local_cluster):
+    """`#DW stage_in` under plain sbatch: held like #STAGEIN, chained, run with its data."""
+    path, data = source("dw.dat", 300_001)
+    uri = f"{local_cluster.gridftp_url}{path}"
+    staged = site.root / "scratch" / "dw" / "dw.dat"
+    result_file = site.root / "dw-sha.txt"
+    script = site.root / "dw.sh"
+    script.write_text(f"""#!/bin/bash
+#SBATCH --job-name=plugin-dw
+#SBATCH --output=/dev/null
+#DW stage_in source={uri} destination={staged} type=file
+{sys.executable} -m scratchkeeper -c {site.config_path} store cat {staged} \\
+    | sha256sum | cut -d' ' -f1 > {result_file}
+""")
+    job_id = jobs.sbatch(str(script), cwd=site.root).stdout.strip()
+    assert admin_comment(job_id) == f"{PENDING}\ndirectives"
+    sk(site, "spank", "chain", job_id)
+    store = records.open_records(StateStore(site.config.state.database))
+    rows = {row["role"]: row for row in records.chain_jobs(store,
+                                                           records.chain_of_job(store, job_id))}
+    jobs.track([rows["stage-in"]["job_id"]])
+    assert local_cluster.wait_for_job(job_id, timeout=120) == "COMPLETED"
+    assert result_file.read_text().strip() == hashlib.sha256(data).hexdigest()
+
+
+def test_pbs_stagein_script_given_to_qsub_is_held_for_chaining(plugins, jobs, site):
+    """Torque's qsub wrapper hands the script to sbatch as it is: a `#PBS -W stagein=` line
+    gets the job held for the chain service, never run without its data."""
+    script = site.root / "pbs.sh"
+    script.write_text(f"#!/bin/bash\n#PBS -N plugin-pbs\n#PBS -o /dev/null\n"
+                      f"#PBS -W stagein={site.root}/scratch/pbs/in.dat@localhost:/nonexistent\n"
+                      "true\n")
+    submitted = subprocess.run(["qsub", str(script)], capture_output=True, text=True,
+                               timeout=60, cwd=site.root)
+    assert submitted.returncode == 0, submitted.stderr
+    job_id = submitted.stdout.strip().splitlines()[-1].split(".")[0]
+    jobs.track([job_id])
+    assert admin_comment(job_id) == f"{PENDING}\ndirectives"
+    assert subprocess.run(["squeue", "-h", "-j", job_id, "-o", "%r"], capture_output=True,
+                          text=True, timeout=30).stdout.strip() == "JobHeldUser"
+
+
 def test_the_owner_cannot_release_a_job_before_it_is_chained(plugins, jobs, local_cluster):
     user = _plain_user()
     job_id = jobs.sbatch("--output=/dev/null",

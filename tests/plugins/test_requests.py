@@ -13,7 +13,7 @@ from scratchkeeper.chain_service.attach import (
     split_request,
 )
 from scratchkeeper.errors import InputError
-from scratchkeeper.planner.directives import parse_script
+from scratchkeeper.planner.directives import DATA_LINE, parse_script
 
 
 @pytest.mark.parametrize("stage,value,source,destination", [
@@ -64,4 +64,5 @@ def test_requests_become_the_planners_directives_after_the_script():
     assert step.transfer.source.uri == "ftp://h:2811/a%20b" or step.transfer.source.text == "ftp://h:2811/a b"
     assert step.transfer.destination.path == "/s/a b"
     assert parsed.options["stage-in"].retries == 1
-    assert parsed.compute_script == "#!/bin/bash\n#SBATCH -N 1\nwork\n"
+    # each directive line a comment line there: `work` stays on line 4 (issue 32)
+    assert parsed.compute_script == f"#!/bin/bash\n#SBATCH -N 1\n{DATA_LINE}\nwork\n{DATA_LINE}\n"

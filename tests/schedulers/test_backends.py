@@ -12,6 +12,7 @@ import pytest
 from scratchkeeper.errors import CommandError, SchedulerError, UnknownJobError
 from scratchkeeper.runner import CommandResult
 from scratchkeeper.schedulers import JobState, Scheduler, SubmitSpec, pbs, slurm
+from scratchkeeper.schedulers.base import COMMENT_MAX, cancel_comment
 from scripted_runner import ScriptedRunner
 
 DATA = Path(__file__).parent / "data"
@@ -171,3 +172,30 @@ def test_transient_errors_are_retried_and_permanent_ones_are_not(scripted):
     with pytest.raises(SchedulerError, match="Invalid partition name specified"):
         scheduler.submit(SubmitSpec(script_path="/x", queue="nosuch", job_name="j", workdir="/"))
     assert len(runner.recorded) == 1
+
+
+def test_a_cancel_with_a_reason_writes_it_to_the_jobs_comment_first(scripted):
+    runner = scripted([(("scontrol",), CommandResult(("scontrol",), 0, "", "", 0.1)),
+                       (("scancel",), CommandResult(("scancel",), 0, "", "", 0.1))])
+    Scheduler(slurm).cancel(["11", "12"], reason="stage-in failed: job.sh:3: 404\nNot Found\x1b")
+    assert runner.recorded == [
+        ("scontrol", "update", "JobId=11,12",
+         "Comment=scratchkeeper: stage-in failed: job.sh:3: 404 Not Found"),
+        ("scancel", "11", "12")]
+
+
+def test_a_reason_that_cannot_be_written_does_not_stop_the_cancel(scripted):
+    refused = CommandError("scontrol failed", argv=["scontrol"], returncode=1,
+                           stderr="slurm_update error: Job/step already completing or completed")
+    runner = scripted([(("scontrol",), refused),
+                       (("scancel",), CommandResult(("scancel",), 0, "", "", 0.1))])
+    Scheduler(slurm).cancel(["11"], reason="x")
+    assert [argv[0] for argv in runner.recorded] == ["scontrol", "scancel"]
+
+
+def test_pbs_has_no_comment_to_write_and_a_long_reason_is_cut(scripted):
+    runner = scripted([(("qdel",), CommandResult(("qdel",), 0, "", "", 0.1))])
+    Scheduler(pbs).cancel(["7"], reason="anything")
+    assert runner.recorded == [("qdel", "7")]
+    (argv,) = slurm.build_annotate(["1"], cancel_comment("r" * 1000))[3:]
+    assert len(argv) == len("Comment=") + COMMENT_MAX and argv.endswith("...")

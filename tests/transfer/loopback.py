@@ -2,7 +2,8 @@
 
 * :class:`HttpServer`: GET (with one ``Range``), HEAD and PUT on a folder, in a thread; a GET
   under ``/echo/`` answers ``echo:<the path asked>`` whatever the path (so a client that asks
-  for another path than the one named is seen, and still gets a file to write somewhere).
+  for another path than the one named is seen, and still gets a file to write somewhere); a
+  path in ``forbidden`` answers 403, one in ``gone`` 410.
 * :class:`GridFtpServer`: ``globus-gridftp-server`` serving one folder read-write, anonymous
   sessions as ``nobody``, in its own session (killed with its forked children).
 """
@@ -31,6 +32,8 @@ class HttpServer:
     def __init__(self, folder: Path):
         self.folder = folder
         self.requests: list[tuple[str, str]] = []
+        self.forbidden: set[str] = set()  # raw paths answered 403 Forbidden
+        self.gone: set[str] = set()       # raw paths answered 410 Gone
         server = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -54,6 +57,11 @@ class HttpServer:
                 return target.read_bytes()
 
             def _answer(self, head_only: bool) -> None:
+                for paths, status in ((server.forbidden, 403), (server.gone, 410)):
+                    if self.path in paths:
+                        server.requests.append((self.command, self.path))
+                        self.send_error(status)
+                        return
                 body = self._body()
                 if body is None:
                     self.send_error(404)

@@ -541,6 +541,9 @@ void sk_write(fuse_req_t req, fuse_ino_t ino, const char *data, size_t size, off
     bool any_stale = false;
     int rc;
     pthread_mutex_lock(&in->lock);
+    /* counted under the lock: a layout switch (relayout_empty) sees this write or this write
+     * sees the new layout */
+    atomic_fetch_add(&in->writing, 1);
     if (fh->append) {
         struct stat st;
         if (fstat(fh->fd, &st) < 0) {
@@ -580,6 +583,7 @@ void sk_write(fuse_req_t req, fuse_ino_t ino, const char *data, size_t size, off
     if (any_stale)
         mark_stale(fh->fd, v, stale, in);
     rc = written_through(fh->fd, hi);
+    atomic_fetch_sub(&in->writing, 1);
     pthread_mutex_unlock(&in->lock);
     free(ok);
     free(stale);
@@ -592,6 +596,7 @@ void sk_write(fuse_req_t req, fuse_ino_t ino, const char *data, size_t size, off
     }
     return;
 out:
+    atomic_fetch_sub(&in->writing, 1);
     if (fh->append)
         pthread_mutex_unlock(&in->lock);
     free(ok);

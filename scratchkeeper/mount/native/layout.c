@@ -328,24 +328,14 @@ static unsigned placed_osts(const char *first_id, int stripe_count, const struct
     return (unsigned)n;
 }
 
-static int new_layout(int pfd, struct sk_lov *lov, bool *suora)
+/* A layout of `stripe_count` stripes of `stripe_size` in pool `pool_name` ("" none; one the
+ * store does not know is ignored, the message naming `where`). */
+static int layout_of(int stripe_count, uint64_t stripe_size, char pool_name[128],
+                     const char *where, struct sk_lov *lov, bool *suora)
 {
-    int stripe_count = fs.cfg.stripe_count;
-    uint64_t stripe_size = fs.cfg.stripe_size;
-    char path[64], buf[512], pool_name[128] = "";
-    procpath(pfd, path);
-    ssize_t n = getxattr(path, SK_DIRLOV_XATTR, buf, sizeof buf);
-    if (n >= 0 && sk_dirlov_parse(buf, (size_t)n, &stripe_count, &stripe_size, pool_name) < 0) {
-        logmsg("directory %s: corrupt %s, the site's default layout is used", path,
-               SK_DIRLOV_XATTR);
-        stripe_count = fs.cfg.stripe_count;
-        stripe_size = fs.cfg.stripe_size;
-        pool_name[0] = '\0';
-    }
     const struct skfs_pool *pool = NULL;
     if (pool_name[0] && !(pool = find_pool(pool_name))) {
-        logmsg("directory %s: pool %s is not one of the store's, every OST is used", path,
-               pool_name);
+        logmsg("%s: pool %s is not one of the store's, every OST is used", where, pool_name);
         pool_name[0] = '\0';
     }
     unsigned healthy[SK_MAX_OST + 1];
@@ -397,6 +387,54 @@ static int new_layout(int pfd, struct sk_lov *lov, bool *suora)
     return 0;
 }
 
+static int new_layout(int pfd, struct sk_lov *lov, bool *suora)
+{
+    int stripe_count = fs.cfg.stripe_count;
+    uint64_t stripe_size = fs.cfg.stripe_size;
+    char path[64], buf[512], pool_name[128] = "", where[96];
+    procpath(pfd, path);
+    ssize_t n = getxattr(path, SK_DIRLOV_XATTR, buf, sizeof buf);
+    if (n >= 0 && sk_dirlov_parse(buf, (size_t)n, &stripe_count, &stripe_size, pool_name) < 0) {
+        logmsg("directory %s: corrupt %s, the site's default layout is used", path,
+               SK_DIRLOV_XATTR);
+        stripe_count = fs.cfg.stripe_count;
+        stripe_size = fs.cfg.stripe_size;
+        pool_name[0] = '\0';
+    }
+    snprintf(where, sizeof where, "directory %s", path);
+    return layout_of(stripe_count, stripe_size, pool_name, where, lov, suora);
+}
+
+/* Create the objects of component `c`, owned by uid:gid, mode 0600; on failure delete those
+ * made. 0 or -errno. */
+static int make_objects(const struct sk_comp *c, uid_t uid, gid_t gid)
+{
+    int rc = 0;
+    uint32_t made;
+    for (made = 0; made < c->count; made++) {
+        char name[64];
+        object_name(name, sizeof name, &c->objs[made]);
+        int ofd = openat(fs.store_fd, name, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW,
+                         0600);
+        if (ofd < 0 || fchown(ofd, uid, gid) < 0 || fchmod(ofd, 0600) < 0) {
+            rc = -errno;
+            if (ofd >= 0) {
+                close(ofd);
+                made++;  /* created: delete it below */
+            }
+            break;
+        }
+        close(ofd);
+    }
+    if (rc < 0)
+        for (uint32_t i = 0; i < made; i++) {
+            char name[64];
+            object_name(name, sizeof name, &c->objs[i]);
+            unlinkat(fs.store_fd, name, 0);
+        }
+    return rc;
+}
+
 /* Give the MDT inode `fd` (a new regular file of uid:gid) a layout: the attribute first, then
  * its objects (created O_EXCL, owned by the file's owner so that the OSTs' file systems charge
  * it, mode 0600 whatever the file's: users reach data through the mount's permission checks
@@ -427,34 +465,83 @@ int assign_layout(int pfd, int fd, uid_t uid, gid_t gid)
         if (fsetxattr(fd, SK_PLACEMENT_XATTR, mark, (size_t)n, XATTR_CREATE) < 0)
             logmsg("%s of a new file: %s", SK_PLACEMENT_XATTR, strerror(errno));
     }
-    const struct sk_comp *c = &lov.comps[0];
-    uint32_t made;
-    for (made = 0; made < c->count; made++) {
-        char name[64];
-        object_name(name, sizeof name, &c->objs[made]);
-        int ofd = openat(fs.store_fd, name, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW,
-                         0600);
-        if (ofd < 0 || fchown(ofd, uid, gid) < 0 || fchmod(ofd, 0600) < 0) {
-            rc = -errno;
-            if (ofd >= 0) {
-                close(ofd);
-                made++;  /* created: delete it below */
-            }
-            break;
-        }
-        close(ofd);
-    }
-    if (rc < 0) {
-        for (uint32_t i = 0; i < made; i++) {
-            char name[64];
-            object_name(name, sizeof name, &c->objs[i]);
-            unlinkat(fs.store_fd, name, 0);
-        }
+    if ((rc = make_objects(&lov.comps[0], uid, gid)) < 0)
         fremovexattr(fd, SK_LOV_XATTR);
-    }
 out:
     free(raw);
     sk_lov_free(&lov);
+    return rc;
+}
+
+/* Lay out the empty regular file `in` (MDT path `path`) anew: `stripe_count` stripes (-1:
+ * every healthy OST) of `stripe_size` in pool `pool` (""), as its owner asked with
+ * user.scratchkeeper.stripe (lfs setstripe FILE). Under the inode's lock, with no write in
+ * flight and the file still empty: the new objects are made (owned by the file's owner), the
+ * attribute switched in one setxattr, then the old objects, which hold no byte, deleted (an
+ * open handle reads the attribute again at its next request). A crash in between leaves
+ * empty objects no layout names, never a file without its objects. 0 or -errno: ENOTEMPTY
+ * for a file holding data (as Lustre refuses to lay out a written file), EBUSY while a write
+ * is in flight, ENOSPC when no OST may take it. */
+int relayout_empty(struct sk_inode *in, const char *path, int stripe_count,
+                   uint64_t stripe_size, char pool[128])
+{
+    struct sk_lov lov;
+    bool suora = false;
+    char *raw = NULL, *old = NULL;
+    size_t len, oldlen = 0;
+    struct stat st;
+    int rc;
+    pthread_mutex_lock(&in->lock);
+    if (stat(path, &st) < 0) {
+        rc = -errno;
+        goto unlock;
+    }
+    if (!S_ISREG(st.st_mode) || st.st_size != 0) {
+        rc = S_ISREG(st.st_mode) ? -ENOTEMPTY : -EINVAL;
+        goto unlock;
+    }
+    if (atomic_load(&in->writing) > 0) {
+        rc = -EBUSY;
+        goto unlock;
+    }
+    if ((rc = read_lov_path(path, &old, &oldlen)) < 0)
+        goto unlock;
+    char where[96];
+    snprintf(where, sizeof where, "MDT inode %ju", (uintmax_t)in->ino);
+    if ((rc = layout_of(stripe_count, stripe_size, pool, where, &lov, &suora)) < 0)
+        goto unlock;
+    if (!(raw = sk_lov_format(&lov, &len))) {
+        rc = -ENOMEM;
+        goto free_lov;
+    }
+    if ((rc = make_objects(&lov.comps[0], st.st_uid, st.st_gid)) < 0)
+        goto free_lov;
+    if (setxattr(path, SK_LOV_XATTR, raw, len, old ? XATTR_REPLACE : XATTR_CREATE) < 0) {
+        rc = -errno;
+        delete_objects(raw, len, in->ino);
+        goto free_lov;
+    }
+    /* the placement mark names a layout's first object: the old one's is gone */
+    if (suora) {
+        char mark[16 + SK_OBJID_LEN];
+        int n = snprintf(mark, sizeof mark, "suora %s", lov.comps[0].objs[0].id);
+        if (setxattr(path, SK_PLACEMENT_XATTR, mark, (size_t)n, 0) < 0)
+            logmsg("%s of a laid out file: %s", SK_PLACEMENT_XATTR, strerror(errno));
+    } else if (removexattr(path, SK_PLACEMENT_XATTR) < 0 && errno != ENODATA) {
+        logmsg("%s of a laid out file: %s", SK_PLACEMENT_XATTR, strerror(errno));
+    }
+    pthread_mutex_unlock(&in->lock);
+    delete_objects(old, oldlen, in->ino);
+    free(old);
+    free(raw);
+    sk_lov_free(&lov);
+    return 0;
+free_lov:
+    sk_lov_free(&lov);
+unlock:
+    pthread_mutex_unlock(&in->lock);
+    free(old);
+    free(raw);
     return rc;
 }
 

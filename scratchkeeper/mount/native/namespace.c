@@ -353,23 +353,47 @@ static bool stripe_xattr(fuse_ino_t ino, const char *name, int *err)
     return true;
 }
 
+/* user.scratchkeeper.stripe set on a directory (its default layout) or on an empty regular
+ * file (its layout, lfs setstripe FILE: what a user's stage-in does before its transfer writes
+ * the file). The kernel checked write permission (default_permissions); as Lustre's MDS, the
+ * mount also wants the caller to own it (or be root: CAP_FOWNER), so a group or ACL writer of
+ * another user's file cannot move it. The value says stripe count, size and pool only: no OST
+ * list, a pool of the store's, and for a file at most the store's OSTs (docs/storage.rst). */
+static int set_stripe(fuse_req_t req, fuse_ino_t ino, const char *value, size_t size,
+                      int flags)
+{
+    struct sk_inode *in = get_inode(ino);
+    struct stat st;
+    if (fstat(in->fd, &st) < 0)
+        return errno;
+    if (!S_ISDIR(st.st_mode) && !S_ISREG(st.st_mode))
+        return EINVAL;
+    uid_t caller = fuse_req_ctx(req)->uid;
+    if (caller != 0 && caller != st.st_uid)
+        return EPERM;
+    int stripe_count;
+    uint64_t stripe_size;
+    char pool[128];
+    if (sk_dirlov_parse(value, size, &stripe_count, &stripe_size, pool) < 0 ||
+        (pool[0] && !find_pool(pool)))
+        return EINVAL;  /* as store setstripe -p: a pool must be one of the store's */
+    char path[64];
+    procpath(in->fd, path);
+    if (S_ISDIR(st.st_mode))
+        return setxattr(path, SK_DIRLOV_XATTR, value, size, flags) < 0 ? errno : 0;
+    if (flags & XATTR_CREATE)
+        return EEXIST;  /* a file always has a layout: only replacing it is asked for */
+    if (stripe_count > 0 && (unsigned)stripe_count > fs.cfg.ost_count)
+        return EINVAL;
+    return -relayout_empty(in, path, stripe_count, stripe_size, pool);
+}
+
 void sk_setxattr(fuse_req_t req, fuse_ino_t ino, const char *name, const char *value,
                  size_t size, int flags)
 {
     int err;
-    if (stripe_xattr(ino, name, &err)) {
-        int stripe_count;
-        uint64_t stripe_size;
-        char pool[128];
-        if (!err && (sk_dirlov_parse(value, size, &stripe_count, &stripe_size, pool) < 0 ||
-                     (pool[0] && !find_pool(pool))))
-            err = EINVAL;  /* as store setstripe -p: a pool must be one of the store's */
-        if (!err) {
-            char path[64];
-            procpath(get_inode(ino)->fd, path);
-            err = setxattr(path, SK_DIRLOV_XATTR, value, size, flags) < 0 ? errno : 0;
-        }
-        fuse_reply_err(req, err);
+    if (strcmp(name, SK_STRIPE_XATTR) == 0) {
+        fuse_reply_err(req, set_stripe(req, ino, value, size, flags));
         return;
     }
     if (stats_xattr(ino, name)) {

@@ -42,6 +42,7 @@ struct sk_inode {
     char *doomed;           /* table_lock: layout of objects to delete at the last release */
     size_t doomed_len;
     pthread_mutex_t lock;   /* size and layout changes of a regular file */
+    atomic_uint writing;    /* writes in flight, counted under `lock`: no layout switch then */
     atomic_uint_fast64_t reads, read_bytes;  /* served since its last read record */
     unsigned reading;       /* hybrid.c's lock: reads in flight */
     atomic_uint_fast64_t last_end;  /* where the last read ended: the next one is sequential */
@@ -199,6 +200,8 @@ void view_put(struct sk_view *v);
 int view_get(struct sk_file *fh, struct sk_view **out);
 void view_reset(struct sk_file *fh);
 int assign_layout(int pfd, int fd, uid_t uid, gid_t gid);
+int relayout_empty(struct sk_inode *in, const char *path, int stripe_count,
+                   uint64_t stripe_size, char pool[128]);
 void mark_stale(int fd, const struct sk_view *v, const bool *stale, const struct sk_inode *in);
 bool some_mirror_covers(const struct sk_lov *lov, const bool *ok, uint64_t lo, uint64_t hi);
 

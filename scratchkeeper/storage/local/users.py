@@ -15,6 +15,12 @@ through the mount, and the OSTs' states are the entry names of ``store_root`` (`
 
 Without the scratch mount at the scratch root such a process reads nothing: one line,
 :class:`PermissionDenied`.
+
+The one change such a process may ask is a layout, on its own files only, as ``lfs setstripe``
+does on Lustre (:meth:`UsersMixin.lay_out_through_mount`): it sets
+``user.scratchkeeper.stripe`` through the mount on a new, empty file of its own or a directory
+of its own, and the mount, not this process, makes the objects (docs/storage.rst, "A user's
+layout").
 """
 
 from __future__ import annotations
@@ -23,10 +29,14 @@ import errno
 import os
 import stat as statmod
 
-from ...errors import PermissionDenied, StorageError
+from ...errors import InputError, PermissionDenied, StorageError
 from ..base import OST_ACTIVE, OST_FAILED
+from ..layout import DirDefault
 from .mdt import Inode
 
+#: set through the mount on a directory (its default layout) or an empty file (its layout) by
+#: their owner: stripe count, size and pool, the text of ``DirDefault.to_xattr``
+STRIPE_XATTR = "user.scratchkeeper.stripe"
 MOUNT_TYPE = "fuse.scratchkeeper"
 MOUNTINFO = "/proc/self/mountinfo"
 _ROOT = os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC
@@ -112,6 +122,78 @@ class UsersMixin:
             raise PermissionDenied(f"{what} needs the store's owner (uid {self._owner_uid}): the "
                                    f"OST directories of {self.store_root} are closed to uid "
                                    f"{os.geteuid()}")
+
+    def lay_out_through_mount(self, full: str, default: DirDefault, *, file: bool) -> None:
+        """Set the layout of this user's new, empty file at scratch path ``full`` (``file``:
+        made when missing, a file holding data replaced by an empty one, as ``store setstripe
+        --file`` does for the store's owner) or the default layout of this user's directory
+        ``full``, through the scratch mount: the kernel checks every lookup and the write
+        permission, the mount that the caller owns it, that the file is empty and that the
+        settings are within the store's (count, size, one of its pools; no OST list)."""
+        os.close(self._mount_root())  # the store's own mount is at the scratch root
+        parent_fd, name = self._open_parent(full)
+        try:
+            if file:
+                fd = self._empty_file_in(parent_fd, name, full)
+            else:
+                fd = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC,
+                             dir_fd=parent_fd)
+            try:
+                os.setxattr(fd, STRIPE_XATTR, default.to_xattr())
+            except OSError as err:
+                raise self._layout_refused(full, default, err, file) from None
+            finally:
+                os.close(fd)
+        except FileNotFoundError:
+            raise InputError(f"{full}: no such directory") from None
+        except NotADirectoryError:
+            raise InputError(f"{full}: is not a directory") from None
+        except PermissionError:
+            raise PermissionDenied(f"{full}: permission denied (uid {os.geteuid()})") from None
+        finally:
+            os.close(parent_fd)
+
+    @staticmethod
+    def _empty_file_in(parent_fd: int, name: str, full: str) -> int:
+        """A descriptor of a new, empty file ``name`` of this user; a regular file there is
+        unlinked first (the kernel lets only who may remove it), anything else refused."""
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+        try:
+            info = os.stat(name, dir_fd=parent_fd, follow_symlinks=False)
+        except FileNotFoundError:
+            pass
+        else:
+            if not statmod.S_ISREG(info.st_mode):
+                raise InputError(f"{full}: exists and is not a regular file")
+            os.unlink(name, dir_fd=parent_fd)  # a re-staged input: written over whole anyway
+        return os.open(name, flags, 0o666, dir_fd=parent_fd)
+
+    def _layout_refused(self, full: str, default: DirDefault, err: OSError,
+                        file: bool) -> Exception:
+        """What the mount's answer to a layout means, in one line."""
+        what = "file" if file else "directory"
+        if err.errno in (errno.EPERM, errno.EACCES):
+            return PermissionDenied(f"{full}: only the {what}'s owner (or root) may set its "
+                                    f"layout (uid {os.geteuid()} asked)")
+        if err.errno == errno.ENOTEMPTY:
+            return InputError(f"{full}: holds data: a layout is set on an empty file only "
+                              "(as Lustre's)")
+        if err.errno == errno.EBUSY:
+            return InputError(f"{full}: being written: a layout is set before the file is "
+                              "written")
+        if err.errno == errno.EINVAL:
+            pools = ", ".join(sorted(self.pools)) or "none"
+            return InputError(f"{full}: the store refused stripe count {default.stripe_count}, "
+                              f"stripe size {default.stripe_size}, pool "
+                              f"{default.pool or '-'}: at most {self.ost_count} OSTs (or -1), "
+                              f"a multiple of 64 KiB below 4 GiB, one of its pools ({pools})")
+        if err.errno == errno.ENOSPC:
+            return StorageError(f"{full}: no healthy OST can take the layout "
+                                f"(pool {default.pool or '-'})")
+        if err.errno == errno.ENOTSUP:
+            return StorageError(f"{full}: the scratch mount at {self.scratch_root} cannot set "
+                                "a layout (an older mount: restart it)")
+        return StorageError(f"{full}: the scratch mount refused the layout: {err.strerror}")
 
     def _read_mounted(self, node: Inode, offset: int, end: int) -> bytes:
         """Bytes ``[offset, end)`` of the file ``node`` (walked through the mount), read by
