@@ -28,7 +28,7 @@ deps:
 
 ## The Slurm plugins (SPANK plugin, job_submit.lua) built and installed for the local cluster;
 ## before `local-cluster up`, which enables job_submit/lua and restarts slurmd when they change.
-plugins: deps
+plugins: $(if $(AFTER_DEPS),check-c,deps)
 	$(MAKE) -C slurm-plugins install LOCAL=1
 
 cluster: plugins
@@ -44,7 +44,11 @@ demo: cluster
 ## Every test, the ones on the real local cluster included, after the static checks (CI runs
 ## this), on TEST_WORKERS pytest-xdist workers (the cluster's tests on one of them); the property
 ## tests at CI strength, the 25 slowest tests listed at the end.
-test: deps lint types check-c cluster
+## The static checks and the cluster's start run side by side once the venv is there (mypy and
+## the C build use the CPU while `up` mostly waits on its daemons); the plugins are installed
+## after check-c, which builds the same SPANK plugin.
+test: deps
+	$(MAKE) --no-print-directory -j3 --output-sync=target AFTER_DEPS=1 lint types cluster
 	SCRATCHKEEPER_REQUIRE_CLUSTER=1 HYPOTHESIS_PROFILE=ci $(PY) -m pytest -n $(TEST_WORKERS) \
 	  --dist loadgroup --durations=25 $(PYTEST_ARGS)
 

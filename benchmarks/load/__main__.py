@@ -381,7 +381,9 @@ def write_report(results: dict) -> None:
     lines = [
         "# Load benchmark",
         "",
-        f"Command: `.venv/bin/python -m benchmarks.load` (as root) on the local cluster "
+        "Command: `.venv/bin/python -m benchmarks.load"
+        + (f" --rate {results['rate_per_minute']:g}" if results.get("rate_per_minute") else "")
+        + "` (as root) on the local cluster "
         f"({results['machine']['nodes']} slurmd on this {results['machine']['cpus']}-core "
         f"machine, shared with other work), {results['date']}, checkout {results['git_head']}, "
         f"runtime {Path(results['runtime']['release']).name}.",
@@ -418,15 +420,21 @@ def write_report(results: dict) -> None:
                   f"{'; '.join(f['problems'])}" for f in results["failed"][:20]]
         lines.append("")
     lines += ["Every run kept in benchmarks/results/load/ (of at least 50 chains):", "",
-              "| run | submitted by | chains | submitted in | chains/min | slowest commit | "
-              "completed | lock errors |", "|---|---|---|---|---|---|---|---|"]
+              "| run | submitted by | chains | submitted in | chaining delay p95: to stage-in "
+              "submitted / started | chains/min | slowest commit | completed | lock errors |",
+              "|---|---|---|---|---|---|---|---|---|"]
     for raw in sorted(RESULTS.glob("*.json")):
         past = json.loads(raw.read_text())
         if past["chains"] < 50:
             continue
+        delay = past.get("chaining_delay_seconds", {})
+        p95 = " / ".join(seconds(delay.get(what, {}).get("p95")) for what in
+                         ("to stage-in submitted", "to stage-in started")) if delay else "-"
         lines.append(
             f"| {past['run']} | {past.get('via', 'cli')} | {past['chains']} | "
-            f"{past['submit_seconds']:.0f} s | {past['chains_per_minute']:.1f} | "
+            f"{past['submit_seconds']:.0f} s"
+            + (f" ({past['rate_per_minute']:g}/min)" if past.get("rate_per_minute") else "")
+            + f" | {p95} | {past['chains_per_minute']:.1f} | "
             f"{seconds(past['commit_seconds']['slowest'])} | {past['completed']} | "
             f"{sum(len(v) for v in past['lock_errors_in_daemon_logs'].values())} |")
     lines += [
@@ -436,6 +444,14 @@ def write_report(results: dict) -> None:
         "default run submits the way it hands a checked script over (`sbatch` with "
         f"`{SUBMIT_ENV}=chain-service`, the same hold and chaining); `--via cli` runs the "
         "whole command per chain.",
+        "",
+        "The chaining delay runs from a compute job's submission to its stage-in's (the chain "
+        "service's part: holding, planning, submitting the data jobs, releasing; one sweep "
+        "every 5 s, four jobs chained at once) and to the stage-in's start (Slurm's scheduling "
+        "of the data queue, on the same 2 cores the data jobs' `stage commit` and the "
+        "benchmark's submissions use); both from sacct's Submit and Start, whole seconds. "
+        "`--rate 200` submits 200 chains over a minute, as a site's users do; the default "
+        "submits them all at once.",
         "",
         "Chains per minute counts from the first submission to the moment the last job was "
         "seen ended (sacct polled every 10 s): the cluster's scheduling cycle and the 5 s "

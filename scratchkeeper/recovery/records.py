@@ -193,11 +193,16 @@ def finish(store: StateStore, request_id: int, *, ok: bool, path: str, file_stat
 
 
 def record_progress(store: StateStore, rebuild_id: str, done: int, total: int) -> None:
-    """The running request patching ``rebuild_id`` has ``done`` of its ``total`` bytes in place."""
+    """The running request patching ``rebuild_id`` has ``done`` of its ``total`` bytes in place.
+
+    The figure never goes back for the same rebuild: bytes written but not yet in the rebuild's
+    journal when recoveryd was killed are fetched again by the resumed rebuild, whose count
+    starts from what the journal holds; until it passes the old figure, that one stays."""
     with store.transaction() as conn:
-        conn.execute("UPDATE recovery_requests SET bytes_done = ?, bytes_total = ?, "
+        conn.execute("UPDATE recovery_requests SET bytes_done = CASE WHEN bytes_total = ? "
+                     "THEN MAX(COALESCE(bytes_done, 0), ?) ELSE ? END, bytes_total = ?, "
                      "progress_at = ? WHERE rebuild_id = ? AND state = ?",
-                     (done, total, time.time(), rebuild_id, RUNNING))
+                     (total, done, done, total, time.time(), rebuild_id, RUNNING))
 
 
 class ProgressRecorder:
