@@ -112,6 +112,12 @@ def _recoveryd(args: argparse.Namespace) -> int:
                   + (f": {result['reason']}" if result.get("reason") else ""))
         return 0
     service.install_signal_handlers()
+    # `kill -USR1` writes every thread's stack to the log (standard error): what a daemon
+    # that does not stop, or stalls, is doing (docs/operations.rst)
+    import faulthandler
+    import signal
+
+    faulthandler.register(signal.SIGUSR1, all_threads=True)
     service.start()
     try:
         service.run()

@@ -32,6 +32,8 @@ log = logging.getLogger(__name__)
 
 FTP_DATA_BLOCK = 1 << 20
 MODE_E_MAX_RANGES = 256  # ranges in one MODE E transfer (its REST line lists the gaps)
+#: seconds a closing connection waits for the server's answer to QUIT
+CLOSE_TIMEOUT = 2.0
 
 
 # -- ftp:// through ERET -----------------------------------------------------------------------
@@ -302,6 +304,11 @@ class EretRangedReader(RangedReader):
     def close(self) -> None:
         if self._ftp is not None:
             try:
+                # a polite QUIT, but its answer is not worth a wait: a server busy with an
+                # interrupted transfer may answer late, and a stopping daemon closes every
+                # idle connection in turn (recoveryd must stop at once on SIGTERM)
+                if self._ftp.sock is not None:
+                    self._ftp.sock.settimeout(min(self.timeout, CLOSE_TIMEOUT))
                 self._ftp.quit()
             except (OSError, EOFError, ftplib.Error):
                 pass

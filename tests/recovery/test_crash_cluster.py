@@ -112,7 +112,16 @@ def _trials(site_dir, local_cluster, sources, count: int, seed: int):
             assert status["whole"], status
         finally:
             daemon.send_signal(signal.SIGTERM)
-            assert daemon.wait(timeout=30) == 0, "recoveryd must stop at once on SIGTERM"
+            try:
+                code = daemon.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                daemon.send_signal(signal.SIGUSR1)  # its threads' stacks, into its log
+                time.sleep(2)
+                daemon.kill()
+                daemon.wait(timeout=10)
+                raise AssertionError("recoveryd did not stop within 30 s of SIGTERM; its "
+                                     f"threads then: {_log_tail(site, 80)}") from None
+            assert code == 0, "recoveryd must stop at once on SIGTERM"
         assert read_all(backend, path) == data
         assert backend.open_rebuilds() == []
         store = StateStore(site.config.state.database)
