@@ -197,10 +197,14 @@ def open_staging(store: StateStore) -> StateStore:
     return store
 
 
-def made(store: StateStore, table: str = "jit_schedule") -> bool:
-    """Whether a staging table exists (a reader that may not create them asks first)."""
-    return bool(store.query("SELECT 1 FROM sqlite_master WHERE type='table' AND name=?",
-                            (table,)))
+def made(store: StateStore, *tables: str) -> bool:
+    """Whether every one of ``tables`` exists (default: the JIT schedule), in one query: a
+    reader that may not create the tables asks first."""
+    tables = tables or ("jit_schedule",)
+    marks = ", ".join("?" * len(tables))
+    rows = store.query(f"SELECT COUNT(*) FROM sqlite_master WHERE type = 'table' "
+                       f"AND name IN ({marks})", tables)
+    return rows[0][0] == len(tables)
 
 # -- the record recovery trusts -------------------------------------------------------------------
 #: only root reads or writes these (CAP_SYS_ADMIN); the user.scratchkeeper.* copies are for users
@@ -695,14 +699,6 @@ SELECT MIN(t.started) - c.created
 """
 
 
-def _made_all(store: StateStore, *tables: str) -> bool:
-    """Whether every one of ``tables`` exists (one query, as :func:`made` for one)."""
-    marks = ", ".join("?" * len(tables))
-    rows = store.query(f"SELECT COUNT(*) FROM sqlite_master WHERE type = 'table' "
-                       f"AND name IN ({marks})", tables)
-    return rows[0][0] == len(tables)
-
-
 def chain_counts(store: StateStore) -> list[tuple[str, int]] | None:
     """(state, chains) per chain state; None while the planner's tables are not made (a
     reader that may not create them: the chain service's metrics before the first chain)."""
@@ -721,7 +717,7 @@ def chain_job_counts(store: StateStore) -> list[tuple[str, str, int]]:
 def stage_in_delays(store: StateStore, since: float) -> list[float] | None:
     """The chaining delay (seconds) of each chain recorded since ``since`` whose stage-in
     started, JIT chains left out; None while the planner's or staging tables are not made."""
-    if not _made_all(store, "chains", "chain_jobs", "transfers", "jit_schedule"):
+    if not made(store, "chains", "chain_jobs", "transfers", "jit_schedule"):
         return None
     return [float(row[0]) for row in store.query(_STAGE_IN_DELAYS, (since,))
             if row[0] is not None]

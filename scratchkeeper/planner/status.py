@@ -144,7 +144,7 @@ def chain_status(store: StateStore, config: SiteConfig, chain_id: str, *,
                "checksum": r["checksum"]} for r in staged_rows]
     _add_timing(store, chain_id, jobs, live, staged_rows)
     offloads = []
-    if staging_made(store, "offloads"):
+    if records.made(store, "offloads"):
         offloads = [{k: r[k] for k in ("path", "state", "job_id", "destination", "closed",
                                        "submitted", "ended", "digest", "reason")}
                     for r in records.offloads(store, chain_id=chain_id)]
@@ -308,14 +308,10 @@ def _derive(chain, rows, live: dict[str, JobRecord],
     return _chain_state(state, jobs), reason or scheduler_note, jobs
 
 
-def staging_made(store: StateStore, table: str = "jit_schedule") -> bool:
-    return records.made(store, table)
-
-
 def _add_timing(store: StateStore, chain_id: str, jobs: list[JobStatus],
                 live: dict[str, JobRecord], staged_rows) -> None:
     decisions = {d["job_key"]: d for d in records.decisions(store, chain_id=chain_id)} \
-        if staging_made(store) else {}
+        if records.made(store) else {}
     for job in jobs:
         record = live.get(job.job_id) if job.job_id else None
         queued, started, ended = ((record.submit_time, record.start_time, record.end_time)

@@ -94,10 +94,12 @@ def scontrol(tmp_path) -> Scontrol:
     return Scontrol(tmp_path / "bin", "node7")
 
 
-def healthcheck(scontrol: Scontrol, scratch: Path, *extra: str,
-                timeout: float = 60) -> subprocess.CompletedProcess:
+def healthcheck(scontrol: Scontrol, scratch: Path, *extra: str, timeout: float = 60,
+                tmpdir: Path | None = None) -> subprocess.CompletedProcess:
     """Run it as slurmd does (SLURMD_NODENAME), with the stand-in first on PATH."""
     env = {"SLURMD_NODENAME": "node7", "PATH": f"{scontrol.folder}:/usr/bin:/bin"}
+    if tmpdir is not None:
+        env["TMPDIR"] = str(tmpdir)
     return subprocess.run([str(HEALTHCHECK), "--scratch", str(scratch), *extra], env=env,
                           capture_output=True, text=True, timeout=timeout)
 
@@ -124,6 +126,25 @@ def test_a_live_mount_leaves_the_node_alone(make_mount, scontrol):
     result = healthcheck(scontrol, mount.root)
     assert result.returncode == 0, result.stderr
     assert scontrol.updates() == [] and scontrol.node["state"] == "IDLE"
+
+
+def test_no_temporary_file_neither_drains_a_live_mount_nor_hides_a_dead_one(make_mount,
+                                                                             scontrol, tmp_path):
+    """A /tmp the check cannot write loses only stat's words, never the answer; and the check
+    leaves no file of its own behind."""
+    mount = make_mount()
+    missing = tmp_path / "no-such-tmp"
+    assert healthcheck(scontrol, mount.root, tmpdir=missing).returncode == 0
+    assert scontrol.updates() == []
+    mount.kill()
+    assert healthcheck(scontrol, mount.root, tmpdir=missing).returncode == 0
+    (update,) = scontrol.updates()
+    assert update[:3] == ["update", "NodeName=node7", "State=DRAIN"]
+    assert update[3].startswith(f"Reason={REASON} {mount.root} is down (statfs failed")
+    own = tmp_path / "tmp"
+    own.mkdir()
+    healthcheck(scontrol, mount.root, tmpdir=own)
+    assert list(own.iterdir()) == []
 
 
 def test_a_killed_mount_drains_the_node_and_its_return_resumes_it(make_mount, scontrol):

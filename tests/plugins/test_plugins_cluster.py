@@ -49,6 +49,25 @@ def replicad_running() -> bool:
     return False
 
 
+def reading_script(site, name: str, staging_line: str, staged, result_file) -> str:
+    """A job script named ``name`` with one staging line, whose job writes the sha256 of the
+    staged file (read through the store) to ``result_file``."""
+    return f"""#!/bin/bash
+#SBATCH --job-name={name}
+#SBATCH --output=/dev/null
+{staging_line}
+{sys.executable} -m scratchkeeper -c {site.config_path} store cat {staged} \\
+    | sha256sum | cut -d' ' -f1 > {result_file}
+"""
+
+
+def chain_rows(site, job_id: str):
+    """(store, chain id, the chain's jobs by role) of the chain the service made for job_id."""
+    store = records.open_records(StateStore(site.config.state.database))
+    chain_id = records.chain_of_job(store, job_id)
+    return store, chain_id, {row["role"]: row for row in records.chain_jobs(store, chain_id)}
+
+
 @pytest.mark.parametrize("option,value,message", [
     ("--stage-in", "nocolon", "expected SRC:DST (no ':' found)"),
     ("--stage-in", "ftp://127.0.0.1:2811/x:", "empty DST"),
@@ -78,13 +97,8 @@ def test_sbatch_stage_in_line_gets_the_planners_data_job_and_metadata(plugins, j
     staged = site.root / "scratch" / "run" / "input.dat"
     result_file = site.root / "sha.txt"
     script = site.root / "job.sh"
-    script.write_text(f"""#!/bin/bash
-#SBATCH --job-name=plugin-stage
-#SBATCH --output=/dev/null
-#SBATCH --stage-in={uri}:{staged}
-{sys.executable} -m scratchkeeper -c {site.config_path} store cat {staged} \\
-    | sha256sum | cut -d' ' -f1 > {result_file}
-""")
+    script.write_text(reading_script(site, "plugin-stage", f"#SBATCH --stage-in={uri}:{staged}",
+                                     staged, result_file))
     job_id = jobs.sbatch(str(script), cwd=site.root).stdout.strip()
     comment = admin_comment(job_id)
     assert comment.startswith(PENDING) and f"stage-in {uri}:{staged}" in comment
@@ -93,9 +107,7 @@ def test_sbatch_stage_in_line_gets_the_planners_data_job_and_metadata(plugins, j
 
     out = sk(site, "spank", "chain", job_id).stdout
     assert f"job {job_id}: chain sk" in out and "stage-in" in out
-    store = records.open_records(StateStore(site.config.state.database))
-    chain_id = records.chain_of_job(store, job_id)
-    rows = {row["role"]: row for row in records.chain_jobs(store, chain_id)}
+    store, chain_id, rows = chain_rows(site, job_id)
     assert rows["compute"]["job_id"] == job_id
     jobs.track([rows["stage-in"]["job_id"]])
     assert admin_comment(job_id).startswith(f"{CHAINED} {chain_id}")
@@ -133,19 +145,13 @@ def test_datawarp_script_given_to_plain_sbatch_is_chained_and_runs_with_its_data
     staged = site.root / "scratch" / "dw" / "dw.dat"
     result_file = site.root / "dw-sha.txt"
     script = site.root / "dw.sh"
-    script.write_text(f"""#!/bin/bash
-#SBATCH --job-name=plugin-dw
-#SBATCH --output=/dev/null
-#DW stage_in source={uri} destination={staged} type=file
-{sys.executable} -m scratchkeeper -c {site.config_path} store cat {staged} \\
-    | sha256sum | cut -d' ' -f1 > {result_file}
-""")
+    script.write_text(reading_script(
+        site, "plugin-dw", f"#DW stage_in source={uri} destination={staged} type=file", staged,
+        result_file))
     job_id = jobs.sbatch(str(script), cwd=site.root).stdout.strip()
     assert admin_comment(job_id) == f"{PENDING}\ndirectives"
     sk(site, "spank", "chain", job_id)
-    store = records.open_records(StateStore(site.config.state.database))
-    rows = {row["role"]: row for row in records.chain_jobs(store,
-                                                           records.chain_of_job(store, job_id))}
+    _, _, rows = chain_rows(site, job_id)
     jobs.track([rows["stage-in"]["job_id"]])
     assert local_cluster.wait_for_job(job_id, timeout=120) == "COMPLETED"
     assert result_file.read_text().strip() == hashlib.sha256(data).hexdigest()
