@@ -11,10 +11,10 @@ from __future__ import annotations
 import functools
 import logging
 import random
-import signal
 import threading
 import time
 
+from .. import stopping
 from ..config import SiteConfig
 from ..errors import ScratchkeeperError
 from ..planner import records
@@ -82,8 +82,7 @@ def watch(config: SiteConfig, store: StateStore, only: set[str] | None, interval
     SIGINT); after a failed sweep, back off exponentially with jitter."""
     if stop is None:
         stop = threading.Event()
-        signal.signal(signal.SIGTERM, lambda *_: stop.set())
-        signal.signal(signal.SIGINT, lambda *_: stop.set())
+        stopping.on_stop_signals(stop.set)
     # the Prometheus endpoint (metrics.chain_service); imported here: a single sweep (or a
     # user's command) does not serve it
     from ..metrics import serve
@@ -120,4 +119,4 @@ def _loop(config: SiteConfig, store: StateStore, only: set[str] | None, interval
                 log.exception("chain service: sweep failed")
             print(f"sweep failed ({consecutive_failures} in a row), retrying in {pause:.0f}s: "
                   f"{err}", flush=True)
-        stop.wait(pause)
+        stopping.sleep(stop, pause)

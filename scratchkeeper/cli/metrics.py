@@ -7,9 +7,9 @@ default) until SIGTERM. docs/operations.rst lists what it exports.
 
 from __future__ import annotations
 
-import signal
 import threading
 
+from .. import stopping
 from ..config import listen_address
 from ..errors import ConfigError
 from . import daemon_logging
@@ -37,15 +37,14 @@ def _metrics(args) -> int:
         raise ConfigError(f"key 'metrics.mount': {config.metrics.mount!r} turns the endpoint "
                           "off: nothing to serve", path=config.source)
     stop = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    stopping.on_stop_signals(stop.set)
     endpoint = serve(config, "metrics", [MountCollector(config.storage.scratch_root,
                                                          ost_count=config.storage.ost_count)])
     if endpoint is None:
         raise ConfigError(f"key 'metrics.mount': cannot serve on {config.metrics.mount} (the "
                           "log says why)", path=config.source)
     try:
-        stop.wait()
+        stopping.sleep(stop, None)
     finally:
         endpoint.close()
     return 0

@@ -28,6 +28,7 @@ import socket
 import threading
 import time
 
+from .. import stopping
 from ..config import SiteConfig
 from ..errors import (
     InputError,
@@ -259,7 +260,7 @@ class RecoveryService:
         """The periodic check until SIGTERM/SIGINT or ``stop``; backoff with jitter on errors."""
         interval = self.config.recovery.check_interval
         wait = 0.0
-        while not self.stop.wait(wait):
+        while not stopping.sleep(self.stop, wait):
             try:
                 self.check_cycle()
                 self.failures = 0
@@ -293,8 +294,8 @@ class RecoveryService:
             self.stop.set()
             self._notify()
 
-        signal.signal(signal.SIGTERM, on_signal)
-        signal.signal(signal.SIGINT, on_signal)
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(signum, on_signal)
 
     def _notify(self) -> None:
         with self.changed:

@@ -20,12 +20,12 @@ import functools
 import logging
 import os
 import random
-import signal
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from .. import stopping
 from ..config import SiteConfig
 from ..errors import ScratchkeeperError, StateError, UnknownJobError
 from ..schedulers import Scheduler, get_scheduler
@@ -120,8 +120,7 @@ class ReplicationDaemon:
         self._lock_handle = daemon_lock(self.config.state.database, "replicad")
 
     def install_signal_handlers(self) -> None:
-        for signum in (signal.SIGTERM, signal.SIGINT):
-            signal.signal(signum, lambda *_: self.stop())
+        stopping.on_stop_signals(self.stop)
 
     def stop(self) -> None:
         self.stop_event.set()

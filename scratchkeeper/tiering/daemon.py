@@ -26,7 +26,6 @@ from __future__ import annotations
 import functools
 import logging
 import os
-import signal
 import threading
 import time
 from array import array
@@ -34,6 +33,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TextIO
 
+from .. import stopping
 from ..config import SiteConfig, parse_ost_ranges, tier_pools
 from ..errors import ConfigError, ScratchkeeperError
 from ..placement.hotness import HotnessTable, Move
@@ -110,8 +110,7 @@ class Tierd:
         self._lock_handle = daemon_lock(self.config.state.database, "tierd")
 
     def install_signal_handlers(self) -> None:
-        for signum in (signal.SIGTERM, signal.SIGINT):
-            signal.signal(signum, lambda *_: self.stop_event.set())
+        stopping.on_stop_signals(self.stop_event.set)
 
     def run(self, *, max_cycles: int | None = None) -> int:
         self.acquire_lock()
@@ -130,7 +129,7 @@ class Tierd:
                 cycles += 1
                 if max_cycles is not None and cycles >= max_cycles:
                     break
-                self.stop_event.wait(self.settings.interval)
+                stopping.sleep(self.stop_event, self.settings.interval)
         finally:
             if endpoint is not None:
                 endpoint.close()

@@ -10,7 +10,11 @@ import hashlib
 import json
 import os
 import shutil
+import signal
+import subprocess
+import sys
 import tempfile
+import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,6 +25,7 @@ from scratchkeeper import digests
 from scratchkeeper.config import SiteConfig, load_config
 from scratchkeeper.errors import SchedulerError
 from scratchkeeper.planner import records as planner_records
+from scratchkeeper.recovery.client import RecoveryClient, ServiceUnavailable
 from scratchkeeper.storage import LayoutRequest, open_backend
 from scratchkeeper.storage.base import XATTR_PREFIX
 
@@ -77,6 +82,48 @@ def write_site(root: Path, *, ost_count: int = 40, extra: str = "",
     path = root / "site.toml"
     path.write_text(text)
     return Site(root, load_config(path), path)
+
+
+def start_recoveryd(site: Site) -> subprocess.Popen:
+    """recoveryd of ``site`` as its own process, once it answers on its socket; its log is
+    ``recoveryd.log`` under the site."""
+    process = subprocess.Popen([sys.executable, "-m", "scratchkeeper", "-c",
+                                str(site.config_path), "recoveryd"], stdout=subprocess.DEVNULL,
+                               stderr=open(site.root / "recoveryd.log", "ab"))
+    client = RecoveryClient(site.config.recovery.socket)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:
+            client.call({"op": "list"})
+            return process
+        except ServiceUnavailable:
+            if process.poll() is not None:
+                raise AssertionError(f"recoveryd exited with {process.returncode}: "
+                                     f"{recoveryd_log(site)}") from None
+            time.sleep(0.05)
+    process.kill()
+    raise AssertionError(f"recoveryd did not answer within 30 s: {recoveryd_log(site)}")
+
+
+def stop_recoveryd(site: Site, daemon: subprocess.Popen, *, timeout: float = 30) -> int:
+    """SIGTERM, then its exit code; a daemon still running after ``timeout`` fails the test with
+    its threads' stacks (``kill -USR1``)."""
+    daemon.send_signal(signal.SIGTERM)
+    try:
+        return daemon.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        daemon.send_signal(signal.SIGUSR1)  # its threads' stacks, into its log
+        time.sleep(2)
+        daemon.kill()
+        daemon.wait(timeout=10)
+        raise AssertionError(f"recoveryd did not stop within {timeout:g} s of SIGTERM; its "
+                             f"threads then: {recoveryd_log(site, 80)}") from None
+
+
+def recoveryd_log(site: Site, lines: int = 15) -> str:
+    """The end of the daemon's log, for a failure message (the site is removed afterwards)."""
+    return "\n".join((site.root / "recoveryd.log").read_text(errors="replace")
+                     .splitlines()[-lines:])
 
 
 @pytest.fixture

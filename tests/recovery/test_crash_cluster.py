@@ -13,47 +13,20 @@ from __future__ import annotations
 import os
 import random
 import signal
-import subprocess
-import sys
 import time
 
 import pytest
 
 from scratchkeeper.errors import TargetUnavailable
 from scratchkeeper.recovery import records
-from scratchkeeper.recovery.client import RecoveryClient, ServiceUnavailable
+from scratchkeeper.recovery.client import RecoveryClient
 from scratchkeeper.state import StateStore
 
-from .conftest import read_all, stage, write_site
+from .conftest import read_all, stage, start_recoveryd, stop_recoveryd, write_site
 
 pytestmark = pytest.mark.cluster
 
 KiB = 1 << 10
-
-
-def _start_daemon(site) -> subprocess.Popen:
-    process = subprocess.Popen([sys.executable, "-m", "scratchkeeper", "-c", str(site.config_path),
-                                "recoveryd"], stdout=subprocess.DEVNULL,
-                               stderr=open(site.root / "recoveryd.log", "ab"))
-    client = RecoveryClient(site.config.recovery.socket)
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        try:
-            client.call({"op": "list"})
-            return process
-        except ServiceUnavailable:
-            if process.poll() is not None:
-                raise AssertionError(f"recoveryd exited with {process.returncode}: "
-                                     f"{_log_tail(site)}") from None
-            time.sleep(0.05)
-    process.kill()
-    raise AssertionError(f"recoveryd did not answer within 30 s: {_log_tail(site)}")
-
-
-def _log_tail(site, lines: int = 15) -> str:
-    """The end of the daemons' log, for a failure message (the site is removed afterwards)."""
-    return "\n".join((site.root / "recoveryd.log").read_text(errors="replace")
-                     .splitlines()[-lines:])
 
 
 def _objects_on_disk(store_root) -> set[tuple[int, str]]:
@@ -97,7 +70,7 @@ def _trials(site_dir, local_cluster, sources, count: int, seed: int):
                      stripe_size=64 * KiB)
         failed = backend.layout(path).ost_list[rng.randrange(4)]
         backend.fail_ost(failed)
-        daemon = _start_daemon(site)
+        daemon = start_recoveryd(site)
         try:
             RecoveryClient(site.config.recovery.socket).recover(path, wait=False)
             time.sleep(rng.uniform(0.0, 0.6))
@@ -106,22 +79,13 @@ def _trials(site_dir, local_cluster, sources, count: int, seed: int):
             daemon.wait(timeout=10)
         _bytes_never_wrong(backend, path, data)
         outcomes["after" if failed not in backend.layout(path).osts() else "before"] += 1
-        daemon = _start_daemon(site)
+        daemon = start_recoveryd(site)
         try:
             status = RecoveryClient(site.config.recovery.socket).wait(path, 60)
             assert status["whole"], status
         finally:
-            daemon.send_signal(signal.SIGTERM)
-            try:
-                code = daemon.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                daemon.send_signal(signal.SIGUSR1)  # its threads' stacks, into its log
-                time.sleep(2)
-                daemon.kill()
-                daemon.wait(timeout=10)
-                raise AssertionError("recoveryd did not stop within 30 s of SIGTERM; its "
-                                     f"threads then: {_log_tail(site, 80)}") from None
-            assert code == 0, "recoveryd must stop at once on SIGTERM"
+            code = stop_recoveryd(site, daemon)
+        assert code == 0, "recoveryd must stop at once on SIGTERM"
         assert read_all(backend, path) == data
         assert backend.open_rebuilds() == []
         store = StateStore(site.config.state.database)

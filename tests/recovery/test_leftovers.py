@@ -22,8 +22,7 @@ from scratchkeeper.state import StateStore
 from scratchkeeper.storage import Extent
 from scratchkeeper.transfer import gridftp, ranged
 
-from .conftest import NoQueue, read_all, stage, write_site
-from .test_crash_cluster import _start_daemon
+from .conftest import NoQueue, read_all, stage, start_recoveryd, write_site
 
 KiB = 1 << 10
 
@@ -68,7 +67,7 @@ def test_kill_minus_nine_during_a_globus_url_copy_patch_leaves_no_spool(site_dir
                  stripe_size=64 * KiB)
     backend.fail_ost(backend.layout(path).ost_list[1])
     scratch = site.root / "scratch"
-    daemon = _start_daemon(site)
+    daemon = start_recoveryd(site)
     try:
         RecoveryClient(site.config.recovery.socket).recover(path, wait=False)
         deadline = time.monotonic() + 60
@@ -80,7 +79,7 @@ def test_kill_minus_nine_during_a_globus_url_copy_patch_leaves_no_spool(site_dir
         daemon.wait(timeout=10)
     time.sleep(0.5)  # a globus-url-copy the daemon ran may still write its range
     assert list(scratch.glob(".sk-ranged-*")), "the kill left a spool folder (the case tested)"
-    daemon = _start_daemon(site)
+    daemon = start_recoveryd(site)
     try:
         assert list(scratch.glob(".sk-ranged-*")) == [] or all(
             f.name.startswith(f".sk-ranged-{daemon.pid}-") for f in scratch.glob(".sk-ranged-*"))

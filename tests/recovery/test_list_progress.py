@@ -9,8 +9,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
-import sys
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -20,12 +18,12 @@ import pytest
 
 from scratchkeeper.cli import main
 from scratchkeeper.recovery import records
-from scratchkeeper.recovery.client import RecoveryClient, ServiceUnavailable
+from scratchkeeper.recovery.client import RecoveryClient
 from scratchkeeper.recovery.reconstruct import PATCHED, Recoverer
 from scratchkeeper.recovery.service import process_request
 from scratchkeeper.state import StateStore
 
-from .conftest import read_all, stage, write_site
+from .conftest import read_all, stage, start_recoveryd, write_site
 
 KiB = 1 << 10
 
@@ -196,23 +194,6 @@ class _SlowHttp:
         self.server.server_close()
 
 
-def _start_daemon(site) -> subprocess.Popen:
-    process = subprocess.Popen([sys.executable, "-m", "scratchkeeper", "-c",
-                                str(site.config_path), "recoveryd"], stdout=subprocess.DEVNULL,
-                               stderr=open(site.root / "recoveryd.log", "ab"))
-    client = RecoveryClient(site.config.recovery.socket)
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        try:
-            client.call({"op": "list"})
-            return process
-        except ServiceUnavailable:
-            assert process.poll() is None, (site.root / "recoveryd.log").read_text()
-            time.sleep(0.05)
-    process.kill()
-    raise AssertionError("recoveryd did not answer within 30 s")
-
-
 def _poll(store: StateStore, request_id: int, until, timeout: float = 60.0):
     deadline = time.monotonic() + timeout
     seen = []
@@ -243,7 +224,7 @@ def test_a_request_resumed_after_kill_minus_nine_shows_its_progress_from_where_i
     lost = _lost_bytes(backend, path, failed, len(data))
     backend.fail_ost(failed)
     store = _store(site)
-    daemon = _start_daemon(site)
+    daemon = start_recoveryd(site)
     try:
         request_id = RecoveryClient(site.config.recovery.socket).recover(
             path, wait=False)["request_id"]
@@ -255,7 +236,7 @@ def test_a_request_resumed_after_kill_minus_nine_shows_its_progress_from_where_i
     killed = records.request(store, request_id)
     assert killed["state"] == records.RUNNING and killed["bytes_total"] == lost
     assert 0 < killed["bytes_done"] < lost, "killed halfway, its progress kept"
-    daemon = _start_daemon(site)
+    daemon = start_recoveryd(site)
     try:
         row, seen = _poll(store, request_id, lambda r: r["state"] == records.DONE)
     finally:

@@ -1,0 +1,39 @@
+"""recoveryd stops on a SIGTERM the kernel hands to one of its worker threads.
+
+The signal goes to one thread (``tgkill``), as the kernel may deliver a process's SIGTERM to any
+thread that does not block it. Python runs the handler in the main thread only: before
+``scratchkeeper.stopping``, a main thread asleep for the check interval (an hour here) saw it an
+hour late, and CI's crash test met it as a daemon that would not stop.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import signal
+import time
+
+from .conftest import start_recoveryd, stop_recoveryd, write_site
+
+
+def _tgkill(pid: int, tid: int, signum: int) -> None:
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.tgkill(pid, tid, signum) != 0:
+        raise OSError(ctypes.get_errno(), f"tgkill {pid} {tid}")
+
+
+def test_a_sigterm_taken_by_a_worker_thread_stops_recoveryd_at_once(site_dir):
+    site = write_site(site_dir, ost_count=4, extra="[recovery]\ncheck_interval = 3600.0")
+    daemon = start_recoveryd(site)
+    try:
+        workers = [int(tid) for tid in os.listdir(f"/proc/{daemon.pid}/task")
+                   if int(tid) != daemon.pid]
+        assert workers, "recoveryd runs its file workers and socket in threads"
+        time.sleep(0.5)  # the main thread is asleep in its hour-long wait by now
+        began = time.monotonic()
+        _tgkill(daemon.pid, workers[0], signal.SIGTERM)
+        assert daemon.wait(timeout=20) == 0
+        assert time.monotonic() - began < 10
+    finally:
+        if daemon.poll() is None:
+            stop_recoveryd(site, daemon, timeout=5)
