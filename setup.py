@@ -1,7 +1,8 @@
 """Build glue that setup.cfg cannot express: the job-templates folder shipped as package data
 and the native parts: the solver's core (scratchkeeper/solver/native, plain C11 + a CPython
-binding), SUORA placement's core (scratchkeeper/placement/native) and the scratch mount's
-libfuse3 file system (scratchkeeper/mount/native)."""
+binding), SUORA placement's core (scratchkeeper/placement/native), the trace replay's scheduler
+and replication cores (scratchkeeper/sim/native) and the scratch mount's libfuse3 file system
+(scratchkeeper/mount/native)."""
 
 from setuptools import Extension, find_packages, setup
 
@@ -27,6 +28,19 @@ placement_native = Extension(
     include_dirs=[_PLACEMENT_NATIVE],
     # -ffp-contract=off: the segment test (value - slot < length) rounds as in Python, so the
     # C core and scratchkeeper/placement/suora.py place every object alike
+    extra_compile_args=["-std=c11", "-O2", "-ffp-contract=off", "-Wall", "-Wextra"],
+)
+
+_SIM_NATIVE = "scratchkeeper/sim/native"
+
+sim_native = Extension(
+    "scratchkeeper.sim._native",
+    sources=[f"{_SIM_NATIVE}/{name}.c"
+             for name in ("schedule", "replication", "py_jobs", "_native")],
+    depends=[f"{_SIM_NATIVE}/{name}.h" for name in ("schedule", "replication", "py_jobs")],
+    include_dirs=[_SIM_NATIVE],
+    # -ffp-contract=off: every time and byte sum rounds as in scratchkeeper/sim/scheduler.py and
+    # replication.py, so the C cores and the Python model give bit-identical schedules
     extra_compile_args=["-std=c11", "-O2", "-ffp-contract=off", "-Wall", "-Wextra"],
 )
 
@@ -64,5 +78,5 @@ setup(
     + ["scratchkeeper.job_templates"]
     + [f"scratchkeeper.job_templates.{folder}" for folder in ("common", "pbs", "slurm")],
     package_dir={"scratchkeeper.job_templates": "job-templates"},
-    ext_modules=[solver_native, placement_native, mount_native],
+    ext_modules=[solver_native, placement_native, sim_native, mount_native],
 )

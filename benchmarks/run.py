@@ -23,6 +23,7 @@ BENCHMARKS = (
     ("planner", True, False),
     ("replication", True, False),
     ("replay", True, False),
+    ("replay_speed", True, False),
     ("jit", True, False),
     ("recovery", True, True),
     ("load", False, True),

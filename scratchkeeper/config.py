@@ -473,14 +473,25 @@ class StagingConfig:
                                 "back may cost a compute job that starts earlier than expected; "
                                 "a stage-in whose pessimistic transfer time is longer starts at "
                                 "once", minimum=0, maximum=7 * DAY)
-    jit_sigmas: float = _opt(2.0, "standard deviations of the learned throughput added to the "
-                             "predicted transfer time (its pessimistic bound)", minimum=0,
-                             maximum=10)
-    min_samples: int = _opt(2, "recorded transfers from a source host before its throughput is "
-                            "trusted for a prediction (fewer: the stage-in starts at once)",
+    jit_quantile: float = _opt(0.9, "quantile of the transfer model's relative residuals "
+                               "added to a file's predicted time: its pessimistic bound, which "
+                               "JIT plans with", minimum=0.5, maximum=1)
+    jit_min_spread: float = _opt(0.1, "least fraction of the predicted time the pessimistic "
+                                 "bound adds, whatever the residuals", minimum=0, maximum=10)
+    min_samples: int = _opt(5, "timed transfers from a source host with one client before "
+                            "their own fit is used (fewer: the fit of that client's transfers "
+                            "from every host; fewer still: the stage-in starts at once)",
                             minimum=1, maximum=10000)
-    history: int = _opt(50, "most recent transfers per source host the prediction learns from",
-                        minimum=1, maximum=100000)
+    history: int = _opt(50, "most recent timed transfers per source host and client the "
+                        "prediction fits", minimum=1, maximum=1000)
+    change_window: int = _opt(5, "newest timed transfers of a host compared with the fit of "
+                              "its older ones: when they disagree the host changed and is "
+                              "refitted on them alone (0: never)", minimum=0, maximum=1000)
+    timing_slack: float = _opt(10.0, "seconds of a stage-in job's start-to-commit time (as its "
+                               "scheduler reports it) its own transfer timings may leave "
+                               "unaccounted for; a job whose timings leave more (a retry, or "
+                               "timings not to be believed) is not learned from", minimum=0,
+                               maximum=DAY)
     changelog_mdt: str = _opt("", "lustre: MDT whose changelog CLOSE records drive offload at "
                               "close (e.g. scratch-MDT0000); empty: no offload at close on "
                               "Lustre (the local store's mount records closes itself)")
@@ -575,6 +586,24 @@ class MetricsConfig:
 
 
 @record(frozen=True)
+class BurstBufferConfig:
+    """Slurm's burst-buffer path (slurm-plugins/burst_buffer.lua, docs/slurm-plugins.rst)."""
+
+    stage_in_failure: str = _opt(
+        "cancel", "what becomes of a job whose stage-in failed: \"cancel\" ends it at once, "
+        "its reason in its comment (sacct -o Comment) and its output; \"hold\" leaves it "
+        "pending with Slurm's reason (squeue) until its owner or an operator cancels it",
+        choices=("cancel", "hold"))
+    stage_in_timeout: float = _opt(
+        86400.0, "seconds data-in waits for its stage-in data jobs (keep it below "
+        "burst_buffer.conf's StageInTimeout, which kills data-in without a reason)", minimum=1,
+        maximum=30 * 86400)
+    stage_out_timeout: float = _opt(
+        86400.0, "seconds data-out waits for its stage-out data jobs (below StageOutTimeout)",
+        minimum=1, maximum=30 * 86400)
+
+
+@record(frozen=True)
 class SiteConfig:
     scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
     storage: StorageConfig = field(default_factory=StorageConfig)
@@ -591,6 +620,7 @@ class SiteConfig:
     qos: QosConfig = field(default_factory=QosConfig)
     logging: LoggingConfig = field(default_factory=LoggingConfig)
     metrics: MetricsConfig = field(default_factory=MetricsConfig)
+    burst_buffer: BurstBufferConfig = field(default_factory=BurstBufferConfig)
     source: str = field(default="(defaults)", metadata={"internal": True})
 
 

@@ -54,8 +54,9 @@ local function load_settings()
       settings[key] = value
     end
   end
-  if settings.staging ~= "hold" and settings.staging ~= "reject" then
-    slurm.log_error("scratchkeeper: %s: staging = %s: expected \"hold\" or \"reject\"; using hold",
+  if settings.staging ~= "hold" and settings.staging ~= "reject" and settings.staging ~= "burst-buffer" then
+    slurm.log_error("scratchkeeper: %s: staging = %s: expected \"hold\", \"reject\" or " ..
+                    "\"burst-buffer\"; using hold",
                     CONF_FILE, tostring(settings.staging))
     settings.staging = "hold"
   end
@@ -127,6 +128,18 @@ local function has_directives(script)
   return false
 end
 
+-- Whether Slurm's burst_buffer/lua takes the job (burst_buffer.conf Directive=STAGE), matched
+-- as Slurm matches it (_xlate_batch): among the script's leading comment lines (empty lines
+-- skipped, the first line not starting with "#" ends them), one that starts with "#STAGE".
+local function burst_buffer_takes(script)
+  if not script then return false end
+  for line in string.gmatch(script, "[^\n]+") do
+    if string.sub(line, 1, 1) ~= "#" then return false end
+    if string.sub(line, 1, 6) == "#STAGE" then return true end
+  end
+  return false
+end
+
 -- The SPANK plugin's requests: {stage-in = "v1\nv2", stage-out = ...} from spank_job_env.
 local function spank_requests(env)
   local found = {}
@@ -172,6 +185,18 @@ function slurm_job_submit(job_desc, part_list, submit_uid)
   local requests = spank_requests(job_desc.spank_job_env)
   local directives = has_directives(job_desc.script)
   if not directives and not requests["stage-in"] and not requests["stage-out"] then
+    return slurm.SUCCESS
+  end
+  -- staging = "burst-buffer": slurm-plugins/burst_buffer.lua runs the staging of a script with
+  -- #STAGE lines inside Slurm's own burst-buffer states (all of its directives, #DW and #PBS -W
+  -- ones included); only the jobs it does not take are held for the chain service, so no job
+  -- is taken twice.
+  if SETTINGS.staging == "burst-buffer" and burst_buffer_takes(job_desc.script) then
+    if requests["stage-in"] or requests["stage-out"] then
+      slurm.log_user("scratchkeeper: this job has both #STAGEIN/#STAGEOUT lines and " ..
+                     "--stage-in/--stage-out; put all of its transfers in one of the two")
+      return slurm.ERROR
+    end
     return slurm.SUCCESS
   end
   if directives and SETTINGS.staging == "reject" and not (requests["stage-in"] or requests["stage-out"])

@@ -34,6 +34,7 @@ LOG_FORMAT = "%(asctime)s %(name)s %(levelname)s: %(message)s"
 
 #: Subcommand -> the module of this package that registers it.
 COMMANDS = {
+    "bb": "burst_buffer",
     "config": "config",
     "layout": "layout",
     "metrics": "metrics",

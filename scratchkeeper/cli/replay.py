@@ -63,32 +63,69 @@ def _slurm_time(text: str) -> str:
     return text
 
 
+POLICY_HELP = (
+    "recovery policies to compare, one run each on the same jobs: "
+    "ideal (no OST ever fails: the reference curve); "
+    "none (no recovery: an affected queued job moves to the queue's tail and waits for its OST "
+    "to come back, an affected running job is killed and requeued); "
+    "pre-execution (the lost stripes are patched from the source before the job starts; a "
+    "running job is killed and requeued until the patch is done); "
+    "on-the-fly (as pre-execution for queued jobs, and a running job keeps running and ends "
+    "later by the patch time). Without --failures nothing fails and every policy is the "
+    "ideal run, labelled ideal (default: none)")
+STRATEGY_HELP = (
+    "temporal replication strategies evaluated on each schedule, one row each: "
+    "fcfs (the replication window, the shortest head of the queue in arrival order that "
+    "requests max(R, alpha x S) nodes, R the largest running job, S the system); "
+    "shortcut (the same, and a job of at most T x S nodes is replicated at once wherever it "
+    "stands); dispatch-aware (the offline oracle: the window over the queue in the "
+    "order jobs really leave it). A job is at risk when its replica is not ready at its "
+    "first dispatch (default: none, no replication analysis)")
+FAILURE_MODE_HELP = (
+    "extrapolated (default, as the thesis did): each OST fails as often as one node of the "
+    "failure trace, with the trace's repair times. replayed: every failure record of the "
+    "system's nodes hits OST (node %% ost-count), so each OST fails (system nodes / "
+    "ost-count) times as often as a node: a much heavier load (system 20's 512 nodes on "
+    "64 OSTs: 8x; on the shipped 5,000 jobs 31 OST failures and 32 %% of the jobs affected "
+    "against 4 and 2.6 %%)")
+
+
 def register(subparsers) -> None:
+    _register_replay(subparsers)
+    _register_sweep_and_report(subparsers)
+
+
+def _register_replay(subparsers) -> None:
+    from ..sim.run import TRACE_FORMATS
+
     replay = subparsers.add_parser(
         "replay", help="replay a job trace (and a failure trace) through the scheduler model",
         description="Replay a job trace through FCFS/EASY scheduling with OST failures, "
                     "recovery policies and temporal replication (the thesis, §4.7).")
-    replay.add_argument("trace", help="job trace: SWF (.swf[.gz]), LANL job log, or site CSV (.csv)")
-    replay.add_argument("--format", dest="trace_format", default="auto",
-                        choices=("auto", "swf", "lanl-jobs", "site-csv"))
+    replay.add_argument("trace", help="job trace: SWF (the Parallel Workloads Archive's "
+                        "format), Slurm sacct --parsable2 output, a PBS/Torque accounting log, "
+                        "a LANL job log or a site CSV; .gz/.xz/.bz2 are read as they are")
+    replay.add_argument("--format", dest="trace_format", default="auto", choices=TRACE_FORMATS,
+                        help="the trace's format (default auto: told from its first lines, "
+                             "else from a .swf or .csv name)")
     replay.add_argument("--failures", default="", metavar="CSV",
                         help="LANL failure CSV (LA-UR-05-7318); without it no OST fails")
     replay.add_argument("--failure-mode", default="extrapolated", choices=("extrapolated", "replayed"),
-                        help="extrapolated: the trace's node failure rate and repair times per OST "
-                             "(as the thesis did); replayed: node N fails as OST N %% ost-count")
+                        help=FAILURE_MODE_HELP)
     replay.add_argument("--failure-system", type=int, default=20,
                         help="LANL system whose failures are used (default 20)")
-    replay.add_argument("--policy", nargs="+", default=["none"],
-                        choices=("ideal", "none", "pre-execution", "on-the-fly"),
-                        help="recovery policies to compare (ideal: no failure); several give "
-                             "one run each, compared on the same jobs")
+    replay.add_argument("--policy", nargs="+", default=None,
+                        choices=("ideal", "none", "pre-execution", "on-the-fly"), help=POLICY_HELP)
     replay.add_argument("--strategy", nargs="*", default=[],
-                        choices=("fcfs", "shortcut", "dispatch-aware"),
-                        help="temporal replication strategies to evaluate on each schedule")
+                        choices=("fcfs", "shortcut", "dispatch-aware"), help=STRATEGY_HELP)
     replay.add_argument("--alpha", nargs="+", type=_positive_float, default=None,
-                        help="replication eagerness alpha (inf allowed); config: replication.alpha")
+                        help="replication eagerness alpha: the window covers max(R, alpha x S) "
+                             "requested nodes (inf: replicate every job on submission); "
+                             "config: replication.alpha")
     replay.add_argument("--threshold", nargs="+", type=float, default=None,
-                        help="shortcut threshold T; config: replication.threshold")
+                        help="shortcut threshold T, 0..1: jobs of at most T x S nodes are "
+                             "replicated at once (strategy shortcut only); "
+                             "config: replication.threshold")
     replay.add_argument("--stripe-count", type=int, default=None,
                         help="OSTs per input file, 2..32; config: storage.stripe_count")
     replay.add_argument("--stripe-size", type=parse_size, default=None,
@@ -103,9 +140,11 @@ def register(subparsers) -> None:
     replay.add_argument("--no-backfill", dest="backfill", action="store_false",
                         help="plain FCFS instead of FCFS with EASY backfilling")
     replay.add_argument("--procs-per-node", type=int, default=1,
-                        help="processors of one scheduling node (1: schedule processors)")
+                        help="processors of one scheduling node (1: schedule processors, or "
+                             "nodes for a sacct trace read with NNodes only)")
     replay.add_argument("--system-nodes", type=int, default=0,
-                        help="nodes of the system (default: trace header MaxProcs / procs per node)")
+                        help="nodes of the system (default: trace header MaxProcs / procs per "
+                             "node, else the largest job)")
     replay.add_argument("--patch-bandwidth", type=parse_size, default=100e6,
                         help="bytes/s of patching a lost stripe from the source (default 1e8; "
                              "K/M/G/T suffixes are binary)")
@@ -119,12 +158,20 @@ def register(subparsers) -> None:
     replay.add_argument("--strict", action="store_true",
                         help="stop at the first corrupt trace line (default: skip and count)")
     replay.add_argument("--seed", type=int, default=1, help="random seed of sizes, stripes, failures")
-    replay.add_argument("--csv", metavar="FILE", help="also write the result rows to this CSV")
+    replay.add_argument("--csv", metavar="FILE",
+                        help="also write the result rows to this CSV (settings that do not act "
+                             "on a row are blank)")
+    replay.add_argument("--jobs-csv", metavar="FILE",
+                        help="also write one row per job and policy: job_id, submit, start, "
+                             "end, wait, affected, kills (seconds from the first submission)")
     replay.add_argument("--progress", dest="progress", action="store_true", default=None,
                         help="progress bar even when stderr is not a terminal")
-    replay.add_argument("--no-progress", dest="progress", action="store_false")
+    replay.add_argument("--no-progress", dest="progress", action="store_false",
+                        help="no progress bar (default when stderr is not a terminal)")
     replay.set_defaults(func=_replay)
 
+
+def _register_sweep_and_report(subparsers) -> None:
     sweep = subparsers.add_parser(
         "sweep", help="run a grid of replay configurations (locally or as a Slurm job array)",
         description="Run every combination of a sweep file's [grid] and collect results.csv.")
@@ -140,9 +187,11 @@ def register(subparsers) -> None:
     sweep.add_argument("--task", type=int, help="run only this task (what each array task does)")
     sweep.add_argument("--collect", action="store_true", help="only merge finished task results")
     sweep.add_argument("--progress", dest="progress", action="store_true", default=True,
-                       help="show progress (the default): a line redrawn on a terminal, a line "
-                            "per finished task elsewhere, with the time left")
-    sweep.add_argument("--no-progress", dest="progress", action="store_false")
+                       help="show progress (the default): a line per finished run (redrawn "
+                            "on a terminal) with the count, the run's settings and the time "
+                            "left; OUTPUT/results.csv gets each run as it finishes")
+    sweep.add_argument("--no-progress", dest="progress", action="store_false",
+                       help="no progress line")
     sweep.set_defaults(func=_sweep)
 
     report = subparsers.add_parser(
@@ -191,7 +240,7 @@ class ProgressBar:
 
 def _replay(args) -> int:
     from ..sim.metrics import filtered_wait_stats
-    from ..sim.run import ReplayConfig, run_replay
+    from ..sim.run import ReplayConfig
 
     config = site_config(args)
     alphas = args.alpha or [config.replication.alpha]
@@ -214,10 +263,89 @@ def _replay(args) -> int:
         raise InputError("no such trace file", path=args.trace)
     if args.failures and not os.path.exists(args.failures):
         raise InputError("no such failure trace", path=args.failures)
+    # Before the run, not after it: a replay of a whole trace can take an hour.
+    for path in (args.csv, args.jobs_csv):
+        if path:
+            check_output_file(path)
+    asked = args.policy or ["none"]
+    policies = list(dict.fromkeys(ReplayConfig(policy=p, **base).policy for p in asked))
+    if args.policy and not args.failures and policies != args.policy:
+        print(f"scratchkeeper: no --failures: nothing fails, so {', '.join(args.policy)} "
+              "is the one run without failure, labelled ideal", file=sys.stderr)
+    jobs_csv = JobsCsv(args.jobs_csv) if args.jobs_csv else None
+    try:
+        table, waits_by_policy = _replay_policies(args, base, policies, alphas, thresholds,
+                                                  show_progress, jobs_csv)
+        if jobs_csv is not None:
+            jobs_csv.commit()
+    finally:
+        if jobs_csv is not None:
+            jobs_csv.close()
+    filtered = filtered_wait_stats(waits_by_policy)
+    for row in table:
+        stats = filtered[row.config.policy]
+        row.values.update(filtered_jobs=stats.jobs, filtered_wait_mean=stats.mean,
+                          filtered_wait_sd=stats.sd)
+    _print_table(table)
+    if args.csv:
+        _write_csv(args.csv, table)
+    return 0
+
+
+def check_output_file(path: str) -> None:
+    """One clear line, before any work, when ``path`` cannot be written: its folder is missing,
+    is not a folder or is not writable, or the path is a folder itself."""
+    folder = os.path.dirname(os.path.abspath(path))
+    if os.path.isdir(path):
+        raise InputError("cannot write results here: it is a folder", path=path)
+    if not os.path.isdir(folder):
+        raise InputError(f"cannot write results: no folder {folder}", path=path)
+    if not os.access(folder, os.W_OK | os.X_OK) or \
+            (os.path.exists(path) and not os.access(path, os.W_OK)):
+        raise InputError("cannot write results: permission denied", path=path)
+
+
+class JobsCsv:
+    """``--jobs-csv``: one row per job and policy, written as each policy's replay ends under
+    a temporary name, renamed by :meth:`commit` (a failed replay leaves no half file)."""
+
+    FIELDS = ("policy", "job_id", "submit", "start", "end", "wait", "affected", "kills")
+
+    def __init__(self, path: str):
+        self.path = path
+        self.stream = open(path + ".tmp", "w", newline="")
+        self.writer = csv.writer(self.stream)
+        self.writer.writerow(self.FIELDS)
+        self.committed = False
+
+    def write(self, policy: str, jobs) -> None:
+        for job in jobs:
+            self.writer.writerow((policy, job.job_id, repr(job.submit), repr(job.start),
+                                  repr(job.end), repr(job.start - job.submit),
+                                  int(job.affected), job.kills))
+        self.stream.flush()
+
+    def commit(self) -> None:
+        self.stream.close()
+        os.replace(self.path + ".tmp", self.path)
+        self.committed = True
+
+    def close(self) -> None:
+        if not self.committed:
+            self.stream.close()
+            os.unlink(self.path + ".tmp")
+
+
+def _replay_policies(args, base: dict, policies: list[str], alphas, thresholds,
+                     show_progress: bool, jobs_csv: JobsCsv | None):
+    """One replay per policy (each with its replication variants): the rows, and each
+    policy's per-job waits for the filtered statistics."""
+    from ..sim.run import ReplayConfig, run_replay
+
     results = []
     waits_by_policy = {}
     reported = set()  # each policy reads the same traces: say what was skipped once
-    for policy in args.policy:
+    for policy in policies:
         schedule_config = ReplayConfig(policy=policy, **base)
         variants = []
         for strategy in args.strategy:
@@ -234,20 +362,12 @@ def _replay(args) -> int:
                 reported.add(line)
                 print(line, file=sys.stderr)
         waits_by_policy[policy] = outcome.waits
+        if jobs_csv is not None:
+            jobs_csv.write(policy, outcome.jobs)
         for row in outcome.rows:
-            results.append((row, seconds))
-    filtered = filtered_wait_stats(waits_by_policy)
-    table = []
-    for row, seconds in results:
-        v = row.values
-        stats = filtered[row.config.policy]
-        v.update(filtered_jobs=stats.jobs, filtered_wait_mean=stats.mean,
-                 filtered_wait_sd=stats.sd, seconds=seconds)
-        table.append(row)
-    _print_table(table)
-    if args.csv:
-        _write_csv(args.csv, table)
-    return 0
+            row.values["seconds"] = seconds
+            results.append(row)
+    return results, waits_by_policy
 
 
 def _fmt(value, digits=1) -> str:
@@ -288,13 +408,14 @@ def _print_table(rows) -> None:
 
 
 def _write_csv(path: str, rows) -> None:
-    from ..sim.sweep import CONFIG_FIELDS, METRIC_FIELDS, _cell
+    from ..sim.run import applicable_settings
+    from ..sim.sweep import RESULT_FIELDS, _cell
     with open(path, "w", newline="") as stream:
-        writer = csv.DictWriter(stream, fieldnames=CONFIG_FIELDS + METRIC_FIELDS + ["seconds"],
+        writer = csv.DictWriter(stream, fieldnames=RESULT_FIELDS + ["seconds"],
                                 extrasaction="ignore")
         writer.writeheader()
         for row in rows:
-            values = dict(dataclasses.asdict(row.config), **row.values)
+            values = applicable_settings(dict(dataclasses.asdict(row.config), **row.values))
             writer.writerow({k: _cell(v) for k, v in values.items()})
 
 
@@ -303,8 +424,19 @@ def _sweep(args) -> int:
 
     plan = sweep.load_sweep(args.config)
     output = args.output or os.path.splitext(os.path.abspath(args.config))[0] + "-results"
+    try:
+        # Before any run: a folder that cannot be made is one line now, not a crash later.
+        os.makedirs(os.path.join(output, "tasks"), exist_ok=True)
+    except OSError as err:
+        raise InputError(f"cannot write the sweep's results: {err.strerror or err}",
+                         path=output) from err
     if args.task is not None:
-        sweep.run_task(plan, args.task, output)
+        # An array task: a line per finished run in the task's output file.
+        log = sweep.RunLog(plan, None, sys.stderr if args.progress else None,
+                           label=f"task {args.task}",
+                           total=len(plan.tasks[args.task]) if 0 <= args.task < len(plan.tasks)
+                           else 0)
+        sweep.run_task(plan, args.task, output, on_run=log)
         return 0
     if args.collect:
         return _collect(plan, output)
@@ -316,9 +448,12 @@ def _sweep(args) -> int:
         return 0
     if args.workers < 1:
         raise InputError(f"--workers must be >= 1, got {args.workers}")
-    progress = (sweep.TaskProgress(sys.stderr, terminal=sys.stderr.isatty())
-                if args.progress else None)
-    errors = sweep.run_local(plan, output, min(args.workers, len(plan.tasks)), progress)
+    log = sweep.RunLog(plan, os.path.join(output, "results.csv"),
+                       sys.stderr if args.progress else None, terminal=sys.stderr.isatty())
+    try:
+        errors = sweep.run_local(plan, output, min(args.workers, len(plan.tasks)), log)
+    finally:
+        log.close()
     for line in errors:
         print(f"scratchkeeper: {line}", file=sys.stderr)
     status = _collect(plan, output)

@@ -30,6 +30,9 @@ def register(subparsers) -> None:
     commit.add_argument("--layout", metavar="TEXT", help="the stage-in's layout decision "
                         "(#STAGEIN -layout), recorded on every staged file as the xattr "
                         "user.scratchkeeper.layout")
+    commit.add_argument("--timing", action="append", default=[], metavar="LINE:SECONDS",
+                        help="(a stage-in) how long the transfer of that script line took, as "
+                             "the data job timed it; what the JIT prediction learns from")
     commit.set_defaults(func=_commit)
     fail = actions.add_parser("fail", help="record a failed data stage and cancel its dependents")
     fail.add_argument("--chain", required=True)
@@ -101,17 +104,20 @@ def _open_records(config) -> StateStore:
 
 def _commit(args) -> int:
     from ..planner.commit import commit_stage
+    from ..planner.transfer_timing import parse_timings
     from ..state import may_write
 
     config = site_config(args)
     started = time.monotonic()
+    timings = parse_timings(args.timing)
     reply = None
     if os.geteuid() != 0 and os.path.exists(config.recovery.socket):
         # root's service commits for the chain's owner and writes the record recovery trusts
         # (trusted.* attributes, which this user cannot write); committed here instead, only
         # when the service does not answer, the files carry no such record
         reply = _service_once(config, lambda c: c.stage_commit(args.chain, args.job,
-                                                               layout=args.layout))
+                                                               layout=args.layout,
+                                                               timings=timings))
     if reply is None and may_write(config.state.database):
         if os.geteuid() != 0:
             print(f"scratchkeeper: committing as uid {os.geteuid()}: the staged files get no "
@@ -120,11 +126,12 @@ def _commit(args) -> int:
         store = _open_records(config)
         files = [(f.path, f.size, f.checksum, f.source)
                  for f in commit_stage(store, config, args.chain, args.job,
-                                         layout=args.layout)]
+                                         layout=args.layout, timings=timings)]
     else:
         if reply is None:
             reply = _through_service(config, lambda c: c.stage_commit(args.chain, args.job,
-                                                                        layout=args.layout))
+                                                                        layout=args.layout,
+                                                                        timings=timings))
         files = [(f["path"], f["size"], f["checksum"], f["source"]) for f in reply["files"]]
     for path, size, checksum, source in files:
         print(f"staged {path} ({size} bytes, sha256 {checksum}) from {source}")

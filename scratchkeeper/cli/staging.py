@@ -16,10 +16,11 @@ def register(subparsers) -> None:
     predict = actions.add_parser(
         "predict", help="predict the transfer time of a script's stage-in jobs",
         description="Asks each #STAGEIN source for its size (GridFTP SIZE, HTTP HEAD, stat) and "
-                    "divides by the throughput learned per source host from recorded "
-                    "stage-ins; prints the prediction, its pessimistic bound (what -start jit "
-                    "plans with: staging.jit_sigmas standard deviations of the learned log "
-                    "rate) and why there is none when there is none.")
+                    "predicts each file's time as a fixed cost plus its bytes over the "
+                    "bandwidth fitted per source host and client to the transfers data jobs "
+                    "timed; prints the prediction, its pessimistic bound (what -start jit "
+                    "plans with: the staging.jit_quantile quantile of the fit's relative "
+                    "residuals added) and why there is none when there is none.")
     predict.add_argument("script", help="batch script with #STAGEIN directives")
     predict.add_argument("--json", action="store_true", help="machine-readable output")
     predict.set_defaults(func=_predict)
@@ -61,8 +62,13 @@ def _predict(args) -> int:
             size = f"{source.bytes} bytes" if source.bytes is not None else f"size unknown ({source.reason})"
             print(f"  {source.source}: {size}")
         for host in prediction.hosts:
-            rate = f"{host.rate / 1e6:.1f} MB/s (log sd {host.log_sd:.2f})" if host.rate else "no rate"
-            print(f"  host {host.host}: {host.samples} recorded transfer(s), {rate}")
+            fit = host.fit
+            if fit is None:
+                print(f"  {host.client} from {host.host}: no model: {host.reason}")
+                continue
+            bandwidth = f"{fit.bandwidth / 1e6:.1f} MB/s" if fit.bandwidth else "no per-byte cost"
+            print(f"  {host.client} from {host.host}: {fit.fixed:.3f}s per file + bytes at "
+                  f"{bandwidth}, bound +{fit.spread:.0%} ({fit.basis})")
         if prediction.seconds is None:
             print(f"  no prediction: {prediction.reason}")
         else:

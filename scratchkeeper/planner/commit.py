@@ -41,7 +41,8 @@ from ..state import DatabaseBusy, StateStore, retry_busy
 from ..storage import open_backend
 from ..storage.sources import open_regular
 from . import records
-from .predict import source_host
+from .predict import source_client, source_host
+from .transfer_timing import timing_rows
 
 log = logging.getLogger(__name__)
 
@@ -177,15 +178,17 @@ def check_owner(store: StateStore, chain_id: str, for_uid: int | None):
 
 
 def commit_stage(store: StateStore, config: SiteConfig, chain_id: str, job_key: str, *,
-                 for_uid: int | None = None, backend=None,
-                 layout: str | None = None) -> list[CommittedFile]:
+                 for_uid: int | None = None, backend=None, layout: str | None = None,
+                 timings: dict[int, float] | None = None) -> list[CommittedFile]:
     """Record the staged files of one data job (stage-in) or its success (stage-out).
 
     ``for_uid``: a privileged service commits for the data job of that user (the data job
     cannot write the state database): the chain and every staged file must be that user's, and
     each file is opened once, without following links, for its digests. ``layout``: the
     stage-in's layout decision (``#STAGEIN -layout``), kept as ``user.scratchkeeper.layout``.
+    ``timings``: {script line: seconds} the data job measured (:mod:`.transfer_timing`).
     """
+    received = time.time()
     if layout is not None:
         # one line of text: a record; only its workload word is read back (replicad, hybrid
         # replicas: advisor.hybrid.parse_workload, strictly, as data)
@@ -194,6 +197,7 @@ def commit_stage(store: StateStore, config: SiteConfig, chain_id: str, job_key: 
     chain, row = recorded(lambda: (check_owner(store, chain_id, for_uid),
                                    _job_row(store, chain_id, job_key)), what)
     committed: list[CommittedFile] = []
+    lines: dict[int, tuple[str, str, int, int]] = {}   # line -> host, client, bytes, files
     if row["role"] == "stage-in":
         backend = backend or open_backend(config)
         jobs = recorded(lambda: records.chain_jobs(store, chain_id), what)
@@ -203,21 +207,29 @@ def commit_stage(store: StateStore, config: SiteConfig, chain_id: str, job_key: 
         for staged in recorded(lambda: records.staged_files(store, chain_id, job_key), what):
             if staged["state"] == "staged":
                 continue  # a re-run of the data job: already recorded
-            for path, source in _files_of(staged, user, chain["script_path"]):
-                committed.append(_commit_file(store, config, backend, chain, staged, path,
-                                              source, compute_id or "", for_uid, layout))
+            files = [_commit_file(store, config, backend, chain, staged, path, source,
+                                  compute_id or "", for_uid, layout)
+                     for path, source in _files_of(staged, user, chain["script_path"])]
+            committed += files
+            lines[staged["line"]] = (source_host(staged["source"]),
+                                     source_client(staged["source"]),
+                                     sum(f.size for f in files), len(files))
             recorded(lambda: records.mark_staged(store, chain_id, staged["path"]), what)
         if committed:
-            _record_transfers(store, config, chain, row, committed)
+            _record_transfers(store, config, chain, row, committed, lines, timings or {},
+                              received)
     recorded(lambda: records.set_jobs_state(store, chain_id, [job_key], records.JOB_DONE), what)
     return committed
 
 
 def _record_transfers(store: StateStore, config: SiteConfig, chain, row,
-                      committed: list[CommittedFile]) -> None:
-    """What the JIT prediction learns from: the bytes of this stage-in per source host and the
-    seconds from the job's start, as the scheduler (not the job) reports it, to now; a job
-    reading from several hosts shares its seconds out by bytes. Never fails the commit."""
+                      committed: list[CommittedFile], lines: dict, timings: dict[int, float],
+                      received: float) -> None:
+    """The bytes of this stage-in per source host and the seconds from the job's start, as the
+    scheduler reports it, to now (a job reading from several hosts shares its seconds out by
+    bytes; the chaining delay of the metrics); and what the JIT prediction learns from, the
+    job's own timing of each line, when they fit in the scheduler's figure
+    (:func:`.transfer_timing.timing_rows`). Never fails the commit."""
     try:
         job = get_scheduler(config, chain["scheduler"]).lookup([row["job_id"]]).get(row["job_id"])
     except ScratchkeeperError as err:
@@ -226,6 +238,7 @@ def _record_transfers(store: StateStore, config: SiteConfig, chain, row,
         return
     if job is None or job.start_time is None:
         return
+    _record_timings(store, config, chain, row, lines, timings, received - job.start_time)
     now = time.time()
     seconds = max(now - job.start_time, 1e-3)
     per_host: dict[str, int] = {}
@@ -244,6 +257,25 @@ def _record_transfers(store: StateStore, config: SiteConfig, chain, row,
                 job.start_time, chain["owner_uid"]), f"chain {chain['chain_id']}: transfer record")
     except ScratchkeeperError as err:
         log.warning("chain %s: transfer not recorded: %s", chain["chain_id"], err)
+
+
+def _record_timings(store: StateStore, config: SiteConfig, chain, row, lines: dict,
+                    timings: dict[int, float], job_seconds: float) -> None:
+    if not timings:
+        return
+    rows, why = timing_rows(lines, timings, chain_id=chain["chain_id"], job_key=row["job_key"],
+                            owner_uid=chain["owner_uid"], job_seconds=job_seconds,
+                            slack=config.staging.timing_slack, finished=time.time())
+    if not rows:
+        log.info("chain %s: %s: transfer timings not learned from: %s", chain["chain_id"],
+                 row["job_key"], why)
+        return
+    try:
+        records.open_staging(store)
+        recorded(lambda: records.record_timings(store, rows),
+                 f"chain {chain['chain_id']}: timing record")
+    except ScratchkeeperError as err:
+        log.warning("chain %s: transfer timings not recorded: %s", chain["chain_id"], err)
 
 
 def _commit_file(store, config, backend, chain, staged, path, source, compute_id, for_uid,

@@ -5,7 +5,8 @@ A stage-in with ``-start jit`` starts at ``E - P - margin``: ``E`` the compute j
 start (the backfill scheduler's own estimate, or for a job waiting on its stage-in, which the
 backfill scheduler does not estimate, the scheduler's will-run answer for the same resources:
 ``sbatch --test-only``), ``P`` the pessimistic predicted transfer time (:mod:`.predict`) and the
-margin ``staging.jit_margin``. It starts at once when any of these is unknown, when that moment
+margin ``staging.jit_margin``: it is held back whenever the compute job's wait ``E - now``
+exceeds ``P + margin``. It starts at once when any of these is unknown, when that moment
 has come, or when ``P`` plus one sweep exceeds ``staging.jit_max_delay``: a compute job whose
 estimate comes forward all at once (a running job ends early) waits up to ``P`` for data it
 would have had with ``-start now``, so only a stage-in short enough for that wait to be
@@ -57,12 +58,25 @@ def decide(now: float, expected_start: float | None, estimate_source: str,
     if expected_start is None:
         return Decision(None, None, estimate_source,
                         "start now: the scheduler does not estimate the compute job's start")
-    release = expected_start - prediction.pessimistic - staging.jit_margin
-    lead = (f"{prediction.pessimistic:.0f}s predicted (at worst) + {staging.jit_margin:g}s "
-            f"margin before the expected start")
-    if release <= now:
-        return Decision(None, expected_start, estimate_source, f"start now: {lead} has come")
-    return Decision(release, expected_start, estimate_source, f"held back: starts {lead}")
+    # held back whenever the compute job's wait exceeds the bound plus the margin
+    wait = expected_start - now
+    lead = prediction.pessimistic + staging.jit_margin
+    figures = (f"{_seconds(prediction.pessimistic)} at worst ({_seconds(prediction.seconds)} "
+               f"predicted) + {staging.jit_margin:g}s margin")
+    if wait <= lead:
+        return Decision(None, expected_start, estimate_source,
+                        f"start now: the compute job's wait, {wait:.0f}s, is within {figures}: "
+                        f"the moment has come")
+    return Decision(expected_start - lead, expected_start, estimate_source,
+                    f"held back: the compute job waits {wait:.0f}s, more than {figures}; "
+                    f"starts {figures} before its expected start")
+
+
+def _seconds(value: float | None) -> str:
+    """A transfer time as a reader wants it: tenths below 10 s (the fits are sub-second)."""
+    if value is None:
+        return "?"
+    return f"{value:.1f}s" if value < 10 else f"{value:.0f}s"
 
 
 def hold_back(scheduler: Scheduler, store: StateStore, config: SiteConfig, *, chain_id: str,

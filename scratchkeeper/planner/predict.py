@@ -1,18 +1,29 @@
-"""Predict how long a stage-in job takes: its sources' sizes over the throughput learned per
-source host from the stage-ins the project recorded.
+"""Predict how long a stage-in job takes: per file, a fixed cost plus its bytes over the
+bandwidth learned per source host and client from the transfers data jobs timed themselves.
 
-The throughput of a host is learned from its most recent ``staging.history`` recorded
-transfers (bytes over the seconds from the stage-in job's start, as the scheduler reports it,
-to its commit), as the mean and standard deviation of their log rates: rates are spread over
-orders of magnitude, and a log keeps one fast outlier from making every prediction optimistic.
-The prediction is ``bytes / exp(mean)``; its pessimistic bound, which JIT plans with, is
-``bytes / exp(mean - staging.jit_sigmas * sd)``. A host with fewer than ``staging.min_samples``
-transfers, or a source whose size cannot be asked (a directory, ``scp://``), has no prediction.
+Data jobs time each structured transfer (the client's run, sub-second, per directive line) and
+``stage commit`` records it (:mod:`.transfer_timing`). For a source read with client ``C``
+(``gridftp`` for ``gsiftp://``/``ftp://``, ``http`` for ``http(s)://``, ``file`` for a local
+path, ``scp``) from host ``H``, the model is fitted (:mod:`.transfer_fit`: least absolute
+relative deviations, a changed host refitted on its newest samples) to the newest
+``staging.history`` single-file transfers of ``(H, C)``:
+
+- at least ``staging.min_samples`` of them: that fit (``basis`` ``host``);
+- fewer: the fit of the newest ``staging.history`` transfers by ``C`` from every host
+  (``pooled``), when there are at least ``staging.min_samples``; its spread holds the
+  differences between hosts too, so its bound is wider;
+- fewer still: no prediction (a JIT stage-in then starts at once).
+
+A stage-in's prediction is the sum over its files of ``fixed + bytes * per_byte``; its
+pessimistic bound, which JIT plans with, the sum of each file's ``estimate * (1 + spread)``,
+``spread`` the ``staging.jit_quantile`` quantile of the fit's relative residuals (at least
+``staging.jit_min_spread``). A source whose size cannot be asked (a directory, ``scp://``) or
+whose client is unknown has no prediction. The stage-in job's own start-up (its scheduler's
+dispatch, the commit) is not in the model: ``staging.jit_margin`` covers it.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -22,18 +33,23 @@ from ..state import StateStore
 from ..transfer.uri import UnknownScheme, parse_location
 from . import records
 from .sources import SourceAllowList
+from .transfer_fit import TransferFit, fit_history, fit_samples
 
 LOCAL_HOST = "localhost"
+#: the client of a source by its scheme (the program is the site's: transfer.globus_url_copy...)
+CLIENTS = {"gsiftp": "gridftp", "ftp": "gridftp", "http": "http", "https": "http",
+           "file": "file", "path": "file", "scp": "scp"}
 
 
 @dataclass(frozen=True)
-class Throughput:
-    """What the recorded transfers of one host say: bytes/s (geometric mean) and spread."""
+class HostModel:
+    """What the timed transfers of one (host, client) say; ``fit`` None when too few."""
 
     host: str
+    client: str
     samples: int
-    rate: float | None = None          # exp(mean log rate)
-    log_sd: float = 0.0
+    fit: TransferFit | None = None
+    reason: str = ""
 
 
 @dataclass(frozen=True)
@@ -42,6 +58,7 @@ class SourcePrediction:
     host: str
     bytes: int | None
     reason: str = ""                   # why its size is unknown
+    client: str = ""
 
 
 @dataclass(frozen=True)
@@ -49,7 +66,7 @@ class Prediction:
     """A stage-in job's predicted transfer time; ``seconds is None`` when it cannot be made."""
 
     sources: tuple[SourcePrediction, ...]
-    hosts: tuple[Throughput, ...]
+    hosts: tuple[HostModel, ...]
     bytes: int | None
     seconds: float | None
     pessimistic: float | None
@@ -72,6 +89,14 @@ def source_host(uri: str) -> str:
     return location.host.rsplit("@", 1)[-1].lower()
 
 
+def source_client(uri: str) -> str:
+    """The client a source is read with (``gridftp``, ``http``, ``file``, ``scp``); "" if none."""
+    try:
+        return CLIENTS.get(parse_location(uri).scheme, "")
+    except (ValueError, UnknownScheme):
+        return ""
+
+
 def source_size(uri: str, config: SiteConfig, *, owner=None) -> tuple[int | None, str]:
     """(size, "") of one source, asked of its server (GridFTP ``SIZE``, HTTP ``HEAD``) or
     ``fstat`` of a local file opened with ``owner``'s rights; (None, why) when it cannot be."""
@@ -89,20 +114,34 @@ def source_size(uri: str, config: SiteConfig, *, owner=None) -> tuple[int | None
     return int(size), ""
 
 
-def throughput(store: StateStore, host: str, config: SiteConfig) -> Throughput:
-    if not records.made(store):
-        return Throughput(host, 0)  # no stage-in was ever recorded: the tables are not made yet
-    rows = records.recent_transfers(store, host, config.staging.history)
-    logs = [math.log(r["bytes"] / r["seconds"]) for r in rows]
-    if not logs:
-        return Throughput(host, 0)
-    mean = sum(logs) / len(logs)
-    sd = math.sqrt(sum((x - mean) ** 2 for x in logs) / (len(logs) - 1)) if len(logs) > 1 else 0.0
-    return Throughput(host, len(logs), math.exp(mean), sd)
+def host_model(store: StateStore | None, host: str, client: str,
+               config: SiteConfig) -> HostModel:
+    """The model of ``(host, client)``, with the fallbacks of the module's docstring."""
+    staging = config.staging
+    options = dict(q=staging.jit_quantile, min_spread=staging.jit_min_spread)
+    own = records.recent_timings(store, client, staging.history, host) if store else []
+    if len(own) >= staging.min_samples:
+        fit = fit_history([(r["bytes"], r["seconds"]) for r in own], **options,
+                          change_window=staging.change_window,
+                          min_samples=staging.min_samples,
+                          basis=f"host: {len(own)} timed {client} transfers from {host}")
+        return HostModel(host, client, len(own), fit)
+    pooled = records.recent_timings(store, client, staging.history) if store else []
+    if len(pooled) >= staging.min_samples:
+        fit = fit_samples([r["bytes"] for r in pooled], [r["seconds"] for r in pooled],
+                          **options, basis=f"pooled: {len(own)} timed {client} transfer(s) "
+                                           f"from {host}, fewer than staging.min_samples = "
+                                           f"{staging.min_samples}; fitted to the newest "
+                                           f"{len(pooled)} {client} transfers of every host")
+        return HostModel(host, client, len(own), fit)
+    return HostModel(host, client, len(own), None,
+                     f"host {host}: {len(own)} timed {client} transfer(s), and "
+                     f"{len(pooled)} from every host, fewer than staging.min_samples = "
+                     f"{staging.min_samples}")
 
 
-def predict(sources: Iterable[tuple[str, bool]], store: StateStore, config: SiteConfig, *,
-            owner=None, allowed: SourceAllowList | None = None) -> Prediction:
+def predict(sources: Iterable[tuple[str, bool]], store: StateStore | None, config: SiteConfig,
+            *, owner=None, allowed: SourceAllowList | None = None) -> Prediction:
     """The transfer time of a stage-in job reading ``sources`` ((uri, recursive) pairs).
 
     ``allowed``: a root service predicting for a user (the chain service) asks only the servers
@@ -110,41 +149,41 @@ def predict(sources: Iterable[tuple[str, bool]], store: StateStore, config: Site
     it; a local source is opened with ``owner``'s rights whatever the list says."""
     found: list[SourcePrediction] = []
     for uri, recursive in sources:
-        host = source_host(uri)
+        host, client = source_host(uri), source_client(uri)
         if recursive:
-            found.append(SourcePrediction(uri, host, None, f"{uri}: a directory"))
+            found.append(SourcePrediction(uri, host, None, f"{uri}: a directory", client))
             continue
         refused = None
         if allowed is not None and records.source_endpoint(uri) != records.LOCAL:
             refused = allowed.why_refused(uri)
         if refused is not None:
-            found.append(SourcePrediction(uri, host, None, f"size not asked: {refused}"))
+            found.append(SourcePrediction(uri, host, None, f"size not asked: {refused}", client))
             continue
         size, why = source_size(uri, config, owner=owner)
-        found.append(SourcePrediction(uri, host, size, why))
-    hosts = {s.host: throughput(store, s.host, config) for s in found}
+        found.append(SourcePrediction(uri, host, size, why, client))
+    models = {(s.host, s.client): host_model(store, s.host, s.client, config)
+              for s in found if s.client}
     unknown = [s.reason for s in found if s.bytes is None]
-    total = None if unknown or not found else sum(s.bytes for s in found)
+    total = None if unknown or not found else sum(s.bytes or 0 for s in found)
     reason = ""
     if not found:
         reason = "no structured transfer to predict"
     elif unknown:
         reason = "size unknown: " + unknown[0]
+    elif any(not s.client for s in found):
+        reason = "no client known for " + next(s.source for s in found if not s.client)
     else:
-        few = [h for h in hosts.values() if h.samples < config.staging.min_samples]
-        if few:
-            reason = (f"host {few[0].host}: {few[0].samples} recorded transfer(s), fewer than "
-                      f"staging.min_samples = {config.staging.min_samples}")
+        missing = [m for m in models.values() if m.fit is None]
+        if missing:
+            reason = missing[0].reason
     if reason:
-        return Prediction(tuple(found), tuple(hosts.values()), total, None, None, reason)
+        return Prediction(tuple(found), tuple(models.values()), total, None, None, reason)
     seconds = pessimistic = 0.0
-    per_host: dict[str, int] = {}
     for source in found:
-        per_host[source.host] = per_host.get(source.host, 0) + source.bytes
-    z = config.staging.jit_sigmas
-    for host, size in per_host.items():
-        learned = hosts[host]
-        seconds += size / learned.rate
-        pessimistic += size / (learned.rate * math.exp(-z * learned.log_sd))
-    return Prediction(tuple(found), tuple(hosts.values()), total, seconds, pessimistic,
-                      f"{total} bytes from {', '.join(per_host)}")
+        fit = models[(source.host, source.client)].fit
+        assert fit is not None and source.bytes is not None
+        seconds += fit.seconds(source.bytes)
+        pessimistic += fit.pessimistic(source.bytes)
+    hosts = ", ".join(f"{client} from {host}" for host, client in models)
+    return Prediction(tuple(found), tuple(models.values()), total, seconds, pessimistic,
+                      f"{len(found)} file(s), {total} bytes: {hosts}")

@@ -163,6 +163,26 @@ STAGING_MIGRATIONS = [
     );
     CREATE INDEX offloads_by_state ON offloads(state);
     """,
+    # issue 34: each structured transfer of a stage-in as its data job timed it (one directive
+    # line: a file, or a folder's files), what predictions fit; ``transfers`` stays as it was
+    """
+    CREATE TABLE transfer_timings (
+        id          INTEGER PRIMARY KEY AUTOINCREMENT,
+        chain_id    TEXT NOT NULL,
+        job_key     TEXT NOT NULL,
+        line        INTEGER NOT NULL,
+        host        TEXT NOT NULL,
+        client      TEXT NOT NULL,
+        bytes       INTEGER NOT NULL,
+        files       INTEGER NOT NULL,
+        seconds     REAL NOT NULL,
+        finished    REAL NOT NULL,
+        owner_uid   INTEGER,
+        UNIQUE (chain_id, job_key, line)
+    );
+    CREATE INDEX transfer_timings_by_host ON transfer_timings(host, client, finished);
+    CREATE INDEX transfer_timings_by_client ON transfer_timings(client, finished);
+    """,
 ]
 
 # chain states
@@ -600,6 +620,35 @@ def record_transfer(store: StateStore, chain_id: str, job_key: str, host: str, s
 def recent_transfers(store: StateStore, host: str, limit: int):
     return store.query("SELECT bytes, seconds FROM transfers WHERE host=? AND bytes > 0 AND "
                        "seconds > 0 ORDER BY started DESC LIMIT ?", (host, limit))
+
+
+def record_timings(store: StateStore, rows: Iterable[dict]) -> None:
+    """Rows (chain_id, job_key, line, host, client, bytes, files, seconds, finished,
+    owner_uid) of timed transfers, in one transaction (a commit run again replaces its own)."""
+    columns = ("chain_id", "job_key", "line", "host", "client", "bytes", "files", "seconds",
+               "finished", "owner_uid")
+    with store.transaction() as conn:
+        conn.executemany(f"INSERT OR REPLACE INTO transfer_timings({', '.join(columns)}) "
+                         f"VALUES ({', '.join('?' * len(columns))})",
+                         [tuple(row[c] for c in columns) for row in rows])
+
+
+def recent_timings(store: StateStore, client: str, limit: int, host: str | None = None):
+    """(bytes, seconds) of the newest ``limit`` single-file transfers by ``client`` (from
+    ``host``, or from any host), newest first; none while the table is not made."""
+    if not made(store, "transfer_timings"):
+        return []
+    where = "client=? AND files=1 AND bytes > 0 AND seconds > 0"
+    values: tuple = (client,)
+    if host is not None:
+        where, values = "host=? AND " + where, (host, client)
+    return store.query(f"SELECT bytes, seconds FROM transfer_timings WHERE {where} "
+                       "ORDER BY finished DESC, id DESC LIMIT ?", (*values, limit))
+
+
+def timings_of(store: StateStore, chain_id: str):
+    return store.query("SELECT * FROM transfer_timings WHERE chain_id=? ORDER BY line",
+                       (chain_id,))
 
 
 def transfers_of(store: StateStore, chain_id: str):

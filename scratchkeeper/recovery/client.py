@@ -9,6 +9,7 @@ One JSON object per line each way, one request per connection. Requests::
     {"op": "check-job", "job_id": J, "timeout": s}  pre-execution hook (root only)
     {"op": "list"}                                recent requests (a user sees their own)
     {"op": "stage-commit", "chain": C, "job": K[, "layout": L]}  a data job's `stage commit`, for its user
+                                  (and "timings": [[LINE, SECONDS], ...], its transfers as it timed them)
     {"op": "stage-fail", "chain": C, "job": K, "line": n, "reason": r}   ... `stage fail`
 
 Replies are ``{"ok": true, ...}`` or ``{"ok": false, "error": message, "kind": class}``. The
@@ -217,10 +218,12 @@ class RecoveryClient:
         return self.call({"op": "list"})
 
     def stage_commit(self, chain_id: str, job_key: str, *, layout: str | None = None,
-                     timeout: float = 3600.0) -> dict:
-        message = {"op": "stage-commit", "chain": chain_id, "job": job_key}
+                     timings: dict[int, float] | None = None, timeout: float = 3600.0) -> dict:
+        message: dict = {"op": "stage-commit", "chain": chain_id, "job": job_key}
         if layout is not None:
             message["layout"] = layout
+        if timings:
+            message["timings"] = [[line, seconds] for line, seconds in sorted(timings.items())]
         return self.call(message, timeout=timeout)
 
     def stage_fail(self, chain_id: str, job_key: str, line: int | None, reason: str) -> dict:

@@ -41,6 +41,7 @@ from ..errors import (
 from ..ownership import Owner
 from ..planner import records as planner_records
 from ..planner.commit import commit_stage, fail_stage
+from ..planner.transfer_timing import check_timings
 from ..state import StateStore
 from ..storage import StorageBackend, open_backend
 from ..storage.base import XATTR_PREFIX
@@ -645,8 +646,9 @@ class RecoveryService:
             layout = message.get("layout")
             if layout is not None and not isinstance(layout, str):
                 raise InputError("stage-commit: 'layout' must be a string")
+            timings = check_timings(message.get("timings"))
             files = commit_stage(self.store, self.config, chain_id, job_key, for_uid=uid,
-                                 backend=self.backend, layout=layout)
+                                 backend=self.backend, layout=layout, timings=timings)
             log.info("chain %s: %s committed for uid %d (%d file(s))", chain_id, job_key, uid,
                      len(files))
             return {"files": [dataclasses.asdict(f) for f in files]}

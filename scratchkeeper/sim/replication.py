@@ -9,17 +9,27 @@ an instant is the input size of every job with a replica requested and not yet c
 Strategies: ``fcfs`` (window in queue order, no shortcut), ``shortcut`` (the same with the
 threshold T), ``dispatch-aware`` (the offline oracle: the queue ordered by actual dispatch
 time, no shortcut). ``alpha = inf`` replicates every job on submission.
+
+Two cores give the same numbers: ``native`` (``native/replication.c``, the default when the
+extension is built) and ``python`` (:func:`_replay_python` with
+:class:`~scratchkeeper.replication.window.RankedWindow`, the reference of the tests).
 """
 
 from __future__ import annotations
 
 import math
+from array import array
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from ..errors import InputError
 from ..replication.window import RankedWindow, WindowParams
-from .scheduler import LOG_ENTER, LOG_REQUEUE, LOG_START, Schedule
+from .scheduler import CORES, LOG_ENTER, LOG_REQUEUE, LOG_START, Schedule, default_core
+
+try:
+    from . import _native
+except ImportError:     # not built: the Python reference runs
+    _native = None
 
 STRATEGIES = ("fcfs", "shortcut", "dispatch-aware")
 
@@ -82,10 +92,37 @@ PROGRESS_EVENTS = 1 << 16
 
 
 def replay_replication(schedule: Schedule, params: ReplicationParams,
-                       progress: Callable[[int, int], None] | None = None) -> ReplicationResult:
+                       progress: Callable[[int, int], None] | None = None,
+                       core: str | None = None) -> ReplicationResult:
     """Run the replication daemon's decisions over ``schedule`` and measure risk and space.
 
-    ``progress(events done, events)`` as the schedule's queue events are replayed."""
+    ``progress(events done, events)`` as the schedule's queue events are replayed; ``core``:
+    ``native`` (C), ``python`` (the reference) or None (the scheduler's default core)."""
+    core = core or default_core()
+    if core == "python":
+        return _replay_python(schedule, params, progress)
+    if core != "native":
+        raise InputError(f"unknown replication core {core!r}; choose one of {', '.join(CORES)}")
+    if _native is None:
+        raise InputError("the native replication core is not built (python setup.py build_ext "
+                         "--inplace, or pip install -e .)")
+    nodes, input_bytes, end = schedule.job_columns()
+    at_risk, replicated, samples = _native.replicate(
+        log_time=schedule.log_time, log_kind=schedule.log_kind, log_job=schedule.log_job,
+        nodes=nodes, input_bytes=input_bytes, end=end, system_nodes=schedule.system_nodes,
+        first_submit=schedule.first_submit, last_end=schedule.last_end,
+        order=1 if params.strategy == "dispatch-aware" else 0, alpha=params.alpha,
+        threshold=params.window_params().threshold, copy_bandwidth=params.copy_bandwidth,
+        scratch_bytes=params.scratch_bytes, samples=params.samples, progress=progress,
+        progress_events=PROGRESS_EVENTS)
+    space = array("d")
+    space.frombytes(samples)
+    return ReplicationResult(params, len(schedule.jobs), at_risk, replicated, space.tolist())
+
+
+def _replay_python(schedule: Schedule, params: ReplicationParams,
+                   progress: Callable[[int, int], None] | None) -> ReplicationResult:
+    """:func:`replay_replication` in Python with :class:`RankedWindow`: the reference."""
     jobs = schedule.jobs
     times, kinds, job_of = schedule.log_time, schedule.log_kind, schedule.log_job
     # Queue stints: one per entry into the queue, closed by a dispatch or a move to the tail.

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 from ..errors import InputError, ScratchkeeperError
 from ..inputfiles import read_text
+from .grading import Interval, interval
 
 POLICY_LABELS = {"ideal": "ideal (no failure)", "none": "without recovery",
                  "pre-execution": "pre-execution recovery", "on-the-fly": "on-the-fly recovery"}
@@ -171,16 +172,16 @@ def plot_replication(rows: list[Row], output: str, schedule: str = "model") -> s
     ticks = ["inf" if math.isinf(a) else f"{a:g}" for a in alphas]
     for column, model in enumerate(models):
         ax_risk, ax_space = axes[0][column], axes[1][column]
-        lines: dict[str, list[tuple[float, float, float]]] = defaultdict(list)
+        lines: dict[str, dict[float, list[Row]]] = defaultdict(lambda: defaultdict(list))
         for r in rows:
             if (r.text("input_model") or "requested-memory") == model:
-                lines[_strategy_label(r)].append((r.num("alpha"), r.num("at_risk_pct"),
-                                                  r.num("space_mean_pct")))
+                lines[_strategy_label(r)][r.num("alpha")].append(r)
         for label, points in sorted(lines.items()):
-            points.sort()
-            xs = [positions[a] for a, _, _ in points]
-            ax_risk.plot(xs, [p[1] for p in points], marker="o", label=label)
-            ax_space.plot(xs, [p[2] for p in points], marker="o", label=label)
+            xs = [positions[a] for a in sorted(points)]
+            for ax, key in ((ax_risk, "at_risk_pct"), (ax_space, "space_mean_pct")):
+                ivs = [_per_seed(points[a], key) for a in sorted(points)]
+                ax.errorbar(xs, [iv.mean for iv in ivs], yerr=_errors(ivs), marker="o",
+                            capsize=3, label=label)
         for ax, title, ylabel in ((ax_risk, "(a) jobs at risk", "jobs at risk (%)"),
                                   (ax_space, "(b) replica space (mean of 300 samples)",
                                    "replica space (% of scratch)")):
@@ -213,12 +214,10 @@ def plot_queue_length(rows: list[Row], output: str, alpha: float = 0.5) -> str |
     fig, ax = plt.subplots(figsize=(8, 4.5))
     width = 0.8 / len(labels)
     for k, label in enumerate(labels):
-        heights = []
-        for load in loads:
-            match = [r for r in rows if r.num("load_factor") == load and _strategy_label(r) == label]
-            heights.append(_avg(match, "at_risk_pct"))
-        ax.bar([i + (k - (len(labels) - 1) / 2) * width for i in range(len(loads))], heights,
-               width, label=label)
+        ivs = [_per_seed([r for r in rows if r.num("load_factor") == load
+                          and _strategy_label(r) == label], "at_risk_pct") for load in loads]
+        ax.bar([i + (k - (len(labels) - 1) / 2) * width for i in range(len(loads))],
+               [iv.mean for iv in ivs], width, yerr=_errors(ivs), capsize=2, label=label)
     names = []
     for load in loads:
         match = [r for r in rows if r.num("load_factor") == load]
@@ -265,8 +264,8 @@ def plot_waits(rows: list[Row], x_key: str, x_label: str, name: str, output: str
     for ax, key, title, log in panels:
         for policy in order:
             points = sorted(series[policy].items())
-            values = [(x, _avg(list(per_seed.values()), key)) for x, per_seed in points]
-            values = [(x, v) for x, v in values if not math.isnan(v)]
+            values = [(x, _per_seed(list(per_seed.values()), key)) for x, per_seed in points]
+            values = [(x, iv) for x, iv in values if not iv.missing]
             if policy == "ideal" and key.startswith("affected"):
                 continue        # no failure, so no affected job
             if not values:
@@ -274,11 +273,13 @@ def plot_waits(rows: list[Row], x_key: str, x_label: str, name: str, output: str
             style = "--" if policy == "ideal" else "-"
             if len(values) == 1:
                 # Run once (the ideal does not depend on stripes): a level line across the plot.
-                ax.axhline(values[0][1], linestyle=style, color=POLICY_COLORS[policy],
+                ax.axhline(values[0][1].mean, linestyle=style, color=POLICY_COLORS[policy],
                            linewidth=1, label=POLICY_LABELS[policy])
                 continue
-            ax.plot([v[0] for v in values], [v[1] for v in values], style, marker="o",
-                    color=POLICY_COLORS[policy], label=POLICY_LABELS[policy])
+            ivs = [v[1] for v in values]
+            ax.errorbar([v[0] for v in values], [iv.mean for iv in ivs], yerr=_errors(ivs),
+                        linestyle=style, marker="o", capsize=3, color=POLICY_COLORS[policy],
+                        label=POLICY_LABELS[policy])
         ax.set_title(title)
         ax.set_xlabel(x_label)
         ax.set_ylabel("seconds")
@@ -290,7 +291,8 @@ def plot_waits(rows: list[Row], x_key: str, x_label: str, name: str, output: str
         ax.grid(alpha=0.3)
     axes[0][0].legend(fontsize=8)
     held = ", ".join(f"{k}={v}" for k, v in fixed.items() if k != "load_factor")
-    averaged = f"; mean of {seeds} seeds" if seeds > 1 else ""
+    averaged = (f"; mean of {seeds} seeds, bars: 95 % interval" if seeds > 1 else
+                "; one seed, no interval")
     fig.suptitle(f"Wait time vs {x_label}: {conditions(chosen, load=x_key != 'load_factor')}\n"
                  f"failures of LANL system {_most_common(chosen, 'failure_system')} "
                  f"({held}{averaged}); jobs with zero wait in every run left out of (a), (b)",
@@ -302,59 +304,20 @@ def plot_waits(rows: list[Row], x_key: str, x_label: str, name: str, output: str
     return path
 
 
-def summary_table(rows: list[Row]) -> list[tuple[str, str, str]]:
-    """(metric, ours, the thesis's) for what the thesis reports; ours is '-' where the sweep lacks it."""
-    def pick(**match):
-        return [r for r in rows if all(r.text(k) == v for k, v in match.items())]
+#: Settings that, when they vary within one results file, split a metric into one row each.
+SETTING_KEYS = ("trace", "schedule", "input_model", "load_factor", "start_day", "days")
 
-    def fmt(value, digits=2):
-        return "-" if value is None or math.isnan(value) else f"{value:,.{digits}f}"
 
-    ours: dict[str, str] = {}
-    model_rows = [r for r in rows if (r.text("schedule") or "model") == "model"]
-    every_row = model_rows or rows
-    # Recovery numbers come from one sweep (filtered waits compare its runs only) at its usual
-    # load: the sweep that varies the stripe count the most, as the figure.
-    rows = _one_sweep(every_row, "stripe_count")
-    load = _most_common(rows, "load_factor")
-    rows = [r for r in rows if r.text("load_factor") == load]
-    recovery = [r for r in rows if r.text("policy") in ("pre-execution", "on-the-fly", "none")]
-    counts = sorted({r.num("stripe_count") for r in recovery})
-    if counts:
-        lo = [r for r in recovery if r.num("stripe_count") == counts[0] and r.text("policy") == "none"]
-        hi = [r for r in recovery if r.num("stripe_count") == counts[-1] and r.text("policy") == "none"]
-        if lo and hi:
-            ours["affected_pct"] = (f"{fmt(_avg(lo, 'affected_pct'))} -> "
-                                    f"{fmt(_avg(hi, 'affected_pct'))} (stripe "
-                                    f"{counts[0]:g} -> {counts[-1]:g})")
-    none_rows, otf_rows = pick(policy="none"), pick(policy="on-the-fly")
-    if none_rows and otf_rows:
-        ours["utilisation_pct"] = (f"{fmt(_avg(none_rows, 'utilisation_pct'))} / "
-                                   f"{fmt(_avg(otf_rows, 'utilisation_pct'))}")
-        ours["affected_wait_mean"] = (f"{fmt(_avg(none_rows, 'affected_wait_mean'), 0)} -> "
-                                      f"{fmt(_avg(otf_rows, 'affected_wait_mean'), 0)} "
-                                      "(on-the-fly, mean over stripe counts)")
-    ideal = pick(policy="ideal")
-    if ideal and otf_rows:
-        ours["filtered_wait_mean"] = (f"{fmt(_avg(otf_rows, 'filtered_wait_mean'), 0)} vs "
-                                      f"{fmt(_avg(ideal, 'filtered_wait_mean'), 0)}")
-    rows = every_row
-    fcfs2 = [r for r in rows if r.text("strategy") == "fcfs" and r.num("alpha") == 2]
-    if fcfs2:
-        ours["at_risk_fcfs"] = fmt(_avg(fcfs2, "at_risk_pct"))
-    short = [r for r in rows if r.text("strategy") == "shortcut" and r.num("threshold") == 0.1]
-    oracle = [r for r in rows if r.text("strategy") == "dispatch-aware"]
-    if short and oracle:
-        ours["at_risk_shortcut"] = (f"{fmt(_avg(short, 'at_risk_pct'))} vs "
-                                    f"{fmt(_avg(oracle, 'at_risk_pct'))} (mean over alpha, %)")
-    inf_rows = [r for r in rows if r.text("strategy") and math.isinf(r.num("alpha"))]
-    if inf_rows:
-        ours["space_inf"] = fmt(max(r.num("space_mean_pct") for r in inf_rows))
-    small = [r for r in short if r.num("alpha") in (0.2, 0.5)]
-    if small:
-        ours["space_small"] = " / ".join(fmt(r.num("space_mean_pct")) for r in
-                                         sorted(small, key=lambda r: r.num("alpha")))
-    return [(label, ours.get(key, "-"), seed) for key, label, seed in SEED_NUMBERS]
+def _seed_of(row: Row) -> str:
+    return row.text("seed") or "1"
+
+
+def _per_seed(rows: list[Row], key: str) -> Interval:
+    """``key`` averaged within each seed, then the 95 % interval across seeds."""
+    by_seed: dict[str, list[float]] = defaultdict(list)
+    for r in rows:
+        by_seed[_seed_of(r)].append(r.num(key))
+    return interval([_avg_values(v) for v in by_seed.values()])
 
 
 def _avg(rows: list[Row], key: str) -> float:
@@ -362,22 +325,123 @@ def _avg(rows: list[Row], key: str) -> float:
     return sum(values) / len(values) if values else math.nan
 
 
+def _errors(intervals: list[Interval]) -> list[list[float]]:
+    """matplotlib's yerr (below, above) for the 95 % intervals; 0 where one seed gives none."""
+    return [[iv.mean - iv.low for iv in intervals], [iv.high - iv.mean for iv in intervals]]
+
+
+def _avg_values(values: list[float]) -> float:
+    values = [v for v in values if not math.isnan(v)]
+    return sum(values) / len(values) if values else math.nan
+
+
+def _cell(iv: Interval, digits: int = 2) -> str:
+    # One seed: the section's title says so; the cell is the plain value.
+    return f"{iv.mean:,.{digits}f}" if iv.n == 1 else iv.text(digits)
+
+
+def _recovery_policy(rows: list[Row]) -> str | None:
+    policies = {r.text("policy") for r in rows}
+    return next((p for p in ("on-the-fly", "pre-execution") if p in policies), None)
+
+
+def _metric(key: str, rows: list[Row]) -> str:
+    """One metric of SEED_NUMBERS for ``rows`` (one results file, one setting): its value, or
+    a stated blank naming what the rows lack. Never averaged across files or settings."""
+    def where(**match) -> list[Row]:
+        return [r for r in rows if all((r.text(k) if isinstance(v, str) else r.num(k)) == v
+                                       for k, v in match.items())]
+    recovery = _recovery_policy(rows)
+    none = where(policy="none")
+    if key == "affected_pct":
+        counts = sorted({r.num("stripe_count") for r in none})
+        if len(counts) < 2:
+            return "not in this sweep (needs policy none at two or more stripe counts)"
+        lo, hi = (_per_seed([r for r in none if r.num("stripe_count") == c], key)
+                  for c in (counts[0], counts[-1]))
+        return f"{_cell(lo)} -> {_cell(hi)} (stripe {counts[0]:g} -> {counts[-1]:g})"
+    if key in ("utilisation_pct", "affected_wait_mean"):
+        if not none or recovery is None:
+            return "not in this sweep (needs policy none and a recovery policy)"
+        digits = 2 if key == "utilisation_pct" else 0
+        rec = _per_seed(where(policy=recovery), key)
+        arrow = " / " if key == "utilisation_pct" else " -> "
+        return f"{_cell(_per_seed(none, key), digits)}{arrow}{_cell(rec, digits)} ({recovery})"
+    if key == "filtered_wait_mean":
+        ideal = where(policy="ideal")
+        if not ideal or recovery is None:
+            return "not in this sweep (needs policy ideal and a recovery policy)"
+        return (f"{_cell(_per_seed(where(policy=recovery), key), 0)} ({recovery}) vs "
+                f"{_cell(_per_seed(ideal, key), 0)} (ideal)")
+    if key == "at_risk_fcfs":
+        fcfs2 = where(strategy="fcfs", alpha=2.0)
+        return _cell(_per_seed(fcfs2, "at_risk_pct")) if fcfs2 else \
+            "not in this sweep (needs strategy fcfs at alpha 2)"
+    if key == "at_risk_shortcut":
+        short = where(strategy="shortcut", threshold=0.1)
+        oracle = where(strategy="dispatch-aware")
+        alphas = sorted({r.num("alpha") for r in short} & {r.num("alpha") for r in oracle})
+        if not alphas:
+            return "not in this sweep (needs shortcut T = 0.1 and dispatch-aware at one alpha)"
+        gaps = [abs(_per_seed([r for r in short if r.num("alpha") == a], "at_risk_pct").mean
+                    - _per_seed([r for r in oracle if r.num("alpha") == a], "at_risk_pct").mean)
+                for a in alphas]
+        return (f"at most {max(gaps):.2f} points apart over alpha "
+                + ", ".join("inf" if math.isinf(a) else f"{a:g}" for a in alphas))
+    if key == "space_inf":
+        inf = [r for r in where(strategy="fcfs") if math.isinf(r.num("alpha"))]
+        return f"{_cell(_per_seed(inf, 'space_mean_pct'))} (FCFS)" if inf else \
+            "not in this sweep (needs strategy fcfs at alpha inf)"
+    if key == "space_small":
+        short = where(strategy="shortcut", threshold=0.1)
+        parts = [f"alpha {a:g}: {_cell(_per_seed(match, 'space_mean_pct'))}" for a in (0.2, 0.5)
+                 if (match := [r for r in short if r.num("alpha") == a])]
+        return " / ".join(parts) if parts else \
+            "not in this sweep (needs shortcut T = 0.1 at alpha 0.2 or 0.5)"
+    raise ValueError(key)
+
+
+def summary_sections(rows: list[Row]) -> list[tuple[str, list[tuple[str, str, str]]]]:
+    """Per results file and per setting that varies in it: (metric, this replay, the thesis's).
+
+    A cell holds the value of that file at that setting (the mean over its seeds, with the
+    95 % interval when there are several) or a stated blank; files are never mixed.
+    """
+    by_source: dict[str, list[Row]] = defaultdict(list)
+    for r in rows:
+        by_source[r.source].append(r)
+    sections = []
+    for source, group in by_source.items():
+        varying = [k for k in SETTING_KEYS if len({r.text(k) for r in group}) > 1]
+        settings: dict[tuple, list[Row]] = defaultdict(list)
+        for r in group:
+            settings[tuple(r.text(k) for k in varying)].append(r)
+        for values, members in sorted(settings.items()):
+            label = os.path.basename(source)
+            if varying:
+                label += ": " + ", ".join(f"{k} {os.path.basename(v) or '(default)'}"
+                                          for k, v in zip(varying, values))
+            seeds = len({_seed_of(r) for r in members})
+            label += f" ({seeds} seed{'s' if seeds > 1 else ''})"
+            sections.append((label, [(text, _metric(key, members), thesis)
+                                     for key, text, thesis in SEED_NUMBERS]))
+    return sections
+
+
 def write_table(rows: list[Row], path: str) -> str:
-    """The summary table as reStructuredText (a grid table readable as plain text too)."""
-    table = summary_table(rows)
-    header = ("metric", "this replay", "the thesis's §4.7")
-    widths = [max(len(str(c)) for c in column) for column in zip(header, *table)]
-    rule = "+" + "+".join("-" * (w + 2) for w in widths) + "+"
-    head_rule = rule.replace("-", "=")
-
-    def line(cells):
-        return "| " + " | ".join(str(c).ljust(w) for c, w in zip(cells, widths)) + " |"
-
-    lines = [rule, line(header), head_rule]
-    for cells in table:
-        lines += [line(cells), rule]
+    """The summary as reStructuredText: one table per results file and setting."""
+    lines = ["Summary beside the thesis's §4.7", "================================", "",
+             "One table per results file and per setting that varies within it; a value is "
+             "the mean over the seeds, with the 95 % interval in brackets when there are "
+             "several (``mean [low, high]``).", ""]
+    for label, table in summary_sections(rows):
+        lines += [label, "-" * len(label), "", ".. list-table::", "   :header-rows: 1",
+                  "   :widths: 34 40 26", ""]
+        for cells in [("metric", "this replay", "the thesis's §4.7"), *table]:
+            lines += [f"   * - {cells[0]}", f"     - {cells[1]}", f"     - {cells[2]}"]
+        lines.append("")
     with open(path, "w") as stream:
-        stream.write("\n".join(lines) + "\n")
+        stream.write("\n".join(lines))
     return path
 
 

@@ -36,6 +36,12 @@ JSON_SIZE_MAX = 64 << 20
 
 FULL_TRACE = "RICC-2010-2.swf.gz"
 FULL_FAILURES = "LA-UR-05-7318-failure-data-1996-2005.csv.xz"
+#: Other traces the replication claims are graded on, where the shortcut's T is not automatic.
+OTHER_TRACES = {"hpc2n": "HPC2N-2002-sample-3171.swf.gz"}
+#: Seeds of every sweep (the grading rule's intervals need at least 5).
+SEEDS = (1, 2, 3, 4, 5)
+#: The thesis's §4.5.1: Jaguar's file system bandwidth.
+JAGUAR_BANDWIDTH = 284e9
 QUICK_TRACE = os.path.join(DATA_DIR, "RICC-2010-2-first5000.swf.gz")
 QUICK_FAILURES = os.path.join(DATA_DIR, "LA-UR-05-7318-system20.csv.xz")
 
@@ -54,17 +60,22 @@ class Setup:
     alphas: tuple[float, ...] = (0.1, 0.2, 0.5, 1.0, 2.0, math.inf)
     load_factors: tuple[float, ...] = (0.5, 0.75, 1.0, 1.1)
     ost_count: int = 64
+    seeds: tuple[int, ...] = SEEDS
+    other_traces: tuple[tuple[str, str], ...] = ()     # (sweep suffix, path)
 
     @classmethod
     def full(cls, trace: str, failures: str) -> Setup:
-        return cls(trace, failures)
+        folder = os.path.dirname(trace)
+        others = tuple((name, os.path.join(folder, file)) for name, file in OTHER_TRACES.items()
+                       if os.path.isfile(os.path.join(folder, file)))
+        return cls(trace, failures, other_traces=others)
 
     @classmethod
     def quick_setup(cls) -> Setup:
         # The excerpt spans a few days: figure 4.8 takes all of it as its "month".
         return cls(QUICK_TRACE, QUICK_FAILURES, quick=True, month_start_day=0.0, month_days=0.0,
                    stripe_counts=(2, 8, 32), alphas=(0.2, 0.5, 2.0, math.inf),
-                   load_factors=(0.5, 1.0))
+                   load_factors=(0.5, 1.0), seeds=(1, 2))
 
     def base(self, **values) -> ReplayConfig:
         return ReplayConfig(trace=self.trace, ost_count=self.ost_count, **values)
@@ -218,10 +229,13 @@ def sweep_files(setup: Setup, searches: dict[str, Search], folder: str) -> dict[
          "threshold": [0.01, 0.1], "alpha": list(setup.alphas)},
     ]
 
-    def document(comment: str, replay: dict, grids: list[dict]) -> str:
+    def document(comment: str, replay: dict, grids: list[dict], path: str = trace) -> str:
         lines = [f"# {line}" for line in comment.splitlines()]
-        lines += _table("replay", dict(trace=trace, **replay))
+        lines += _table("replay", dict(trace=path, **replay))
         for grid in grids:
+            # Every setting with every seed: the grading rule's intervals are across seeds.
+            # The ideal run has no failure and its waits do not depend on the seed: one is enough.
+            grid = grid if "seed" in grid else dict(grid, seed=list(setup.seeds))
             lines += ["[[grid]]"] + _table("", grid)[1:]
         return "\n".join(lines)
 
@@ -241,8 +255,8 @@ def sweep_files(setup: Setup, searches: dict[str, Search], folder: str) -> dict[
             "The thesis's fig. 4.6 (§4.7.2, pre-execution recovery): wait mean/SD as the\n"
             "submissions are spread or packed.",
             dict(recovery, stripe_count=4),
-            [{"policy": ["ideal", "none", "pre-execution"],
-              "load_factor": list(setup.load_factors)}]),
+            [{"policy": ["none", "pre-execution"], "load_factor": list(setup.load_factors)},
+             {"policy": ["ideal"], "load_factor": list(setup.load_factors), "seed": [1]}]),
     }
     # Fig. 4.5 (4.7.2) compares pre-execution recovery at the LANL trace's 35 %, figs.
     # 4.9-4.12 (4.7.4) on-the-fly recovery at 70 %: each sweep runs its section's policy.
@@ -254,7 +268,7 @@ def sweep_files(setup: Setup, searches: dict[str, Search], folder: str) -> dict[
             f"{search.value:.2f} % at {search.load_factor:.6g}).",
             dict(recovery, load_factor=search.load_factor),
             [{"policy": ["none", policy], "stripe_count": list(setup.stripe_counts)},
-             {"policy": ["ideal"], "stripe_count": [4]}])
+             {"policy": ["ideal"], "stripe_count": [4], "seed": [1]}])
     month = {"policy": "ideal", "ost_count": setup.ost_count, "input_model": "peak-memory",
              "start_day": setup.month_start_day, "days": setup.month_days}
     factors = [searches[f"queue-{t:g}"].load_factor for t in QUEUE_TARGETS]
@@ -267,9 +281,17 @@ def sweep_files(setup: Setup, searches: dict[str, Search], folder: str) -> dict[
           "alpha": [0.2, 0.5, math.inf]},
          {"load_factor": factors, "strategy": ["shortcut"], "threshold": [0.01, 0.1],
           "alpha": [0.2, 0.5, math.inf]}])
-    # In the order they run: what the issue's figures need most first.
-    order = ["replication", "recovery-35", "recovery-70", "queue-length",
-             "replication-recorded", "load"]
+    for name, path in setup.other_traces:
+        files[f"replication-{name}"] = document(
+            f"The thesis's fig. 4.7 on {os.path.basename(path)} (model schedule, sizes drawn: the\n"
+            "trace records no memory): a trace where T = 0.01 and T = 0.1 are not automatic.",
+            {"policy": "ideal", "ost_count": setup.ost_count},
+            [{"strategy": ["fcfs", "dispatch-aware"], "alpha": list(setup.alphas)},
+             {"strategy": ["shortcut"], "threshold": [0.01, 0.1], "alpha": list(setup.alphas)}],
+            os.path.relpath(path, folder))
+    # In the order they run: the recovery sweeps (whose grading needs the seeds most) first.
+    order = ["recovery-35", "recovery-70", "load", "queue-length", "replication-recorded",
+             "replication"] + [f"replication-{name}" for name, _ in setup.other_traces]
     return {name: files[name] for name in order}
 
 
@@ -322,6 +344,72 @@ def run_sweeps(runs: list[SweepRun], pool, timings: dict,
     return errors
 
 
+# ---------------------------------------------------------------------------------------------
+# Facts of the shipped files and per-job measures (for the disclosures and three claims)
+
+
+def trace_facts(setup: Setup) -> dict:
+    """What the disclosures say, counted from the files: system 20's failure records and span,
+    and per job trace the share of jobs asking at most 1 % and 10 % of the machine."""
+    from . import traces
+    failures = traces.read_lanl_failures(setup.failures, strict=False, system=20).records
+    starts = sorted(r.started for r in failures)
+    facts: dict = {"failures": {"records": len(failures),
+                                "days": (starts[-1] - starts[0]) / 86400 if starts else 0.0},
+                   "traces": {}}
+    for path in (setup.trace, *(p for _, p in setup.other_traces)):
+        trace = traces.read_swf(path, strict=False)
+        machine = trace.header.max_procs or max(j.allocated_procs for j in trace.jobs)
+        procs = [j.allocated_procs if j.allocated_procs > 0 else j.requested_procs
+                 for j in trace.jobs]
+        procs = [p for p in procs if p > 0]
+        facts["traces"][os.path.basename(path)] = {
+            "jobs": len(procs), "max_procs": machine,
+            "le1": sum(p <= 0.01 * machine for p in procs) / len(procs),
+            "le10": sum(p <= 0.1 * machine for p in procs) / len(procs)}
+    return facts
+
+
+def job_measures(setup: Setup) -> dict:
+    """Fig. 4.4 and §4.5.1's bandwidth on the ideal replays with peak-memory inputs.
+
+    Queued and running jobs' aggregate input are time averages by Little's law (the summed
+    input x wait, or x run time, over the span); the bandwidth of replicating every job's input
+    once is the summed input over the span, against Jaguar's 284 GB/s scaled by aggregate
+    memory as the scratch size is.
+    """
+    from .run import replay_schedule
+    from .workload import JAGUAR_MEMORY
+    out: dict = {"memory": {}}
+    for schedule in ("model", "recorded"):
+        replayed = replay_schedule(setup.base(policy="ideal", input_model="peak-memory",
+                                              schedule=schedule))
+        jobs, span = replayed.workload.jobs, (replayed.schedule.last_end
+                                              - replayed.schedule.first_submit)
+        out["memory"][schedule] = {
+            "queued_bytes": math.fsum(j.input_bytes * (j.start - j.submit) for j in jobs) / span,
+            "running_bytes": math.fsum(j.input_bytes * j.run_time for j in jobs) / span}
+        if schedule == "model":
+            memory = replayed.machine_nodes * replayed.workload.params.node_memory_bytes
+            out["bandwidth"] = {
+                "bytes_per_s": math.fsum(j.input_bytes for j in jobs) / span,
+                "file_system_bytes_per_s": JAGUAR_BANDWIDTH * memory / JAGUAR_MEMORY}
+    return out
+
+
+def _measured(setup: Setup, path: str, report: Callable[[str], None]) -> tuple[dict, dict]:
+    """The facts and measures, cached in ``path`` for the same setup."""
+    key = repr(setup)
+    cached = _read_json(path)
+    if cached.get("key") == key:
+        return cached["facts"], cached["measures"]
+    started = time.monotonic()
+    facts, measures = trace_facts(setup), job_measures(setup)
+    report(f"trace facts and per-job measures in {sweep.format_duration(time.monotonic() - started)}")
+    _write_json(path, {"key": key, "facts": facts, "measures": measures})
+    return facts, measures
+
+
 @dataclass
 class Reproduction:
     """What one call produced, for the report."""
@@ -333,6 +421,9 @@ class Reproduction:
     timings: dict[str, float]           # "sweep/task" -> seconds, this and earlier runs
     wall_seconds: float                 # this call, from start to the report
     figures: list[str] = field(default_factory=list)
+    facts: dict = field(default_factory=dict)
+    measures: dict = field(default_factory=dict)
+    trace_sweeps: dict[str, str] = field(default_factory=dict)   # other traces' sweeps
 
 
 def reproduce(setup: Setup, output: str, work: str = "", workers: int = 1,
@@ -377,7 +468,11 @@ def reproduce(setup: Setup, output: str, work: str = "", workers: int = 1,
     from .claims import write_reproduction
     from .report import make_report
 
-    outcome = Reproduction(setup, output, searches, results, timings, 0.0)
+    facts, measures = _measured(setup, os.path.join(work, "measures.json"), report)
+    outcome = Reproduction(setup, output, searches, results, timings, 0.0, facts=facts,
+                           measures=measures)
+    outcome.trace_sweeps = {f"replication-{name}": f"{os.path.basename(path)}, model schedule, "
+                            "drawn sizes" for name, path in setup.other_traces}
     outcome.figures = make_report(list(results.values()), output)
     outcome.wall_seconds = time.monotonic() - started
     write_reproduction(outcome)

@@ -16,15 +16,15 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache, partial
 
-from ..errors import InputError
-from . import traces
+from ..errors import InputError, TraceError
+from . import accounting, traces
 from .metrics import wait_stats
 from .outages import extrapolated_outages, failure_stats, replayed_outages
 from .replication import STRATEGIES, ReplicationParams, replay_replication
 from .scheduler import POLICIES, RecoveryParams, Schedule, recorded_schedule, simulate
-from .workload import Workload, WorkloadParams, build_workload, from_lanl, from_site, from_swf
+from .workload import TraceJob, Workload, WorkloadParams, build_workload, from_lanl, from_site, from_swf
 
-TRACE_FORMATS = ("auto", "swf", "lanl-jobs", "site-csv")
+TRACE_FORMATS = ("auto", "swf", "sacct", "pbs", "lanl-jobs", "site-csv")
 FAILURE_MODES = ("extrapolated", "replayed")
 #: ``ideal`` is the run without any failure (the thesis's reference curve).
 RUN_POLICIES = ("ideal",) + POLICIES
@@ -44,7 +44,7 @@ class ReplayConfig:
     failures: str = ""                  # LANL failure CSV; empty: no failures
     failure_mode: str = "extrapolated"
     failure_system: int = 20
-    policy: str = "none"
+    policy: str = "none"                # without failures, every policy is "ideal"
     schedule: str = "model"             # model: FCFS/EASY replay; recorded: the trace's dispatches
     backfill: bool = True
     procs_per_node: int = 1
@@ -65,6 +65,9 @@ class ReplayConfig:
     input_model: str = "requested-memory"   # or peak-memory (calibrated on the thesis's §4.5.1)
 
     def __post_init__(self):
+        if not self.failures and self.policy in POLICIES:
+            # Nothing fails: every recovery policy is the run without failure, and says so.
+            object.__setattr__(self, "policy", "ideal")
         if self.trace_format not in TRACE_FORMATS:
             raise InputError(f"unknown trace format {self.trace_format!r}; choose one of "
                              f"{', '.join(TRACE_FORMATS)}")
@@ -133,6 +136,33 @@ class ReplayConfig:
 
 # node_memory_bytes is not among them: it sizes the peak-memory inputs.
 _REPLICATION_ONLY = {"strategy", "alpha", "threshold", "copy_bandwidth", "scratch_bytes"}
+_PATCHING_POLICIES = ("pre-execution", "on-the-fly")
+
+
+def applicable_settings(values: dict) -> dict:
+    """A result row's settings (a :class:`ReplayConfig` as a dict, metrics beside it) with
+    those that did not act on the run set to None, so a CSV shows them blank: the replication
+    settings without a strategy (T without ``shortcut``), the failure mode and system without
+    a failure trace, the patch rate and latency unless the policy patches, backfilling on the
+    recorded schedule, the node memory unless it sizes scratch or peak-memory inputs."""
+    out = dict(values)
+    strategy = out.get("strategy") or ""
+    blank = set()
+    if not strategy:
+        blank |= {"alpha", "threshold", "copy_bandwidth", "scratch_bytes"}
+    elif strategy != "shortcut":
+        blank.add("threshold")
+    if not out.get("failures"):
+        blank |= {"failure_mode", "failure_system"}
+    if out.get("policy") not in _PATCHING_POLICIES or not out.get("failures"):
+        blank |= {"patch_bandwidth", "patch_latency"}
+    if out.get("schedule") == "recorded":
+        blank.add("backfill")
+    if not strategy and out.get("input_model") != "peak-memory":
+        blank.add("node_memory_bytes")
+    for key in blank & out.keys():
+        out[key] = None
+    return out
 
 
 def _convert(spec: dataclasses.Field, value, where: str):
@@ -172,47 +202,106 @@ class ReplayOutcome:
     waits: array                # final dispatch - submit, per job, in workload order
     affected: bytearray         # 1 where the job was hit by a failure
     skipped: list[str]
+    jobs: list = field(default_factory=list)    # the replayed SimJobs, in workload order
 
 
-def detect_format(path: str) -> str:
+def format_by_name(path: str) -> str | None:
+    """The format a trace's file name suggests (``.swf``, ``.csv``), if any."""
     name = os.path.basename(path).lower()
     for suffix in (".gz", ".xz", ".bz2"):
-        if name.endswith(suffix):
-            name = name[: -len(suffix)]
-    if name.endswith(".swf"):
-        return "swf"
-    if name.endswith(".csv"):
-        return "site-csv"
-    return "lanl-jobs"
+        name = name.removesuffix(suffix)
+    return {".swf": "swf", ".csv": "site-csv"}.get(os.path.splitext(name)[1])
+
+
+def detect_format(path: str) -> tuple[str, str]:
+    """A job trace's format from its content (the Parallel Workloads Archive's files often
+    have no extension), else from its name; and how it was told, for messages."""
+    kind, why = accounting.sniff_format(path)
+    if kind is not None:
+        return kind, f"detected from its content: {why}"
+    by_name = format_by_name(path)
+    if by_name is not None:
+        return by_name, f"from its name ({why})"
+    raise TraceError(f"cannot tell the trace's format: {why}; give --format "
+                     f"({', '.join(TRACE_FORMATS[1:])})", path=path)
+
+
+def _from_accounting(records: list[accounting.AccountingJob]) -> list[TraceJob]:
+    """Accounting records as TraceJobs: processors, the limit, and the recorded wait."""
+    return [TraceJob(r.job_id, r.submit_time, r.run_time, r.procs, r.requested_time,
+                     wait_time=r.wait_time) for r in records]
+
+
+def _read_trace(config: ReplayConfig, kind: str, progress: Callable[[int, int], None] | None):
+    """The trace's jobs as TraceJobs, header and machine nodes (SWF only), and the read report."""
+    first = config.limit or None
+    if kind == "swf":
+        trace = traces.read_swf(config.trace, strict=config.strict, limit=first,
+                                progress=progress)
+        jobs = from_swf(trace.jobs)
+        procs = trace.header.max_procs
+        nodes = trace.header.max_nodes
+        header_nodes = None
+        if procs:
+            header_nodes = -(-procs // config.procs_per_node)
+        elif nodes and config.procs_per_node > 1:
+            header_nodes = nodes
+        return jobs, header_nodes, nodes, trace.report
+    if kind in ("sacct", "pbs"):
+        reader = accounting.read_sacct if kind == "sacct" else accounting.read_pbs_accounting
+        records, report = reader(config.trace, strict=config.strict, progress=progress)
+        return _from_accounting(records[:first]), None, None, report
+    if kind == "lanl-jobs":
+        lanl, report = traces.read_lanl_jobs(config.trace, strict=config.strict,
+                                             progress=progress)
+        return from_lanl(lanl[:first]), None, None, report
+    site, report = traces.read_site_csv(config.trace, strict=config.strict, progress=progress)
+    return from_site(site[:first]), None, None, report
+
+
+#: the last trace read without progress: a sweep worker's tasks read the same file (issue 34)
+_last_read: dict = {}
+
+
+def _read_trace_once(config: ReplayConfig, kind: str, progress: Callable[[int, int], None] | None):
+    """:func:`_read_trace`, the last result kept while the file (path, size, mtime) is the same."""
+    try:
+        stat = os.stat(config.trace)
+    except OSError:
+        stat = None
+    if progress is not None or stat is None:
+        return _read_trace(config, kind, progress)
+    key = (os.path.abspath(config.trace), stat.st_size, stat.st_mtime_ns, kind, config.strict,
+           config.limit, config.procs_per_node)
+    if key not in _last_read:
+        _last_read.clear()
+        _last_read[key] = _read_trace(config, kind, None)
+    return _last_read[key]
 
 
 def load_trace(config: ReplayConfig, progress: Callable[[int, int], None] | None = None):
     """The trace's jobs, the system size in scheduling nodes, the machine's nodes, what was skipped.
 
-    ``progress(bytes read, file size)`` as the file is read."""
-    kind = detect_format(config.trace) if config.trace_format == "auto" else config.trace_format
-    header_nodes = machine_nodes = None
-    if kind == "swf":
-        trace = traces.read_swf(config.trace, strict=config.strict, limit=config.limit or None,
-                                progress=progress)
-        jobs = from_swf(trace.jobs)
-        procs = trace.header.max_procs
-        nodes = trace.header.max_nodes
-        if procs:
-            header_nodes = -(-procs // config.procs_per_node)
-        elif nodes and config.procs_per_node > 1:
-            header_nodes = nodes
-        machine_nodes = nodes
-        report = trace.report
-    elif kind == "lanl-jobs":
-        records, report = traces.read_lanl_jobs(config.trace, strict=config.strict,
-                                                progress=progress)
-        jobs = from_lanl(records[: config.limit or None])
+    ``progress(bytes read, file size)`` as the file is read. A trace of which no job is left
+    is an InputError naming the file, the format it was read as and what was skipped."""
+    if config.trace_format == "auto":
+        kind, how = detect_format(config.trace)
     else:
-        records, report = traces.read_site_csv(config.trace, strict=config.strict,
-                                               progress=progress)
-        jobs = from_site(records[: config.limit or None])
-    return jobs, header_nodes, machine_nodes, list(traces.iter_records(report))
+        kind, how = config.trace_format, "as --format says"
+    jobs, header_nodes, machine_nodes, report = _read_trace_once(config, kind, progress)
+    skipped = list(traces.iter_records(report))
+    if not any(job.run_time >= 0 and job.procs > 0 for job in jobs):
+        raise InputError(no_job_left(kind, how, report, len(jobs)), path=config.trace)
+    return jobs, header_nodes, machine_nodes, skipped
+
+
+def no_job_left(kind: str, how: str, report: traces.ReadReport, records: int) -> str:
+    """Why a trace gave the scheduler model no job: its format and every count of skipped lines."""
+    reasons = ", ".join(f"{count:,} {reason}" for reason, count in sorted(report.skipped.items()))
+    kept = (f"{records:,} record(s) read, none with a known run time and processor count"
+            if records else "no job record read")
+    return (f"no job left to replay: read as {kind} ({how}); {kept}; skipped "
+            f"{report.skipped_total:,} line(s){' (' + reasons + ')' if reasons else ''}")
 
 
 @lru_cache(maxsize=4)
@@ -248,8 +337,16 @@ def replay_schedule(config: ReplayConfig,
 
     trace_jobs, header_nodes, machine_nodes, skipped = load_trace(config, phase("reading trace"))
     # The machine's nodes (SWF MaxNodes), else the modelled system's: the aggregate memory.
-    workload = build_workload(trace_jobs, config.workload_params(machine_nodes or 0),
-                              header_nodes)
+    try:
+        workload = build_workload(trace_jobs, config.workload_params(machine_nodes or 0),
+                                  header_nodes)
+    except InputError as err:
+        if err.path is not None:
+            raise
+        # No job left after the workload's own choices (a period, the system size): name the
+        # trace, and how many jobs it gave.
+        raise InputError(f"{err.message} ({len(trace_jobs):,} job(s) read from the trace)",
+                         path=config.trace) from err
     machine_nodes = machine_nodes or workload.system_nodes
     del trace_jobs
     for reason, count in sorted(workload.dropped.items()):
@@ -282,11 +379,13 @@ def replay_schedule(config: ReplayConfig,
 
 
 def run_replay(config: ReplayConfig, replications: Sequence[ReplayConfig] = (),
-               progress: Callable[[str, int, int], None] | None = None) -> ReplayOutcome:
+               progress: Callable[[str, int, int], None] | None = None,
+               on_row: Callable[[ReplayRow], None] | None = None) -> ReplayOutcome:
     """Replay ``config`` once; each of ``replications`` (same schedule) adds a replication row.
 
     ``progress(phase, done, total)`` as each phase goes: ``reading trace`` (bytes of the file),
-    ``reading failures``, ``scheduling`` (jobs ended), ``replication ...`` (queue events)."""
+    ``reading failures``, ``scheduling`` (jobs ended), ``replication ...`` (queue events).
+    ``on_row(row)`` as each row (each run) is finished, before the next one is computed."""
 
     def phase(name: str) -> Callable[[int, int], None] | None:
         return None if progress is None else partial(progress, name)
@@ -335,5 +434,7 @@ def run_replay(config: ReplayConfig, replications: Sequence[ReplayConfig] = (),
                           space_max_pct=result.space_max_pct,
                           replicated_jobs=result.replicated_jobs)
         rows.append(ReplayRow(variant, values))
-    return ReplayOutcome(rows, waits, affected, skipped)
+        if on_row is not None:
+            on_row(rows[-1])
+    return ReplayOutcome(rows, waits, affected, skipped, jobs)
 

@@ -16,21 +16,35 @@ time (the limit). When an OST fails, every queued or running job with a stripe o
 
 The run writes a chronological log of queue entries, dispatches and run ends, which the
 temporal-replication analysis (``replication.py``) replays.
+
+Two cores run the same model: ``native`` (``native/schedule.c``, the default when the extension
+is built) and ``python`` (:class:`_Replay` below, the reference the tests compare the C core with
+event for event: same start times, same log, same totals, bit for bit).
 """
 
 from __future__ import annotations
 
+import contextlib
 import heapq
+import itertools
 from array import array
 from bisect import bisect_left, insort
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 from ..errors import InputError
 from .outages import OstOutage
 from .workload import SimJob
 
+try:
+    from . import _native
+except ImportError:     # a checkout whose extensions are not built: the Python model runs
+    _native = None
+
 POLICIES = ("none", "pre-execution", "on-the-fly")
+CORES = ("native", "python")
+#: OST numbers at or above this are renumbered for the C core (it keeps one slot per number)
+_OST_SLOTS_MAX = 1 << 20
 
 # Event kinds, in the order events of the same instant are handled.
 _END, _DOWN, _UP, _READY = 0, 1, 2, 3
@@ -70,11 +84,48 @@ class Schedule:
     log_kind: array = field(default_factory=lambda: array("b"))
     log_job: array = field(default_factory=lambda: array("l"))
     failures: int = 0
+    # (nodes, input bytes, end) per job, taken once for the replication analyses of this schedule
+    columns: tuple[array, array, array] | None = field(default=None, repr=False, compare=False)
 
     @property
     def utilisation(self) -> float:
         span = self.last_end - self.first_submit
         return self.busy_node_seconds / (self.system_nodes * span) if span > 0 else 0.0
+
+    def job_columns(self) -> tuple[array, array, array]:
+        """Every job's nodes (int32), input bytes and end as the replay left them, built once:
+        the replication analyses of one schedule (a sweep's variants) read them many times."""
+        if self.columns is None:
+            self.columns = (array("i", [job.nodes for job in self.jobs]),
+                            array("d", [job.input_bytes for job in self.jobs]),
+                            array("d", [job.end for job in self.jobs]))
+        return self.columns
+
+
+#: the core chosen by :func:`using_core` for calls that name none
+_chosen_core: str | None = None
+
+
+def default_core() -> str:
+    """The core of calls that name none: :func:`using_core`'s, else ``native`` when the C
+    extension is built, else ``python``."""
+    if _chosen_core is not None:
+        return _chosen_core
+    return "native" if _native is not None else "python"
+
+
+@contextlib.contextmanager
+def using_core(core: str) -> Iterator[None]:
+    """Within the block, :func:`simulate` and the replication analysis use ``core`` unless a
+    call names one: a whole run (trace to rows) replayed on either core, as benchmarks do."""
+    global _chosen_core
+    if core not in CORES:
+        raise InputError(f"unknown scheduler core {core!r}; choose one of {', '.join(CORES)}")
+    before, _chosen_core = _chosen_core, core
+    try:
+        yield
+    finally:
+        _chosen_core = before
 
 
 def recorded_schedule(jobs: Sequence[SimJob], system_nodes: int) -> Schedule:
@@ -140,13 +191,93 @@ class _RunningByExpectedEnd:
 
 def simulate(jobs: Sequence[SimJob], system_nodes: int, *, backfill: bool = True,
              outages: Sequence[OstOutage] = (), recovery: RecoveryParams = RecoveryParams(),
-             progress: Callable[[int, int], None] | None = None) -> Schedule:
-    """Replay ``jobs`` (sorted by submit time, state fresh) and return the schedule."""
+             progress: Callable[[int, int], None] | None = None,
+             core: str | None = None) -> Schedule:
+    """Replay ``jobs`` (sorted by submit time, state fresh) and return the schedule.
+
+    ``core``: ``native`` (C), ``python`` (the reference model) or None (:func:`default_core`).
+    """
     for job in jobs:
         if job.nodes > system_nodes:
             raise InputError(f"job {job.job_id} requests {job.nodes} nodes, the system has "
                              f"{system_nodes}")
-    return _Replay(jobs, system_nodes, backfill, outages, recovery, progress).run()
+    core = core or default_core()
+    if core == "python":
+        return _Replay(jobs, system_nodes, backfill, outages, recovery, progress).run()
+    if core != "native":
+        raise InputError(f"unknown scheduler core {core!r}; choose one of {', '.join(CORES)}")
+    if _native is None:
+        raise InputError("the native scheduler core is not built (python setup.py build_ext "
+                         "--inplace, or pip install -e .)")
+    return _simulate_native(jobs, system_nodes, backfill, outages, recovery, progress)
+
+
+def _dense_osts(jobs: Sequence[SimJob],
+                outages: Sequence[OstOutage]) -> tuple[bytes | array, bytes | array, array, int]:
+    """The jobs' OSTs flattened (offsets, numbers), the outages' OSTs and the number of slots.
+
+    OST numbers are used as they are when they are small non-negative integers (every
+    workload's are), else renumbered densely in order of first appearance (the Python model
+    only compares them)."""
+    assert _native is not None
+    try:
+        # int32 values: what has __index__ (bool, numpy integers: equal to that int)
+        offsets, flat, low, high = _native.read_int_lists(jobs, "osts")
+        down = array("i", [o.ost_index for o in outages])
+        lows = [value for value in (low, *down) if value is not None]
+        highs = [value for value in (high, *down) if value is not None]
+        if not lows or 0 <= min(lows) and max(highs) < _OST_SLOTS_MAX:
+            return offsets, flat, down, max(highs, default=-1) + 1
+    except (TypeError, OverflowError):
+        pass
+    number: dict = {}
+    offsets = array("q", itertools.accumulate((len(job.osts) for job in jobs), initial=0))
+    named = array("i", [number.setdefault(ost, len(number))
+                        for ost in itertools.chain.from_iterable(job.osts for job in jobs)])
+    down = array("i", [number.setdefault(o.ost_index, len(number)) for o in outages])
+    return offsets, named, down, len(number)
+
+
+#: what the C core reads of each job and what it writes back, with the column kinds of
+#: ``_native.read_columns`` (d float64, q int64, i int32, ? a 0/1 byte)
+_JOB_INPUTS = (("submit", "d"), ("run_time", "d"), ("limit", "d"), ("input_bytes", "d"),
+               ("nodes", "i"))
+_JOB_STATE = (("ready_at", "d"), ("first_start", "d"), ("start", "d"), ("end", "d"),
+              ("recovery_seconds", "d"), ("kills", "q"), ("version", "q"), ("affected", "?"))
+
+
+def _simulate_native(jobs: Sequence[SimJob], system_nodes: int, backfill: bool,
+                     outages: Sequence[OstOutage], recovery: RecoveryParams,
+                     progress: Callable[[int, int], None] | None) -> Schedule:
+    """The same replay by ``native/schedule.c``: the jobs' columns in, their state written back."""
+    assert _native is not None
+    offsets, osts, outage_osts, slots = _dense_osts(jobs, outages)
+    columns = _native.read_columns(jobs, *_names_and_kinds(_JOB_INPUTS + _JOB_STATE))
+    inputs = dict(zip((name for name, _ in _JOB_INPUTS), columns))
+    state = {name: bytearray(column)
+             for (name, _), column in zip(_JOB_STATE, columns[len(_JOB_INPUTS):])}
+    log_time, log_kind, log_job, busy, failures = _native.simulate(
+        **inputs, **state, ost_offsets=offsets, osts=osts, ost_slots=slots,
+        system_nodes=system_nodes, backfill=backfill, policy=POLICIES.index(recovery.policy),
+        patch_bandwidth=recovery.patch_bandwidth, patch_latency=recovery.patch_latency,
+        outage_ost=outage_osts, outage_down=array("d", [o.down for o in outages]),
+        outage_up=array("d", [o.up for o in outages]), progress=progress)
+    _native.write_columns(jobs, *_names_and_kinds(_JOB_STATE), tuple(state.values()))
+    nodes, input_bytes, end = array("i"), array("d"), array("d")
+    nodes.frombytes(inputs["nodes"])
+    input_bytes.frombytes(inputs["input_bytes"])
+    end.frombytes(state["end"])
+    schedule = Schedule(jobs, system_nodes, busy, jobs[0].submit if jobs else 0.0,
+                        max(end, default=0.0), array("d"), array("b"), array("l"), failures,
+                        columns=(nodes, input_bytes, end))
+    schedule.log_time.frombytes(log_time)
+    schedule.log_kind.frombytes(log_kind)
+    schedule.log_job.frombytes(log_job)
+    return schedule
+
+
+def _names_and_kinds(columns: tuple[tuple[str, str], ...]) -> tuple[tuple[str, ...], str]:
+    return tuple(name for name, _ in columns), "".join(kind for _, kind in columns)
 
 
 class _Replay:

@@ -14,7 +14,13 @@ on the same schedule:
     sweep after the job could start (the estimate came forward). The errors are drawn per job:
     ``E = submit + wait * (1 + estimate_error * u)`` and ``P = T * (1 + prediction_error * u')``
     with ``u, u'`` uniform on [-1, 1]; ``P_hi = P * (1 + sigmas * prediction_error / sqrt(3))``
-    (the standard deviation of that error).
+    (the standard deviation of that error). With ``measured`` pairs (the transfer model's
+    errors measured on real transfers, :func:`load_measured`) ``u'`` picks one pair per job
+    instead, each pair equally likely: ``P = T * (1 + e)`` and ``P_hi = T * r`` for that
+    transfer's relative error ``e = (P - T) / T`` and bound ratio ``r = P_hi / T``, so the two
+    keep their measured joint distribution, bounds below the actual time (late data) included.
+    The pair is drawn from the same ``u'`` the uniform model uses, so with the same seed every
+    job keeps its start estimate error whichever model its prediction follows.
 
 Measured per mode: byte-hours of staged input on scratch before the job starts, the jobs whose
 input had an OST down between its arrival and the job's start (at risk), and the compute start
@@ -28,15 +34,22 @@ the job in turn; the time each spends on scratch between its close and the end o
 from __future__ import annotations
 
 import bisect
+import json
 import math
+import os
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from ..errors import InputError
+from ..inputfiles import StrPath, read_text
 from .outages import OstOutage
 from .workload import SimJob
 
 HOUR = 3600.0
+#: a prediction record (benchmarks/jit/prediction.py writes ~70 KB for 160 transfers)
+MEASURED_SIZE_MAX = 16 << 20
+MEASURED_TRANSFERS_MAX = 100_000
 
 
 @dataclass(frozen=True)
@@ -53,6 +66,9 @@ class StagingParams:
     close_latency: float = 30.0            # close record seen and its offload job started
     seed: int = 1
     delay_bound: float | None = None       # over_max_delay counts beyond this (default jit_max_delay)
+    #: (relative error (P - T) / T, bound ratio P_hi / T) per measured transfer: when given,
+    #: the prediction follows these instead of the uniform prediction_error
+    measured: tuple[tuple[float, float], ...] = ()
 
 
 @dataclass
@@ -99,15 +115,92 @@ def _down_between(index, osts: Sequence[int], start: float, end: float) -> bool:
     return False
 
 
+@dataclass(frozen=True)
+class MeasuredPredictions:
+    """The transfer model's errors measured on real transfers (a prediction record)."""
+
+    path: str
+    date: str                          # when it was measured, as the record gives it
+    load: str                          # the machine's load average then
+    machine: str
+    pairs: tuple[tuple[float, float], ...]   # (P - T) / T and P_hi / T per transfer
+    actual: tuple[float, ...]                # T per transfer, seconds (in the same order)
+
+
+def load_measured(path: StrPath, min_bytes: int = 0) -> MeasuredPredictions:
+    """The measured pairs of a prediction record (``benchmarks/jit/prediction.py``'s JSON: a
+    ``transfers`` list of ``predicted``, ``bound`` and ``actual`` seconds, and ``bytes``);
+    anything else is refused with one :class:`InputError` naming the file (and the line of a
+    JSON syntax error or the transfer at fault). ``min_bytes``: only the transfers of at least
+    that many bytes (the replay's transfers are far longer than most measured ones)."""
+    name = os.fspath(path)
+    text = read_text(path, MEASURED_SIZE_MAX, what="prediction record")
+    try:
+        record = json.loads(text)
+    except json.JSONDecodeError as err:
+        raise InputError(f"not JSON: {err.msg} (column {err.colno})", path=name,
+                         line=err.lineno) from None
+    except (ValueError, RecursionError) as err:
+        raise InputError(f"not JSON: {err}", path=name) from None
+    transfers = record.get("transfers") if isinstance(record, dict) else None
+    if not isinstance(transfers, list) or not transfers:
+        raise InputError("not a prediction record: expected an object with a non-empty "
+                         "'transfers' list", path=name)
+    if len(transfers) > MEASURED_TRANSFERS_MAX:
+        raise InputError(f"{len(transfers):,} transfers: more than {MEASURED_TRANSFERS_MAX:,}",
+                         path=name)
+    pairs, actuals = [], []
+    for number, transfer in enumerate(transfers):
+        if min_bytes:
+            size = transfer.get("bytes") if isinstance(transfer, dict) else None
+            if isinstance(size, bool) or not isinstance(size, int) or size < 0:
+                raise InputError(f"transfers[{number}]: 'bytes' is {size!r}, expected a "
+                                 "number of bytes", path=name)
+            if size < min_bytes:
+                continue
+        seconds = []
+        for key in ("predicted", "bound", "actual"):
+            value = transfer.get(key) if isinstance(transfer, dict) else None
+            if (isinstance(value, bool) or not isinstance(value, (int, float))
+                    or not math.isfinite(value) or value <= 0):
+                raise InputError(f"transfers[{number}]: {key!r} is {value!r}, expected a "
+                                 "positive number of seconds", path=name)
+            seconds.append(float(value))
+        predicted, bound, actual = seconds
+        pairs.append(((predicted - actual) / actual, bound / actual))
+        actuals.append(actual)
+    if not pairs:
+        raise InputError(f"no transfer of {min_bytes:,} bytes or more", path=name)
+    about = {key: record.get(key) for key in ("date", "load", "machine")}
+    for key, value in about.items():
+        if value is not None and not isinstance(value, str):
+            raise InputError(f"{key!r} is {value!r}, expected a string", path=name)
+    return MeasuredPredictions(name, about["date"] or "", about["load"] or "",
+                               about["machine"] or "", tuple(pairs), tuple(actuals))
+
+
+def predicted_transfer(transfer: float, draw: float, params: StagingParams) -> tuple[float, float]:
+    """The predicted and the pessimistic transfer time ``(P, P_hi)`` of a transfer that takes
+    ``transfer`` seconds, for ``draw`` uniform on [-1, 1] (one per job)."""
+    if params.measured:
+        pairs = params.measured
+        # (draw + 1) / 2 is uniform on [0, 1]: every pair equally likely
+        error, ratio = pairs[min(len(pairs) - 1, int((draw + 1) / 2 * len(pairs)))]
+        return transfer * (1 + error), transfer * ratio
+    predicted = transfer * (1 + params.prediction_error * draw)
+    return predicted, predicted * (1 + params.jit_sigmas * params.prediction_error / math.sqrt(3))
+
+
 def replay_staging(jobs: Sequence[SimJob], outages: Sequence[OstOutage], mode: str,
                    params: StagingParams) -> StagingResult:
     """The staging of ``jobs`` (with their replayed start) in ``mode`` ("now" or "jit")."""
     if mode not in ("now", "jit"):
         raise ValueError(f"mode {mode!r}: expected now or jit")
+    if params.measured and params.prediction_error:
+        raise ValueError("prediction_error and measured pairs given: one error model at a time")
     rng = random.Random(params.seed)
     index = _outage_index(outages)
     bandwidth = params.transfer_bandwidth
-    spread = params.jit_sigmas * params.prediction_error / math.sqrt(3)
     byte_hours = 0.0
     at_risk = held = 0
     delays: list[float] = []
@@ -123,7 +216,7 @@ def replay_staging(jobs: Sequence[SimJob], outages: Sequence[OstOutage], mode: s
         else:
             wait = job.start - job.submit
             expected = job.submit + wait * (1 + params.estimate_error * u_estimate)
-            pessimistic = transfer * (1 + params.prediction_error * u_predict) * (1 + spread)
+            _, pessimistic = predicted_transfer(transfer, u_predict, params)
             if pessimistic + params.sweep_interval > params.jit_max_delay:
                 begin = job.submit
             else:

@@ -35,7 +35,7 @@ from ..errors import InputError, ScratchkeeperError
 from ..inputfiles import read_text
 from ..runner import get_runner
 from .metrics import filtered_wait_stats
-from .run import ReplayConfig, run_replay
+from .run import ReplayConfig, ReplayRow, applicable_settings, run_replay
 
 #: A sweep file is a few lines of TOML; anything far larger is not one.
 SWEEP_SIZE_MAX = 1 << 20
@@ -121,13 +121,21 @@ def _task_stem(output: str, index: int) -> str:
     return os.path.join(output, "tasks", f"task-{index:04d}")
 
 
-def run_task(plan: SweepPlan, index: int, output: str) -> int:
-    """Run task ``index`` of the plan and write its rows and per-job waits; returns rows written."""
+def run_task(plan: SweepPlan, index: int, output: str,
+             on_run: Callable[[int, dict], None] | None = None) -> int:
+    """Run task ``index`` of the plan and write its rows and per-job waits; returns rows written.
+
+    ``on_run(index, row)`` as each run of the task finishes (its settings and metrics)."""
     if not 0 <= index < len(plan.tasks):
         raise InputError(f"task {index} out of range (the sweep has {len(plan.tasks)} tasks)",
                          path=plan.path)
     configs = plan.tasks[index]
-    outcome = run_replay(configs[0], configs)
+
+    def finished(row: ReplayRow) -> None:
+        if on_run is not None:
+            on_run(index, dict(dataclasses.asdict(row.config), **row.values))
+
+    outcome = run_replay(configs[0], configs, on_row=finished)
     stem = _task_stem(output, index)
     os.makedirs(os.path.dirname(stem), exist_ok=True)
     # Written under a temporary name and renamed, so a killed task leaves no half result.
@@ -148,43 +156,103 @@ def _json_default(value):
     raise TypeError(f"cannot write {type(value).__name__} to JSON")
 
 
+#: Where a worker sends each finished run (set in each worker by the pool's initializer).
+_RUN_QUEUE = None
+
+
 def _run_task_in_child(args: tuple[SweepPlan, int, str]) -> tuple[int, str | None]:
     plan, index, output = args
+    queue = _RUN_QUEUE
     try:
-        run_task(plan, index, output)
+        if queue is None:
+            run_task(plan, index, output)
+        else:
+            run_task(plan, index, output, on_run=lambda i, row: queue.put((i, row)))
         return index, None
     except ScratchkeeperError as err:
         return index, str(err)
+    finally:
+        if queue is not None and not isinstance(queue, _Direct):
+            # the task's end, behind its runs in this worker's queue: a worker's puts reach
+            # the queue from a feeder thread, after the task's result may have reached the pool
+            queue.put((index, None))
 
 
 def run_local(plan: SweepPlan, output: str, workers: int,
-              progress: Callable[[int, int], None] | None = None) -> list[str]:
-    """Run every task on up to ``workers`` local processes; returns the error lines of failed tasks."""
+              on_run: Callable[[int, dict], None] | None = None) -> list[str]:
+    """Run every task on up to ``workers`` local processes; returns the error lines of failed
+    tasks. ``on_run(task index, row)`` is called in this process as each run finishes."""
     todo = [(plan, i, output) for i in range(len(plan.tasks))]
+
     def collect(results) -> list[str]:
-        errors = []
-        for done, (index, error) in enumerate(results, 1):
-            if error:
-                errors.append(f"task {index}: {error}")
-            if progress:
-                progress(done, len(todo))
-        return errors
+        return [f"task {index}: {error}" for index, error in results if error]
 
     if workers <= 1:
-        return collect(map(_run_task_in_child, todo))
-    with worker_pool(workers) as pool:
-        return collect(pool.imap_unordered(_run_task_in_child, todo))
+        global _RUN_QUEUE
+        if on_run is None:
+            return collect(map(_run_task_in_child, todo))
+        _RUN_QUEUE = _Direct(on_run)
+        try:
+            return collect(map(_run_task_in_child, todo))
+        finally:
+            _RUN_QUEUE = None
+    if on_run is None:
+        with worker_pool(workers) as pool:
+            return collect(pool.imap_unordered(_run_task_in_child, todo))
+    queue = get_context("fork").Queue()
+    drain = threading.Thread(target=_drain, args=(queue, on_run, len(todo)), daemon=True)
+    drain.start()
+    try:
+        with worker_pool(workers, queue) as pool:
+            errors = collect(pool.imap_unordered(_run_task_in_child, todo))
+    except BaseException:
+        # Stopped: the runs drained so far are written; a worker killed while it wrote to the
+        # queue may hold its lock, so neither the end mark nor the exit waits for it.
+        queue.cancel_join_thread()
+        queue.put(None)
+        drain.join(timeout=1)
+        raise
+    # Each task's end mark follows its runs in the queue: the drain stops after the last one
+    # (a worker that died without sending its mark: the pool had raised above).
+    drain.join(timeout=600)
+    if drain.is_alive():
+        queue.put(None)
+        drain.join(timeout=5)
+    return errors
+
+
+class _Direct:
+    """A stand-in for the run queue in a sweep without worker processes: calls at once."""
+
+    def __init__(self, on_run: Callable[[int, dict], None]):
+        self.on_run = on_run
+
+    def put(self, item: tuple[int, dict]) -> None:
+        self.on_run(*item)
+
+
+def _drain(queue, on_run: Callable[[int, dict], None], tasks: int) -> None:
+    """``on_run`` for each run the workers send, until every task's end mark came (or None)."""
+    ended = 0
+    while ended < tasks and (item := queue.get()) is not None:
+        index, row = item
+        if row is None:
+            ended += 1
+        else:
+            on_run(index, row)
 
 
 @contextlib.contextmanager
-def worker_pool(workers: int):
-    """A pool of ``workers`` forked processes that a stopped sweep takes down with it.
+def worker_pool(workers: int, run_queue=None):
+    """A pool of ``workers`` forked processes that a stopped sweep takes down with it; each
+    worker sends its finished runs to ``run_queue`` when one is given.
 
     Leaving the block by an exception (Ctrl-C, SIGTERM turned into :class:`SweepStopped`, a
     crash) terminates the pool: no worker goes on after the sweep is stopped.
     """
     with _stop_on_sigterm(), get_context("fork").Pool(processes=max(1, workers),
-                                                      initializer=_worker_signals) as pool:
+                                                      initializer=_worker_signals,
+                                                      initargs=(run_queue,)) as pool:
         yield pool
 
 
@@ -214,11 +282,13 @@ class _stop_on_sigterm:
         return False
 
 
-def _worker_signals() -> None:
+def _worker_signals(run_queue=None) -> None:
     # Ctrl-C reaches the whole foreground process group: the parent alone handles it (and
     # terminates the pool); a worker dies by the pool's SIGTERM with the default action.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    global _RUN_QUEUE
+    _RUN_QUEUE = run_queue
 
 
 def format_duration(seconds: float) -> str:
@@ -231,27 +301,65 @@ def format_duration(seconds: float) -> str:
     return f"{seconds // 3600} h {seconds % 3600 // 60:02d} min"
 
 
-class TaskProgress:
-    """Progress of a local sweep on ``stream``: on a terminal one line redrawn, elsewhere (a log,
-    a pipe, a batch job's output) a line per finished task; both with the count and the time
-    left, estimated from the tasks finished so far."""
+RESULT_FIELDS = CONFIG_FIELDS + METRIC_FIELDS
 
-    def __init__(self, stream, *, terminal: bool, label: str = "sweep"):
+
+class RunLog:
+    """A sweep's runs as they finish: each appended to ``path`` (OUTPUT/results.csv; None: no
+    file) and flushed, so an interrupted sweep keeps every finished run (its filtered
+    statistics stay blank: they compare all runs, and :func:`collect` fills them in when the
+    sweep ends); and a progress line per run on ``stream`` (None: none), with the count of
+    ``total`` runs (default: the plan's) and the time left."""
+
+    def __init__(self, plan: SweepPlan, path: str | None, stream=None, *,
+                 terminal: bool = False, label: str = "sweep", total: int | None = None):
+        self.total = plan.runs if total is None else total
         self.stream = stream
         self.terminal = terminal
         self.label = label
+        configs = [config for task in plan.tasks for config in task]
+        # A run is named by the settings the sweep varies (its grid keys).
+        self.varying = [name for name in CONFIG_FIELDS
+                        if len({repr(getattr(c, name)) for c in configs}) > 1]
+        self.done = 0
         self.started = time.monotonic()
+        self.file = None
+        if path is not None:
+            os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+            self.file = open(path, "w", newline="")
+            self.writer = csv.DictWriter(self.file, fieldnames=RESULT_FIELDS,
+                                         extrasaction="ignore")
+            self.writer.writeheader()
+            self.file.flush()
 
-    def __call__(self, done: int, total: int) -> None:
+    def __call__(self, index: int, row: dict) -> None:
+        if self.file is not None:
+            self.writer.writerow({k: _cell(v) for k, v in applicable_settings(row).items()})
+            self.file.flush()
+        self.done += 1
+        if self.stream is None:
+            return
         elapsed = time.monotonic() - self.started
-        left = elapsed / done * (total - done) if done else 0.0
-        text = (f"{self.label}: {done}/{total} tasks done, {format_duration(elapsed)} so far, "
-                f"about {format_duration(left)} left")
+        left = elapsed / self.done * (self.total - self.done)
+        named = " ".join(f"{k}={_shown(row.get(k))}" for k in self.varying)
+        text = (f"{self.label}: {self.done}/{self.total} runs done, "
+                f"{format_duration(elapsed)} so far, about {format_duration(left)} left "
+                f"(task {index}{': ' + named if named else ''})")
         if self.terminal:
-            self.stream.write("\r" + text + ("\n" if done >= total else ""))
+            self.stream.write("\r" + text + "\x1b[K" + ("\n" if self.done >= self.total else ""))
         else:
             self.stream.write(text + "\n")
         self.stream.flush()
+
+    def close(self) -> None:
+        if self.file is not None:
+            self.file.close()
+
+
+def _shown(value) -> str:
+    if isinstance(value, float):
+        return f"{value:g}"
+    return os.path.basename(value) if isinstance(value, str) and os.sep in value else str(value)
 
 
 def slurm_script(plan: SweepPlan, output: str, *, partition: str = "", time_limit: str = "",
@@ -340,11 +448,10 @@ def collect(plan: SweepPlan, output: str) -> tuple[str, int, list[int]]:
                    filtered_wait_sd=stats.sd)
     path = os.path.join(output, "results.csv")
     with open(path + ".tmp", "w", newline="") as stream:
-        writer = csv.DictWriter(stream, fieldnames=CONFIG_FIELDS + METRIC_FIELDS,
-                                extrasaction="ignore")
+        writer = csv.DictWriter(stream, fieldnames=RESULT_FIELDS, extrasaction="ignore")
         writer.writeheader()
         for row in rows:
-            writer.writerow({k: _cell(v) for k, v in row.items()})
+            writer.writerow({k: _cell(v) for k, v in applicable_settings(row).items()})
     os.replace(path + ".tmp", path)
     return path, len(rows), missing
 

@@ -1,14 +1,15 @@
 """Readers of job and failure traces, each turning text into plain dataclasses.
 
-Four formats: the Standard Workload Format of the Parallel Workloads Archive (18 fields and the
-``; Key: value`` header), the LANL failure CSV (LA-UR-05-7318 columns), the LANL system-20 job
-log (LA-UR-06-0803, ``job_end_time user_id nprocs submit_time ... / node ranges /``) and a simple
-CSV for a site's own job log. A corrupt line raises :class:`TraceError` naming file and line, or,
-with ``strict=False``, is skipped and counted in the :class:`ReadReport` (``nan``, ``inf`` and
-numbers beyond 2**53 are corrupt values). A compressed trace that is truncated or corrupt, a
-device or a FIFO, or a line longer than :data:`MAX_LINE` (a decompression bomb: 45 KB of
-``.xz`` that is one 600 MB line) is one :class:`TraceError` naming the file, whatever
-``strict`` says.
+Four formats here (a site's Slurm and PBS/Torque accounting are read by
+:mod:`scratchkeeper.sim.accounting`): the Standard Workload Format of the Parallel Workloads
+Archive (18 fields and the ``; Key: value`` header), the LANL failure CSV (LA-UR-05-7318
+columns), the LANL system-20 job log (LA-UR-06-0803, ``job_end_time user_id nprocs submit_time
+... / node ranges /``) and a simple CSV for a site's own job log. A corrupt line raises
+:class:`TraceError` naming file and line, or, with ``strict=False``, is skipped and counted in
+the :class:`ReadReport` (``nan``, ``inf`` and numbers beyond 2**53 are corrupt values). A
+compressed trace that is truncated or corrupt, a device or a FIFO, or a line longer than
+:data:`MAX_LINE` (a decompression bomb: 45 KB of ``.xz`` that is one 600 MB line) is one
+:class:`TraceError` naming the file, whatever ``strict`` says.
 """
 
 from __future__ import annotations
@@ -154,7 +155,8 @@ class TraceText(io.TextIOWrapper):
 
 
 def open_text(path: str | os.PathLike) -> TraceText:
-    """Open a trace, uncompressing ``.gz``, ``.xz`` and ``.bz2`` on the fly; a regular file only.
+    """Open a trace, uncompressing gzip, xz and bzip2 (told by the name's ``.gz``, ``.xz``,
+    ``.bz2`` or by the first bytes) on the fly; a regular file only.
 
     Iterate over it with :func:`read_lines`, which turns a truncated or corrupt compressed file
     into one :class:`TraceError`."""
@@ -164,11 +166,14 @@ def open_text(path: str | os.PathLike) -> TraceText:
     except OSError as err:
         raise TraceError(f"cannot open trace: {err.strerror or err}", path=name) from err
     try:
-        if name.endswith(".gz"):
+        # By name or by magic number: archives' files often come without their extension.
+        magic = raw.read(6) or b""
+        raw.seek(0)
+        if name.endswith(".gz") or magic.startswith(b"\x1f\x8b"):
             binary = gzip.GzipFile(fileobj=raw, mode="rb")
-        elif name.endswith(".xz"):
+        elif name.endswith(".xz") or magic == b"\xfd7zXZ\x00":
             binary = lzma.LZMAFile(raw)
-        elif name.endswith(".bz2"):
+        elif name.endswith(".bz2") or magic.startswith(b"BZh"):
             binary = bz2.BZ2File(raw)
         else:
             binary = io.BufferedReader(cast(io.RawIOBase, raw))  # buffering=0: a raw file
@@ -222,8 +227,9 @@ def finite_number(text: str) -> float:
     return value
 
 
-def _fail_or_skip(report: ReadReport, strict: bool, message: str, path: str, line: int,
-                  reason: str) -> None:
+def fail_or_skip(report: ReadReport, strict: bool, message: str, path: str, line: int,
+                 reason: str) -> None:
+    """A corrupt line: raise its TraceError with ``strict``, else count it under ``reason``."""
     err = TraceError(message, path=path, line=line)
     if strict:
         raise err
@@ -280,8 +286,8 @@ def read_swf(path: str | os.PathLike, *, strict: bool = True, limit: int | None 
                 continue
             parts = text.split()
             if len(parts) != 18:
-                _fail_or_skip(report, strict, f"SWF record has {len(parts)} fields, expected 18",
-                              name, number, "field count")
+                fail_or_skip(report, strict, f"SWF record has {len(parts)} fields, expected 18",
+                             name, number, "field count")
                 continue
             try:
                 values = [int(p) if is_int else float(p) for p, is_int in zip(parts, ints)]
@@ -295,14 +301,14 @@ def read_swf(path: str | os.PathLike, *, strict: bool = True, limit: int | None 
                     field_text = parts[values]
                     what = ("an integer" if _is_float(field_text)
                             else "a finite number within ±2**53")
-                    _fail_or_skip(report, strict,
-                                  f"SWF field {values + 1} ({SWF_FIELDS[values]}) is not "
-                                  f"{what}: {field_text!r}", name, number, "not a number")
+                    fail_or_skip(report, strict,
+                                 f"SWF field {values + 1} ({SWF_FIELDS[values]}) is not "
+                                 f"{what}: {field_text!r}", name, number, "not a number")
                     continue
             job = SwfJob(*values)
             if job.submit_time < 0:
-                _fail_or_skip(report, strict, f"SWF job {job.job_id} has a negative submit time",
-                              name, number, "negative submit time")
+                fail_or_skip(report, strict, f"SWF job {job.job_id} has a negative submit time",
+                             name, number, "negative submit time")
                 continue
             jobs.append(job)
             report.records += 1
@@ -389,14 +395,14 @@ def read_lanl_failures(path: str | os.PathLike, *, strict: bool = True,
             if not row or all(not c.strip() for c in row):
                 continue
             if len(row) < len(head):
-                _fail_or_skip(report, strict, f"failure record has {len(row)} columns, expected "
-                              f"{len(head)}", name, number, "column count")
+                fail_or_skip(report, strict, f"failure record has {len(row)} columns, expected "
+                             f"{len(head)}", name, number, "column count")
                 continue
             try:
                 sys_id = _whole_number(row[col["System"]], "System", 0)
             except ValueError as err:
-                _fail_or_skip(report, strict, f"bad failure record: {err}", name, number,
-                              "not a number")
+                fail_or_skip(report, strict, f"bad failure record: {err}", name, number,
+                             "not a number")
                 continue
             if system is not None and sys_id != system:
                 continue
@@ -407,12 +413,12 @@ def read_lanl_failures(path: str | os.PathLike, *, strict: bool = True,
                 started = _lanl_time(row[col["Prob Started"]])
                 down = finite_number(row[col["Down Time"]]) * 60.0
             except ValueError as err:
-                _fail_or_skip(report, strict, f"bad failure record: {err}", name, number,
-                              "bad value")
+                fail_or_skip(report, strict, f"bad failure record: {err}", name, number,
+                             "bad value")
                 continue
             if down < 0:
-                _fail_or_skip(report, strict, f"negative Down Time {down / 60:g} minutes", name,
-                              number, "negative down time")
+                fail_or_skip(report, strict, f"negative Down Time {down / 60:g} minutes", name,
+                             number, "negative down time")
                 continue
             cause = next((f"{c}: {row[i].strip()}" for c, i in blame if row[i].strip()), "")
             same = col.get("Same Event") is not None and row[col["Same Event"]].strip() == "Yes"
@@ -474,12 +480,12 @@ def read_lanl_jobs(path: str | os.PathLike, *, strict: bool = True,
             head, slash, rest = text.partition("/")
             parts = head.split()
             if len(parts) != 12:
-                _fail_or_skip(report, strict, f"LANL job line has {len(parts)} fields before the "
-                              "node list, expected 12", name, number, "field count")
+                fail_or_skip(report, strict, f"LANL job line has {len(parts)} fields before the "
+                             "node list, expected 12", name, number, "field count")
                 continue
             if slash and not rest.rstrip().endswith("/"):
-                _fail_or_skip(report, strict, "node list is not closed by '/'", name, number,
-                              "node list")
+                fail_or_skip(report, strict, "node list is not closed by '/'", name, number,
+                             "node list")
                 continue
             try:
                 ints = [int(p) for p in parts[:7]]
@@ -488,14 +494,14 @@ def read_lanl_jobs(path: str | os.PathLike, *, strict: bool = True,
                 cpu = [finite_number(p) for p in parts[7:10]]
                 ranges = _node_ranges(rest.rstrip()[:-1]) if slash else ()
             except ValueError as err:
-                _fail_or_skip(report, strict, f"bad LANL job line: {err}", name, number,
-                              "bad value")
+                fail_or_skip(report, strict, f"bad LANL job line: {err}", name, number,
+                             "bad value")
                 continue
             job = LanlJob(*ints, *cpu, parts[10], parts[11], ranges)
             if job.dispatch_time < job.submit_time or job.job_end_time < job.dispatch_time:
-                _fail_or_skip(report, strict, f"job {job.batch_id}: times out of order (submit "
-                              f"{job.submit_time}, dispatch {job.dispatch_time}, end "
-                              f"{job.job_end_time})", name, number, "times out of order")
+                fail_or_skip(report, strict, f"job {job.batch_id}: times out of order (submit "
+                             f"{job.submit_time}, dispatch {job.dispatch_time}, end "
+                             f"{job.job_end_time})", name, number, "times out of order")
                 continue
             jobs.append(job)
             report.records += 1
@@ -551,12 +557,12 @@ def read_site_csv(path: str | os.PathLike, *, strict: bool = True,
                     if row.get(key) not in (None, ""):
                         values[key] = finite_number(row[key])
             except (ValueError, TypeError, AttributeError) as err:
-                _fail_or_skip(report, strict, f"bad site CSV row: {err}", name, number,
-                              "bad value")
+                fail_or_skip(report, strict, f"bad site CSV row: {err}", name, number,
+                             "bad value")
                 continue
             if values["procs"] <= 0 or values["run_time"] < 0 or values["submit_time"] < 0:
-                _fail_or_skip(report, strict, "procs must be > 0, run_time and submit_time >= 0",
-                              name, number, "out of range")
+                fail_or_skip(report, strict, "procs must be > 0, run_time and submit_time >= 0",
+                             name, number, "out of range")
                 continue
             jobs.append(SiteJob(**values))
             report.records += 1
@@ -574,8 +580,8 @@ def _csv_rows(reader, report: ReadReport, strict: bool, name: str):
         except StopIteration:
             return
         except csv.Error as err:
-            _fail_or_skip(report, strict, f"not a CSV record: {err}", name, lines.line_num,
-                          "not CSV")
+            fail_or_skip(report, strict, f"not a CSV record: {err}", name, lines.line_num,
+                         "not CSV")
             continue
         yield lines.line_num, row
 
@@ -586,6 +592,8 @@ def iter_records(report: ReadReport) -> Iterator[str]:
     if not report.skipped_total:
         return
     reasons = ", ".join(f"{count} {reason}" for reason, count in sorted(report.skipped.items()))
+    # Lines that are no job (a sacct job step, a PBS queue record) are counted, not quoted.
+    first = "; the first:" if report.first_errors else ""
     yield (f"{report.path}: skipped {report.skipped_total:,} of "
-           f"{report.records + report.skipped_total:,} line(s) ({reasons}); the first:")
+           f"{report.records + report.skipped_total:,} line(s) ({reasons}){first}")
     yield from report.first_errors

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import datetime
-import math
 import os
 from pathlib import Path
 
@@ -12,7 +11,7 @@ import pytest
 from scratchkeeper.config import SiteConfig, StagingConfig, parse_config
 from scratchkeeper.planner import records
 from scratchkeeper.planner.jit import decide
-from scratchkeeper.planner.predict import Prediction, predict, source_host, throughput
+from scratchkeeper.planner.predict import Prediction, predict, source_host
 from scratchkeeper.schedulers import pbs, slurm
 from scratchkeeper.state import StateStore
 
@@ -32,13 +31,26 @@ def test_held_back_until_expected_start_minus_pessimistic_time_and_margin():
     config = _config(jit_margin=60, jit_max_delay=1800)
     decision = decide(1000.0, 5000.0, "will-run", _prediction(100, 300), config)
     assert decision.release_at == 5000.0 - 300 - 60
-    assert decision.reason.startswith("held back")
+    assert decision.reason.startswith("held back: the compute job waits 4000s, more than 300s "
+                                      "at worst (100s predicted) + 60s margin")
+
+
+def test_held_back_whenever_the_wait_exceeds_bound_plus_margin():
+    config = _config(jit_margin=20, jit_max_delay=1800)
+    bound = 2.6                                   # 64 MiB predicted 1.3 s, at worst 2.6 s
+    assert decide(0.0, 22.5, "will-run", _prediction(1.3, bound), config).release_at is None
+    held = decide(0.0, 22.7, "will-run", _prediction(1.3, bound), config)
+    assert held.release_at == pytest.approx(0.1) and held.reason.startswith("held back")
+    # the 3-minute wait: held back, released 22.6 s before the compute job's start
+    assert decide(0.0, 180.0, "will-run", _prediction(1.3, bound), config).release_at == \
+        pytest.approx(180.0 - 22.6)
 
 
 def test_starts_now_once_the_moment_has_come():
     config = _config(jit_margin=60)
     decision = decide(4700.0, 5000.0, "backfill", _prediction(100, 300), config)
     assert decision.release_at is None and "has come" in decision.reason
+    assert "wait, 300s, is within 300s at worst (100s predicted) + 60s margin" in decision.reason
 
 
 @pytest.mark.parametrize("expected, prediction, words", [
@@ -64,38 +76,34 @@ def _store(tmp_path) -> StateStore:
     return records.open_staging(StateStore(str(tmp_path / "state.db")))
 
 
-def test_throughput_is_the_geometric_mean_of_recorded_rates(tmp_path):
-    store = _store(tmp_path)
-    config = _config()
-    for number, (size, seconds) in enumerate([(100e6, 1.0), (100e6, 4.0)]):
-        records.record_transfer(store, f"sk{number}", "stage-in", "gridftp.example", int(size),
-                                seconds, 1000.0 + number, 1000)
-    learned = throughput(store, "gridftp.example", config)
-    assert learned.samples == 2
-    assert learned.rate == pytest.approx(50e6)                     # sqrt(100e6 * 25e6)
-    assert learned.log_sd == pytest.approx(math.log(4) / math.sqrt(2))
-    assert throughput(store, "other.example", config).samples == 0
+def _record(store, sizes_seconds, host="localhost", client="file") -> None:
+    records.record_timings(store, [
+        {"chain_id": f"sk{number}", "job_key": "stage-in", "line": 1, "host": host,
+         "client": client, "bytes": size, "files": 1, "seconds": seconds,
+         "finished": 1000.0 + number, "owner_uid": os.getuid()}
+        for number, (size, seconds) in enumerate(sizes_seconds)])
 
 
 def test_prediction_of_a_local_source_and_its_pessimistic_bound(tmp_path):
     store = _store(tmp_path)
     source = tmp_path / "input.dat"
     source.write_bytes(b"x" * 4096)
-    config = _config(min_samples=2, jit_sigmas=1.0)
+    config = _config(min_samples=2, jit_quantile=0.9, jit_min_spread=0.0, change_window=0)
     assert predict([(str(source), False)], store, config).seconds is None   # nothing learned
-    for number, seconds in enumerate((1.0, 4.0)):
-        records.record_transfer(store, f"sk{number}", "stage-in", "localhost", 4096, seconds,
-                                float(number), os.getuid())
+    # 1 s per file + 1 s per 1000 bytes; the last one 50 % slow
+    _record(store, [(1000, 2.0), (3000, 4.0), (2000, 3.0), (4000, 7.5)])
     result = predict([(str(source), False)], store, config)
     assert result.bytes == 4096
-    assert result.seconds == pytest.approx(4096 / (4096 / 2.0))          # geometric mean: 2 s
-    assert result.pessimistic == pytest.approx(2.0 * math.exp(math.log(4) / math.sqrt(2)))
+    assert result.seconds == pytest.approx(1 + 4.096, rel=1e-3)
+    # the 90th percentile of the relative residuals (0, 0, 0, +0.5): +0.35
+    assert result.pessimistic == pytest.approx(result.seconds * 1.35, rel=1e-3)
+    assert result.hosts[0].fit.basis.startswith("host: 4 timed file transfers")
 
 
 def test_no_prediction_for_a_directory_or_a_missing_source(tmp_path):
     store = _store(tmp_path)
     config = _config(min_samples=1)
-    records.record_transfer(store, "sk1", "stage-in", "localhost", 10, 1.0, 0.0, 0)
+    _record(store, [(10, 1.0)])
     assert "a directory" in predict([(str(tmp_path), True)], store, config).reason
     missing = predict([(str(tmp_path / "nope"), False)], store, config)
     assert missing.seconds is None and "size unknown" in missing.reason

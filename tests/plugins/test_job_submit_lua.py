@@ -184,7 +184,7 @@ def test_host_allow_list_is_an_additional_condition(tmp_path):
 @pytest.mark.parametrize("settings,logged", [
     ("return {", "using the defaults"),
     ("return 42", "does not return a table"),
-    ('return { staging = "maybe" }', 'expected "hold" or "reject"'),
+    ('return { staging = "maybe" }', 'expected "hold", "reject" or "burst-buffer"'),
     ("return { colour = 1 }", "unknown setting colour"),
 ])
 def test_broken_settings_keep_the_defaults_and_say_so(tmp_path, settings, logged):

@@ -82,10 +82,10 @@ def test_sweep_runs_locally_and_report_draws_the_figures(tmp_path, capsys):
     # One schedule per (policy, stripe count): 5 tasks for 17 rows.
     assert len(list((output / "tasks").glob("*.json"))) == 5
     assert len({r["filtered_jobs"] for r in rows}) == 1
-    # Not a terminal (pytest captures stderr): a line per finished task with the time left.
+    # Not a terminal (pytest captures stderr): a line per finished run with the time left.
     lines = [line for line in capsys.readouterr().err.splitlines() if line.startswith("sweep:")]
-    assert [line.split(",")[0] for line in lines] == [f"sweep: {n}/5 tasks done"
-                                                      for n in range(1, 6)]
+    assert [line.split(",")[0] for line in lines] == [f"sweep: {n}/17 runs done"
+                                                      for n in range(1, 18)]
     assert all("left" in line for line in lines)
     assert main(["sweep", str(sweep), "--output", str(output), "--workers", "1",
                  "--no-progress"]) == 0

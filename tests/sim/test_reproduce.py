@@ -47,7 +47,7 @@ def test_an_unreachable_target_gives_the_closest_probe(monkeypatch):
 
 def _cells(report: str) -> list[list[str]]:
     """The rows of the claims list-table (header first)."""
-    table = report.split("Claims\n------", 1)[1].split("Claims that still differ", 1)[0]
+    table = report.split("Claims\n------", 1)[1].split("Claims not graded", 1)[0]
     rows = []
     for line in table.splitlines():
         if line.startswith("   * - "):
@@ -66,25 +66,32 @@ def test_quick_reproduction_lists_every_claim_with_both_values(tmp_path, capsys)
     assert done and done[-1][0] == done[-1][1]
     report = (output / "reproduction.rst").read_text()
     rows = _cells(report)
-    assert rows[0] == ["§", "claim", "the thesis", "this replay", "conditions", "shape",
-                       "why it differs"]
+    assert rows[0] == ["§", "claim", "the thesis", "kind", "measured", "conditions", "grade",
+                       "notes"]
     claims = rows[1:]
     # Every quantitative claim of section 4.7, by the thesis's value.
     seed_values = [c[2] for c in claims]
-    for value in ("35 %", "0.14 % -> 2.09 % (x 15)", "70.50 % / 70.54 %", "> 60 %", "< 1.8 %",
-                  "< 0.5 %", "1.5, 27.5, 45.5 jobs", "> 100,000 s -> thousands of s (more than x 10)",
-                  "hundreds of thousands of s -> tens of s", "almost flat", "virtually identical"):
+    for value in ("0.14 % (stripe count 2)", "70.50 % / 70.54 %", "> 60 %", "< 1.8 %",
+                  "< 0.5 %", "more than x 10", "> 100,000 s", "thousands of s",
+                  "hundreds of thousands of s", "tens of s", "almost flat", "virtually identical",
+                  "an edge due to its optimal job selection", "more interrupted jobs",
+                  "< 0.1 % of 284 GB/s"):
         assert value in seed_values, value
-    assert {c[0] for c in claims} == {"4.7.2", "4.7.3", "4.7.4"}
-    assert len(claims) >= 24
+    assert {c[0] for c in claims} == {"4.5.1", "4.7.2", "4.7.3", "4.7.4"}
+    assert len(claims) >= 40
+    # Conditions set by the load-factor search are not claims.
+    assert "35 %" not in seed_values and "1.5, 27.5, 45.5 jobs" not in seed_values
+    conditions_table = report.split("Conditions (set by construction", 1)[1].split("Claims", 1)[0]
+    assert "1.5, 27.5, 45.5 jobs" in conditions_table and "35 %" in conditions_table
     for cells in claims:
-        assert len(cells) == 7, cells
-        # Both values there: ours has a number, and the shape is judged.
-        assert re.search(r"\d", cells[3]), cells
-        assert cells[5] in ("yes", "no", "partly"), cells
-    differing = report.split("Claims that still differ", 1)[1].split("Figures", 1)[0]
+        assert len(cells) == 8, cells
+        # Both values there: ours has a number, and the grade is one of the rule's.
+        assert re.search(r"\d", cells[4]) or cells[6] == "no data", cells
+        assert cells[6].removesuffix(" (1 seed)") in ("yes", "no", "partly", "not shown",
+                                                      "no data"), cells
+    differing = report.split("Claims not reproduced", 1)[1].split("Figures", 1)[0]
     for cells in claims:
-        if cells[5] != YES:
+        if cells[6].removesuffix(" (1 seed)") != YES:
             assert cells[1] in differing
     for name in ("replication_vs_alpha.png", "replication_vs_alpha_recorded.png",
                  "at_risk_vs_queue_length.png", "wait_vs_load_factor.png"):

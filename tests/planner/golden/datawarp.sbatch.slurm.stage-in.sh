@@ -15,16 +15,31 @@ SK_RETRY_MISSING=0
 SK_SOURCE_WAIT=0
 SK_LAST_ERROR=""
 SK_FAILED=0
+SK_SECONDS=""
+# each transfer as this job timed it (--timing LINE:SECONDS), for the JIT prediction
+SK_TIMINGS=()
 
 sk_log() { printf '%s scratchkeeper: %s\n' "$(date -u +%Y-%m-%dT%H:%M:%SZ)" "$*" >&2; }
+
+# sk_clock: SK_CLOCK = centiseconds since boot (CLOCK_BOOTTIME: monotonic, a step of the wall
+# clock does not move it; read by the shell, no process started), "" where it cannot be read
+sk_clock() {
+  local up=""
+  { read -r up _ </proc/uptime; } 2>/dev/null || up=""
+  if [[ $up =~ ^([0-9]+)\.([0-9]{2})$ ]]; then
+    SK_CLOCK=$((10#${BASH_REMATCH[1]} * 100 + 10#${BASH_REMATCH[2]}))
+  else
+    SK_CLOCK=""
+  fi
+}
 
 # sk_retry ATTEMPTS DELAY BACKOFF MAX_DELAY LINE -- COMMAND...
 # Runs COMMAND up to ATTEMPTS times with exponential backoff. A refused permission (SK_DENIED)
 # is never retried; a missing source (SK_MISSING) is tried again while SK_SOURCE_WAIT lasts
 # (those tries do not count), then retried only with SK_RETRY_MISSING; another error a retry
-# cannot fix (SK_PERMANENT) stops at once.
+# cannot fix (SK_PERMANENT) stops at once. SK_SECONDS: how long the attempt that succeeded ran.
 sk_retry() {
-  local attempts=$1 delay=$2 backoff=$3 max_delay=$4 line=$5 try=1 tries=0 rc errfile why left
+  local attempts=$1 delay=$2 backoff=$3 max_delay=$4 line=$5 try=1 tries=0 rc errfile why left t0
   # bash's clock counts whole seconds: a wait lasts at least SK_SOURCE_WAIT, at most 1 s more
   local started=$SECONDS deadline=$((SECONDS + SK_SOURCE_WAIT + 1))
   shift 6
@@ -33,10 +48,17 @@ sk_retry() {
   while :; do
     tries=$((tries + 1))
     sk_log "line $line: attempt $try of $attempts$([ "$tries" -gt "$try" ] && echo " (try $tries, waiting for the source)")"
+    sk_clock; t0=$SK_CLOCK
     timeout 3600 "$@" 2>"$errfile"
     rc=$?
+    sk_clock
     cat "$errfile" >&2
     if [ "$rc" -eq 0 ]; then
+      SK_SECONDS=""
+      if [ -n "$t0" ] && [ -n "$SK_CLOCK" ] && [ "$SK_CLOCK" -ge "$t0" ]; then
+        printf -v SK_SECONDS '%d.%02d' $(((SK_CLOCK - t0) / 100)) $(((SK_CLOCK - t0) % 100))
+        SK_TIMINGS+=(--timing "$line:$SK_SECONDS")
+      fi
       rm -f "$errfile"
       return 0
     fi
@@ -83,6 +105,12 @@ sk_retry() {
 
 sk_fail() {
   scratchkeeper stage fail --chain skgolden0001 --job stage-in --line "$1" --reason "$SK_LAST_ERROR" || sk_log "could not record the failure"
+  # under Slurm, the reason also goes into this job's comment, which accounting keeps
+  # (sacct -o Comment): one line, bounded; the owner may set their running job's comment
+  if [ -n "${SLURM_JOB_ID:-}" ] && command -v scontrol >/dev/null 2>&1; then
+    local comment="scratchkeeper: stage-in failed: line $1: ${SK_LAST_ERROR//[[:cntrl:]]/ }"
+    scontrol update JobId="$SLURM_JOB_ID" Comment="${comment:0:250}" >/dev/null 2>&1 || true
+  fi
   exit 1
 }
 
@@ -96,4 +124,4 @@ sk_retry 3 5.0 2.0 300.0 4 -- cp -p -r -- /lus/alice/inputs/. /scratch/alice/inp
 mkdir -p -- /scratch/alice
 sk_retry 3 5.0 2.0 300.0 5 -- cp -p -- /lus/alice/config.yaml /scratch/alice/config.yaml || sk_fail 5
 
-scratchkeeper stage commit --chain skgolden0001 --job stage-in || { SK_LAST_ERROR="recording the staged files failed"; sk_fail 0; }
+scratchkeeper stage commit --chain skgolden0001 --job stage-in ${SK_TIMINGS[@]+"${SK_TIMINGS[@]}"} || { SK_LAST_ERROR="recording the staged files failed"; sk_fail 0; }

@@ -1,0 +1,414 @@
+"""What each stage of Slurm's burst-buffer life cycle does for a job (``burst_buffer.lua`` calls
+``scratchkeeper bb STAGE ...``, which calls the function of the same name here).
+
+* :func:`job_process` (at ``sbatch``, synchronous): the planner's checks of the script; a bad
+  directive refuses the job with ``script:LINE: reason``.
+* :func:`setup` (pending): record the job and its owner (the only stage Slurm tells the uid).
+* :func:`data_in` (pending, ``BurstBufferStageIn``): plan the script as ``scratchkeeper submit``
+  would, submit its stage-in data jobs on the data-transfer queue *as the job's owner* (root
+  submits with ``sbatch --uid --gid``: the transfers run with the user's rights, on a compute
+  node, never on the controller) and wait for them. Each data job records its files with
+  ``stage commit``, exactly as on the other paths, so recovery and replication know them.
+* :func:`real_size`: the bytes staged, which Slurm then accounts in the pool.
+* :func:`pre_run` (allocated, before the job starts): the pre-execution recovery check
+  (recoveryd verifies the job's inputs and patches lost stripes; the thesis, §4.6).
+* :func:`data_out` (``STAGE_OUT``): the stage-out data jobs, as the owner, waited for.
+* :func:`teardown`: cancel what is left of the job's data jobs and close its chain.
+
+A stage run again (Slurm retries it, or slurmctld restarted) finds its chain and data jobs in
+the records and waits for them instead of submitting them twice.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import sqlite3
+import stat
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..config import SiteConfig
+from ..errors import DirectiveError, InputError, SchedulerError, ScratchkeeperError
+from ..planner import records as chains
+from ..planner.directives import STAGE_IN, STAGE_OUT, parse_script
+from ..planner.plan import COMPUTE, PlannedJob, build_plan
+from ..planner.render import render_plan
+from ..planner.spool import output_path, spool_dir, write_script
+from ..planner.status import stage_in_failure
+from ..planner.submit import new_chain_id, submit_chain_job
+from ..runner import get_runner
+from ..schedulers import JobRecord, Scheduler, get_scheduler
+from ..state import StateStore
+from . import records
+
+log = logging.getLogger(__name__)
+
+_JOB_ID_RE = re.compile(r"^[0-9]+$")
+_UNSAFE_NAME_RE = re.compile(r"[^A-Za-z0-9._+@=-]")
+#: how often a waiting stage looks at the records (cheap) and asks the scheduler (not cheap)
+RECORD_POLL, SCHEDULER_POLL = 1.0, 5.0
+#: the file of environment variables ``slurm_bb_paths`` hands to the job, per job id
+ENV_SUFFIX = ".env"
+#: the state of a chain this path made: not the chain service's ``submitted``, so its sweep
+#: (settling failed stage-ins, offload at close) never acts on a job Slurm's burst buffer runs
+CHAIN_STATE = "burst-buffer"
+
+
+class StageFailed(ScratchkeeperError):
+    """A stage of the life cycle failed; the message is the reason Slurm shows the user."""
+
+
+@dataclass(frozen=True)
+class JobFacts:
+    """What the queue says of the job (``squeue --json``): where it runs from and its name."""
+
+    job_id: str
+    name: str
+    workdir: str
+    #: the script as the user named it at sbatch (what errors name), or "script"
+    command: str = "script"
+
+
+def check_job_id(job_id: str) -> str:
+    if not _JOB_ID_RE.match(job_id or ""):
+        raise InputError(f"job id {job_id!r}: expected a Slurm job id")
+    return job_id
+
+
+def state_dir(config: SiteConfig) -> Path:
+    """Where the burst-buffer path keeps its files (the env files, the pool's held bytes)."""
+    return Path(config.state.database).resolve().parent / "burst-buffer"
+
+
+# -- sbatch ----------------------------------------------------------------------------------------
+def job_process(config: SiteConfig, script_path: str, *, shown_as: str = "script") -> int:
+    """The planner's checks of the script Slurm saved; the number of data steps. Relative paths
+    are checked as if the job ran from the scratch root (Slurm does not say from where yet):
+    :func:`data_in` resolves them against the job's own directory."""
+    text = _read_script(script_path)
+    try:
+        parsed = parse_script(text, shown_as, cwd=config.storage.scratch_root,
+                              scratch_root=config.storage.scratch_root)
+        build_plan(parsed, config, chain_id="check", workdir=config.storage.scratch_root,
+                   scheduler="slurm")
+    except DirectiveError as err:
+        raise StageFailed(str(err)) from err
+    return len(parsed.steps)
+
+
+def _read_script(path: str) -> str:
+    """Slurm's saved copy of the batch script (root's file; a regular file, bounded)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError as err:
+        raise InputError(f"{path}: cannot read the job script: {err.strerror}") from err
+    with os.fdopen(fd, "rb") as handle:
+        if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
+            raise InputError(f"{path}: not a regular file")
+        data = handle.read((16 << 20) + 1)
+    if len(data) > 16 << 20:
+        raise InputError(f"{path}: job script larger than 16 MiB")
+    # slurmctld saves the script with the C string's terminating NUL
+    return data[:-1].decode("utf-8", errors="replace") if data.endswith(b"\0") \
+        else data.decode("utf-8", errors="replace")
+
+
+# -- pending -----------------------------------------------------------------------------------------
+def setup(config: SiteConfig, store: StateStore, job_id: str, uid: int, gid: int, pool: str,
+          size: int) -> None:
+    check_job_id(job_id)
+    records.set_up(store, job_id, uid, gid, pool if pool not in ("(null)", "") else "", size)
+    write_held(config, store)
+
+
+def data_in(config: SiteConfig, store: StateStore, job_id: str, script_path: str, *,
+            scheduler: Scheduler | None = None, timeout: float | None = None) -> str:
+    """Stage the job's input; the chain id. Raises :class:`StageFailed` with the reason."""
+    row = _job_row(store, job_id)
+    scheduler = scheduler or get_scheduler(config, "slurm")
+    chain_id = row["chain_id"] or _plan_and_record(config, store, row, script_path, scheduler)
+    records.set_stage(store, job_id, records.STAGING_IN)
+    keys = [r["job_key"] for r in chains.chain_jobs(store, chain_id) if r["role"] == STAGE_IN]
+    _submit(config, store, row, chain_id, keys, scheduler)
+    failure = _wait(store, scheduler, chain_id, keys,
+                    config.burst_buffer.stage_in_timeout if timeout is None else timeout)
+    if failure is not None:
+        records.set_stage(store, job_id, records.STAGE_IN_FAILED, failure)
+        chains.set_chain_state(store, chain_id, chains.STAGE_IN_FAILED, failure)
+        _settle(store, chain_id, "stage-in-failed")
+        _end_failed_job(config, scheduler, job_id, f"stage-in failed: {failure}")
+        raise StageFailed(f"stage-in failed: {failure}")
+    staged = [f for f in chains.staged_files(store, chain_id) if f["state"] == "staged"]
+    total = sum(int(f["size"] or 0) for f in staged)
+    _write_env(config, job_id, chain_id, [f["path"] for f in staged])
+    records.set_stage(store, job_id, records.STAGED_IN, staged_bytes=total)
+    write_held(config, store)
+    return chain_id
+
+
+def _end_failed_job(config: SiteConfig, scheduler: Scheduler, job_id: str, reason: str) -> None:
+    """The job's stage-in failed: its reason goes into its comment (``sacct -o Comment``), and
+    with ``burst_buffer.stage_in_failure = "cancel"`` the job ends now; with ``"hold"`` it stays
+    pending with Slurm's reason (``burst_buffer/lua: slurm_bb_data_in: ...``) until someone
+    cancels it (Slurm 22.05 never runs data-in for it again)."""
+    if config.burst_buffer.stage_in_failure == "cancel":
+        scheduler.cancel([job_id], reason=reason)  # writes the comment first
+    else:
+        scheduler.annotate([job_id], reason)
+
+
+def _settle(store: StateStore, chain_id: str, outcome: str) -> None:
+    """This path settled the chain's end itself: the chain service's sweep leaves it alone."""
+    chains.open_chain_ends(store)
+    chains.record_chain_end(store, chain_id, outcome)
+
+
+def write_held(config: SiteConfig, store: StateStore) -> None:
+    """The bytes jobs hold in the pool, for ``slurm_bb_pools`` (which must answer at once and
+    so reads a file: free space on scratch + these bytes is the pool Slurm hands out)."""
+    folder = state_dir(config)
+    folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+    temporary = folder / "held-bytes.tmp"
+    temporary.write_text(f"{records.held_bytes(store)}\n")
+    os.replace(temporary, folder / "held-bytes")
+
+
+def _job_row(store: StateStore, job_id: str) -> sqlite3.Row:
+    row = records.job(store, check_job_id(job_id))
+    if row is None:
+        raise StageFailed(f"job {job_id}: not set up (slurm_bb_setup did not record it)")
+    return row
+
+
+def job_facts(job_id: str, config: SiteConfig) -> JobFacts:
+    """The job's name and directory from the queue (one ``squeue --json -j``)."""
+    import json
+
+    result = get_runner().run(["squeue", "--json", "-j", job_id],
+                              timeout=config.scheduler.command_timeout, mutating=False)
+    try:
+        jobs = json.loads(result.stdout).get("jobs", [])
+    except (json.JSONDecodeError, AttributeError) as err:
+        raise SchedulerError(f"squeue --json: unreadable output: {err}") from err
+    for job in jobs:
+        if str(job.get("job_id")) == job_id:
+            return JobFacts(job_id, job.get("name") or "",
+                            job.get("current_working_directory") or "/",
+                            job.get("command") or "script")
+    raise SchedulerError(f"job {job_id}: not in the queue")
+
+
+def _plan_and_record(config: SiteConfig, store: StateStore, row: sqlite3.Row, script_path: str,
+                     scheduler: Scheduler) -> str:
+    """Plan the script for its owner, write the data jobs' scripts, record the chain with the
+    job itself as its compute job; the chain id."""
+    job_id, uid, gid = row["job_id"], int(row["uid"]), int(row["gid"])
+    facts = job_facts(job_id, config)
+    text = _read_script(script_path)
+    try:
+        parsed = parse_script(text, facts.command, cwd=facts.workdir,
+                              scratch_root=config.storage.scratch_root)
+        if facts.name:
+            parsed.compute_job["name"] = _UNSAFE_NAME_RE.sub("_", facts.name)[:200]
+        plan = build_plan(parsed, config, chain_id=new_chain_id(), workdir=facts.workdir,
+                          scheduler="slurm")
+        render_plan(plan, parsed.shebang, parsed.compute_script, config)
+    except (DirectiveError, ValueError) as err:
+        raise StageFailed(str(err)) from err
+    spool = spool_dir(config, plan.chain_id)
+    spool.mkdir(parents=True, exist_ok=True)
+    os.chown(spool, uid, gid)  # the data jobs, running as the owner, write their logs there
+    log_paths = {}
+    for planned in plan.jobs:
+        if planned.role != COMPUTE:
+            write_script(spool, planned.key, planned.script, 0o755)
+            log_paths[planned.key] = output_path(spool, planned.key)
+    chains.record_plan(store, plan, uid, log_paths)
+    chains.set_job_submitted(store, plan.chain_id, COMPUTE, job_id)
+    chains.set_chain_state(store, plan.chain_id, CHAIN_STATE)
+    records.set_chain(store, job_id, plan.chain_id)
+    log.info("job %s: chain %s planned (%d data job(s))", job_id, plan.chain_id,
+             len(plan.jobs) - 1)
+    return plan.chain_id
+
+
+def _submit(config: SiteConfig, store: StateStore, row: sqlite3.Row, chain_id: str, keys: list[str],
+            scheduler: Scheduler) -> None:
+    """Submit the data jobs ``keys`` not submitted yet, as the job's owner. A data job of the
+    chain in the queue but not recorded (a kill between ``sbatch`` and the record) is cancelled
+    first, so a stage run again never leaves two copies of a transfer."""
+    chain = chains.chain(store, chain_id)
+    rows = {r["job_key"]: r for r in chains.chain_jobs(store, chain_id)}
+    todo = [k for k in keys if not rows[k]["job_id"]]
+    if not todo:
+        return
+    recorded = {r["job_id"] for r in rows.values() if r["job_id"]}
+    strays = [j for j in scheduler.queued_from(str(spool_dir(config, chain_id)))
+              if j not in recorded]
+    if strays:
+        scheduler.cancel(strays, reason=f"chain {chain_id}: submitted but not recorded before "
+                                        "a restart; submitted again")
+    names = {j["key"]: j["name"] for j in json.loads(chain["plan_json"])["jobs"]}
+    for key in todo:
+        planned = PlannedJob(key=key, role=rows[key]["role"], queue=rows[key]["queue"],
+                             name=names[key], depends_on=[])
+        job_id = submit_chain_job(planned, config, scheduler, chain_id=chain_id,
+                                  workdir=chain["workdir"],
+                                  on_behalf_of=(int(row["uid"]), int(row["gid"])))
+        chains.set_job_submitted(store, chain_id, key, job_id)
+        log.info("job %s: chain %s: %s submitted as %s", row["job_id"], chain_id, key, job_id)
+
+
+def _wait(store: StateStore, scheduler: Scheduler, chain_id: str, keys: list[str],
+          timeout: float | None) -> str | None:
+    """Wait until every data job ``keys`` recorded its outcome; None when all succeeded, else
+    why one failed. A data job that ended without recording (cancelled, killed, walltime) is
+    found through the scheduler."""
+    deadline = None if timeout is None else time.monotonic() + timeout
+    next_ask = time.monotonic() + SCHEDULER_POLL
+    while True:
+        rows = [r for r in chains.chain_jobs(store, chain_id) if r["job_key"] in keys]
+        failed = [r for r in rows if r["state"] == chains.JOB_FAILED]
+        if failed:
+            return "; ".join(_failure_text(r) for r in failed)
+        if all(r["state"] == chains.JOB_DONE for r in rows):
+            return None
+        if time.monotonic() >= next_ask:
+            next_ask = time.monotonic() + SCHEDULER_POLL
+            pending = [r for r in rows if r["state"] != chains.JOB_DONE]
+            found = scheduler.lookup([r["job_id"] for r in pending], missing_ok=True)
+            ended = [text for r in pending
+                     if (text := _ended_text(r, found.get(r["job_id"]))) is not None]
+            if ended:
+                # recorded after it ended? look once more before calling it failed
+                again = {r["job_key"]: r for r in chains.chain_jobs(store, chain_id)}
+                if all(again[k]["state"] == chains.JOB_DONE for k in keys):
+                    return None
+                return "; ".join(ended)
+        if deadline is not None and time.monotonic() >= deadline:
+            return "timed out waiting for the data jobs " + ", ".join(
+                r["job_id"] for r in rows if r["state"] != chains.JOB_DONE)
+        time.sleep(RECORD_POLL)
+
+
+def _failure_text(row: sqlite3.Row) -> str:
+    where = f" (script line {row['failed_line']})" if row["failed_line"] else ""
+    return f"{row['role']} job {row['job_id']}{where}: {row['reason'] or 'failed'}"
+
+
+def _ended_text(row: sqlite3.Row, record: JobRecord | None) -> str | None:
+    if row["role"] == STAGE_IN:
+        return stage_in_failure(row, record)
+    if record is None:
+        return f"{row['role']} job {row['job_id']} is known neither to the queue nor to " \
+               "accounting and never recorded its outcome"
+    if record.state.is_final and row["state"] != chains.JOB_DONE:
+        if record.state.value == "completed":
+            return None  # its record comes with the next look
+        return f"{row['role']} job {row['job_id']} ended {record.outcome()}"
+    return None
+
+
+def _write_env(config: SiteConfig, job_id: str, chain_id: str, paths: list[str]) -> None:
+    """The variables ``slurm_bb_paths`` copies into the job's environment: the chain and each
+    staged file (a path holding a newline or ``=`` cannot be one and is left out)."""
+    folder = state_dir(config)
+    folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+    usable = [p for p in paths if "\n" not in p and "\0" not in p]
+    lines = [f"SCRATCHKEEPER_CHAIN={chain_id}", f"SCRATCHKEEPER_STAGED_COUNT={len(usable)}"]
+    lines += [f"SCRATCHKEEPER_STAGED_{n}={p}" for n, p in enumerate(usable, 1)]
+    target = folder / f"{job_id}{ENV_SUFFIX}"
+    temporary = target.with_suffix(".tmp")
+    temporary.write_text("\n".join(lines) + "\n")
+    os.chmod(temporary, 0o600)
+    os.replace(temporary, target)
+
+
+def real_size(store: StateStore, job_id: str) -> int:
+    """What the job holds in the pool: the bytes it staged, never less than it asked to reserve
+    (``#STAGE capacity=``: room for what it will write)."""
+    row = _job_row(store, job_id)
+    return max(int(row["staged_bytes"] or 0), int(row["requested_bytes"] or 0))
+
+
+# -- allocated ----------------------------------------------------------------------------------
+def pre_run(config: SiteConfig, store: StateStore, job_id: str, *, timeout: float | None = None
+            ) -> str:
+    """The pre-execution recovery check through recoveryd; what it found. Raises
+    :class:`StageFailed` when an input is lost for good. recoveryd down does not stop the job
+    (as the SPANK prolog: the check is a service, not a gate)."""
+    from ..recovery.client import RecoveryClient, ServiceUnavailable
+
+    _job_row(store, job_id)
+    records.set_stage(store, job_id, records.RUNNING)
+    try:
+        result = RecoveryClient(config.recovery.socket).check_job(
+            job_id, timeout if timeout is not None else config.recovery.wait_timeout)
+    except ServiceUnavailable as err:
+        log.warning("job %s: pre-run recovery check skipped: %s", job_id, err)
+        return f"recovery check skipped: recoveryd is not answering ({err})"
+    if not result["whole"]:
+        raise StageFailed(f"staged input not recoverable: {result['reason']}")
+    return f"{result['checked']} staged input(s) whole"
+
+
+# -- ended ----------------------------------------------------------------------------------------
+def data_out(config: SiteConfig, store: StateStore, job_id: str, *,
+             scheduler: Scheduler | None = None, timeout: float | None = None) -> str:
+    """Run the job's stage-out data jobs as its owner and wait; what happened.
+
+    A failed stage-out does not fail this stage: Slurm 22.05 keeps a job whose data_out failed
+    in STAGE_OUT until an operator runs ``scancel --hurry`` (docs/slurm-plugins.rst), while the
+    results are safe on scratch. The failure is recorded on the chain (``scratchkeeper status``)
+    and in accounting, on the stage-out data job (its state, and its comment, which the data
+    job writes itself: Slurm refuses a comment on the ended compute job)."""
+    row = _job_row(store, job_id)
+    if not row["chain_id"]:
+        return "nothing to stage out"
+    scheduler = scheduler or get_scheduler(config, "slurm")
+    chain_id = row["chain_id"]
+    keys = [r["job_key"] for r in chains.chain_jobs(store, chain_id) if r["role"] == STAGE_OUT]
+    if not keys:
+        records.set_stage(store, job_id, records.STAGED_OUT)
+        return "nothing to stage out"
+    records.set_stage(store, job_id, records.STAGING_OUT)
+    _submit(config, store, row, chain_id, keys, scheduler)
+    failure = _wait(store, scheduler, chain_id, keys,
+                    config.burst_buffer.stage_out_timeout if timeout is None else timeout)
+    if failure is not None:
+        records.set_stage(store, job_id, records.STAGE_OUT_FAILED, failure)
+        chains.set_chain_state(store, chain_id, chains.STAGE_OUT_FAILED, failure)
+        log.error("job %s: stage-out failed: %s", job_id, failure)
+        return f"stage-out FAILED, results left on scratch: {failure}"
+    records.set_stage(store, job_id, records.STAGED_OUT)
+    return f"{len(keys)} stage-out job(s) done"
+
+
+def teardown(config: SiteConfig, store: StateStore, job_id: str, hurry: bool, *,
+             scheduler: Scheduler | None = None) -> list[str]:
+    """Cancel the job's data jobs still queued or running (the job was cancelled, or a stage
+    timed out), close its chain, remove its env file; the data jobs cancelled."""
+    row = records.job(store, check_job_id(job_id))
+    if row is None:
+        return []
+    cancelled: list[str] = []
+    if row["chain_id"]:
+        scheduler = scheduler or get_scheduler(config, "slurm")
+        open_jobs = [r["job_id"] for r in chains.chain_jobs(store, row["chain_id"])
+                     if r["role"] != COMPUTE and r["job_id"]
+                     and r["state"] not in (chains.JOB_DONE, chains.JOB_FAILED)]
+        if open_jobs:
+            found = scheduler.lookup(open_jobs, missing_ok=True)
+            cancelled = [j for j in open_jobs if j in found and not found[j].state.is_final]
+            if cancelled:
+                scheduler.cancel(cancelled, reason=f"job {job_id} was torn down"
+                                 + (" (cancelled)" if hurry else ""))
+        _settle(store, row["chain_id"], "torn-down")
+    (state_dir(config) / f"{job_id}{ENV_SUFFIX}").unlink(missing_ok=True)
+    records.set_stage(store, job_id, records.TORN_DOWN, row["reason"])
+    write_held(config, store)
+    return cancelled

@@ -1,0 +1,179 @@
+--[[
+scratchkeeper's burst_buffer.lua (Slurm's burst_buffer/lua plugin: BurstBufferType=
+burst_buffer/lua in slurm.conf; slurmctld loads this file from the directory of slurm.conf,
+with burst_buffer.conf beside it saying Directive=STAGE).
+
+Directive=STAGE hands a job whose script starts with #STAGEIN/#STAGEOUT lines to the functions
+below, and only those jobs. Each runs `scratchkeeper bb STAGE ARGS...` (cli/burst_buffer.py,
+scratchkeeper/burst_buffer/) and returns its exit status and its last line, which Slurm shows
+the user: sbatch's error, the job's pending reason, scontrol show bbstat.
+
+  slurm_bb_job_process  sbatch: the planner's checks (script:LINE: reason refuses the job)
+  slurm_bb_setup        pending: record the job and its owner (the only call with the uid)
+  slurm_bb_data_in      pending (BurstBufferStageIn): the stage-in data jobs, as the owner
+  slurm_bb_real_size    the bytes staged, which Slurm accounts in the "scratch" pool
+  slurm_bb_paths        SCRATCHKEEPER_* variables naming the staged files, into the job
+  slurm_bb_pre_run      allocated, before start: recoveryd checks and patches the input
+  slurm_bb_post_run     ended (nothing: data_out follows)
+  slurm_bb_data_out     STAGE_OUT: the stage-out data jobs, as the owner
+  slurm_bb_job_teardown cancel what is left, close the chain
+  slurm_bb_pools        the pool "scratch": free space on scratch + what staged jobs hold
+  slurm_bb_get_status   scontrol show bbstat
+
+Three functions run inside slurmctld and must return at once (job_process, pools, paths):
+pools and paths read files only; job_process runs the planner's check with a 10-second bound.
+The others run in slurmctld's script daemon, killed after burst_buffer.conf's timeouts.
+
+Install: `make -C slurm-plugins install-burst-buffer` writes the paths below. Lua 5.1.
+--]]
+
+local SCRATCHKEEPER = "/usr/local/bin/scratchkeeper"
+local SITE_CONFIG = "/etc/scratchkeeper/site.toml"
+local SCRATCH = "/scratch"
+local STATE_DIR = "/var/lib/scratchkeeper/burst-buffer"
+local JOB_SUBMIT_CONF = "/etc/slurm/job_submit_scratchkeeper.conf"
+local POOL = "scratch"
+-- job_process runs inside slurmctld: the planner's check gets this long, then the job is refused
+local CHECK_SECONDS = 10
+
+-- A word for sh, whatever it holds: Slurm's arguments are never code.
+local function quote(word)
+  return "'" .. string.gsub(tostring(word), "'", "'\\''") .. "'"
+end
+
+-- Run `scratchkeeper bb ARGS...` (killed after `seconds` when given): its exit code (a string,
+-- nil when it could not be run) and its output.
+local function run(seconds, ...)
+  local command = {}
+  for _, word in ipairs({ SCRATCHKEEPER, "-c", SITE_CONFIG, "bb", ... }) do
+    table.insert(command, quote(word))
+  end
+  local line = table.concat(command, " ") .. " </dev/null 2>&1"
+  if seconds then
+    line = "timeout -s KILL " .. tostring(seconds) .. " " .. line
+  end
+  local pipe = io.popen(line .. "; echo \"scratchkeeper-exit=$?\"")
+  if not pipe then return nil, "cannot run " .. SCRATCHKEEPER end
+  local output = pipe:read("*a") or ""
+  pipe:close()
+  local body, code = string.match(output, "^(.-)\n?scratchkeeper%-exit=(%d+)%s*$")
+  return code, body or output
+end
+
+-- slurm.SUCCESS or slurm.ERROR, and the last line of the output (what Slurm shows the user).
+local function bb(seconds, stage, ...)
+  local code, body = run(seconds, stage, ...)
+  local last = ""
+  for text in string.gmatch(body, "[^\n]+") do last = text end
+  if code == "0" then
+    slurm.log_info("scratchkeeper: bb %s: %s", stage, last)
+    return slurm.SUCCESS, last
+  end
+  if code == "137" and seconds then
+    last = "scratchkeeper: " .. stage .. " took longer than " .. tostring(seconds) .. " s"
+  end
+  slurm.log_error("scratchkeeper: bb %s: exit %s: %s", stage, tostring(code), body)
+  return slurm.ERROR, last
+end
+
+-- Whether the site gave #STAGE scripts to this plugin (job_submit_scratchkeeper.conf
+-- staging = "burst-buffer"); otherwise job_submit.lua holds them for the chain service too,
+-- and a job must never be taken twice.
+local function ours()
+  local chunk = loadfile(JOB_SUBMIT_CONF)
+  if not chunk then return false end
+  local ok, settings = pcall(chunk)
+  return ok and type(settings) == "table" and settings.staging == "burst-buffer"
+end
+
+local function read_file(path)
+  local handle = io.open(path, "r")
+  if not handle then return nil end
+  local text = handle:read("*a")
+  handle:close()
+  return text
+end
+
+function slurm_bb_job_process(job_script)
+  if not ours() then
+    return slurm.ERROR, "scratchkeeper: this cluster runs #STAGEIN/#STAGEOUT through the " ..
+                        "chain service, but Slurm's burst buffer took the job: the site must " ..
+                        "set staging = \"burst-buffer\" in " .. JOB_SUBMIT_CONF
+  end
+  return bb(CHECK_SECONDS, "job-process", job_script)
+end
+
+function slurm_bb_pools()
+  -- free bytes of scratch, from df (bounded: a hung file system must not hold slurmctld)
+  local pipe = io.popen("timeout -s KILL 2 df -P -B1 " .. quote(SCRATCH) .. " 2>/dev/null")
+  local free = nil
+  if pipe then
+    local text = pipe:read("*a") or ""
+    pipe:close()
+    free = tonumber(string.match(text, "\n%S+%s+%d+%s+%d+%s+(%d+)"))
+  end
+  if not free then
+    slurm.log_error("scratchkeeper: df %s failed: the pool is left out", SCRATCH)
+    return slurm.SUCCESS
+  end
+  local held = tonumber(read_file(STATE_DIR .. "/held-bytes") or "0") or 0
+  -- quantity counts granules (here MiB), not bytes
+  return slurm.SUCCESS, string.format(
+    '{"pools":[{"id":"%s","quantity":%.0f,"granularity":1048576}]}', POOL,
+    math.floor((free + held) / 1048576))
+end
+
+function slurm_bb_setup(job_id, uid, gid, pool, bb_size, job_script)
+  return bb(nil, "setup", job_id, uid, gid, pool or "", bb_size or "0", job_script or "")
+end
+
+function slurm_bb_data_in(job_id, job_script)
+  return bb(nil, "data-in", job_id, job_script)
+end
+
+function slurm_bb_real_size(job_id)
+  local rc, size = bb(nil, "real-size", job_id)
+  if rc ~= slurm.SUCCESS or not string.match(size or "", "^%d+$") then
+    return slurm.SUCCESS
+  end
+  return slurm.SUCCESS, size
+end
+
+function slurm_bb_paths(job_id, _, path_file)
+  -- written by data_in (root's file, lines NAME=VALUE); copying it is all this may do
+  if not string.match(tostring(job_id), "^%d+$") then return slurm.SUCCESS end
+  local text = read_file(STATE_DIR .. "/" .. job_id .. ".env")
+  if text and path_file then
+    local out = io.open(path_file, "w")
+    if out then
+      out:write(text)
+      out:close()
+    end
+  end
+  return slurm.SUCCESS
+end
+
+function slurm_bb_pre_run(job_id, job_script)
+  return bb(nil, "pre-run", job_id, job_script)
+end
+
+function slurm_bb_post_run(job_id, job_script)
+  return bb(nil, "post-run", job_id, job_script)
+end
+
+function slurm_bb_data_out(job_id, job_script)
+  return bb(nil, "data-out", job_id, job_script)
+end
+
+function slurm_bb_job_teardown(job_id, job_script, hurry)
+  return bb(nil, "teardown", job_id, job_script or "", tostring(hurry))
+end
+
+function slurm_bb_get_status()
+  local code, body = run(nil, "status")
+  if code ~= "0" then
+    slurm.log_error("scratchkeeper: bb status: exit %s: %s", tostring(code), body)
+    return slurm.ERROR, "scratchkeeper: status unavailable"
+  end
+  return slurm.SUCCESS, body .. "\n"
+end
