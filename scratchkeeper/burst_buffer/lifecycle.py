@@ -41,7 +41,7 @@ from ..planner.spool import output_path, spool_dir, write_script
 from ..planner.status import stage_in_failure
 from ..planner.submit import new_chain_id, submit_chain_job
 from ..runner import get_runner
-from ..schedulers import JobRecord, Scheduler, get_scheduler
+from ..schedulers import JobRecord, Scheduler, get_scheduler, slurm
 from ..state import StateStore
 from . import records
 
@@ -186,20 +186,13 @@ def _job_row(store: StateStore, job_id: str) -> sqlite3.Row:
 
 def job_facts(job_id: str, config: SiteConfig) -> JobFacts:
     """The job's name and directory from the queue (one ``squeue --json -j``)."""
-    import json
-
-    result = get_runner().run(["squeue", "--json", "-j", job_id],
+    result = get_runner().run(slurm.build_queued_job(job_id),
                               timeout=config.scheduler.command_timeout, mutating=False)
-    try:
-        jobs = json.loads(result.stdout).get("jobs", [])
-    except (json.JSONDecodeError, AttributeError) as err:
-        raise SchedulerError(f"squeue --json: unreadable output: {err}") from err
-    for job in jobs:
-        if str(job.get("job_id")) == job_id:
-            return JobFacts(job_id, job.get("name") or "",
-                            job.get("current_working_directory") or "/",
-                            job.get("command") or "script")
-    raise SchedulerError(f"job {job_id}: not in the queue")
+    job = slurm.parse_queued_job(result.stdout, job_id)
+    if job is None:
+        raise SchedulerError(f"job {job_id}: not in the queue")
+    return JobFacts(job_id, job.get("name") or "", job.get("current_working_directory") or "/",
+                    job.get("command") or "script")
 
 
 def _plan_and_record(config: SiteConfig, store: StateStore, row: sqlite3.Row, script_path: str,

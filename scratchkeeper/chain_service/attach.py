@@ -29,7 +29,7 @@ from ..planner.render import render_plan
 from ..planner.spool import output_path, spool_dir, write_script
 from ..planner.submit import hold_back_jit, new_chain_id, submit_chain_job
 from ..runner import get_runner
-from ..schedulers import Scheduler, get_scheduler
+from ..schedulers import Scheduler, get_scheduler, slurm
 from ..schedulers.base import cancel_comment
 from ..state import StateStore
 from ..transfer.uri import SCHEMES
@@ -178,15 +178,9 @@ def held_jobs(runner=None, *, timeout: float = 30.0) -> list[HeldJob]:
 
 def _admin_comment(job_id: str, runner, timeout: float) -> str:
     """The whole admin comment of a job (``scontrol show job`` prints only its first line)."""
-    result = runner.run(["squeue", "--json", "-j", job_id], timeout=timeout, mutating=False)
-    try:
-        jobs = json.loads(result.stdout).get("jobs", [])
-    except (json.JSONDecodeError, AttributeError) as err:
-        raise SchedulerError(f"squeue --json: unreadable output: {err}") from err
-    for job in jobs:
-        if str(job.get("job_id")) == job_id:
-            return job.get("admin_comment") or ""
-    return ""
+    result = runner.run(slurm.build_queued_job(job_id), timeout=timeout, mutating=False)
+    job = slurm.parse_queued_job(result.stdout, job_id)
+    return (job or {}).get("admin_comment") or ""
 
 
 def job_script(job_id: str, runner=None, *, timeout: float = 30.0) -> str:

@@ -358,6 +358,20 @@ def parse_start_estimate(stdout: str) -> dict[str, float | None]:
 REQUEST_FORMAT = "%i|%P|%D|%C|%l|%a|%q|%h"
 
 
+def build_queued_job(job_id: str) -> list[str]:
+    """One queued job's whole record (``scontrol show job`` cuts multi-line fields)."""
+    return ["squeue", "--json", "-j", job_id]
+
+
+def parse_queued_job(stdout: str, job_id: str) -> dict | None:
+    """The record of ``job_id`` in ``squeue --json`` output, None when the queue has no such job."""
+    try:
+        jobs = json.loads(stdout).get("jobs", [])
+    except (json.JSONDecodeError, AttributeError) as err:
+        raise SchedulerError(f"squeue --json: unreadable output: {err}") from err
+    return next((job for job in jobs if str(job.get("job_id")) == job_id), None)
+
+
 def build_request(job_id: str) -> list[str]:
     return ["squeue", "--noheader", f"--jobs={job_id}", "-o", REQUEST_FORMAT]
 
