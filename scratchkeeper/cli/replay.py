@@ -162,8 +162,9 @@ def _register_replay(subparsers) -> None:
                         help="also write the result rows to this CSV (settings that do not act "
                              "on a row are blank)")
     replay.add_argument("--jobs-csv", metavar="FILE",
-                        help="also write one row per job and policy: job_id, submit, start, "
-                             "end, wait, affected, kills (seconds from the first submission)")
+                        help="also write one row per job and policy (and replication variant): "
+                             "job_id, submit, start, end, wait, affected, kills (seconds from "
+                             "the first submission), and at_risk under the variant")
     replay.add_argument("--progress", dest="progress", action="store_true", default=None,
                         help="progress bar even when stderr is not a terminal")
     replay.add_argument("--no-progress", dest="progress", action="store_false",
@@ -306,10 +307,13 @@ def check_output_file(path: str) -> None:
 
 
 class JobsCsv:
-    """``--jobs-csv``: one row per job and policy, written as each policy's replay ends under
-    a temporary name, renamed by :meth:`commit` (a failed replay leaves no half file)."""
+    """``--jobs-csv``: one row per job and policy (and replication variant, when ``--strategy``
+    gives some: ``at_risk`` says whether the job's input was replicated in time under it),
+    written as each policy's replay ends under a temporary name, renamed by :meth:`commit` (a
+    failed replay leaves no half file)."""
 
-    FIELDS = ("policy", "job_id", "submit", "start", "end", "wait", "affected", "kills")
+    FIELDS = ("policy", "strategy", "alpha", "threshold", "job_id", "submit", "start", "end",
+              "wait", "affected", "kills", "at_risk")
 
     def __init__(self, path: str):
         self.path = path
@@ -318,11 +322,19 @@ class JobsCsv:
         self.writer.writerow(self.FIELDS)
         self.committed = False
 
-    def write(self, policy: str, jobs) -> None:
-        for job in jobs:
-            self.writer.writerow((policy, job.job_id, repr(job.submit), repr(job.start),
-                                  repr(job.end), repr(job.start - job.submit),
-                                  int(job.affected), job.kills))
+    def write(self, policy: str, jobs, at_risk=()) -> None:
+        """The jobs of one policy's replay; ``at_risk``: (variant, flags) per replication
+        variant, each job's row repeated per variant (blank strategy and at_risk without)."""
+        variants = list(at_risk) or [(None, None)]
+        for variant, flags in variants:
+            setting = ("", "", "") if variant is None else (
+                variant.strategy, repr(variant.alpha),
+                repr(variant.threshold) if variant.strategy == "shortcut" else "")
+            for n, job in enumerate(jobs):
+                self.writer.writerow((policy, *setting, job.job_id, repr(job.submit),
+                                      repr(job.start), repr(job.end),
+                                      repr(job.start - job.submit), int(job.affected),
+                                      job.kills, "" if flags is None else flags[n]))
         self.stream.flush()
 
     def commit(self) -> None:
@@ -363,7 +375,7 @@ def _replay_policies(args, base: dict, policies: list[str], alphas, thresholds,
                 print(line, file=sys.stderr)
         waits_by_policy[policy] = outcome.waits
         if jobs_csv is not None:
-            jobs_csv.write(policy, outcome.jobs)
+            jobs_csv.write(policy, outcome.jobs, outcome.at_risk)
         for row in outcome.rows:
             row.values["seconds"] = seconds
             results.append(row)

@@ -73,6 +73,8 @@ class ReplicationResult:
     jobs_at_risk: int
     replicated_jobs: int
     space_samples: list[float]          # replica bytes / scratch bytes at each sample point
+    #: 1 per job (workload order) whose input was not replicated in time: the jobs at risk
+    at_risk: bytes = b""
 
     @property
     def at_risk_pct(self) -> float:
@@ -107,7 +109,7 @@ def replay_replication(schedule: Schedule, params: ReplicationParams,
         raise InputError("the native replication core is not built (python setup.py build_ext "
                          "--inplace, or pip install -e .)")
     nodes, input_bytes, end = schedule.job_columns()
-    at_risk, replicated, samples = _native.replicate(
+    at_risk, replicated, samples, flags = _native.replicate(
         log_time=schedule.log_time, log_kind=schedule.log_kind, log_job=schedule.log_job,
         nodes=nodes, input_bytes=input_bytes, end=end, system_nodes=schedule.system_nodes,
         first_submit=schedule.first_submit, last_end=schedule.last_end,
@@ -117,7 +119,8 @@ def replay_replication(schedule: Schedule, params: ReplicationParams,
         progress_events=PROGRESS_EVENTS)
     space = array("d")
     space.frombytes(samples)
-    return ReplicationResult(params, len(schedule.jobs), at_risk, replicated, space.tolist())
+    return ReplicationResult(params, len(schedule.jobs), at_risk, replicated, space.tolist(),
+                             flags)
 
 
 def _replay_python(schedule: Schedule, params: ReplicationParams,
@@ -154,6 +157,7 @@ def _replay_python(schedule: Schedule, params: ReplicationParams,
     running_count = [0] * (schedule.system_nodes + 1)
     largest = 0
     at_risk = 0
+    flags = bytearray(len(jobs))
     dispatched = bytearray(len(jobs))
     copy_bandwidth = params.copy_bandwidth
     stint_number = 0
@@ -184,6 +188,7 @@ def _replay_python(schedule: Schedule, params: ReplicationParams,
                     asked = requested_at[job]
                     if asked < 0 or asked + jobs[job].input_bytes / copy_bandwidth > now:
                         at_risk += 1
+                        flags[job] = 1
                 running_count[nodes] += 1
                 if nodes > largest:
                     largest = nodes
@@ -200,7 +205,7 @@ def _replay_python(schedule: Schedule, params: ReplicationParams,
         progress(n_log, n_log)
     samples = _space_samples(schedule, requested_at, params)
     replicated = sum(1 for r in requested_at if r >= 0)
-    return ReplicationResult(params, len(jobs), at_risk, replicated, samples)
+    return ReplicationResult(params, len(jobs), at_risk, replicated, samples, bytes(flags))
 
 
 def _space_samples(schedule: Schedule, requested_at: list[float],

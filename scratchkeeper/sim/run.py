@@ -203,6 +203,8 @@ class ReplayOutcome:
     affected: bytearray         # 1 where the job was hit by a failure
     skipped: list[str]
     jobs: list = field(default_factory=list)    # the replayed SimJobs, in workload order
+    #: per replication variant: (its config, 1 per job at risk, in workload order)
+    at_risk: list = field(default_factory=list)
 
 
 def format_by_name(path: str) -> str | None:
@@ -418,6 +420,7 @@ def run_replay(config: ReplayConfig, replications: Sequence[ReplayConfig] = (),
         "input_mean_bytes": math.fsum(j.input_bytes for j in jobs) / n,
     }
     rows = []
+    at_risk = []
     variants = list(replications) or [config]
     for variant in variants:
         values = dict(base)
@@ -433,8 +436,9 @@ def run_replay(config: ReplayConfig, replications: Sequence[ReplayConfig] = (),
                           space_mean_pct=result.space_mean_pct,
                           space_max_pct=result.space_max_pct,
                           replicated_jobs=result.replicated_jobs)
+            at_risk.append((variant, result.at_risk))
         rows.append(ReplayRow(variant, values))
         if on_row is not None:
             on_row(rows[-1])
-    return ReplayOutcome(rows, waits, affected, skipped, jobs)
+    return ReplayOutcome(rows, waits, affected, skipped, jobs, at_risk)
 

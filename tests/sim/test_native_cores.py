@@ -51,8 +51,9 @@ def _schedule_state(schedule) -> tuple:
 
 
 def _replication_state(result) -> tuple:
+    assert len(result.at_risk) == result.jobs and sum(result.at_risk) == result.jobs_at_risk
     return (result.jobs, result.jobs_at_risk, result.replicated_jobs,
-            [_bits(s) for s in result.space_samples])
+            [_bits(s) for s in result.space_samples], result.at_risk)
 
 
 def _assert_same(make_jobs_fresh, system_nodes: int, *, replications=(), **kwargs) -> list:

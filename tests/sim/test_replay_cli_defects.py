@@ -77,8 +77,9 @@ def test_jobs_csv_has_a_row_per_job_and_policy(tmp_path):
                  "--failure-mode", "replayed", "--policy", "ideal", "none", "--no-progress",
                  "--jobs-csv", str(jobs), "--csv", str(rows)]) == 0
     per_job = _rows(jobs)
-    assert list(per_job[0]) == ["policy", "job_id", "submit", "start", "end", "wait",
-                                "affected", "kills"]
+    assert list(per_job[0]) == ["policy", "strategy", "alpha", "threshold", "job_id", "submit",
+                                "start", "end", "wait", "affected", "kills", "at_risk"]
+    assert all(r["strategy"] == r["at_risk"] == "" for r in per_job)  # no replication asked
     assert len(per_job) == 800 and [r["policy"] for r in per_job[::400]] == ["ideal", "none"]
     for row in per_job:
         assert float(row["wait"]) == float(row["start"]) - float(row["submit"]) >= 0
@@ -238,3 +239,21 @@ def test_an_swf_header_without_max_procs_replays_with_one_processor_a_node(tmp_p
         f"{n} {n * 10} 0 100 2 -1 -1 2 200 -1 1 1 1 -1 1 -1 -1 -1\n" for n in range(1, 21)))
     assert main(["replay", str(trace), "--procs-per-node", "1", "--no-progress"]) == 0
     assert "jobs 20" in capsys.readouterr().out
+
+
+def test_jobs_csv_says_which_jobs_were_at_risk_under_each_replication_variant(tmp_path):
+    jobs, rows = tmp_path / "jobs.csv", tmp_path / "rows.csv"
+    assert main(["replay", RICC_EXCERPT, "--limit", "400", "--failures", LANL_EXCERPT,
+                 "--policy", "none", "--strategy", "fcfs", "shortcut", "--alpha", "0.5", "inf",
+                 "--threshold", "0.01", "--no-progress", "--jobs-csv", str(jobs),
+                 "--csv", str(rows)]) == 0
+    per_job = _rows(jobs)
+    summary = _rows(rows)
+    assert len(per_job) == 400 * len(summary) == 400 * 4
+    for row in summary:
+        mine = [r for r in per_job if (r["strategy"], r["alpha"]) ==
+                (row["strategy"], repr(float(row["alpha"])))]
+        assert len(mine) == 400
+        at_risk = sum(int(r["at_risk"]) for r in mine)
+        assert abs(100.0 * at_risk / 400 - float(row["at_risk_pct"])) < 1e-9
+        assert all((r["threshold"] != "") == (r["strategy"] == "shortcut") for r in mine)

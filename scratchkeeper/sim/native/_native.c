@@ -163,6 +163,7 @@ static PyObject *_replicate(PyObject *module, PyObject *args, PyObject *kwargs)
     int order;
     PyObject *progress, *answer = NULL;
     double *space = NULL;
+    uint8_t *at_risk = NULL;
     (void)module;
     if (!PyArg_ParseTupleAndKeywords(args, kwargs, "y*y*y*y*y*y*LddiddddLOL", keywords,
                                      &buffers[0], &buffers[1], &buffers[2], &buffers[3],
@@ -182,7 +183,8 @@ static PyObject *_replicate(PyObject *module, PyObject *args, PyObject *kwargs)
         || _sized(&buffers[5], jobs, sizeof(double), "end"))
         goto release;
     space = malloc((size_t)samples * sizeof *space);
-    if (!space) {
+    at_risk = calloc(jobs > 0 ? (size_t)jobs : 1, 1);
+    if (!space || !at_risk) {
         PyErr_NoMemory();
         goto release;
     }
@@ -193,7 +195,7 @@ static PyObject *_replicate(PyObject *module, PyObject *args, PyObject *kwargs)
         .first_submit = first_submit, .last_end = last_end, .order = order, .alpha = alpha,
         .threshold = threshold, .copy_bandwidth = copy_bandwidth, .scratch_bytes = scratch_bytes,
         .samples = samples, .progress_events = (size_t)progress_events};
-    sk_replication_result result = {.space_samples = space};
+    sk_replication_result result = {.space_samples = space, .at_risk = at_risk};
     int status = sk_replication_run(&input, &result,
                                     progress == Py_None ? NULL : _call_progress, progress);
     if (status == SK_REPLICATION_E_MEMORY)
@@ -203,11 +205,13 @@ static PyObject *_replicate(PyObject *module, PyObject *args, PyObject *kwargs)
     else if (status == SK_REPLICATION_E_NODES)
         PyErr_SetString(PyExc_ValueError, "the schedule's log runs a job larger than the system");
     else if (status == 0)
-        answer = Py_BuildValue("LLy#", (long long)result.jobs_at_risk,
+        answer = Py_BuildValue("LLy#y#", (long long)result.jobs_at_risk,
                                (long long)result.replicated_jobs, (const char *)space,
-                               (Py_ssize_t)((size_t)samples * sizeof *space));
+                               (Py_ssize_t)((size_t)samples * sizeof *space),
+                               (const char *)at_risk, jobs);
 release:
     free(space);
+    free(at_risk);
     for (int i = 0; i < 6; i++)
         PyBuffer_Release(&buffers[i]);
     return answer;

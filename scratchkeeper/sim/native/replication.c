@@ -254,8 +254,11 @@ static int _instant(const sk_replication_input *in, _window *w, _replay_state *s
             if (!s->dispatched[job]) {
                 s->dispatched[job] = 1;
                 double asked = requested_at[job];
-                if (asked < 0 || asked + in->input_bytes[job] / in->copy_bandwidth > now)
+                if (asked < 0 || asked + in->input_bytes[job] / in->copy_bandwidth > now) {
                     result->jobs_at_risk++;
+                    if (result->at_risk)
+                        result->at_risk[job] = 1;
+                }
             }
             s->running_count[nodes]++;
             if (nodes > *largest)

@@ -51,6 +51,8 @@ typedef struct {
     int64_t jobs_at_risk;
     int64_t replicated_jobs;
     double *space_samples;        /* samples values, allocated by the caller */
+    uint8_t *at_risk;             /* NULL, or job_count bytes zeroed by the caller: 1 per job
+                                     at risk */
 } sk_replication_result;
 
 /* Called (when not NULL) every progress_events queue events and at the end; non-zero stops. */
