@@ -26,20 +26,19 @@ import logging
 import os
 import re
 import sqlite3
-import stat
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 from ..config import SiteConfig
 from ..errors import DirectiveError, InputError, SchedulerError, ScratchkeeperError
+from ..inputfiles import decode_utf8, read_limited
 from ..planner import records as chains
 from ..planner.directives import STAGE_IN, STAGE_OUT, parse_script
 from ..planner.plan import COMPUTE, PlannedJob, build_plan
-from ..planner.render import render_plan
-from ..planner.spool import output_path, spool_dir, write_script
+from ..planner.spool import spool_dir
 from ..planner.status import stage_in_failure
-from ..planner.submit import new_chain_id, submit_chain_job
+from ..planner.submit import MAX_SCRIPT_BYTES, plan_queued_job, spool_data_jobs, submit_chain_job
 from ..runner import get_runner
 from ..schedulers import JobRecord, Scheduler, get_scheduler, slurm
 from ..state import StateStore
@@ -48,7 +47,6 @@ from . import records
 log = logging.getLogger(__name__)
 
 _JOB_ID_RE = re.compile(r"^[0-9]+$")
-_UNSAFE_NAME_RE = re.compile(r"[^A-Za-z0-9._+@=-]")
 #: how often a waiting stage looks at the records (cheap) and asks the scheduler (not cheap)
 RECORD_POLL, SCHEDULER_POLL = 1.0, 5.0
 #: the file of environment variables ``slurm_bb_paths`` hands to the job, per job id
@@ -101,20 +99,10 @@ def job_process(config: SiteConfig, script_path: str, *, shown_as: str = "script
 
 
 def _read_script(path: str) -> str:
-    """Slurm's saved copy of the batch script (root's file; a regular file, bounded)."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-    except OSError as err:
-        raise InputError(f"{path}: cannot read the job script: {err.strerror}") from err
-    with os.fdopen(fd, "rb") as handle:
-        if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
-            raise InputError(f"{path}: not a regular file")
-        data = handle.read((16 << 20) + 1)
-    if len(data) > 16 << 20:
-        raise InputError(f"{path}: job script larger than 16 MiB")
-    # slurmctld saves the script with the C string's terminating NUL
-    return data[:-1].decode("utf-8", errors="replace") if data.endswith(b"\0") \
-        else data.decode("utf-8", errors="replace")
+    """Slurm's saved copy of the batch script: a regular file of at most MAX_SCRIPT_BYTES of
+    UTF-8, with the C string's terminating NUL slurmctld saves it with."""
+    data = read_limited(path, MAX_SCRIPT_BYTES + 1, what="batch script")
+    return decode_utf8(data[:-1] if data.endswith(b"\0") else data, path)
 
 
 # -- pending -----------------------------------------------------------------------------------------
@@ -203,23 +191,11 @@ def _plan_and_record(config: SiteConfig, store: StateStore, row: sqlite3.Row, sc
     facts = job_facts(job_id, config)
     text = _read_script(script_path)
     try:
-        parsed = parse_script(text, facts.command, cwd=facts.workdir,
-                              scratch_root=config.storage.scratch_root)
-        if facts.name:
-            parsed.compute_job["name"] = _UNSAFE_NAME_RE.sub("_", facts.name)[:200]
-        plan = build_plan(parsed, config, chain_id=new_chain_id(), workdir=facts.workdir,
-                          scheduler="slurm")
-        render_plan(plan, parsed.shebang, parsed.compute_script, config)
-    except (DirectiveError, ValueError) as err:
+        plan = plan_queued_job(text, facts.command, config, workdir=facts.workdir,
+                               job_name=facts.name)
+    except DirectiveError as err:
         raise StageFailed(str(err)) from err
-    spool = spool_dir(config, plan.chain_id)
-    spool.mkdir(parents=True, exist_ok=True)
-    os.chown(spool, uid, gid)  # the data jobs, running as the owner, write their logs there
-    log_paths = {}
-    for planned in plan.jobs:
-        if planned.role != COMPUTE:
-            write_script(spool, planned.key, planned.script, 0o755)
-            log_paths[planned.key] = output_path(spool, planned.key)
+    log_paths = spool_data_jobs(plan, config, (uid, gid))
     chains.record_plan(store, plan, uid, log_paths)
     chains.set_job_submitted(store, plan.chain_id, COMPUTE, job_id)
     chains.set_chain_state(store, plan.chain_id, CHAIN_STATE)
@@ -308,7 +284,7 @@ def _ended_text(row: sqlite3.Row, record: JobRecord | None) -> str | None:
 
 def _write_env(config: SiteConfig, job_id: str, chain_id: str, paths: list[str]) -> None:
     """The variables ``slurm_bb_paths`` copies into the job's environment: the chain and each
-    staged file (a path holding a newline or ``=`` cannot be one and is left out)."""
+    staged file (a path holding a newline, which would end its line, is left out)."""
     folder = state_dir(config)
     folder.mkdir(mode=0o700, parents=True, exist_ok=True)
     usable = [p for p in paths if "\n" not in p and "\0" not in p]

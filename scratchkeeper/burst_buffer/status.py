@@ -8,7 +8,9 @@ source, no owner: a user sees their own chains, with their files, in ``scratchke
 
 from __future__ import annotations
 
+import contextlib
 import os
+import threading
 import time
 
 from ..config import SiteConfig
@@ -26,13 +28,21 @@ def _seconds(start: float | None, end: float | None, now: float) -> str:
     return f"{(end if end is not None else now) - start:.0f}s" + ("" if end is not None else "+")
 
 
-def pool_free(config: SiteConfig) -> int | None:
-    """Bytes free on the scratch file system, or None when it cannot be asked."""
-    try:
-        found = os.statvfs(config.storage.scratch_root)
-    except OSError:
-        return None
-    return found.f_bavail * found.f_frsize
+def pool_free(config: SiteConfig, timeout: float = 2.0) -> int | None:
+    """Bytes free on the scratch file system, or None when it cannot be asked: a hung file
+    system gets ``timeout`` seconds (its thread is left behind; the command ends soon after),
+    as burst_buffer.lua's ``df`` does."""
+    found: list[int] = []
+
+    def ask() -> None:
+        with contextlib.suppress(OSError):
+            vfs = os.statvfs(config.storage.scratch_root)
+            found.append(vfs.f_bavail * vfs.f_frsize)
+
+    thread = threading.Thread(target=ask, daemon=True)
+    thread.start()
+    thread.join(timeout)
+    return found[0] if found else None
 
 
 def status_text(config: SiteConfig, store: StateStore, *, now: float | None = None) -> str:

@@ -20,14 +20,13 @@ import shlex
 from dataclasses import dataclass, field
 
 from ..config import SiteConfig
-from ..errors import DirectiveError, InputError, SchedulerError, ScratchkeeperError
+from ..errors import InputError, SchedulerError, ScratchkeeperError
 from ..ownership import Owner
 from ..planner import records
-from ..planner.directives import STAGE_IN, STAGE_OUT, parse_script
-from ..planner.plan import COMPUTE, build_plan
-from ..planner.render import render_plan
-from ..planner.spool import output_path, spool_dir, write_script
-from ..planner.submit import hold_back_jit, new_chain_id, submit_chain_job
+from ..planner.directives import STAGE_IN, STAGE_OUT
+from ..planner.plan import COMPUTE
+from ..planner.spool import spool_dir
+from ..planner.submit import hold_back_jit, plan_queued_job, spool_data_jobs, submit_chain_job
 from ..runner import get_runner
 from ..schedulers import Scheduler, get_scheduler, slurm
 from ..schedulers.base import cancel_comment
@@ -225,30 +224,12 @@ def chain_job(job: HeldJob, config: SiteConfig, store: StateStore,
             return outcome
         _undo(store, scheduler, existing, job.job_id, config)
     text = job_script(job.job_id, runner, timeout=config.scheduler.command_timeout)
-    parsed = parse_script(planned_text(text, job.requests), job.script_path, cwd=job.workdir,
-                          scratch_root=config.storage.scratch_root)
-    if job.name:
-        # The name Slurm holds (-J on the command line wins over #SBATCH) names the data jobs
-        # "<name>.stage-in", made safe for a directive (a job name may hold any character).
-        parsed.compute_job["name"] = _UNSAFE_NAME_RE.sub("_", job.name)[:200]
-    plan = build_plan(parsed, config, chain_id=new_chain_id(), workdir=job.workdir,
-                      scheduler="slurm")
-    try:
-        render_plan(plan, parsed.shebang, parsed.compute_script, config)
-    except ValueError as err:
-        raise DirectiveError(str(err), path=job.script_path) from err
+    plan = plan_queued_job(planned_text(text, job.requests), job.script_path, config,
+                           workdir=job.workdir, job_name=job.name)
     outcome.chain_id = plan.chain_id
-    spool = spool_dir(config, plan.chain_id)
-    spool.mkdir(parents=True, exist_ok=True)
     on_behalf = job.user_id not in (-1, os.geteuid())
-    if on_behalf:
-        os.chown(spool, job.user_id, job.group_id)  # the data jobs write their logs there
-    log_paths = {}
-    for planned in plan.jobs:
-        if planned.role != COMPUTE:
-            # root's file, read by the data job running as the job's user
-            write_script(spool, planned.key, planned.script, 0o755)
-            log_paths[planned.key] = output_path(spool, planned.key)
+    log_paths = spool_data_jobs(plan, config,
+                                (job.user_id, job.group_id) if on_behalf else None)
     records.record_plan(store, plan, job.user_id, log_paths)
     records.set_job_submitted(store, plan.chain_id, COMPUTE, job.job_id)
     ids = {COMPUTE: job.job_id}

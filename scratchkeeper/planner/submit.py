@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
@@ -24,6 +25,8 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 MAX_SCRIPT_BYTES = 4 << 20
+#: what a job name may keep when it names data jobs in a directive (Slurm takes any character)
+_UNSAFE_NAME_RE = re.compile(r"[^A-Za-z0-9._+@=-]")
 
 
 @record
@@ -39,6 +42,40 @@ class Submission:
 def new_chain_id() -> str:
     """``sk`` and 10 random hex digits (uuid4's first 40 bits, without importing uuid)."""
     return "sk" + os.urandom(5).hex()
+
+
+def plan_queued_job(text: str, shown_as: str, config: SiteConfig, *, workdir: str,
+                    job_name: str) -> Plan:
+    """Plan and render the script of a job already in Slurm's queue (the chain service and the
+    burst-buffer path): ``shown_as`` names it in errors, ``job_name`` (the name Slurm holds:
+    ``-J`` wins over ``#SBATCH``) names its data jobs, made safe for a directive. Raises
+    :class:`DirectiveError`."""
+    parsed = parse_script(text, shown_as, cwd=workdir, scratch_root=config.storage.scratch_root)
+    if job_name:
+        parsed.compute_job["name"] = _UNSAFE_NAME_RE.sub("_", job_name)[:200]
+    plan = build_plan(parsed, config, chain_id=new_chain_id(), workdir=workdir,
+                      scheduler="slurm")
+    try:
+        render_plan(plan, parsed.shebang, parsed.compute_script, config)
+    except ValueError as err:
+        raise DirectiveError(str(err), path=shown_as) from err
+    return plan
+
+
+def spool_data_jobs(plan: Plan, config: SiteConfig, owner: tuple[int, int] | None) -> dict[str, str]:
+    """Write the data jobs' scripts into the chain's spool folder (root's files, read by the
+    data jobs); ``owner`` (uid, gid), when root plans for a user, gets the folder, where the
+    data jobs, running as that user, write their logs. Each data job's log path."""
+    spool = spool_dir(config, plan.chain_id)
+    spool.mkdir(parents=True, exist_ok=True)
+    if owner is not None:
+        os.chown(spool, *owner)
+    log_paths = {}
+    for planned in plan.jobs:
+        if planned.role != COMPUTE:
+            write_script(spool, planned.key, planned.script, 0o755)
+            log_paths[planned.key] = output_path(spool, planned.key)
+    return log_paths
 
 
 def read_script(path: str) -> str:
