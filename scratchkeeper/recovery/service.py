@@ -122,13 +122,15 @@ def resume(store: StateStore, backend: StorageBackend) -> tuple[list[int], list[
 def file_status(store: StateStore, backend: StorageBackend, path: str) -> dict:
     """Is the file whole (no byte lost on a failed OST)? Plus its recovery state."""
     full = backend.paths.resolve(path)
+    # the request first, the layout after: a request that ends in between has already patched
+    # the layout read next, so a waiter never sees "damaged, no request" and asks again
+    active = records.active_request(store, full)
+    state_row = records.file_state(store, full)
     layout = backend.layout(full)
     size = backend.stat(full).size
     down = {o.ost_index for o in backend.list_osts() if not o.healthy}
     failed = sorted(layout.osts() & down)
     lost = layout.lost_extents(failed, size)
-    state_row = records.file_state(store, full)
-    active = records.active_request(store, full)
     if active is not None:
         state = records.RECOVERING
     elif not lost:
