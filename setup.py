@@ -10,8 +10,11 @@ _SOLVER_NATIVE = "scratchkeeper/solver/native"
 
 solver_native = Extension(
     "scratchkeeper.solver._native",
-    sources=[f"{_SOLVER_NATIVE}/{name}.c" for name in ("replica_select", "py_input", "_native")],
-    depends=[f"{_SOLVER_NATIVE}/replica_select.h", f"{_SOLVER_NATIVE}/py_input.h"],
+    sources=[f"{_SOLVER_NATIVE}/{name}.c"
+             for name in ("replica_select", "replica_flow", "replica_slotsearch", "py_input",
+                          "_native")],
+    depends=[f"{_SOLVER_NATIVE}/{name}.h"
+             for name in ("replica_select", "replica_select_int", "py_input")],
     include_dirs=[_SOLVER_NATIVE],
     # -ffp-contract=off: no fused multiply-add, so (delay + load) + k * cost rounds the same
     # way in C and in Python and every algorithm compares identical candidate times.
@@ -58,12 +61,13 @@ def _pkg_config(*flags: str) -> list[str]:
 mount_native = Extension(
     "scratchkeeper.mount._fuse",
     sources=[f"{_MOUNT_NATIVE}/{name}.c"
-             for name in ("lov", "skfs", "namespace", "layout", "data", "dispatch", "wait", "reads",
-                          "qos", "hybrid", "access", "logs", "_fuse")]
+             for name in ("lov", "skfs", "inode", "namespace", "layout", "data", "dispatch", "wait",
+                          "reads", "qos", "hybrid", "access", "logs", "_fuse")]
     # read dispatch calls the replica-selection solver's C core directly (docs/mount.rst)
-    + [f"{_SOLVER_NATIVE}/replica_select.c"],
+    + [f"{_SOLVER_NATIVE}/{name}.c"
+       for name in ("replica_select", "replica_flow", "replica_slotsearch")],
     depends=[f"{_MOUNT_NATIVE}/{name}.h" for name in ("lov", "skfs", "skfs_int")]
-    + [f"{_SOLVER_NATIVE}/replica_select.h"],
+    + [f"{_SOLVER_NATIVE}/{name}.h" for name in ("replica_select", "replica_select_int")],
     include_dirs=[_MOUNT_NATIVE, _SOLVER_NATIVE],
     # -fvisibility=hidden: the parts' shared functions stay inside the extension (PyInit__fuse
     # is exported by PyMODINIT_FUNC)

@@ -12,7 +12,7 @@ from scratchkeeper.errors import ConfigError
 
 def test_defaults_without_a_file(monkeypatch, tmp_path):
     monkeypatch.delenv("SCRATCHKEEPER_CONFIG", raising=False)
-    monkeypatch.setattr("scratchkeeper.config.DEFAULT_PATH", str(tmp_path / "absent.toml"))
+    monkeypatch.setattr("scratchkeeper.config.loader.DEFAULT_PATH", str(tmp_path / "absent.toml"))
     assert load_config() == SiteConfig()
 
 

@@ -1,6 +1,6 @@
 """The writer of a rebuild: the chunks every patch lane fetched, written as they arrive.
 
-Lanes (:mod:`.reconstruct`) hand pieces over and go on receiving; one thread per rebuild writes
+Lanes (:mod:`.patching`) hand pieces over and go on receiving; one thread per rebuild writes
 them in groups and journals the progress, so fetching and writing overlap with bounded memory.
 """
 

@@ -13,7 +13,7 @@ from dataclasses import replace
 import pytest
 
 from scratchkeeper.errors import StorageError
-from scratchkeeper.recovery import gather, reconstruct
+from scratchkeeper.recovery import gather, rebuilding
 from scratchkeeper.recovery.reconstruct import LOST, PATCHED, Recoverer
 from scratchkeeper.storage import OST_ACTIVE, Extent, LayoutRequest, OstStatus
 
@@ -245,7 +245,7 @@ def test_a_probe_is_not_reused_past_its_window_or_with_reuse_off(local_site, tmp
     recoverer = Recoverer(backend, local_site.config)
     assert recoverer.recover(files[2][0]).state == PATCHED
     later = time.monotonic() + local_site.config.recovery.probe_reuse + 1
-    monkeypatch.setattr(reconstruct.time, "monotonic", lambda: later)
+    monkeypatch.setattr(rebuilding.time, "monotonic", lambda: later)
     assert recoverer.recover(files[3][0]).state == PATCHED
     assert probes == [None] * 4
     assert [read_all(backend, path) for path, _ in files] == [data for _, data in files]

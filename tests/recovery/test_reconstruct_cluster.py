@@ -10,7 +10,7 @@ from dataclasses import replace
 import pytest
 
 from gridftp_server import PrivateGridFtp
-from scratchkeeper.recovery import reconstruct
+from scratchkeeper.recovery import patching
 from scratchkeeper.recovery.reconstruct import LOST, PATCHED, WHOLE, Recoverer
 from scratchkeeper.storage.base import XATTR_PREFIX
 from scratchkeeper.transfer import gridftp, ranged
@@ -311,13 +311,13 @@ def test_missing_or_forbidden_source_is_permanent(site_dir, local_cluster, sourc
         source.unlink()
     _fail_one(backend, path)
     opened = []
-    real_open = reconstruct.open_ranged
+    real_open = patching.open_ranged
 
     def counting_open(*args, **kwargs):
         opened.append(args[0])
         return real_open(*args, **kwargs)
 
-    monkeypatch.setattr(reconstruct, "open_ranged", counting_open)
+    monkeypatch.setattr(patching, "open_ranged", counting_open)
     started = time.monotonic()
     outcome = Recoverer(backend, site.config).recover(path)
     assert outcome.state == LOST

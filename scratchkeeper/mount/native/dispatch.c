@@ -1,6 +1,6 @@
 /* Read dispatch (docs/mount.rst, "Read dispatch"): a read of at least mount.dispatch_min_bytes
  * whose stripe pieces several mirrors hold on healthy OSTs has each piece's OST chosen by the
- * replica-selection paper's solver (scratchkeeper/solver/native/replica_select.c, the
+ * replica-selection paper's solver (scratchkeeper/solver/native/replica_select.h, the
  * slot-search algorithm) and its pieces read in parallel by a small fixed pool of threads
  * owned by the mount; the request's own thread reads pieces too while it waits, so a request
  * always makes progress whatever the pool is doing.

@@ -1,6 +1,7 @@
 /* The scratch mount's private declarations, shared by its parts (docs/mount.rst):
  *
- *   skfs.c       the session, init, the inode table, open/create/setattr, the operation table
+ *   skfs.c       the session, init, the operation table
+ *   inode.c      the inode table, lookup/forget, getattr/setattr, open/create/release
  *   namespace.c  names, directories, statfs, extended attributes
  *   layout.c     OST states, objects, layout attributes, views, new layouts, stale marks
  *   data.c       read, write, truncate, fsync of regular files
@@ -102,8 +103,10 @@ struct skfs_state {
 
 extern struct skfs_state fs;  /* the one mount of the process (skfs.c) */
 
-/* skfs.c: the inode table and the requests that open files */
+/* skfs.c */
 void logmsg(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* inode.c: the inode table and the requests on inodes (the operation table's in skfs.c) */
 struct sk_inode *get_inode(fuse_ino_t ino);
 struct sk_inode *table_find(dev_t dev, ino_t ino);
 void procpath(int fd, char *buf);
@@ -118,6 +121,16 @@ void sk_lookup(fuse_req_t req, fuse_ino_t parent, const char *name);
 mode_t masked(fuse_req_t req, mode_t mode);
 int make_regular(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode,
                  bool exclusive, int *fdp);
+void sk_forget(fuse_req_t req, fuse_ino_t ino, uint64_t nlookup);
+void sk_forget_multi(fuse_req_t req, size_t count, struct fuse_forget_data *forgets);
+void sk_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi);
+void sk_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int valid,
+                struct fuse_file_info *fi);
+void sk_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode,
+               struct fuse_file_info *fi);
+void sk_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi);
+void sk_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi);
+void sk_flush(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi);
 
 /* access.c: the mount root's attributes, the mode of new inodes (umask, default ACLs), which
  * extended attributes pass */
