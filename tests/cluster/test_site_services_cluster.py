@@ -101,7 +101,7 @@ def test_a_plain_user_stages_with_submit_and_with_sbatch_right_after_up(local_cl
     work, source, payload, scratch = plain_work
     uri = f"{local_cluster.gridftp_url}{source}"
     command = local_cluster.runtime_command
-    staged = {"submit": scratch / "submit" / "input.dat", "sbatch": scratch / "sbatch" / "input.dat"}
+    staged = {name: scratch / name / "input.dat" for name in ("submit", "sbatch", "dw")}
     scripts = {
         # `scratchkeeper submit` of a chain (#STAGEIN), handed to the chain service
         "submit": f"#!/bin/bash\n#SBATCH --job-name=plain-submit\n#SBATCH --output={work}/%j.out\n"
@@ -111,16 +111,22 @@ def test_a_plain_user_stages_with_submit_and_with_sbatch_right_after_up(local_cl
         "sbatch": f"#!/bin/bash\n#SBATCH --job-name=plain-sbatch\n#SBATCH --output={work}/%j.out\n"
                   f"#SBATCH --stage-in={uri}:{staged['sbatch']}\n"
                   f"{command} store cat {staged['sbatch']} | sha256sum > {work}/sbatch.sha\n",
+        # `scratchkeeper submit` of a DataWarp script: held and chained like #STAGEIN (it was
+        # once cancelled as if job_submit.lua were missing)
+        "dw": f"#!/bin/bash\n#SBATCH --job-name=plain-dw\n#SBATCH --output={work}/%j.out\n"
+              f"#DW stage_in source={uri} destination={staged['dw']} type=file\n"
+              f"{command} store cat {staged['dw']} | sha256sum > {work}/dw.sha\n",
     }
     for name, text in scripts.items():
         (work / f"{name}.sh").write_text(text)
         (work / f"{name}.sh").chmod(0o644)
     job_ids = []
     try:
-        submitted = as_plain_user([command, "submit", f"{work}/submit.sh"], cwd=work)
-        assert submitted.returncode == 0, submitted.stderr
-        assert "held until the chain service has chained its data jobs" in submitted.stdout
-        job_ids.append(submitted.stdout.split()[1].rstrip(":"))
+        for name in ("submit", "dw"):
+            submitted = as_plain_user([command, "submit", f"{work}/{name}.sh"], cwd=work)
+            assert submitted.returncode == 0, submitted.stderr
+            assert "held until the chain service has chained its data jobs" in submitted.stdout
+            job_ids.append(submitted.stdout.split()[1].rstrip(":"))
         sbatched = as_plain_user(["sbatch", "--parsable", f"{work}/sbatch.sh"], cwd=work)
         assert sbatched.returncode == 0, sbatched.stderr
         job_ids.append(sbatched.stdout.strip().split(";")[0])
