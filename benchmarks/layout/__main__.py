@@ -345,8 +345,16 @@ def device_ratio_text(results: dict) -> str:
 
 
 def report(results: dict, a: dict) -> str:
-    p, cal, hop = results["plan"], results["calibration"], results["hop"]
-    suffix = "-quick" if results["quick"] else ""
+    """The report (markdown) of ``results`` and their analysis ``a``, one section after another."""
+    lines = (choices_section(results, a) + time_lost_section(a) + constants_section(results)
+             + rig_section(results) + cases_section(results, a))
+    lines += ["", "## Doubts", "", *results.get("doubts", []), ""]
+    return "\n".join(lines)
+
+
+def choices_section(results: dict, a: dict) -> list[str]:
+    """The title, the run, and the correct choices per pattern and file mode (Table 4's shape)."""
+    suffix = harness.suffix(results["quick"])
     lines = [
         "# Layout model verification on the scratch mount (the layout paper, Table 4)", "",
         f"`{results['command']}`, {results['date']}, {results['seconds'] / 60:.1f} min. "
@@ -371,8 +379,13 @@ def report(results: dict, a: dict) -> str:
                          f"{t['wrong']} | {pct(t['rate_excluding_ties'])} "
                          f"({t['correct']}/{t['untied_cases']}) | "
                          f"{pct(t['rate_tie_as_correct'])} | {paper.get(name, '')} |")
+    return lines
+
+
+def time_lost_section(a: dict) -> list[str]:
+    """What the wrong choices cost, the noise, and the choices other constants make."""
     loss, noise = a["loss"], a["noise"]
-    lines += [
+    lines = [
         "", "## Time lost by the model's choice", "",
         f"Over the {loss['wrong_cases']} wrong cases, t_chosen / t_best - 1: median "
         f"{pct(loss['median'])}, mean {pct(loss['mean'])}, max {pct(loss['max'])}; "
@@ -397,8 +410,14 @@ def report(results: dict, a: dict) -> str:
         lines.append(f"| {which} | {t['correct']} | {t['ties']} | {t['wrong']} | "
                      f"{pct(t['rate_excluding_ties'])} | {pct(t['rate_tie_as_correct'])} | "
                      f"{pct(t['loss_total'])} |")
+    return lines
+
+
+def constants_section(results: dict) -> list[str]:
+    """The constants calibrated on the rig (alpha, beta, e, v), and the site's command's."""
+    p, cal, hop = results["plan"], results["calibration"], results["hop"]
     stock = results["calibration"].get("stock", {})
-    lines += [
+    lines = [
         "", "## Calibrated constants", "",
         f"- alpha sequential {cal['alpha_sequential'] * 1e3:.3f} ms, alpha random "
         f"{cal['alpha_random'] * 1e3:.3f} ms, read beta 1/({1 / cal['beta_read'] / MiB:.1f} "
@@ -425,6 +444,14 @@ def report(results: dict, a: dict) -> str:
         "per-byte slope between 256 KiB and 1 MiB such reads (v) "
         f"({hop['device_reads_meanwhile']} device reads meanwhile). The table above also gives "
         "the choices with e = v = 0 and with the paper's Table 3 (InfiniBand) constants.", "",
+    ]
+    return lines
+
+
+def rig_section(results: dict) -> list[str]:
+    """The OSTs, their throttle, the files, the readers and the machine."""
+    p = results["plan"]
+    lines = [
         "## Rig", "",
         f"- {p['osts']} OSTs, each an ext4 file system on its own loop device whose image is a "
         "file in a tmpfs (no disk under it), mounted `noatime`; the store on them, "
@@ -465,6 +492,13 @@ def report(results: dict, a: dict) -> str:
         f"- Machine: {results['machine']}. All processes on this one node (m = p): 16 reader "
         "processes and the mount's threads share 2 cores, and the machine is shared with "
         "another engineer's tests.", "",
+    ]
+    return lines
+
+
+def cases_section(results: dict, a: dict) -> list[str]:
+    """Every case's median wall time per layout, the best, the chosen, the outcome."""
+    lines = [
         "## Cases", "",
         "Median wall ms per layout; (=) marks a layout physically the same as another.", "",
         "| mode | pattern | s | p | req/proc | 1-DV | 2-D | 1-DH | best | chosen | outcome | "
@@ -477,8 +511,7 @@ def report(results: dict, a: dict) -> str:
         lines.append(f"| {r['mode']} | {r['pattern']} | {fmt_size(r['size'])} | "
                      f"{r['processes']} | {case['requests']} | " + " | ".join(cells)
                      + f" | {r['best']} | {r['chosen']} | {r['outcome']} | {pct(r['loss'])} |")
-    lines += ["", "## Doubts", "", *results.get("doubts", []), ""]
-    return "\n".join(lines)
+    return lines
 
 
 def doubts(results: dict, a: dict) -> list[str]:

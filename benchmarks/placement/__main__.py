@@ -245,9 +245,19 @@ def _suffix(meta: dict) -> str:
 
 
 def write_report(results: dict, report_dir: Path) -> Path:
+    """report.md (report-quick.md) in ``report_dir``, one section after another; its path."""
     meta = results["meta"]
     suffix = _suffix(meta)
-    times, spreads, movements = results["time"], results["uniformity"], results["movement"]
+    lines = (_report_header(meta) + _time_section(results["time"], suffix)
+             + _uniformity_section(results["uniformity"], meta, suffix)
+             + _movement_section(results["movement"], suffix))
+    path = report_dir / f"report{suffix}.md"
+    path.write_text("\n".join(lines))
+    return path
+
+
+def _report_header(meta: dict) -> list[str]:
+    """The title, the run and what each algorithm is."""
     lines = ["# Placement benchmark: SUORA against CRUSH straw2, consistent hashing, round-robin",
              "", f"Run: {meta['date']}, {'quick' if meta['quick'] else 'full'} mode, "
              f"{meta['machine']}, load {meta['load_start']} at start and {meta['load_end']} at "
@@ -260,7 +270,13 @@ def write_report(results: dict, report_dir: Path) -> Path:
              f"({meta['virtual_nodes']} virtual nodes per TB of capacity) and "
              "round-robin are numpy over the whole array; CRUSH straw2 is Ceph's `crushtool "
              "--test` on a map with one straw2 root holding every target with its capacity as "
-             "weight.", "", "## Placement time per object and memory (the SUORA paper's Figure 10)", "",
+             "weight.", ""]
+    return lines
+
+
+def _time_section(times: list[dict], suffix: str) -> list[str]:
+    """Placement time per object and memory of the map (Figure 10), and the goal on time."""
+    lines = ["## Placement time per object and memory (the SUORA paper's Figure 10)", "",
              "crushtool's time is its whole `--test --show-statistics` run over X objects "
              "divided by X (`whole`), and the same after subtracting a run over one object, "
              "i.e. process start and map load (`net`). Speed-ups are crushtool's time over "
@@ -302,18 +318,23 @@ def write_report(results: dict, report_dir: Path) -> Path:
               "100,000 targets loading the map takes seconds. `place()` is one Python call per "
               "object (argument checks, a tuple of target indices), so batches go through "
               "`place_dense`.", "",
-              f"![time and memory](time{suffix}.png)", "",
-              "## Uniformity (the SUORA paper's Figure 11)", "",
-              "Load of a target = its objects over its capacity share of all objects; the "
-              "table gives max/mean of that (1.0 is perfect) and in brackets its coefficient of "
-              "variation. straw2 is run up to "
-              f"{meta['crush_uniformity_max']:,} targets (its time grows with the target count). "
-              "`ideal random` is a numpy draw of each object's target with probability "
-              "proportional to capacity, independently: the sampling noise any hash placement "
-              "has, which dominates max/mean when a target holds few objects.",
-              "", "| pool | targets | objects | SUORA | straw2 | SUORA / straw2 | "
-              "consistent hashing | round-robin | ideal random |",
-              "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+              f"![time and memory](time{suffix}.png)", ""]
+    return lines
+
+
+def _uniformity_section(spreads: list[dict], meta: dict, suffix: str) -> list[str]:
+    """max/mean of the load over capacity share (Figure 11), and the goal on uniformity."""
+    lines = ["## Uniformity (the SUORA paper's Figure 11)", "",
+             "Load of a target = its objects over its capacity share of all objects; the "
+             "table gives max/mean of that (1.0 is perfect) and in brackets its coefficient of "
+             "variation. straw2 is run up to "
+             f"{meta['crush_uniformity_max']:,} targets (its time grows with the target count). "
+             "`ideal random` is a numpy draw of each object's target with probability "
+             "proportional to capacity, independently: the sampling noise any hash placement "
+             "has, which dominates max/mean when a target holds few objects.",
+             "", "| pool | targets | objects | SUORA | straw2 | SUORA / straw2 | "
+             "consistent hashing | round-robin | ideal random |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
 
     def cell(row, name):
         if name not in row:
@@ -337,15 +358,20 @@ def write_report(results: dict, report_dir: Path) -> Path:
               "the least even; SUORA and straw2 are as even as the ideal random draw, the best "
               "a placement computed from the object id alone can be. From 10,000 targets on a "
               "target holds 20 to 100 objects, and max/mean is the sampling noise of the ideal "
-              "column.", "",
-              "## Objects moved when targets are added or removed (the SUORA paper's Figure 12(a))", "",
-              "Minimum = objects x the changed capacity's share (of the new total when adding, "
-              "of the old one when removing). `needless` counts objects that moved although "
-              "neither their old target was removed nor their new one added: zero means the "
-              "movement is the least the change forces.", "",
-              "| pool | targets | objects | event | minimum | SUORA moved (needless) | "
-              "straw2 | consistent hashing | round-robin |",
-              "|---|---:|---:|---|---:|---:|---:|---:|---:|"]
+              "column.", ""]
+    return lines
+
+
+def _movement_section(movements: list[dict], suffix: str) -> list[str]:
+    """Objects moved when targets are added or removed (Figure 12(a)), and the goal on it."""
+    lines = ["## Objects moved when targets are added or removed (the SUORA paper's Figure 12(a))", "",
+             "Minimum = objects x the changed capacity's share (of the new total when adding, "
+             "of the old one when removing). `needless` counts objects that moved although "
+             "neither their old target was removed nor their new one added: zero means the "
+             "movement is the least the change forces.", "",
+             "| pool | targets | objects | event | minimum | SUORA moved (needless) | "
+             "straw2 | consistent hashing | round-robin |",
+             "|---|---:|---:|---|---:|---:|---:|---:|---:|"]
     needless_suora = 0
     for row in movements:
         for event, cellv in row["events"].items():
@@ -365,9 +391,7 @@ def write_report(results: dict, report_dir: Path) -> Path:
               "objects only onto added or off removed targets too, but its shares follow its "
               "points' spacing rather than capacity. SUORA and straw2 move the capacity share "
               "of the change and nothing else.", ""]
-    path = report_dir / f"report{suffix}.md"
-    path.write_text("\n".join(lines))
-    return path
+    return lines
 
 
 def plot(results: dict, report_dir: Path) -> None:

@@ -595,25 +595,34 @@ def _batch_report(batch: dict) -> list[str]:
 
 
 def report(results: dict, quick: bool) -> str:
+    """The report (markdown): the run, then one section per measurement."""
     lines = ["# Recovery: patch throughput, partial patches, detection", "",
              f"`.venv/bin/python -m benchmarks.recovery{' --quick' if quick else ''}` "
              f"(CPython {platform.python_version()}, {platform.machine()}, "
              f"{os.cpu_count()} shared cores; GridFTP and nginx of scripts/local-cluster on "
              "loopback; the store on the local disk). Medians of "
              f"{results['repeats']} runs.", ""]
-    lines += ["## 1. Patch throughput vs a whole-file globus-url-copy", "",
-              "A file of 4 stripes of 1 MiB, one OST failed: a quarter of the file lost, in "
-              "1 MiB ranges. *End to end* is what `recover` takes: the OST probe (detection), "
-              "substitute, ranged transfers, verification, sync of the substitute objects and "
-              "the atomic layout switch. *Patch* leaves out the probe (detection has its own "
-              "section below). The baselines copy a file of the same byte count whole from the "
-              "same server into the same file system: plain (into the page cache, nothing "
-              "checked), with `-verify-checksum`, and followed by an fsync, as the patch is "
-              "before its layout switch. Each repeat runs every method and every copy once, "
-              "each right after the file was staged into the store and synced, so that slow "
-              "phases of this virtual machine fall on patches and copies alike. Times are "
-              "medians, with the fastest and slowest run.", ""]
-    for run in results["throughput"]["runs"]:
+    lines += (_throughput_report(results["throughput"]) + _breakdown_report(results)
+              + _batch_report(results["batch"]) + _fraction_report(results["fraction"])
+              + _detection_report(results["detection"]))
+    return "\n".join(lines)
+
+
+def _throughput_report(throughput: dict) -> list[str]:
+    """Section 1: the patch of one OST's share against whole-file copies, per file size."""
+    lines = ["## 1. Patch throughput vs a whole-file globus-url-copy", "",
+             "A file of 4 stripes of 1 MiB, one OST failed: a quarter of the file lost, in "
+             "1 MiB ranges. *End to end* is what `recover` takes: the OST probe (detection), "
+             "substitute, ranged transfers, verification, sync of the substitute objects and "
+             "the atomic layout switch. *Patch* leaves out the probe (detection has its own "
+             "section below). The baselines copy a file of the same byte count whole from the "
+             "same server into the same file system: plain (into the page cache, nothing "
+             "checked), with `-verify-checksum`, and followed by an fsync, as the patch is "
+             "before its layout switch. Each repeat runs every method and every copy once, "
+             "each right after the file was staged into the store and synced, so that slow "
+             "phases of this virtual machine fall on patches and copies alike. Times are "
+             "medians, with the fastest and slowest run.", ""]
+    for run in throughput["runs"]:
         base = run["baseline_plain"]
         durable = run["baseline_durable"]
         lost = base["bytes"]
@@ -654,11 +663,16 @@ def report(results: dict, quick: bool) -> str:
                   f"(**{'meets' if patch_ratio >= 0.9 else 'misses'}**); "
                   f"{row['bytes_per_s'] / durable['bytes_per_s']:.2f}x the durable copy end "
                   f"to end; fastest patch against fastest plain copy: {best:.2f}x.", ""]
+    return lines
+
+
+def _breakdown_report(results: dict) -> list[str]:
+    """Where the default method's time goes, and why the durable copy is its peer."""
     b = results["breakdown"]
-    lines += ["Where the default method's time goes (one run of the first size, "
-              f"{b['seconds']:.3f} s end to end; wall seconds per step, the \"of which\" rows "
-              "run in other threads during the step above them):", "",
-              "| step | seconds |", "|---|---|"]
+    lines = ["Where the default method's time goes (one run of the first size, "
+             f"{b['seconds']:.3f} s end to end; wall seconds per step, the \"of which\" rows "
+             "run in other threads during the step above them):", "",
+             "| step | seconds |", "|---|---|"]
     for label, seconds in b["steps"].items():
         lines.append(f"| {label} | {seconds:.3f} |")
     lines += ["", "The plain baseline is one C process streaming into the page cache: nothing "
@@ -676,20 +690,23 @@ def report(results: dict, quick: bool) -> str:
               "nothing written): what the patch adds to it is writing its bytes durably (the "
               "direct writes, with the receiving thread and the GridFTP server on the same two "
               "cores) and the fixed costs above (begin, commit: a few fsyncs each).", ""]
-    lines += _batch_report(results["batch"])
-    f = results["fraction"]
+    return lines
+
+
+def _fraction_report(f: dict) -> list[str]:
+    """Section 3: patching 1/k of a file against a durable whole-file copy."""
     copy = f["copy"]
     k16 = next((row for row in f["rows"] if row["k"] == 16), None)
-    lines += ["## 3. Patching 1/k of a file vs a durable whole-file copy", "",
-              f"File {f['file_size'] / MiB:.0f} MiB, stripe size 1 MiB, stripe count k, one OST "
-              "failed: 1/k of the file lost. Default method (one MODE E transfer, block "
-              "digests), end to end (the file's OST probe included), against the whole file "
-              "copied from the same server with `globus-url-copy` and then fsynced, "
-              f"{_spread(copy['seconds'], copy['min'], copy['max'])} s "
-              f"({copy['bytes_per_s'] / 1e6:.0f} MB/s), in the same repeats "
-              f"({len(copy['all'])}). Plot: `fraction.png`.", "",
-              "| k | bytes patched | end to end s (min-max) | / durable copy | 1/k | patch s |",
-              "|---|---|---|---|---|---|"]
+    lines = ["## 3. Patching 1/k of a file vs a durable whole-file copy", "",
+             f"File {f['file_size'] / MiB:.0f} MiB, stripe size 1 MiB, stripe count k, one OST "
+             "failed: 1/k of the file lost. Default method (one MODE E transfer, block "
+             "digests), end to end (the file's OST probe included), against the whole file "
+             "copied from the same server with `globus-url-copy` and then fsynced, "
+             f"{_spread(copy['seconds'], copy['min'], copy['max'])} s "
+             f"({copy['bytes_per_s'] / 1e6:.0f} MB/s), in the same repeats "
+             f"({len(copy['all'])}). Plot: `fraction.png`.", "",
+             "| k | bytes patched | end to end s (min-max) | / durable copy | 1/k | patch s |",
+             "|---|---|---|---|---|---|"]
     for row in f["rows"]:
         lines.append(f"| {row['k']} | {row['bytes']} | "
                      f"{_spread(row['seconds'], row['min'], row['max'])} | "
@@ -701,15 +718,19 @@ def report(results: dict, quick: bool) -> str:
         lines += ["", f"Goal <= 0.1 of the durable copy at k = 16 (ideal 0.0625): "
                   f"{k16['ratio']:.3f} (**{'meets' if k16['ratio'] <= 0.1 else 'misses'}**)."]
     lines.append("")
-    d = results["detection"]
-    lines += ["", "## 4. Detection time vs OST count", "",
-              f"`check_osts({d['timeout']:g})` on the local store: every OST probed (write, "
-              "read back, delete a probe object) in 4 lanes, those not started after 50 ms in a "
-              "thread each, one timeout for all. \"one failed\": "
-              "an OST failed with `fail-ost` (its probe fails at once); \"one dead\": in addition "
-              "one OST whose probe never answers, as a dead OSS.", "",
-              "| OSTs | all healthy s | one failed s | one dead s | dead - timeout s |",
-              "|---|---|---|---|---|"]
+    return lines
+
+
+def _detection_report(d: dict) -> list[str]:
+    """Section 4: detection time against the OST count."""
+    lines = ["", "## 4. Detection time vs OST count", "",
+             f"`check_osts({d['timeout']:g})` on the local store: every OST probed (write, "
+             "read back, delete a probe object) in 4 lanes, those not started after 50 ms in a "
+             "thread each, one timeout for all. \"one failed\": "
+             "an OST failed with `fail-ost` (its probe fails at once); \"one dead\": in addition "
+             "one OST whose probe never answers, as a dead OSS.", "",
+             "| OSTs | all healthy s | one failed s | one dead s | dead - timeout s |",
+             "|---|---|---|---|---|"]
     for row in d["rows"]:
         lines.append(f"| {row['osts']} | {row['healthy']:.3f} | {row['one_failed']:.3f} | "
                      f"{row['one_dead']:.3f} | {row['one_dead'] - d['timeout']:.3f} |")
@@ -718,7 +739,7 @@ def report(results: dict, quick: bool) -> str:
     lines += ["", f"Goal: one probe timeout + a small constant, flat in OST count: the dead-OST "
               f"check takes the timeout + at most {worst:.3f} s, spread {spread:.3f} s over "
               "8..256 OSTs.", ""]
-    return "\n".join(lines)
+    return lines
 
 
 def main(argv=None) -> int:

@@ -189,6 +189,55 @@ def _same(a, b) -> bool:
             and a.at_risk == b.at_risk and a.windows == b.windows)
 
 
+def _daemon_config(folder: str, database: str):
+    """The configuration of a daemon of the benchmark: its state database in ``folder``."""
+    from scratchkeeper.config import parse_config
+
+    return parse_config(f"""
+[storage]
+scratch_root = "/scratch"
+store_root = "{folder}/store"
+[state]
+database = "{folder}/{database}"
+[replication]
+close_events = "none"
+""", "benchmark.toml")
+
+
+def _seed_state(database: str, steady: CycleInput) -> None:
+    """The steady state in the planner's and the replication tables: the inputs, the claims
+    and the replicas."""
+    from scratchkeeper.planner import records
+    from scratchkeeper.replication.state import ReplicationState
+    from scratchkeeper.state import StateStore
+
+    store = StateStore(database)
+    records.open_records(store)
+    ReplicationState(store)          # the replication tables
+    with store.transaction() as conn:
+        for job_id, item in steady.inputs.items():
+            conn.execute("INSERT INTO chains VALUES (?,?,?,?,?,?,?,?,?,?)",
+                         (job_id, "/dev/null", "/tmp", "slurm", item.owner_uid, "submitted",
+                          "", 0, 0, "{}"))
+            conn.execute("INSERT INTO chain_jobs(chain_id, job_key, role, queue, position,"
+                         " job_id, state, updated) VALUES (?, 'compute', 'compute', 'batch',"
+                         " 1, ?, 'submitted', 0)", (job_id, job_id))
+            conn.executemany(
+                "INSERT INTO staged_files(chain_id, path, job_key, source, line, state, size,"
+                " checksum) VALUES (?, ?, 'stage-in', 'file:///x', 1, 'staged', ?, NULL)",
+                [(job_id, f.path, f.size) for f in item.files])
+        conn.executemany(
+            "INSERT OR IGNORE INTO claims(job_id, path, active, reason, position, created,"
+            " updated) VALUES (?, ?, 1, ?, 0, 0, 0)",
+            [(c.job_id, c.path, c.reason) for c in steady.claims])
+        conn.executemany(
+            "INSERT INTO replicas(path, state, job_id, reason, mirror_id, expected_mirror_id,"
+            " primary_mirrors, primary_osts, size, token, created, updated)"
+            " VALUES (?, 'ready', '', 'window', 2, 2, '[1]', '[0]', ?, ?, 0, 0)",
+            [(path, r.size, path) for path, r in steady.replicas.items()])
+    store.close()
+
+
 def daemon_cycle(steady: CycleInput, repeats: int) -> dict:
     """The whole daemon cycle in process, steady state, minus the squeue call itself, and its
     peer (the cycle as it was), interleaved.
@@ -200,112 +249,75 @@ def daemon_cycle(steady: CycleInput, repeats: int) -> dict:
     import shutil
     import tempfile
 
-    from scratchkeeper.config import parse_config
-    from scratchkeeper.planner import records
     from scratchkeeper.replication.daemon import ReplicationDaemon
-    from scratchkeeper.replication.state import ReplicationState
-    from scratchkeeper.state import StateStore
+    from scratchkeeper.schedulers import Scheduler
     from scratchkeeper.storage import open_backend
 
     with tempfile.TemporaryDirectory(prefix="skrep-bench-") as folder:
-        config = parse_config(f"""
-[storage]
-scratch_root = "/scratch"
-store_root = "{folder}/store"
-[state]
-database = "{folder}/state.db"
-[replication]
-close_events = "none"
-""", "benchmark.toml")
-        store = StateStore(config.state.database)
-        records.open_records(store)
-        ReplicationState(store)          # the replication tables
-        with store.transaction() as conn:
-            for job_id, item in steady.inputs.items():
-                conn.execute("INSERT INTO chains VALUES (?,?,?,?,?,?,?,?,?,?)",
-                             (job_id, "/dev/null", "/tmp", "slurm", item.owner_uid, "submitted",
-                              "", 0, 0, "{}"))
-                conn.execute("INSERT INTO chain_jobs(chain_id, job_key, role, queue, position,"
-                             " job_id, state, updated) VALUES (?, 'compute', 'compute', 'batch',"
-                             " 1, ?, 'submitted', 0)", (job_id, job_id))
-                conn.executemany(
-                    "INSERT INTO staged_files(chain_id, path, job_key, source, line, state, size,"
-                    " checksum) VALUES (?, ?, 'stage-in', 'file:///x', 1, 'staged', ?, NULL)",
-                    [(job_id, f.path, f.size) for f in item.files])
-            conn.executemany(
-                "INSERT OR IGNORE INTO claims(job_id, path, active, reason, position, created,"
-                " updated) VALUES (?, ?, 1, ?, 0, 0, 0)",
-                [(c.job_id, c.path, c.reason) for c in steady.claims])
-            conn.executemany(
-                "INSERT INTO replicas(path, state, job_id, reason, mirror_id, expected_mirror_id,"
-                " primary_mirrors, primary_osts, size, token, created, updated)"
-                " VALUES (?, 'ready', '', 'window', 2, 2, '[1]', '[0]', ?, ?, 0, 0)",
-                [(path, r.size, path) for path, r in steady.replicas.items()])
-        store.close()
+        config = _daemon_config(folder, "state.db")
+        _seed_state(config.state.database, steady)
         shutil.copy(config.state.database, f"{folder}/peer.db")
-        peer_config = parse_config(f"""
-[storage]
-scratch_root = "/scratch"
-store_root = "{folder}/store"
-[state]
-database = "{folder}/peer.db"
-[replication]
-close_events = "none"
-""", "benchmark.toml")
-        from scratchkeeper.runner import set_runner
-        from scratchkeeper.schedulers import Scheduler
+        peer_config = _daemon_config(folder, "peer.db")
         text, document = squeue_text(steady.snapshot), squeue_document(steady.snapshot)
         daemon = ReplicationDaemon(config, scheduler=Scheduler(slurm),
                                    backend=open_backend(config))
         peer = ReplicationDaemon(peer_config, scheduler=Scheduler(_json_backend()),
                                  backend=open_backend(peer_config))
-        # every line changed at every cycle: what a cycle right after slurmctld recomputed
-        # the priorities sees (PriorityCalcPeriod, 5 min by default); the order stays the same
-        shifted = _priorities_raised(text)
-        answers = {daemon: _Answers(text), peer: _Answers(document)}
-        changing = _Answers(shifted)
-
-        def one(which, forget: bool, runner=None):
-            previous = set_runner(runner or answers[which])
-            try:
-                if forget:
-                    which.forget_kept()
-                gc.collect()
-                started = time.perf_counter()
-                report = which.cycle()
-                elapsed = (time.perf_counter() - started) * 1000
-            finally:
-                set_runner(previous)
-            assert report.ok and not report.decisions.create and not report.decisions.remove
-            return elapsed, report
-
         try:
-            cold, first = one(daemon, False)        # the first cycle after a start reads all
-            one(peer, True)
-            if os.environ.get("SK_PROFILE"):
-                import cProfile
-                cProfile.runctx("one(daemon, False)", globals(), locals(), sort="cumtime")
-            ours, theirs, changed, reads = [], [], [], []
-            for _ in range(repeats):
-                one(daemon, False)                  # after the changed lines below: steady again
-                elapsed, report = one(daemon, False)
-                ours.append(elapsed)
-                reads.append(daemon._known_inputs.last_read)
-                elapsed, peer_report = one(peer, True)
-                theirs.append(elapsed)
-                assert _same(report.decisions, peer_report.decisions), "decisions differ"
-                elapsed, changed_report = one(daemon, False, changing)
-                changed.append(elapsed)
-                assert _same(changed_report.decisions, peer_report.decisions), "decisions differ"
+            timed = _time_cycles(daemon, peer, text, document, repeats)
         finally:
             daemon.shutdown()
             peer.shutdown()
-        return {"cycle": _stats(ours), "peer": _stats(theirs), "cold_first_ms": cold,
-                "cycle_all_lines_changed": _stats(changed),
-                "cold_first_claims": len(first.decisions.claim),
-                "ratio": statistics.median(theirs) / statistics.median(ours),
-                "jobs_read_again": max(reads), "squeue_text_bytes": len(text),
-                "squeue_json_bytes": len(document)}
+        return {**timed, "squeue_text_bytes": len(text), "squeue_json_bytes": len(document)}
+
+
+def _time_cycles(daemon, peer, text: str, document: str, repeats: int) -> dict:
+    """The two daemons' cycles, interleaved, each answered at once with its own form of the
+    same queue; the daemon's again with every line changed. Both must decide the same."""
+    from scratchkeeper.runner import set_runner
+
+    # every line changed at every cycle: what a cycle right after slurmctld recomputed
+    # the priorities sees (PriorityCalcPeriod, 5 min by default); the order stays the same
+    shifted = _priorities_raised(text)
+    answers = {daemon: _Answers(text), peer: _Answers(document)}
+    changing = _Answers(shifted)
+
+    def one(which, forget: bool, runner=None):
+        previous = set_runner(runner or answers[which])
+        try:
+            if forget:
+                which.forget_kept()
+            gc.collect()
+            started = time.perf_counter()
+            report = which.cycle()
+            elapsed = (time.perf_counter() - started) * 1000
+        finally:
+            set_runner(previous)
+        assert report.ok and not report.decisions.create and not report.decisions.remove
+        return elapsed, report
+
+    cold, first = one(daemon, False)        # the first cycle after a start reads all
+    one(peer, True)
+    if os.environ.get("SK_PROFILE"):
+        import cProfile
+        cProfile.runctx("one(daemon, False)", globals(), locals(), sort="cumtime")
+    ours, theirs, changed, reads = [], [], [], []
+    for _ in range(repeats):
+        one(daemon, False)                  # after the changed lines below: steady again
+        elapsed, report = one(daemon, False)
+        ours.append(elapsed)
+        reads.append(daemon._known_inputs.last_read)
+        elapsed, peer_report = one(peer, True)
+        theirs.append(elapsed)
+        assert _same(report.decisions, peer_report.decisions), "decisions differ"
+        elapsed, changed_report = one(daemon, False, changing)
+        changed.append(elapsed)
+        assert _same(changed_report.decisions, peer_report.decisions), "decisions differ"
+    return {"cycle": _stats(ours), "peer": _stats(theirs), "cold_first_ms": cold,
+            "cycle_all_lines_changed": _stats(changed),
+            "cold_first_claims": len(first.decisions.claim),
+            "ratio": statistics.median(theirs) / statistics.median(ours),
+            "jobs_read_again": max(reads)}
 
 
 def _stats(samples: list[float]) -> dict:
@@ -330,7 +342,15 @@ def main() -> None:
         harness.write_json(SQUEUE_RESULTS, squeue, indent=2, newline=True)
         print(json.dumps(squeue, indent=2))
         return
-    repeats = 5 if args.quick else 30
+    base, steady = set_up()
+    summary = measure(base, steady, 5 if args.quick else 30)
+    summary["quick"] = args.quick
+    write(summary)
+
+
+def set_up() -> tuple[CycleInput, CycleInput]:
+    """The snapshot of 10,000 queued and 1,000 running jobs, their inputs: the first cycle's
+    input and the steady state's."""
     snapshot = build_queue(10_000, 1_000)
     rng = random.Random(7)
     inputs = build_inputs(snapshot, rng)
@@ -339,7 +359,13 @@ def main() -> None:
                       partition_params={"large": WindowParams(1.0, 0.0)},
                       ignored_queues=frozenset({"dataxfer", "replica"}),
                       space_budget=1 << 50)
-    steady = steady_state(base)
+    return base, steady_state(base)
+
+
+def measure(base: CycleInput, steady: CycleInput, repeats: int) -> dict:
+    """The decision, the parses and the daemon's whole cycle timed; the results (without
+    ``quick``)."""
+    snapshot, inputs = base.snapshot, base.inputs
     first = time_it(lambda: decide(base), repeats)
     again = time_it(lambda: decide(steady), repeats)
     document, text = squeue_document(snapshot), squeue_text(snapshot)
@@ -353,7 +379,7 @@ def main() -> None:
     squeue = json.loads(SQUEUE_RESULTS.read_text()) if SQUEUE_RESULTS.exists() else None
     decisions = first.pop("result")
     steady_decisions = again.pop("result")
-    summary = {
+    return {
         "jobs": {"queued": len(snapshot.pending()), "running": len(snapshot.running()),
                  "with_inputs": len(inputs), "system_nodes": SYSTEM_NODES},
         "first_cycle": {**first, "targets": len(decisions.targets),
@@ -369,87 +395,109 @@ def main() -> None:
         "goal_ms": GOAL_MS,
         "machine": f"{platform.python_implementation()} {platform.python_version()}, "
                    f"{platform.machine()}",
-        "quick": args.quick,
     }
-    harness.write_json(RESULTS / "results.json", summary, indent=2, newline=True)
-    verdict = "meets" if max(first["p95_ms"], again["p95_ms"]) < GOAL_MS else "MISSES"
-    cycle, peer = whole["cycle"], whole["peer"]
-    whole_verdict = "meets" if max(cycle["median_ms"], whole["cycle_all_lines_changed"][
-        "median_ms"]) <= GOAL_MS else "MISSES"
 
-    def row(label, stats, work):
-        return (f"| {label} | {stats['median_ms']:.1f} | {stats['min_ms']:.1f}-"
-                f"{stats['max_ms']:.1f} | {stats['p95_ms']:.1f} | {work} |")
-    lines = [
+
+def write(summary: dict) -> None:
+    """The results JSON and the report, the report printed too."""
+    harness.write_json(RESULTS / "results.json", summary, indent=2, newline=True)
+    lines = _decision_section(summary) + _daemon_section(summary)
+    if summary["squeue_call"]:
+        lines += _squeue_section(summary["squeue_call"])
+    REPORT.parent.mkdir(parents=True, exist_ok=True)
+    REPORT.write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+    print(f"\nreport: {REPORT.relative_to(ROOT)}")
+
+
+def _row(label: str, stats: dict, work: str) -> str:
+    return (f"| {label} | {stats['median_ms']:.1f} | {stats['min_ms']:.1f}-"
+            f"{stats['max_ms']:.1f} | {stats['p95_ms']:.1f} | {work} |")
+
+
+def _decision_section(summary: dict) -> list[str]:
+    """The title, the run, the snapshot, and the decision (pure function) timed."""
+    first, again = summary["first_cycle"], summary["steady_cycle"]
+    verdict = "meets" if max(first["p95_ms"], again["p95_ms"]) < GOAL_MS else "MISSES"
+    return [
         "# Replication decision cycle and the daemon's whole cycle",
         "",
-        f"`.venv/bin/python -m benchmarks.replication{' --quick' if args.quick else ''}` "
+        f"`.venv/bin/python -m benchmarks.replication{' --quick' if summary['quick'] else ''}` "
         f"({summary['machine']}, 2 cores shared with "
         "other work: medians of interleaved repeats, min-max beside them).",
         "",
         f"Snapshot: {summary['jobs']['queued']} queued (3 % held, 10 % in a partition with its "
         f"own alpha) and {summary['jobs']['running']} running jobs, S = {SYSTEM_NODES} nodes, "
-        f"{len(inputs)} jobs with 1-3 known inputs.",
+        f"{summary['jobs']['with_inputs']} jobs with 1-3 known inputs.",
         "",
         "## The decision (pure function)",
         "",
         "| cycle | median ms | min-max ms | p95 ms | work |",
         "|---|---|---|---|---|",
-        row("first (no claims)", first, f"{len(decisions.targets)} targets, "
-            f"{len(decisions.create)} creations"),
-        row("steady (claims and replicas exist)", again,
-            f"{len(steady.claims)} claims in, {len(steady_decisions.create)} creations"),
+        _row("first (no claims)", first, f"{first['targets']} targets, "
+             f"{first['creations']} creations"),
+        _row("steady (claims and replicas exist)", again,
+             f"{again['claims_in']} claims in, {again['creations']} creations"),
         "",
         f"Goal: one decision cycle < {GOAL_MS:.0f} ms: **{verdict}** (p95 of both cycles).",
         "",
+    ]
+
+
+def _daemon_section(summary: dict) -> list[str]:
+    """The daemon's whole cycle without the scheduler call, against its peer, and the parses."""
+    whole = summary["daemon_cycle_steady"]
+    cycle, peer = whole["cycle"], whole["peer"]
+    whole_verdict = "meets" if max(cycle["median_ms"], whole["cycle_all_lines_changed"][
+        "median_ms"]) <= GOAL_MS else "MISSES"
+    return [
         "## The daemon's whole cycle, without the scheduler call itself",
         "",
         "| cycle | median ms | min-max ms | p95 ms | work |",
         "|---|---|---|---|---|",
-        row("replicad cycle, steady", cycle,
-            f"`squeue -o` text parsed ({whole['squeue_text_bytes'] / 1e6:.1f} MB), planner "
-            f"read for changed jobs only ({whole['jobs_read_again']} read again), decision, "
-            "status keys that changed"),
-        row("replicad cycle, every squeue line changed", whole["cycle_all_lines_changed"],
-            "the same with every line parsed (priorities recomputed)"),
-        row("peer: the cycle as it was", peer,
-            f"`squeue --json` parsed ({whole['squeue_json_bytes'] / 1e6:.1f} MB), planner, "
-            "claims and replicas read whole, every status key written"),
+        _row("replicad cycle, steady", cycle,
+             f"`squeue -o` text parsed ({whole['squeue_text_bytes'] / 1e6:.1f} MB), planner "
+             f"read for changed jobs only ({whole['jobs_read_again']} read again), decision, "
+             "status keys that changed"),
+        _row("replicad cycle, every squeue line changed", whole["cycle_all_lines_changed"],
+             "the same with every line parsed (priorities recomputed)"),
+        _row("peer: the cycle as it was", peer,
+             f"`squeue --json` parsed ({whole['squeue_json_bytes'] / 1e6:.1f} MB), planner, "
+             "claims and replicas read whole, every status key written"),
         f"| first cycle after a start (reads all) | {whole['cold_first_ms']:.1f} | | | "
         f"once; wrote {whole['cold_first_claims']} claims |",
-        row("(part) parse `squeue -o` text + priority order", summary["parse_squeue_text"],
-            "11,000 jobs"),
-        row("(part) parse `squeue --json` + priority order", summary["parse_squeue_json"],
-            "11,000 jobs"),
+        _row("(part) parse `squeue -o` text + priority order", summary["parse_squeue_text"],
+             "11,000 jobs"),
+        _row("(part) parse `squeue --json` + priority order", summary["parse_squeue_json"],
+             "11,000 jobs"),
         "",
         f"Goal: the whole cycle except the scheduler call <= {GOAL_MS:.0f} ms (median, both "
         "rows): "
         f"**{whole_verdict}**; {whole['ratio']:.1f}x faster than the peer. Both decided the same "
         "in every repeat (checked).",
     ]
-    if squeue:
-        command = " ".join(slurm.build_snapshot()).replace("|", "\\|")   # inside a table
-        lines += [
-            "",
-            "## The scheduler call itself (real `squeue` on the local cluster)",
-            "",
-            f"`python -m benchmarks.replication --squeue` at {squeue['measured']}, "
-            f"interleaved, {squeue['text']['repeats']} each: {squeue['jobs']} jobs in the queue "
-            f"({squeue['note']}).",
-            "",
-            "| command | median ms | min-max ms | bytes |",
-            "|---|---|---|---|",
-            f"| `{command}` | {squeue['text']['median_ms']:.0f} | "
-            f"{squeue['text']['min_ms']:.0f}-{squeue['text']['max_ms']:.0f} | "
-            f"{squeue['text_bytes']} |",
-            f"| `squeue --json` | {squeue['json']['median_ms']:.0f} | "
-            f"{squeue['json']['min_ms']:.0f}-{squeue['json']['max_ms']:.0f} | "
-            f"{squeue['json_bytes']} |",
-        ]
-    REPORT.parent.mkdir(parents=True, exist_ok=True)
-    REPORT.write_text("\n".join(lines) + "\n")
-    print("\n".join(lines))
-    print(f"\nreport: {REPORT.relative_to(ROOT)}")
+
+
+def _squeue_section(squeue: dict) -> list[str]:
+    """The real squeue of the local cluster, both forms (``--squeue``'s figures)."""
+    command = " ".join(slurm.build_snapshot()).replace("|", "\\|")   # inside a table
+    return [
+        "",
+        "## The scheduler call itself (real `squeue` on the local cluster)",
+        "",
+        f"`python -m benchmarks.replication --squeue` at {squeue['measured']}, "
+        f"interleaved, {squeue['text']['repeats']} each: {squeue['jobs']} jobs in the queue "
+        f"({squeue['note']}).",
+        "",
+        "| command | median ms | min-max ms | bytes |",
+        "|---|---|---|---|",
+        f"| `{command}` | {squeue['text']['median_ms']:.0f} | "
+        f"{squeue['text']['min_ms']:.0f}-{squeue['text']['max_ms']:.0f} | "
+        f"{squeue['text_bytes']} |",
+        f"| `squeue --json` | {squeue['json']['median_ms']:.0f} | "
+        f"{squeue['json']['min_ms']:.0f}-{squeue['json']['max_ms']:.0f} | "
+        f"{squeue['json_bytes']} |",
+    ]
 
 
 def real_squeue(repeats: int) -> dict:

@@ -499,12 +499,24 @@ def job_text(results: dict) -> str:
     return "\n".join(lines)
 
 
+def mib(bytes_: float) -> str:
+    """Bytes (per second) in MiB, one decimal."""
+    return f"{bytes_ / MiB:.1f}"
+
+
 def report(results: dict) -> str:
-    p, s = results["plan"], results["summary"]
-    mib = lambda v: f"{v / MiB:.1f}"  # noqa: E731
+    """The report (markdown), one section after another."""
+    lines = (_rig_section(results) + _configurations_section(results)
+             + _results_section(results) + _migration_section(results)
+             + _tiers_section(results) + _reading_section(results))
+    return "\n".join(lines)
+
+
+def _rig_section(results: dict) -> list[str]:
+    """The title, the run, the two classes, the page cache, each tier alone, the data, the
+    mount, fio and tierd."""
+    p = results["plan"]
     quick = " --quick" if results["quick"] else ""
-    t0 = results["tierd"][0]
-    pop = s["popularity"]
     data = p["files"] * p["file_size"]
     anon = statistics.median(r["memcg"]["rss"] for r in results["runs"])
     lines = [
@@ -558,7 +570,14 @@ def report(results: dict) -> str:
         f"applies `random_distribution` within each file. The job file is at the end.",
         "- **tierd**: `hot_reads = 8`, `budget = 1000`, `half_life = 86400`, "
         "`upper_watermark = 0.9`, `lower_watermark = 0.8`: every file read in the warm-up is "
-        "hot enough, so the flash room decides, hottest first.", "",
+        "hot enough, so the flash room decides, hottest first.", ""]
+    return lines
+
+
+def _configurations_section(results: dict) -> list[str]:
+    """(a), (b) and (c), and how each round runs them."""
+    p = results["plan"]
+    lines = [
         "## Configurations", "",
         "Measured in the same run, in rounds of (a), (b), (c):", "",
         "- **(a) all on disk**: primaries in the disk pool, no flash replica.",
@@ -571,7 +590,14 @@ def report(results: dict) -> str:
         f"(the same job) with the mount recording reads, then `scratchkeeper tierd --once`, then"
         f" the measurement. Rounds 2 on: (a) and (b) dropped the replicas; `tierd --once` puts "
         f"them back from its saved counters (plus the reads (a) and (b) recorded) before the "
-        f"measurement.", "",
+        f"measurement.", ""]
+    return lines
+
+
+def _results_section(results: dict) -> list[str]:
+    """Throughput per configuration, the ratios, and each round's runs."""
+    p, s = results["plan"], results["summary"]
+    lines = [
         "## Results", "",
         "| configuration | median MiB/s | range MiB/s | median IOPS | mean latency ms | "
         "bytes the mount read from flash | disk devices: reads/s, MiB/s |",
@@ -589,60 +615,77 @@ def report(results: dict) -> str:
         row = {x["config"]: x for x in results["runs"] if x["round"] == r}
         lines.append(f"| {r + 1} | " + " | ".join(mib(row[k]["bytes_per_s"]) for k in KEYS)
                      + " |")
-    lines += ["", "## The migration", "",
-              f"Warm-up: {mib(results['warmup']['bytes_per_s'])} MiB/s (all on disk). Reads the "
-              f"mount recorded before the first tierd cycle ((a), (b) and the warm-up): "
-              f"{pop['recorded_reads']} over {pop['files_read']} files; the hottest quarter of "
-              f"the files took {pop['top_quarter_share']:.0%} of them (a Zipf({p['theta']}) over "
-              f"{p['files']} files: {pop['zipf_top_quarter_share']:.0%}). The hot files come in "
-              f"runs of consecutive names, one run per job (hottest: "
-              f"{', '.join(results['hottest'][:8])}): fio does not scatter "
-              f"`file_service_type=zipf` ranks over the file list, and each job starts its ranks "
-              f"at its own offset. theta {p['theta']}, not above 1: in a trial run of this "
-              f"benchmark at 1.2 (64 files), 4 files (one per job) took 84 % of the reads, "
-              f"where a Zipf(1.2) over 64 files gives the "
-              f"hottest one 29 %.", "",
-              f"First `tierd --once` (after the warm-up): {t0['up_done']} up moves done, "
-              f"{t0['failed']} failed, {t0['bytes_moved'] / MiB:.0f} MiB copied to flash in "
-              f"{t0['seconds']:.1f} s for the whole command ({t0['move_seconds']:.1f} s in the "
-              f"moves themselves, `tier_moves` started..ended: "
-              f"{t0['bytes_moved'] / MiB / max(t0['move_seconds'], 1e-9):.1f} MiB/s, reading the "
-              f"throttled disk OSTs). The migrated files took {pop['migrated_share']:.0%} of the "
-              f"recorded reads (the {len(results.get('migrated', []))} most read files: "
-              f"{pop['best_possible_share']:.0%}); the static split's files "
-              f"{pop['static_share']:.0%} (a blind choice of "
-              f"{len(results['static_files'])} of {p['files']} files gets "
-              f"{pop['static_expected_share']:.0%} on average; this one, evenly spaced names, "
-              f"missed more of the runs of hot names).", "",
-              "Later rounds' `tierd --once` (replicas put back after (a) and (b) dropped them): "
-              + ", ".join(f"{t['up_done']} moves, {t['bytes_moved'] / MiB:.0f} MiB in "
-                          f"{t['seconds']:.1f} s" for t in results["tierd"][1:]) + ".", ""]
+    return lines
+
+
+def _migration_section(results: dict) -> list[str]:
+    """The reads recorded, the popularity they show, and what tierd moved."""
+    p = results["plan"]
+    t0 = results["tierd"][0]
+    pop = results["summary"]["popularity"]
+    lines = ["", "## The migration", "",
+             f"Warm-up: {mib(results['warmup']['bytes_per_s'])} MiB/s (all on disk). Reads the "
+             f"mount recorded before the first tierd cycle ((a), (b) and the warm-up): "
+             f"{pop['recorded_reads']} over {pop['files_read']} files; the hottest quarter of "
+             f"the files took {pop['top_quarter_share']:.0%} of them (a Zipf({p['theta']}) over "
+             f"{p['files']} files: {pop['zipf_top_quarter_share']:.0%}). The hot files come in "
+             f"runs of consecutive names, one run per job (hottest: "
+             f"{', '.join(results['hottest'][:8])}): fio does not scatter "
+             f"`file_service_type=zipf` ranks over the file list, and each job starts its ranks "
+             f"at its own offset. theta {p['theta']}, not above 1: in a trial run of this "
+             f"benchmark at 1.2 (64 files), 4 files (one per job) took 84 % of the reads, "
+             f"where a Zipf(1.2) over 64 files gives the "
+             f"hottest one 29 %.", "",
+             f"First `tierd --once` (after the warm-up): {t0['up_done']} up moves done, "
+             f"{t0['failed']} failed, {t0['bytes_moved'] / MiB:.0f} MiB copied to flash in "
+             f"{t0['seconds']:.1f} s for the whole command ({t0['move_seconds']:.1f} s in the "
+             f"moves themselves, `tier_moves` started..ended: "
+             f"{t0['bytes_moved'] / MiB / max(t0['move_seconds'], 1e-9):.1f} MiB/s, reading the "
+             f"throttled disk OSTs). The migrated files took {pop['migrated_share']:.0%} of the "
+             f"recorded reads (the {len(results.get('migrated', []))} most read files: "
+             f"{pop['best_possible_share']:.0%}); the static split's files "
+             f"{pop['static_share']:.0%} (a blind choice of "
+             f"{len(results['static_files'])} of {p['files']} files gets "
+             f"{pop['static_expected_share']:.0%} on average; this one, evenly spaced names, "
+             f"missed more of the runs of hot names).", "",
+             "Later rounds' `tierd --once` (replicas put back after (a) and (b) dropped them): "
+             + ", ".join(f"{t['up_done']} moves, {t['bytes_moved'] / MiB:.0f} MiB in "
+                         f"{t['seconds']:.1f} s" for t in results["tierd"][1:]) + ".", ""]
+    return lines
+
+
+def _tiers_section(results: dict) -> list[str]:
+    """``scratchkeeper tiers --json`` after the first cycle, and the bytes checked."""
     tiers = results.get("tiers", {})
     served: dict[str, int] = {}
     for f in tiers.get("files", []):
         served[str(f["served_from"])] = served.get(str(f["served_from"]), 0) + 1
-    lines += [f"`scratchkeeper tiers --json` after the first cycle: classes "
-              f"{tiers.get('classes')}, thresholds {tiers.get('thresholds')}, "
-              f"{tiers.get('known_files')} known files, served from: {served}. Hottest five:", "",
-              "| file | hotness | reads | served from |", "| --- | --- | --- | --- |"]
+    lines = [f"`scratchkeeper tiers --json` after the first cycle: classes "
+             f"{tiers.get('classes')}, thresholds {tiers.get('thresholds')}, "
+             f"{tiers.get('known_files')} known files, served from: {served}. Hottest five:", "",
+             "| file | hotness | reads | served from |", "| --- | --- | --- | --- |"]
     for f in tiers.get("files", [])[:5]:
         lines.append(f"| {Path(f['path']).name} | {f['hotness']:.0f} | {f['reads']} | "
                      f"{f['served_from']} |")
     lines += ["", f"Bytes read through the mount after the migration equal the written ones "
-              f"(sha256; migrated and not): {results['checked']}.", "",
-              "## How to read it", "",
-              "With psync jobs, a read from tmpfs takes microseconds and a read from the "
-              "throttled disk milliseconds, so the throughput is set by the share of reads that "
-              "still go to disk: the 'bytes read from flash' column (the mount's own per-OST "
-              "counters, `user.scratchkeeper.dispatch`) is what each configuration buys with "
-              "the same flash room. The static split gets what its files happen to be read; "
-              "migration gets the recorded hottest files'. One 2-core VM, the disk a throttled "
-              "loop device over a host-cached image: the ratios, not the absolute figures, are "
-              "the result. Raw runs: `results.json`; plot: `throughput" +
-              ("-quick" if results["quick"] else "") + ".png`.", "",
-              "fio job (the hotness-migration run of round 1):", "", "```ini",
-              job_text(results), "```", ""]
-    return "\n".join(lines)
+              f"(sha256; migrated and not): {results['checked']}.", ""]
+    return lines
+
+
+def _reading_section(results: dict) -> list[str]:
+    """How to read the figures, and the fio job."""
+    return ["## How to read it", "",
+            "With psync jobs, a read from tmpfs takes microseconds and a read from the "
+            "throttled disk milliseconds, so the throughput is set by the share of reads that "
+            "still go to disk: the 'bytes read from flash' column (the mount's own per-OST "
+            "counters, `user.scratchkeeper.dispatch`) is what each configuration buys with "
+            "the same flash room. The static split gets what its files happen to be read; "
+            "migration gets the recorded hottest files'. One 2-core VM, the disk a throttled "
+            "loop device over a host-cached image: the ratios, not the absolute figures, are "
+            "the result. Raw runs: `results.json`; plot: `throughput" +
+            harness.suffix(results["quick"]) + ".png`.", "",
+            "fio job (the hotness-migration run of round 1):", "", "```ini",
+            job_text(results), "```", ""]
 
 
 def main(argv=None) -> int:
