@@ -15,14 +15,16 @@ import json
 import math
 import os
 import shutil
+import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 
 from ..errors import InputError, ScratchkeeperError
 from ..inputfiles import read_text
 from . import DATA_DIR, sweep
 from .run import ReplayConfig, run_replay
+from .workload import SimJob
 
 #: The thesis: LANL system 20 ran at 35 % (§4.7.2) and 70.5 % (§4.7.4) utilisation; Jaguar's
 #: average queue length in August 2005, 2006 and 2007 was 1.5, 27.5 and 45.5 (fig. 4.8).
@@ -42,6 +44,11 @@ OTHER_TRACES = {"hpc2n": "HPC2N-2002-sample-3171.swf.gz"}
 SEEDS = (1, 2, 3, 4, 5)
 #: The thesis's §4.5.1: Jaguar's file system bandwidth.
 JAGUAR_BANDWIDTH = 284e9
+#: §4.8's long jobs are measured in the setting of figs. 4.9-4.12 (§4.7.4), at the stripe
+#: count of more than 90 % of the files in ORNL's scratch trace (§4.7.2).
+LONG_JOBS_POLICY = "on-the-fly"
+LONG_JOBS_UTILISATION = 70.0
+LONG_JOBS_STRIPE_COUNT = 4
 QUICK_TRACE = os.path.join(DATA_DIR, "RICC-2010-2-first5000.swf.gz")
 QUICK_FAILURES = os.path.join(DATA_DIR, "LA-UR-05-7318-system20.csv.xz")
 
@@ -345,7 +352,7 @@ def run_sweeps(runs: list[SweepRun], pool, timings: dict,
 
 
 # ---------------------------------------------------------------------------------------------
-# Facts of the shipped files and per-job measures (for the disclosures and three claims)
+# Facts of the shipped files and per-job measures (for the disclosures and four claims)
 
 
 def trace_facts(setup: Setup) -> dict:
@@ -397,14 +404,72 @@ def job_measures(setup: Setup) -> dict:
     return out
 
 
-def _measured(setup: Setup, path: str, report: Callable[[str], None]) -> tuple[dict, dict]:
-    """The facts and measures, cached in ``path`` for the same setup."""
-    key = repr(setup)
+def benefit_by_run_time(without: Sequence[SimJob], recovered: Sequence[SimJob]) -> dict | None:
+    """What recovery gave each job a failure affected in the run ``without`` it, by run time.
+
+    A job's benefit is its wait (final dispatch - submission, the lost run of a killed job
+    included) without recovery minus its wait in the ``recovered`` run, the same job matched
+    by id and position in the workload; the turnaround (end - submission) is given beside it.
+    The jobs are split at the median run time of the affected jobs: *long* above it, *short*
+    at or below. None when no job was affected.
+    """
+    by_job = {(job.index, job.job_id): job for job in recovered}
+    pairs = []
+    for job in without:
+        if job.affected:
+            other = by_job.get((job.index, job.job_id))
+            if other is None:
+                raise ScratchkeeperError(f"job {job.job_id} is not in the run with recovery: "
+                                         "the two runs must replay the same workload")
+            pairs.append((job, other))
+    if not pairs:
+        return None
+    median = statistics.median(job.run_time for job, _ in pairs)
+
+    def group(jobs: list) -> dict:
+        # Submission is the same in both runs: the benefit is the difference of the dispatch
+        # (wait) or of the end (turnaround).
+        def mean_of(values: list[float]) -> float:
+            return math.fsum(values) / len(values) if values else math.nan
+        return {"jobs": len(jobs),
+                "wait_benefit_s": mean_of([a.start - b.start for a, b in jobs]),
+                "turnaround_benefit_s": mean_of([a.end - b.end for a, b in jobs])}
+
+    return {"affected": len(pairs), "median_run_time_s": median,
+            "long": group([p for p in pairs if p[0].run_time > median]),
+            "short": group([p for p in pairs if p[0].run_time <= median])}
+
+
+def long_job_measures(setup: Setup, load_factor: float) -> dict:
+    """§4.8's "more significant benefits are seen for long jobs", per seed: the setting of
+    figs. 4.9-4.12 (on-the-fly recovery against none, at the load factor of 70 % utilisation)
+    at the stripe count most files have (4, §4.7.2), each seed replayed with and without
+    recovery and compared job by job (:func:`benefit_by_run_time`)."""
+    from .run import replay_schedule
+    out: dict = {"policy": LONG_JOBS_POLICY, "stripe_count": LONG_JOBS_STRIPE_COUNT,
+                 "load_factor": load_factor, "utilisation_target": LONG_JOBS_UTILISATION,
+                 "seeds": {}}
+    for seed in setup.seeds:
+        runs = [replay_schedule(setup.base(
+            failures=setup.failures, failure_mode="extrapolated", failure_system=20,
+            policy=policy, stripe_count=LONG_JOBS_STRIPE_COUNT, load_factor=load_factor,
+            seed=seed)).workload.jobs for policy in ("none", LONG_JOBS_POLICY)]
+        measured = benefit_by_run_time(*runs)
+        if measured is not None:
+            out["seeds"][str(seed)] = measured      # JSON keys: the cache holds text
+    return out
+
+
+def _measured(setup: Setup, long_jobs_load_factor: float, path: str,
+              report: Callable[[str], None]) -> tuple[dict, dict]:
+    """The facts and measures, cached in ``path`` for the same setup and load factor."""
+    key = f"{setup!r}; long jobs at load factor {long_jobs_load_factor!r}"
     cached = _read_json(path)
     if cached.get("key") == key:
         return cached["facts"], cached["measures"]
     started = time.monotonic()
     facts, measures = trace_facts(setup), job_measures(setup)
+    measures["long_jobs"] = long_job_measures(setup, long_jobs_load_factor)
     report(f"trace facts and per-job measures in {sweep.format_duration(time.monotonic() - started)}")
     _write_json(path, {"key": key, "facts": facts, "measures": measures})
     return facts, measures
@@ -468,7 +533,9 @@ def reproduce(setup: Setup, output: str, work: str = "", workers: int = 1,
     from .claims import write_reproduction
     from .report import make_report
 
-    facts, measures = _measured(setup, os.path.join(work, "measures.json"), report)
+    facts, measures = _measured(
+        setup, searches[f"utilisation-{LONG_JOBS_UTILISATION:g}"].load_factor,
+        os.path.join(work, "measures.json"), report)
     outcome = Reproduction(setup, output, searches, results, timings, 0.0, facts=facts,
                            measures=measures)
     outcome.trace_sweeps = {f"replication-{name}": f"{os.path.basename(path)}, model schedule, "
