@@ -11,8 +11,8 @@ _SOLVER_NATIVE = "scratchkeeper/solver/native"
 solver_native = Extension(
     "scratchkeeper.solver._native",
     sources=[f"{_SOLVER_NATIVE}/{name}.c"
-             for name in ("replica_select", "replica_flow", "replica_slotsearch", "py_input",
-                          "_native")],
+             for name in ("replica_select", "replica_bounds", "replica_flow", "replica_slotsearch",
+                          "py_input", "_native")],
     depends=[f"{_SOLVER_NATIVE}/{name}.h"
              for name in ("replica_select", "replica_select_int", "py_input")],
     include_dirs=[_SOLVER_NATIVE],
@@ -65,7 +65,7 @@ mount_native = Extension(
                           "reads", "qos", "hybrid", "access", "logs", "_fuse")]
     # read dispatch calls the replica-selection solver's C core directly (docs/mount.rst)
     + [f"{_SOLVER_NATIVE}/{name}.c"
-       for name in ("replica_select", "replica_flow", "replica_slotsearch")],
+       for name in ("replica_select", "replica_bounds", "replica_flow", "replica_slotsearch")],
     depends=[f"{_MOUNT_NATIVE}/{name}.h" for name in ("lov", "skfs", "skfs_int")]
     + [f"{_SOLVER_NATIVE}/{name}.h" for name in ("replica_select", "replica_select_int")],
     include_dirs=[_MOUNT_NATIVE, _SOLVER_NATIVE],

@@ -17,7 +17,6 @@ import random
 import threading
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING
 
 from .. import digests as block_digests
 from ..config import SiteConfig
@@ -35,11 +34,9 @@ from ..transfer.buffers import BufferPool
 from ..transfer.ranged import RangedReader, ReaderPool, measure, open_ranged
 from . import plan as planning, records, trust
 from .gather import PatchSlots, RecoveryInterrupted
+from .outcome import Outcome
 from .trust import FileHints
 from .writer import RebuildWriter
-
-if TYPE_CHECKING:  # the outcome a patch adds to is made a layer up, by the rebuild
-    from .rebuilding import Outcome
 
 # the name recovery's log lines have always carried (recoveryd's log shows it), whichever
 # module of the three writes them

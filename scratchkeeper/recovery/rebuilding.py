@@ -4,8 +4,8 @@ begin the rebuild, have its lost ranges patched (:mod:`.patching`), verify it an
 layout; or abort it and report the file lost, or leave it to another attempt (another
 substitute, or once more from scratch).
 
-Also what recovering a file hands back (:class:`Outcome`) and what its attempts share
-(:class:`_FileRecovery`).
+Also what a file's attempts share (:class:`_FileRecovery`); what recovering it hands back is
+:class:`.outcome.Outcome`.
 """
 
 from __future__ import annotations
@@ -20,8 +20,8 @@ from .. import digests as block_digests
 from ..config import SiteConfig
 from ..errors import RecoveryError, StorageError, TargetUnavailable, TransferError
 from ..storage import Extent, FileLayout, OstStatus, Rebuild, StorageBackend
-from . import plan as planning
 from .gather import Gathered, PatchSlots, ProbeGroup
+from .outcome import LOST, PATCHED, Outcome
 from .patching import PatchFailed, _BlockChecker
 from .trust import FileHints
 
@@ -30,38 +30,6 @@ from .trust import FileHints
 log = logging.getLogger("scratchkeeper.recovery.reconstruct")
 
 VERIFY_CHUNK = 4 << 20
-
-# outcome states
-WHOLE, PATCHED, LOST = "whole", "patched", "lost"
-
-
-@dataclass
-class Outcome:
-    """What recovering one file did."""
-
-    path: str
-    state: str
-    failed_osts: list[int] = field(default_factory=list)
-    substitutes: dict[int, int] = field(default_factory=dict)
-    patched_bytes: int = 0
-    seconds: float = 0.0
-    # of ``seconds``, what follows detection (the OST probe): substitute objects, connecting,
-    # fetching, checking, writing, syncing, switching
-    patch_seconds: float = 0.0
-    verified: str = ""          # "blocks", "ranges", "file", or "" when nothing was patched
-    reason: str = ""
-    plan: planning.PatchPlan | None = None
-    attempts: int = 0
-
-    def to_dict(self) -> dict:
-        return {"path": self.path, "state": self.state, "failed_osts": self.failed_osts,
-                "substitutes": {str(k): v for k, v in self.substitutes.items()},
-                "patched_bytes": self.patched_bytes, "seconds": round(self.seconds, 6),
-                "patch_seconds": round(self.patch_seconds, 6),
-                "verified": self.verified, "reason": self.reason, "attempts": self.attempts,
-                "plan": self.plan.to_dict() if self.plan else None,
-                "explain": self.plan.explain() if self.plan else ""}
-
 
 class ChecksumMismatch(RecoveryError):
     """The rebuilt file's SHA-256 is not the one recorded at stage-in."""

@@ -45,6 +45,7 @@ from ..transfer.buffers import BufferPool
 from ..transfer.ranged import ReaderPool
 from . import records, trust
 from .gather import Gathered, PatchSlots, ProbeGroup, RecoveryInterrupted
+from .outcome import LOST, PATCHED, WHOLE, Outcome
 from .patching import (
     BATCH_CHUNKS,
     LANE_BYTES,
@@ -53,16 +54,7 @@ from .patching import (
     SourceLoad,
     _BlockChecker,
 )
-from .rebuilding import (
-    LOST,
-    PATCHED,
-    VERIFY_CHUNK,
-    WHOLE,
-    ChecksumMismatch,
-    Outcome,
-    RebuildingMixin,
-    _FileRecovery,
-)
+from .rebuilding import VERIFY_CHUNK, ChecksumMismatch, RebuildingMixin, _FileRecovery
 from .safety import check_inside_scratch
 from .trust import FileHints
 from .writer import WRITE_GROUP_BYTES, WRITE_QUEUE_BYTES

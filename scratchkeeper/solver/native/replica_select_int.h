@@ -2,7 +2,8 @@
  * replica_select_int.h - what the solver core's units share and the public header does not
  * show: the prepared problem, the canonical slot time and the set-up helpers the algorithms
  * call.  Units:
- *   replica_select.c      set-up (validation, the problem, its bounds), the entry point
+ *   replica_select.c      set-up (validation, the problem), the entry point
+ *   replica_bounds.c      slot counts, thresholds and bounds (calls no other unit)
  *   replica_flow.c        the push-relabel engine: blackbox, integrated, parallel (Alg. 10)
  *   replica_slotsearch.c  the candidate-time search (slotsearch)
  *
@@ -39,7 +40,7 @@ static inline double _slot_time(const sk_problem *p, int32_t d, int64_t k)
     return p->base[d] + (double)k * p->cost[d];
 }
 
-/* replica_select.c: set-up helpers */
+/* replica_bounds.c: slot counts and bounds */
 
 /* Smallest threshold at which the listed disks (all if disk_list is NULL) offer `need` slots. */
 double rs_smallest_time_for(const sk_problem *p, const int32_t *disk_list, int32_t count,
