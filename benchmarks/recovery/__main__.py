@@ -41,7 +41,8 @@ from scratchkeeper import digests
 from scratchkeeper.config import parse_config
 from scratchkeeper.planner import records as planner_records
 from scratchkeeper.recovery import records
-from scratchkeeper.recovery.reconstruct import PATCHED, Recoverer
+from scratchkeeper.recovery.outcome import PATCHED
+from scratchkeeper.recovery.reconstruct import Recoverer
 from scratchkeeper.recovery.service import RecoveryService
 from scratchkeeper.runner import get_runner
 from scratchkeeper.state import StateStore
@@ -394,7 +395,7 @@ def bench_batch(bench: Bench, count: int, size: int, repeats: int) -> dict:
 
 def bench_breakdown(bench: Bench, size: int) -> dict:
     """Where the default method's time goes: wall seconds of each step in one run."""
-    from scratchkeeper.recovery import reconstruct
+    from scratchkeeper.recovery import patching
     source, data = bench.source("breakdown.bin", size)
     spent: dict[str, float] = {}
     lock = threading.Lock()
@@ -418,7 +419,7 @@ def bench_breakdown(bench: Bench, size: int) -> dict:
     timed(Recoverer, "_patch_from", "fetch + check + write, until the last write (wall)")
     timed(bench.backend, "write_rebuild_batch", "of which: writes (writer thread)")
     timed(bench.backend, "record_patched", "of which: journal updates (writer thread)")
-    timed(reconstruct._BlockChecker, "check", "of which: CRC-32C checks (lane threads)")
+    timed(patching._BlockChecker, "check", "of which: CRC-32C checks (lane threads)")
     timed(Recoverer, "_verify_blocks", "read back blocks covered in part")
     timed(bench.backend, "commit_rebuilds", "sync substitute objects + layout switch")
     try:

@@ -44,26 +44,13 @@ from ..storage import Extent, OstStatus, StorageBackend
 from ..transfer.buffers import BufferPool
 from ..transfer.ranged import ReaderPool
 from . import records, trust
-from .gather import Gathered, PatchSlots, ProbeGroup, RecoveryInterrupted
-from .outcome import LOST, PATCHED, WHOLE, Outcome
-from .patching import (
-    BATCH_CHUNKS,
-    LANE_BYTES,
-    PatchFailed,
-    PatchingMixin,
-    SourceLoad,
-    _BlockChecker,
-)
-from .rebuilding import VERIFY_CHUNK, ChecksumMismatch, RebuildingMixin, _FileRecovery
+from .gather import Gathered, PatchSlots, ProbeGroup
+from .outcome import WHOLE, Outcome
+from .patching import PatchingMixin, SourceLoad
+from .rebuilding import RebuildingMixin, _FileRecovery
 from .safety import check_inside_scratch
 from .trust import FileHints
 from .writer import WRITE_GROUP_BYTES, WRITE_QUEUE_BYTES
-
-# what was importable from here before the split (_BlockChecker: the recovery benchmark times
-# its checks through this module)
-__all__ = ["BATCH_CHUNKS", "LANE_BYTES", "LOST", "PATCHED", "VERIFY_CHUNK", "WHOLE",
-           "ChecksumMismatch", "Outcome", "PatchFailed", "Recoverer", "RecoveryInterrupted",
-           "SourceLoad", "_BlockChecker", "lost_ranges"]
 
 
 class Recoverer(RebuildingMixin, PatchingMixin):

@@ -56,7 +56,10 @@ from .client import (
     peer_owner,
     receive_request,
 )
-from .reconstruct import LOST, Recoverer, RecoveryInterrupted, SourceLoad
+from .gather import RecoveryInterrupted
+from .outcome import LOST
+from .patching import SourceLoad
+from .reconstruct import Recoverer
 from .safety import check_inside_scratch, reaches_own_file
 
 log = logging.getLogger(__name__)

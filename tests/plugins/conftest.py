@@ -138,6 +138,13 @@ def sk(site: Site | Path, *args: str, check: bool = True) -> subprocess.Complete
     return result
 
 
+def sacct(job_id: str, fields: str) -> list[str]:
+    """The job's accounting fields (``sacct -o FIELDS``, allocation only); [] before its record."""
+    out = subprocess.run(["sacct", "-n", "-X", "-P", "-j", job_id, "-o", fields],
+                         capture_output=True, text=True, timeout=30).stdout.strip()
+    return out.split("|") if out else []
+
+
 def slurmd_log_lines(cluster, needle: str) -> list[str]:
     lines = []
     for path in cluster.log_dir.glob("slurmd-*.log"):

@@ -29,6 +29,8 @@ from scratchkeeper.state import StateStore
 from scratchkeeper.storage import open_backend
 from user_runtime import LOCAL_CLUSTER_SCRIPT, plain_user
 
+from .conftest import sacct
+
 pytestmark = pytest.mark.cluster
 
 BURST_BUFFER_LUA = Path("/etc/slurm/burst_buffer.lua")
@@ -123,12 +125,6 @@ def bb_state(job_id: str) -> str:
                          timeout=30).stdout
     found = re.search(r"BurstBufferState=(\S+)", out)
     return found.group(1) if found else ""
-
-
-def sacct(job_id: str, fields: str) -> list[str]:
-    out = subprocess.run(["sacct", "-n", "-X", "-P", "-j", job_id, "-o", fields],
-                         capture_output=True, text=True, timeout=30).stdout.strip()
-    return out.split("|") if out else []
 
 
 def watch(job_id: str, until, timeout: float = 180.0) -> list[str]:

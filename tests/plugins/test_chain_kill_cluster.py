@@ -25,7 +25,7 @@ from scratchkeeper.planner import records
 from scratchkeeper.planner.spool import spool_dir
 from scratchkeeper.state import StateStore
 
-from .conftest import sk
+from .conftest import sacct, sk
 from .test_plugins_cluster import admin_comment, chain_rows, reading_script
 
 pytestmark = [pytest.mark.cluster, pytest.mark.usefixtures("own_services")]
@@ -56,12 +56,6 @@ def queued_scripts() -> dict[str, str]:
     return dict(line.split("|", 1) for line in out.splitlines() if "|" in line)
 
 
-def sacct_field(job_id: str, field: str) -> str:
-    out = subprocess.run(["sacct", "-n", "-X", "-P", "-j", job_id, "-o", field],
-                         capture_output=True, text=True, timeout=30).stdout
-    return out.strip().splitlines()[0] if out.strip() else ""
-
-
 def test_a_chain_service_killed_mid_chain_leaves_no_data_job_behind(plugins, jobs, site, source,
                                                                      local_cluster):
     path, data = source("killed.dat", 200_003)
@@ -89,7 +83,7 @@ def test_a_chain_service_killed_mid_chain_leaves_no_data_job_behind(plugins, job
     # the service's next cycle: a restarted service
     sk(site, "spank", "chain", job_id)
     assert local_cluster.wait_for_job(orphan, timeout=60) == "CANCELLED"
-    assert f"chaining job {job_id} was interrupted" in sacct_field(orphan, "Comment")
+    assert f"chaining job {job_id} was interrupted" in sacct(orphan, "Comment")[0]
     _, second, rows = chain_rows(site, job_id)
     assert second != first
     jobs.track([rows["stage-in"]["job_id"]])

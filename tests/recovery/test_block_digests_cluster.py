@@ -6,7 +6,9 @@ from dataclasses import replace
 
 import pytest
 
-from scratchkeeper.recovery.reconstruct import LOST, PATCHED, Recoverer, RecoveryInterrupted
+from scratchkeeper.recovery.gather import RecoveryInterrupted
+from scratchkeeper.recovery.outcome import LOST, PATCHED
+from scratchkeeper.recovery.reconstruct import Recoverer
 from scratchkeeper.state import StateStore
 from scratchkeeper.transfer import gridftp
 

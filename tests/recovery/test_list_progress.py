@@ -19,7 +19,8 @@ import pytest
 from scratchkeeper.cli import main
 from scratchkeeper.recovery import records
 from scratchkeeper.recovery.client import RecoveryClient
-from scratchkeeper.recovery.reconstruct import PATCHED, Recoverer
+from scratchkeeper.recovery.outcome import PATCHED
+from scratchkeeper.recovery.reconstruct import Recoverer
 from scratchkeeper.recovery.service import process_request
 from scratchkeeper.state import StateStore
 

@@ -14,7 +14,8 @@ import pytest
 
 from scratchkeeper.errors import StorageError
 from scratchkeeper.recovery import gather, rebuilding
-from scratchkeeper.recovery.reconstruct import LOST, PATCHED, Recoverer
+from scratchkeeper.recovery.outcome import LOST, PATCHED
+from scratchkeeper.recovery.reconstruct import Recoverer
 from scratchkeeper.storage import OST_ACTIVE, Extent, LayoutRequest, OstStatus
 
 from .conftest import read_all, stage, write_site
@@ -96,7 +97,7 @@ def _damaged(tmp_path, name: str, size: int, extra: str, failed_position: int):
 
 
 def test_stopping_leaves_the_rebuild_and_a_restart_resumes_it(tmp_path):
-    from scratchkeeper.recovery.reconstruct import RecoveryInterrupted
+    from scratchkeeper.recovery.gather import RecoveryInterrupted
     site, backend, path, data = _damaged(tmp_path, "s.bin", 3_000_017,
                                          "[recovery]\nsync_bytes = 1", 1)
     first = Recoverer(backend, site.config)

@@ -11,7 +11,8 @@ import pytest
 
 from gridftp_server import PrivateGridFtp
 from scratchkeeper.recovery import patching
-from scratchkeeper.recovery.reconstruct import LOST, PATCHED, WHOLE, Recoverer
+from scratchkeeper.recovery.outcome import LOST, PATCHED, WHOLE
+from scratchkeeper.recovery.reconstruct import Recoverer
 from scratchkeeper.storage.base import XATTR_PREFIX
 from scratchkeeper.transfer import gridftp, ranged
 

@@ -11,7 +11,8 @@ import pytest
 from scratchkeeper.config import TransferConfig
 from scratchkeeper.errors import TransferError
 from scratchkeeper.ownership import Owner
-from scratchkeeper.recovery.reconstruct import LOST, PATCHED, Recoverer
+from scratchkeeper.recovery.outcome import LOST, PATCHED
+from scratchkeeper.recovery.reconstruct import Recoverer
 from scratchkeeper.storage import Extent
 from scratchkeeper.transfer.ranged import open_ranged
 from user_runtime import plain_user

@@ -18,7 +18,8 @@ from scratchkeeper.errors import InputError, RecoveryError
 from scratchkeeper.planner import records as planner_records
 from scratchkeeper.planner.commit import commit_stage
 from scratchkeeper.recovery import trust
-from scratchkeeper.recovery.reconstruct import LOST, PATCHED, Recoverer
+from scratchkeeper.recovery.outcome import LOST, PATCHED
+from scratchkeeper.recovery.reconstruct import Recoverer
 from scratchkeeper.recovery.service import RecoveryService
 from scratchkeeper.state import StateStore
 from scratchkeeper.storage.base import XATTR_PREFIX
