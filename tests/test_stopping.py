@@ -14,6 +14,10 @@ SCRIPT = textwrap.dedent("""
 
     stop = threading.Event()
     stopping.on_stop_signals(stop.set)
+    if sys.argv[1] == "lost":
+        # the Python-level handler never runs (what CI once saw); the C handler stays, and
+        # still writes the signal's number to the wakeup socket
+        signal.signal(signal.SIGTERM, lambda *_: None)
     threading.Timer(0.2, lambda: signal.pthread_kill(threading.get_ident(),
                                                      signal.SIGTERM)).start()
     began = time.monotonic()
@@ -59,3 +63,27 @@ def test_sleep_returns_false_when_the_time_is_up():
     event = threading.Event()
     event.set()
     assert stopping.sleep(event, 60) is True
+
+
+def test_sleep_stops_on_the_wakeup_socket_when_the_python_handler_never_runs():
+    stopped, elapsed = _run("lost", "60")
+    assert stopped and elapsed < 0.2 + 3 * 0.5, elapsed
+
+
+def test_a_second_signal_does_not_run_the_action_again():
+    script = textwrap.dedent("""
+        import os, signal, threading
+        from scratchkeeper import stopping
+
+        calls = []
+        stop = threading.Event()
+        stopping.on_stop_signals(lambda: (calls.append(1), stop.set()))
+        os.kill(os.getpid(), signal.SIGTERM)
+        os.kill(os.getpid(), signal.SIGINT)
+        stopping.sleep(stop, 5)
+        stopping.sleep(threading.Event(), 0.6)  # a slice reads the wakeup socket too
+        print(len(calls))
+    """)
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                         timeout=60, check=True).stdout
+    assert out.strip() == "1"

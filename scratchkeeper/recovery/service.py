@@ -23,7 +23,6 @@ import math
 import os
 import pwd
 import random
-import signal
 import socket
 import threading
 import time
@@ -295,13 +294,12 @@ class RecoveryService:
         self.recoverer.readers.close_all()
 
     def install_signal_handlers(self) -> None:
-        def on_signal(signum, frame):
-            log.info("recoveryd: signal %d, stopping", signum)
+        def on_signal() -> None:
+            log.info("recoveryd: stop signal, stopping")
             self.stop.set()
             self._notify()
 
-        for signum in (signal.SIGTERM, signal.SIGINT):
-            signal.signal(signum, on_signal)
+        stopping.on_stop_signals(on_signal)
 
     def _notify(self) -> None:
         with self.changed:
