@@ -6,6 +6,7 @@ nginx) and are removed afterwards; the shared store is never touched.
 
 from __future__ import annotations
 
+import glob
 import hashlib
 import json
 import os
@@ -112,12 +113,29 @@ def stop_recoveryd(site: Site, daemon: subprocess.Popen, *, timeout: float = 30)
     try:
         return daemon.wait(timeout=timeout)
     except subprocess.TimeoutExpired:
+        masks = signal_masks(daemon.pid)  # a SIGTERM still pending, or blocked everywhere?
         daemon.send_signal(signal.SIGUSR1)  # its threads' stacks, into its log
         time.sleep(2)
         daemon.kill()
         daemon.wait(timeout=10)
         raise AssertionError(f"recoveryd did not stop within {timeout:g} s of SIGTERM; its "
-                             f"threads then: {recoveryd_log(site, 80)}") from None
+                             f"signal masks: {masks}; its threads then: "
+                             f"{recoveryd_log(site, 80)}") from None
+
+
+def signal_masks(pid: int) -> str:
+    """The process's pending and caught signals and each thread's blocked and pending ones
+    (/proc), for a failure message."""
+    parts = []
+    for status in [f"/proc/{pid}/status", *sorted(glob.glob(f"/proc/{pid}/task/*/status"))]:
+        try:
+            lines = open(status).read().splitlines()
+        except OSError:
+            continue
+        parts.append(status.split("/")[-2] + " " + " ".join(
+            line.replace("\t", "") for line in lines
+            if line.startswith(("SigPnd", "ShdPnd", "SigBlk", "SigCgt"))))
+    return "; ".join(parts)
 
 
 def recoveryd_log(site: Site, lines: int = 15) -> str:
