@@ -7,11 +7,14 @@ in ``Event.wait(3600)`` then stops an hour late (CI saw recoveryd ignore SIGTERM
 way). So the main thread of every daemon sleeps in short slices (:func:`sleep`), and each slice's
 end runs any handler that is waiting.
 
-A second path does not depend on the interpreter running that handler at all: the signal's C
-handler also writes the signal's number to a wakeup socket (``signal.set_wakeup_fd``), in
-whichever thread took it, and each slice's end reads that socket and stops the daemon itself.
-CI once saw recoveryd's main thread go on sleeping in slices for 30 s after a SIGTERM whose
-Python handler never ran; the wakeup socket is what a slice now checks besides the event.
+The handler itself only raises a flag: the daemon's stop (logging, setting events, waking
+threads) runs at the end of a slice, never inside the handler. A handler runs between any two
+bytecodes of the main thread, also in the middle of a log line or while the main thread holds
+an event's lock; recoveryd once logged from its handler while its main thread was writing to
+standard error, the write failed as reentrant, and the stop was lost (CI: recoveryd ignored
+SIGTERM for 30 s). A second path does not need the Python handler at all: the signal's C handler
+writes the signal's number to a wakeup socket (``signal.set_wakeup_fd``) in whichever thread
+took it, and each slice's end reads it too.
 """
 from __future__ import annotations
 
@@ -28,27 +31,24 @@ STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
 
 class _Stopper:
-    """The action to run on a stop signal, once, and the wakeup socket's reading end."""
+    """The action to run once a stop signal came, and the wakeup socket's reading end."""
 
     def __init__(self, action: Callable[[], None]):
         self.action = action
-        self.fired = False
+        self.signalled = False  # set by the Python handler: nothing else happens in it
+        self.done = False
         self.reader, self.writer = socket.socketpair()
         for end in (self.reader, self.writer):
             end.setblocking(False)
 
-    def fire(self) -> None:
-        # only ever in the main thread (the Python handler, or a slice's poll): no lock, which
-        # the handler could not take if the signal came while a poll held it
-        if not self.fired:
-            self.fired = True
-            self.action()
-
     def poll(self) -> None:
-        """Run the action if the wakeup socket holds a stop signal's number."""
+        """Run the action, once, if a stop signal came (the flag, or the wakeup socket)."""
         with contextlib.suppress(BlockingIOError, InterruptedError):
             if any(number in STOP_SIGNALS for number in self.reader.recv(512)):
-                self.fire()
+                self.signalled = True
+        if self.signalled and not self.done:
+            self.done = True
+            self.action()
 
     def close(self) -> None:
         self.reader.close()
@@ -59,8 +59,8 @@ _stopper: _Stopper | None = None
 
 
 def on_stop_signals(action: Callable[[], None]) -> None:
-    """Call ``action`` once (in the main thread) on the first SIGTERM or SIGINT; call from the
-    main thread, before the daemon's threads start."""
+    """Call ``action`` once, from :func:`sleep` in the main thread, after the first SIGTERM or
+    SIGINT; call from the main thread, before the daemon's threads start."""
     global _stopper
     previous, _stopper = _stopper, _Stopper(action)
     signal.set_wakeup_fd(_stopper.writer.fileno(), warn_on_full_buffer=False)
@@ -68,7 +68,14 @@ def on_stop_signals(action: Callable[[], None]) -> None:
         previous.close()
     stopper = _stopper
     for signum in STOP_SIGNALS:
-        signal.signal(signum, lambda *_: stopper.fire())
+        signal.signal(signum, lambda *_: setattr(stopper, "signalled", True))
+
+
+def poll() -> None:
+    """Run the stop action now if a stop signal came: for a main thread that waits in slices of
+    its own (replicad's wait for events) instead of :func:`sleep`."""
+    if _stopper is not None:
+        _stopper.poll()
 
 
 def sleep(stop: threading.Event, seconds: float | None) -> bool:
@@ -79,6 +86,5 @@ def sleep(stop: threading.Event, seconds: float | None) -> bool:
         if left <= 0:
             return False
         stop.wait(left)
-        if _stopper is not None:
-            _stopper.poll()
+        poll()
     return True

@@ -13,7 +13,10 @@ SCRIPT = textwrap.dedent("""
     from scratchkeeper import stopping
 
     stop = threading.Event()
-    stopping.on_stop_signals(stop.set)
+    if sys.argv[1] == "plain":  # Python's own handling, without this module
+        signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    else:
+        stopping.on_stop_signals(stop.set)
     if sys.argv[1] == "lost":
         # the Python-level handler never runs (what CI once saw); the C handler stays, and
         # still writes the signal's number to the wakeup socket
@@ -87,3 +90,24 @@ def test_a_second_signal_does_not_run_the_action_again():
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
                          timeout=60, check=True).stdout
     assert out.strip() == "1"
+
+
+def test_the_action_runs_from_a_slice_not_inside_the_signal_handler():
+    """A handler interrupts the main thread anywhere (in a log line, holding an event's lock):
+    the stop's work waits for the next slice's end."""
+    script = textwrap.dedent("""
+        import os, signal, threading, traceback
+        from scratchkeeper import stopping
+
+        where = []
+        stop = threading.Event()
+        stopping.on_stop_signals(lambda: (where.extend(
+            f.name for f in traceback.extract_stack()), stop.set()))
+        os.kill(os.getpid(), signal.SIGTERM)  # its handler runs as this call returns
+        print("before", stop.is_set())
+        stopping.sleep(stop, 5)
+        print("after", stop.is_set(), "sleep" in where)
+    """)
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                         timeout=60, check=True).stdout.split("\n")
+    assert out[0] == "before False" and out[1] == "after True True", out

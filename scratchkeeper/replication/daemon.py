@@ -230,6 +230,9 @@ class ReplicationDaemon:
                 return
             if self.wake_event.wait(min(left, EVENT_POLL)):
                 return
+            stopping.poll()  # a stop signal's action runs here, never inside its handler
+            if self.stop_event.is_set():
+                return
             try:
                 if self.failures == 0 and self.state.has_events():
                     return
