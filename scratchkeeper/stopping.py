@@ -19,6 +19,7 @@ took it, and each slice's end reads it too.
 from __future__ import annotations
 
 import contextlib
+import select
 import signal
 import socket
 import threading
@@ -85,6 +86,11 @@ def sleep(stop: threading.Event, seconds: float | None) -> bool:
         left = SLICE if deadline is None else min(SLICE, deadline - time.monotonic())
         if left <= 0:
             return False
-        stop.wait(left)
+        if _stopper is None:
+            stop.wait(left)
+        else:
+            # the wakeup socket ends the slice as soon as a stop signal comes, whichever thread
+            # took it; ``stop`` set by another thread is seen at the slice's end
+            select.select([_stopper.reader], [], [], left)
         poll()
     return True
