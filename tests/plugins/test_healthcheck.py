@@ -104,6 +104,24 @@ def healthcheck(scontrol: Scontrol, scratch: Path, *extra: str, timeout: float =
                           capture_output=True, text=True, timeout=timeout)
 
 
+def hang(pid: int) -> None:
+    """SIGSTOP the mount's server and wait until every one of its threads is stopped: kill()
+    returns before they are, and a thread still running could answer the next request."""
+    os.kill(pid, signal.SIGSTOP)
+    deadline = time.monotonic() + 10
+    while True:
+        states = []
+        for task in Path(f"/proc/{pid}/task").iterdir():
+            try:
+                states.append((task / "stat").read_text().rsplit(")", 1)[1].split()[0])
+            except (OSError, IndexError):
+                continue
+        if states and all(state in ("T", "t") for state in states):
+            return
+        assert time.monotonic() < deadline, f"the mount's threads did not stop: {states}"
+        time.sleep(0.02)
+
+
 def restart(mount) -> None:
     """Start the server again, as the supervised unit does: it detaches the dead mount and
     mounts anew. Mount.start may return while the dead mount still answers a cached stat, and
@@ -183,7 +201,7 @@ def test_an_admins_drain_is_never_lifted_nor_its_reason_replaced(make_mount, sco
 def test_a_hung_mount_is_down_within_the_timeout(make_mount, scontrol):
     mount = make_mount()
     assert mount.process is not None
-    os.kill(mount.process.pid, signal.SIGSTOP)  # requests queue up, none is answered
+    hang(mount.process.pid)  # requests queue up, none is answered
     try:
         started = time.monotonic()
         result = healthcheck(scontrol, mount.root, "--timeout", "1", timeout=30)

@@ -78,7 +78,7 @@ def test_the_prolog_passes_a_live_mount(harness, make_mount, tmp_path):
 def test_the_prolog_gives_up_on_a_hung_mount(harness, make_mount, tmp_path):
     mount = make_mount()
     assert mount.process is not None
-    os.kill(mount.process.pid, signal.SIGSTOP)
+    healthcheck.hang(mount.process.pid)
     try:
         started = time.monotonic()
         result = run(harness, "prolog", f"scratch={mount.root}", "mount_timeout=1",
