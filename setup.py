@@ -61,8 +61,8 @@ def _pkg_config(*flags: str) -> list[str]:
 mount_native = Extension(
     "scratchkeeper.mount._fuse",
     sources=[f"{_MOUNT_NATIVE}/{name}.c"
-             for name in ("lov", "skfs", "inode", "namespace", "layout", "data", "dispatch", "wait",
-                          "reads", "qos", "hybrid", "access", "logs", "_fuse")]
+             for name in ("lov", "skfs", "inode", "namespace", "layout", "data", "change", "dispatch",
+                          "wait", "reads", "qos", "hybrid", "access", "logs", "fds", "_fuse")]
     # read dispatch calls the replica-selection solver's C core directly (docs/mount.rst)
     + [f"{_SOLVER_NATIVE}/{name}.c"
        for name in ("replica_select", "replica_bounds", "replica_flow", "replica_slotsearch")],

@@ -141,7 +141,7 @@ def _recover_callback(config: SiteConfig):
 
     def recover(path: str, ost_index: int, timeout: float, report: bool) -> None:
         started = time.monotonic()
-        client = RecoveryClient(config.recovery.socket, connect_timeout=min(timeout, 5.0))
+        client = RecoveryClient.for_site(config, connect_timeout=min(timeout, 5.0))
         try:
             if report:
                 client.report(path, ost_index)

@@ -178,3 +178,42 @@ def test_nobody_lays_out_another_users_file_or_a_file_holding_data(make_mount, u
                     str(mine.parent))
     assert done.returncode == 0, done.stderr
     assert os.getxattr(mine.parent, STRIPE) == b"stripe_count=1 stripe_size=131072"
+
+
+def test_removing_a_directory_default_needs_what_setting_it_needs(mnt):
+    """Issue 39: a member of a directory's group may write it, but neither set nor remove
+    (``setfattr -x``) its owner's default layout; the owner and root may do both."""
+    team = home_of(mnt, A, "team", 0o775)     # A's, group A, which B is in below
+    default = b"stripe_count=1 stripe_size=131072"
+
+    def owner_sets():
+        os.setxattr(team, STRIPE, default)
+
+    assert as_user(A, A, owner_sets) == (0, "")
+
+    def member_changes():
+        open(team / "by-member", "wb").close()  # the group may write the directory
+        for change in (lambda: os.setxattr(team, STRIPE, b"stripe_count=4 stripe_size=65536"),
+                       lambda: os.removexattr(team, STRIPE)):
+            try:
+                change()
+            except OSError as err:
+                assert err.errno == errno.EPERM, err
+            else:
+                raise AssertionError("a group member changed the owner's default layout")
+
+    assert as_user(B, A, member_changes) == (0, "")   # B with A's group
+    assert os.getxattr(team, STRIPE) == default
+    assert layout_of(mnt, team / "by-member").stripe_count == 1  # laid out by the default
+
+    def owner_removes():
+        os.removexattr(team, STRIPE)
+
+    assert as_user(A, A, owner_removes) == (0, "")
+    with pytest.raises(OSError) as gone:
+        os.getxattr(team, STRIPE)
+    assert gone.value.errno == errno.ENODATA
+    os.setxattr(team, STRIPE, default)   # root, as CAP_FOWNER
+    os.removexattr(team, STRIPE)
+    with pytest.raises(OSError):
+        os.getxattr(team, STRIPE)

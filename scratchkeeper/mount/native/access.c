@@ -161,15 +161,14 @@ size_t xattr_filter_list(fuse_req_t req, fuse_ino_t ino, char *list, size_t size
     return kept;
 }
 
-void acl_kill_sgid(fuse_req_t req, fuse_ino_t ino)
+void acl_kill_sgid(fuse_req_t req, const struct sk_inode *in, int fd)
 {
-    struct sk_inode *in = get_inode(ino);
     struct stat st;
-    if (fstatat(in->fd, "", &st, AT_EMPTY_PATH) < 0 || !(st.st_mode & S_ISGID) ||
+    if (fstatat(fd, "", &st, AT_EMPTY_PATH) < 0 || !(st.st_mode & S_ISGID) ||
         caller_in_group(req, st.st_gid))
         return;
     char path[64];
-    procpath(in->fd, path);
+    procpath(fd, path);
     if (chmod(path, st.st_mode & 07777 & ~(mode_t)S_ISGID) < 0)
         logmsg("MDT inode %ju: dropping S_ISGID after an ACL change: %s", (uintmax_t)in->ino,
                strerror(errno));

@@ -36,13 +36,12 @@ static size_t bucket_of(dev_t dev, ino_t ino)
 struct sk_inode *table_find(dev_t dev, ino_t ino)
 {
     for (struct sk_inode *in = fs.buckets[bucket_of(dev, ino)]; in; in = in->next)
-        if (in->dev == dev && in->ino == ino)
+        if (in->dev == dev && in->ino == ino && !in->superseded)
             return in;
     return NULL;
 }
 
-/* Caller holds table_lock; frees `in` if nothing refers to it any more. Returns a layout whose
- * objects the caller must delete (the last handle of an unlinked file), or NULL. */
+/* Caller holds table_lock; frees `in` if nothing refers to it any more. */
 static void table_drop_if_unused(struct sk_inode *in)
 {
     if (in == &fs.root || in->nlookup || in->nopen)
@@ -52,8 +51,9 @@ static void table_drop_if_unused(struct sk_inode *in)
         link = &(*link)->next;
     *link = in->next;
     reads_flush_inode(in);
-    close(in->fd);
+    inode_fd_drop(in);
     pthread_mutex_destroy(&in->lock);
+    free(in->handle);
     free(in->doomed);
     free(in);
 }
@@ -79,15 +79,50 @@ static void fix_attr(struct stat *st)
     }
 }
 
+/* `name` in `parent` opened O_PATH (a new descriptor), or -errno. */
+static int open_child(fuse_ino_t parent, const char *name)
+{
+    struct sk_inode *pin = get_inode(parent);
+    int pfd = inode_fd(pin);
+    if (pfd < 0)
+        return pfd;
+    int fd = openat(pfd, name, O_PATH | O_NOFOLLOW | O_CLOEXEC);
+    int err = fd < 0 ? -errno : 0;
+    inode_fd_put(pin);
+    return fd < 0 ? err : fd;
+}
+
+/* A new entry of the table for the MDT inode `st` with handle `h` (taken over). Caller holds
+ * table_lock. */
+static struct sk_inode *table_add(const struct stat *st, struct file_handle *h)
+{
+    struct sk_inode *in = calloc(1, sizeof *in);
+    if (!in)
+        return NULL;
+    in->handle = h;
+    in->fd = -1;
+    in->dev = st->st_dev;
+    in->ino = st->st_ino;
+    in->type = st->st_mode & S_IFMT;
+    in->nlookup = 1;
+    pthread_mutex_init(&in->lock, NULL);
+    size_t b = bucket_of(in->dev, in->ino);
+    in->next = fs.buckets[b];
+    fs.buckets[b] = in;
+    return in;
+}
+
 int do_lookup(fuse_ino_t parent, const char *name, struct fuse_entry_param *e)
 {
     memset(e, 0, sizeof *e);
     e->attr_timeout = fs.cfg.attr_timeout;
     e->entry_timeout = fs.cfg.attr_timeout;
-    int fd = openat(get_inode(parent)->fd, name, O_PATH | O_NOFOLLOW | O_CLOEXEC);
+    int fd = open_child(parent, name);
     if (fd < 0)
-        return errno;
-    if (fstatat(fd, "", &e->attr, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW) < 0) {
+        return -fd;
+    struct file_handle *h = NULL;
+    if (fstatat(fd, "", &e->attr, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW) < 0 ||
+        !(h = handle_of(fd))) {
         int err = errno;
         close(fd);
         return err;
@@ -95,28 +130,23 @@ int do_lookup(fuse_ino_t parent, const char *name, struct fuse_entry_param *e)
     fix_attr(&e->attr);
     pthread_mutex_lock(&fs.table_lock);
     struct sk_inode *in = table_find(e->attr.st_dev, e->attr.st_ino);
+    if (in && !same_handle(in->handle, h)) {
+        /* the number of an inode gone from the MDT, now another's (no descriptor of ours kept
+         * the old one): the old entry stays until the kernel forgets it, found no more */
+        in->superseded = true;
+        in = NULL;
+    }
     if (in) {
         in->nlookup++;
+        free(h);
+    } else if (!(in = table_add(&e->attr, h))) {
         pthread_mutex_unlock(&fs.table_lock);
+        free(h);
         close(fd);
-    } else {
-        in = calloc(1, sizeof *in);
-        if (!in) {
-            pthread_mutex_unlock(&fs.table_lock);
-            close(fd);
-            return ENOMEM;
-        }
-        in->fd = fd;
-        in->dev = e->attr.st_dev;
-        in->ino = e->attr.st_ino;
-        in->type = e->attr.st_mode & S_IFMT;
-        in->nlookup = 1;
-        pthread_mutex_init(&in->lock, NULL);
-        size_t b = bucket_of(in->dev, in->ino);
-        in->next = fs.buckets[b];
-        fs.buckets[b] = in;
-        pthread_mutex_unlock(&fs.table_lock);
+        return ENOMEM;
     }
+    pthread_mutex_unlock(&fs.table_lock);
+    inode_fd_adopt(in, fd);  /* the kernel holds a lookup of it: not freed meanwhile */
     e->ino = (fuse_ino_t)(uintptr_t)in;
     return 0;
 }
@@ -161,8 +191,17 @@ void sk_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
     (void)fi;
     struct stat st;
-    if (fstatat(get_inode(ino)->fd, "", &st, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW) < 0) {
-        fuse_reply_err(req, errno);
+    struct sk_inode *in = get_inode(ino);
+    int fd = inode_fd(in);
+    if (fd < 0) {
+        fuse_reply_err(req, -fd);
+        return;
+    }
+    int rc = fstatat(fd, "", &st, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW);
+    int err = errno;
+    inode_fd_put(in);
+    if (rc < 0) {
+        fuse_reply_err(req, err);
         return;
     }
     fix_attr(&st);
@@ -185,67 +224,67 @@ bool caller_in_group(fuse_req_t req, gid_t gid)
     return false;
 }
 
-/* The MDT inode of `in` opened O_RDWR (root opens any file). */
-static int open_mdt(struct sk_inode *in)
+/* The MDT inode open as `pathfd` (O_PATH) opened O_RDWR (root opens any file). */
+static int reopen_rdwr(int pathfd)
 {
     char path[64];
-    procpath(in->fd, path);
+    procpath(pathfd, path);
     int fd = open(path, O_RDWR | O_CLOEXEC);
     return fd < 0 ? -errno : fd;
 }
 
-void sk_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int valid,
-                struct fuse_file_info *fi)
+static int open_mdt(struct sk_inode *in)
 {
-    struct sk_inode *in = get_inode(ino);
+    int pathfd = inode_fd(in);
+    if (pathfd < 0)
+        return pathfd;
+    int fd = reopen_rdwr(pathfd);
+    inode_fd_put(in);
+    return fd;
+}
+
+/* The setattr of `in`, its MDT inode open as `ifd` (O_PATH): 0 or -errno. */
+static int do_setattr(fuse_req_t req, struct sk_inode *in, int ifd, struct stat *attr,
+                      int valid, struct fuse_file_info *fi)
+{
     char path[64];
     int rc = 0;
-    procpath(in->fd, path);
-    if (ino == FUSE_ROOT_ID && (valid & (FUSE_SET_ATTR_MODE | FUSE_SET_ATTR_UID |
-                                         FUSE_SET_ATTR_GID))) {
+    procpath(ifd, path);
+    if (in == &fs.root && (valid & (FUSE_SET_ATTR_MODE | FUSE_SET_ATTR_UID |
+                                    FUSE_SET_ATTR_GID))) {
         if ((rc = root_setattr(attr, valid)) < 0)
-            goto out;
+            return rc;
         valid &= ~(FUSE_SET_ATTR_MODE | FUSE_SET_ATTR_UID | FUSE_SET_ATTR_GID);
     }
     if (valid & FUSE_SET_ATTR_MODE) {
-        if (in->type == S_IFLNK) {
-            rc = -EOPNOTSUPP;
-            goto out;
-        }
-        if (chmod(path, attr->st_mode & 07777) < 0) {
-            rc = -errno;
-            goto out;
-        }
+        if (in->type == S_IFLNK)
+            return -EOPNOTSUPP;
+        if (chmod(path, attr->st_mode & 07777) < 0)
+            return -errno;
     }
     if (valid & (FUSE_SET_ATTR_UID | FUSE_SET_ATTR_GID)) {
         uid_t uid = valid & FUSE_SET_ATTR_UID ? attr->st_uid : (uid_t)-1;
         gid_t gid = valid & FUSE_SET_ATTR_GID ? attr->st_gid : (gid_t)-1;
-        if (fchownat(in->fd, "", uid, gid, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW) < 0) {
-            rc = -errno;
-            goto out;
-        }
+        if (fchownat(ifd, "", uid, gid, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW) < 0)
+            return -errno;
     }
     /* objects are 0600 whatever the file's mode: only their owner changes with the file's */
     if ((valid & (FUSE_SET_ATTR_UID | FUSE_SET_ATTR_GID)) && is_regular(in))
-        chown_objects(in, valid & FUSE_SET_ATTR_UID ? attr->st_uid : (uid_t)-1,
+        chown_objects(in, ifd, valid & FUSE_SET_ATTR_UID ? attr->st_uid : (uid_t)-1,
                       valid & FUSE_SET_ATTR_GID ? attr->st_gid : (gid_t)-1);
     if (valid & FUSE_SET_ATTR_SIZE) {
-        if (!is_regular(in)) {
-            rc = in->type == S_IFDIR ? -EISDIR : -EINVAL;
-            goto out;
-        }
-        int fd = fi ? ((struct sk_file *)(uintptr_t)fi->fh)->fd : open_mdt(in);
-        if (fd < 0) {
-            rc = fd;
-            goto out;
-        }
+        if (!is_regular(in))
+            return in->type == S_IFDIR ? -EISDIR : -EINVAL;
+        int fd = fi ? ((struct sk_file *)(uintptr_t)fi->fh)->fd : reopen_rdwr(ifd);
+        if (fd < 0)
+            return fd;
         pthread_mutex_lock(&in->lock);
-        rc = truncate_locked(in, fd, attr->st_size);
+        rc = truncate_locked(in, fd, attr->st_size, fuse_req_ctx(req)->uid);
         pthread_mutex_unlock(&in->lock);
         if (!fi)
             close(fd);
         if (rc < 0)
-            goto out;
+            return rc;
     }
     if (valid & (FUSE_SET_ATTR_ATIME | FUSE_SET_ATTR_MTIME)) {
         struct timespec tv[2] = {{0, UTIME_OMIT}, {0, UTIME_OMIT}};
@@ -257,13 +296,21 @@ void sk_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int valid,
             tv[1].tv_nsec = UTIME_NOW;
         else if (valid & FUSE_SET_ATTR_MTIME)
             tv[1] = attr->st_mtim;
-        if (utimensat(in->fd, "", tv, AT_EMPTY_PATH) < 0 &&
-            (errno != EINVAL || utimensat(AT_FDCWD, path, tv, 0) < 0)) {
-            rc = -errno;
-            goto out;
-        }
+        if (utimensat(ifd, "", tv, AT_EMPTY_PATH) < 0 &&
+            (errno != EINVAL || utimensat(AT_FDCWD, path, tv, 0) < 0))
+            return -errno;
     }
-out:
+    return 0;
+}
+
+void sk_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int valid,
+                struct fuse_file_info *fi)
+{
+    struct sk_inode *in = get_inode(ino);
+    int ifd = inode_fd(in);
+    int rc = ifd < 0 ? ifd : do_setattr(req, in, ifd, attr, valid, fi);
+    if (ifd >= 0)
+        inode_fd_put(in);
     if (rc < 0)
         fuse_reply_err(req, -rc);
     else
@@ -289,11 +336,9 @@ mode_t masked(fuse_req_t req, mode_t mode)
     return mode & ~(fuse_req_ctx(req)->umask & 0777);
 }
 
-/* A new regular file `name` in `parent`, open O_RDWR in *fdp, with its layout. */
-int make_regular(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode,
-                 bool exclusive, int *fdp)
+/* A new regular file `name` in the directory `pfd`, open O_RDWR in *fdp, with its layout. */
+static int make_regular_in(fuse_req_t req, int pfd, const char *name, mode_t mode, int *fdp)
 {
-    int pfd = get_inode(parent)->fd;
     uid_t uid;
     gid_t gid;
     bool sgid_parent;
@@ -318,17 +363,30 @@ int make_regular(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mod
         unlinkat(pfd, name, 0);
         return rc;
     }
-    (void)exclusive;
     *fdp = fd;
     return 0;
 }
 
+int make_regular(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode, int *fdp)
+{
+    struct sk_inode *pin = get_inode(parent);
+    int pfd = inode_fd(pin);
+    if (pfd < 0)
+        return pfd;
+    int rc = make_regular_in(req, pfd, name, mode, fdp);
+    inode_fd_put(pin);
+    return rc;
+}
+
+/* A handle of `in` on its MDT inode open as `fd`, with the one descriptor charged to the
+ * caller already (file_close gives both back). 0, or -ENOMEM with both given back. */
 static int file_open(fuse_req_t req, struct sk_inode *in, int fd, int flags,
                      struct fuse_file_info *fi)
 {
     struct sk_file *fh = calloc(1, sizeof *fh);
     if (!fh) {
         close(fd);
+        fds_release(fuse_req_ctx(req)->uid, 1);
         return -ENOMEM;
     }
     fh->inode = in;
@@ -351,6 +409,7 @@ static void file_close(struct sk_file *fh)
     struct sk_inode *in = fh->inode;
     view_put(fh->view);
     close(fh->fd);
+    fds_release(fh->opener, 1);
     pthread_mutex_destroy(&fh->lock);
     free(fh);
     pthread_mutex_lock(&fs.table_lock);
@@ -370,41 +429,61 @@ static void file_close(struct sk_file *fh)
     }
 }
 
+/* The create found `name` made meanwhile by someone else: open it as it is (the caller's
+ * descriptor charged already). */
+static void create_existing(fuse_req_t req, fuse_ino_t parent, const char *name,
+                            struct fuse_file_info *fi)
+{
+    struct fuse_entry_param e;
+    uid_t uid = fuse_req_ctx(req)->uid;
+    int err = do_lookup(parent, name, &e);
+    if (err) {
+        fds_release(uid, 1);
+        fuse_reply_err(req, err);
+        return;
+    }
+    struct sk_inode *in = get_inode(e.ino);
+    int fd = is_regular(in) ? open_mdt(in) : in->type == S_IFDIR ? -EISDIR : -EEXIST;
+    if (fd < 0)
+        fds_release(uid, 1);
+    int rc = fd < 0 ? fd : file_open(req, in, fd, fi->flags, fi);
+    if (rc < 0) {
+        forget_one(e.ino, 1);
+        fuse_reply_err(req, -rc);
+        return;
+    }
+    if (fuse_reply_create(req, &e, fi) == -ENOENT) {
+        file_close((struct sk_file *)(uintptr_t)fi->fh);
+        forget_one(e.ino, 1);
+    }
+}
+
 void sk_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode,
                struct fuse_file_info *fi)
 {
     struct fuse_entry_param e;
     int fd = -1;
-    int rc = make_regular(req, parent, name, mode, fi->flags & O_EXCL, &fd);
+    uid_t uid = fuse_req_ctx(req)->uid;
+    /* charged before the file is made: a user beyond their share creates nothing */
+    int rc = fds_charge(uid, 1);
+    if (rc < 0) {
+        fuse_reply_err(req, -rc);
+        return;
+    }
+    rc = make_regular(req, parent, name, mode, &fd);
     if (rc == -EEXIST && !(fi->flags & O_EXCL)) {
-        /* created meanwhile by someone else: open it as it is */
-        int err = do_lookup(parent, name, &e);
-        if (err) {
-            fuse_reply_err(req, err);
-            return;
-        }
-        struct sk_inode *in = get_inode(e.ino);
-        if (!is_regular(in)) {
-            forget_one(e.ino, 1);
-            fuse_reply_err(req, in->type == S_IFDIR ? EISDIR : EEXIST);
-            return;
-        }
-        fd = open_mdt(in);
-        if (fd < 0 || (rc = file_open(req, in, fd, fi->flags, fi)) < 0) {
-            forget_one(e.ino, 1);
-            fuse_reply_err(req, fd < 0 ? -fd : -rc);
-            return;
-        }
-        fuse_reply_create(req, &e, fi);
+        create_existing(req, parent, name, fi);
         return;
     }
     if (rc < 0) {
+        fds_release(uid, 1);
         fuse_reply_err(req, -rc);
         return;
     }
     int err = do_lookup(parent, name, &e);
     if (err) {
         close(fd);
+        fds_release(uid, 1);
         fuse_reply_err(req, err);
         return;
     }
@@ -420,20 +499,34 @@ void sk_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode,
     }
 }
 
-void sk_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+/* A regular file made on the MDT without a layout (mknod by the store, or a crash after the
+ * create), open as `fd`, gets one now: laid out by its directory's default. */
+static int layout_now(int fd, const struct stat *st)
 {
-    struct sk_inode *in = get_inode(ino);
-    if (!is_regular(in)) {
-        fuse_reply_err(req, in->type == S_IFDIR ? EISDIR : ENXIO);
-        return;
+    char ppath[PATH_MAX];
+    char self[64];
+    procpath(fd, self);
+    ssize_t n = readlink(self, ppath, sizeof ppath - 1);
+    int pfd = -1;
+    if (n > 0) {
+        ppath[n] = '\0';
+        char *slash = strrchr(ppath, '/');
+        if (slash && slash != ppath)
+            *slash = '\0';
+        pfd = open(ppath, O_PATH | O_DIRECTORY | O_CLOEXEC);
     }
-    int fd = open_mdt(in);
-    if (fd < 0) {
-        fuse_reply_err(req, -fd);
-        return;
-    }
+    int rc = assign_layout(pfd >= 0 ? pfd : fs.root.fd, fd, st->st_uid, st->st_gid);
+    if (pfd >= 0)
+        close(pfd);
+    return rc;
+}
+
+/* What an open of the MDT inode `fd` of `in` does before its handle is made: a layout for a
+ * file without one, the truncate of O_TRUNC. 0 or -errno. */
+static int open_prepare(struct sk_inode *in, int fd, int flags, uid_t uid)
+{
     int rc = 0;
-    bool writable = (fi->flags & O_ACCMODE) != O_RDONLY;
+    bool writable = (flags & O_ACCMODE) != O_RDONLY;
     pthread_mutex_lock(&in->lock);
     struct stat st;
     char *raw = NULL;
@@ -445,31 +538,37 @@ void sk_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
                (intmax_t)st.st_size);
         rc = -EIO;
     } else if (!rc && !raw && writable) {
-        /* made on the MDT without one (mknod by the store, or a crash after the create):
-         * an empty file gets its layout now */
-        char ppath[PATH_MAX];
-        char self[64];
-        procpath(in->fd, self);
-        ssize_t n = readlink(self, ppath, sizeof ppath - 1);
-        int pfd = -1;
-        if (n > 0) {
-            ppath[n] = '\0';
-            char *slash = strrchr(ppath, '/');
-            if (slash && slash != ppath)
-                *slash = '\0';
-            pfd = open(ppath, O_PATH | O_DIRECTORY | O_CLOEXEC);
-        }
-        rc = assign_layout(pfd >= 0 ? pfd : fs.root.fd, fd, st.st_uid, st.st_gid);
-        if (pfd >= 0)
-            close(pfd);
+        rc = layout_now(fd, &st);
     }
     free(raw);
-    if (!rc && writable && (fi->flags & O_TRUNC))
-        rc = truncate_locked(in, fd, 0);
+    if (!rc && writable && (flags & O_TRUNC))
+        rc = truncate_locked(in, fd, 0, uid);
     pthread_mutex_unlock(&in->lock);
-    if (rc < 0 || (rc = file_open(req, in, fd, fi->flags, fi)) < 0) {
-        if (rc != -ENOMEM)
+    return rc;
+}
+
+void sk_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+    struct sk_inode *in = get_inode(ino);
+    if (!is_regular(in)) {
+        fuse_reply_err(req, in->type == S_IFDIR ? EISDIR : ENXIO);
+        return;
+    }
+    uid_t uid = fuse_req_ctx(req)->uid;
+    int rc = fds_charge(uid, 1);
+    if (rc < 0) {
+        fuse_reply_err(req, -rc);
+        return;
+    }
+    int fd = open_mdt(in);
+    if (fd < 0 || (rc = open_prepare(in, fd, fi->flags, uid)) < 0) {
+        if (fd >= 0)
             close(fd);
+        fds_release(uid, 1);
+        fuse_reply_err(req, fd < 0 ? -fd : -rc);
+        return;
+    }
+    if ((rc = file_open(req, in, fd, fi->flags, fi)) < 0) {
         fuse_reply_err(req, -rc);
         return;
     }

@@ -31,8 +31,11 @@ void scan_osts(void)
         snprintf(name, sizeof name, "ost%04u", i);
         bool down = fstatat(fs.store_fd, name, &st, AT_SYMLINK_NOFOLLOW) < 0 ||
                     !S_ISDIR(st.st_mode);
-        if (atomic_exchange(&fs.failed[i], down) != down)
+        if (atomic_exchange(&fs.failed[i], down) != down) {
             logmsg("OST %u is %s", i, down ? "failed: not read any more" : "back");
+            if (!down)
+                doomed_sweep((int)i);
+        }
     }
 }
 
@@ -143,7 +146,93 @@ int parse_lov(const char *raw, size_t len, struct sk_lov *lov, const struct sk_i
     return rc;
 }
 
-/* Delete the objects of a layout (the file's last name and handle are gone). */
+/* -- objects of removed files on failed OSTs ---------------------------------------------- */
+
+/* A file's objects go with its last name and handle, but an object on a failed OST cannot be
+ * reached then: it is named in store_root/doomed/ (an empty file NNNN.ID, NNNN the OST) and
+ * deleted when its OST is back, by the mount (doomed_sweep, at start and at each return) or by
+ * the store's restore-ost, as Lustre's MDS destroys an unlinked file's objects on an OST once
+ * it reconnects. Without it a rename over a file, or its unlink, during an outage left the
+ * object on the OST for ever. */
+#define DOOMED_DIR "doomed"
+
+static bool ost_present(uint32_t ost)
+{
+    char name[32];
+    struct stat st;
+    snprintf(name, sizeof name, "ost%04u", ost);
+    return fstatat(fs.store_fd, name, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISDIR(st.st_mode);
+}
+
+static bool object_id_valid(const char *id)
+{
+    size_t n = strspn(id, "0123456789abcdef");
+    return n == SK_OBJID_LEN && id[n] == '\0';
+}
+
+/* One name of doomed/ (NNNN.ID): its object deleted, then the name, when the name is of `ost`
+ * (every OST that is up when `ost` < 0). Whether it was. */
+static bool sweep_one(int dfd, const char *entry, int ost)
+{
+    char *dot;
+    unsigned long index = strtoul(entry, &dot, 10);
+    if (dot == entry || *dot != '.' || index > SK_MAX_OST || !object_id_valid(dot + 1) ||
+        (ost >= 0 && index != (unsigned long)ost) || ost_failed((uint32_t)index))
+        return false;
+    char name[64];
+    snprintf(name, sizeof name, "ost%04lu/%s", index, dot + 1);
+    if (unlinkat(fs.store_fd, name, 0) < 0 &&
+        (errno != ENOENT || !ost_present((uint32_t)index))) {
+        if (errno != ENOENT)
+            logmsg("object %s of a removed file: %s", name, strerror(errno));
+        return false;  /* failed again meanwhile: kept for its next return */
+    }
+    unlinkat(dfd, entry, 0);
+    return true;
+}
+
+/* Name the object in doomed/ (and delete it at once if its OST is back already, the watcher
+ * having swept before the name was there): 0, or -errno (the object is then left). */
+static int doom_later(const struct sk_obj *obj)
+{
+    char name[64];
+    snprintf(name, sizeof name, "%04u.%s", obj->ost, obj->id);
+    if (mkdirat(fs.store_fd, DOOMED_DIR, 0700) < 0 && errno != EEXIST)
+        return -errno;
+    int dfd = openat(fs.store_fd, DOOMED_DIR, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (dfd < 0)
+        return -errno;
+    int fd = openat(dfd, name, O_WRONLY | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
+    int rc = fd < 0 || fsync(dfd) < 0 ? -errno : 0;  /* the name is what must last */
+    if (fd >= 0)
+        close(fd);
+    if (rc == 0)
+        sweep_one(dfd, name, (int)obj->ost);
+    close(dfd);
+    return rc;
+}
+
+void doomed_sweep(int ost)
+{
+    int dfd = openat(fs.store_fd, DOOMED_DIR, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (dfd < 0)
+        return;  /* none ever */
+    DIR *dp = fdopendir(dfd);
+    if (!dp) {
+        close(dfd);
+        return;
+    }
+    unsigned done = 0;
+    struct dirent *e;
+    while ((e = readdir(dp)))
+        done += sweep_one(dirfd(dp), e->d_name, ost);
+    closedir(dp);
+    if (done)
+        logmsg("%u object(s) of removed files deleted from OSTs back", done);
+}
+
+/* Delete the objects of a layout (the file's last name and handle are gone); those on failed
+ * OSTs once their OST is back. */
 void delete_objects(const char *raw, size_t len, ino_t ino)
 {
     struct sk_lov lov;
@@ -157,11 +246,24 @@ void delete_objects(const char *raw, size_t len, ino_t ino)
     }
     for (uint32_t i = 0; i < lov.ncomp; i++)
         for (uint32_t j = 0; j < lov.comps[i].count; j++) {
+            const struct sk_obj *obj = &lov.comps[i].objs[j];
             char name[64];
-            object_name(name, sizeof name, &lov.comps[i].objs[j]);
-            if (unlinkat(fs.store_fd, name, 0) < 0 && errno != ENOENT)
-                logmsg("deleted MDT inode %ju: object %s left: %s", (uintmax_t)ino, name,
-                       strerror(errno));
+            object_name(name, sizeof name, obj);
+            if (!ost_failed(obj->ost)) {
+                if (unlinkat(fs.store_fd, name, 0) == 0)
+                    continue;
+                if (errno != ENOENT) {
+                    logmsg("deleted MDT inode %ju: object %s left: %s", (uintmax_t)ino, name,
+                           strerror(errno));
+                    continue;
+                }
+                if (ost_present(obj->ost))
+                    continue;  /* deleted already */
+            }
+            int rc = doom_later(obj);
+            if (rc < 0)
+                logmsg("deleted MDT inode %ju: object %s on a failed OST left: %s",
+                       (uintmax_t)ino, name, strerror(-rc));
         }
     sk_lov_free(&lov);
 }
@@ -181,9 +283,20 @@ void view_put(struct sk_view *v)
         }
         free(v->fds);
     }
+    fds_release(v->charged_to, v->charged);
     sk_lov_free(&v->lov);
     free(v->raw);
     free(v);
+}
+
+/* The objects a view of `lov` opens: those of its instantiated components. */
+static unsigned objects_to_open(const struct sk_lov *lov)
+{
+    unsigned n = 0;
+    for (uint32_t i = 0; i < lov->ncomp; i++)
+        if (lov->comps[i].init)
+            n += lov->comps[i].count;
+    return n;
 }
 
 /* A view of `raw` (taken over) with its objects opened. */
@@ -203,6 +316,14 @@ static int view_make(struct sk_file *fh, char *raw, size_t len, struct sk_view *
             view_put(v);
             return rc;
         }
+        /* the objects' descriptors are held as long as the view: the opener's (fds.c) */
+        unsigned objects = objects_to_open(&v->lov);
+        if ((rc = fds_charge(fh->opener, objects)) < 0) {
+            view_put(v);
+            return rc;
+        }
+        v->charged_to = fh->opener;
+        v->charged = objects;
         if (!(v->fds = calloc(v->lov.ncomp, sizeof *v->fds))) {
             view_put(v);
             return -ENOMEM;
@@ -480,8 +601,8 @@ out:
  * attribute switched in one setxattr, then the old objects, which hold no byte, deleted (an
  * open handle reads the attribute again at its next request). A crash in between leaves
  * empty objects no layout names, never a file without its objects. 0 or -errno: ENOTEMPTY
- * for a file holding data (as Lustre refuses to lay out a written file), EBUSY while a write
- * is in flight, ENOSPC when no OST may take it. */
+ * for a file holding data (as Lustre refuses to lay out a written file), ENOSPC when no OST
+ * may take it. Writes hold the same lock, so none is in flight meanwhile. */
 int relayout_empty(struct sk_inode *in, const char *path, int stripe_count,
                    uint64_t stripe_size, char pool[128])
 {
@@ -498,10 +619,6 @@ int relayout_empty(struct sk_inode *in, const char *path, int stripe_count,
     }
     if (!S_ISREG(st.st_mode) || st.st_size != 0) {
         rc = S_ISREG(st.st_mode) ? -ENOTEMPTY : -EINVAL;
-        goto unlock;
-    }
-    if (atomic_load(&in->writing) > 0) {
-        rc = -EBUSY;
         goto unlock;
     }
     if ((rc = read_lov_path(path, &old, &oldlen)) < 0)
@@ -545,36 +662,46 @@ unlock:
     return rc;
 }
 
-/* Mark components stale in the layout (their mirror missed a write or a truncate), if the
- * layout is still `raw`. Caller holds the inode lock. */
-void mark_stale(int fd, const struct sk_view *v, const bool *stale, const struct sk_inode *in)
+/* Mark components stale in the layout (their mirror cannot take a write or a truncate), if
+ * the layout is still `raw`; before the change goes to the other mirrors, so that a mirror
+ * that missed it is never read again. Caller holds the inode lock. 0, -EAGAIN when the layout
+ * changed meanwhile (the caller reads it again), or -errno. */
+int mark_stale(int fd, const char *raw, size_t rawlen, const bool *stale,
+               const struct sk_inode *in)
 {
     char *now;
     size_t len;
-    if (read_lov_fd(fd, &now, &len) < 0 || !now)
-        return;
-    if (len != v->rawlen || memcmp(now, v->raw, len) != 0) {
+    int rc = read_lov_fd(fd, &now, &len);
+    if (rc < 0)
+        return rc;
+    if (!now || len != rawlen || memcmp(now, raw, len) != 0) {
         free(now);
-        return;  /* changed meanwhile: whoever changed it decided */
+        return -EAGAIN;
     }
     free(now);
     struct sk_lov lov;
-    if (parse_lov(v->raw, v->rawlen, &lov, in) < 0)
-        return;
+    if ((rc = parse_lov(raw, rawlen, &lov, in)) < 0)
+        return rc;
     for (uint32_t i = 0; i < lov.ncomp; i++)
-        if (stale[i] && !lov.comps[i].stale && strlen(lov.comps[i].flags) + 7 < sizeof lov.comps[i].flags) {
+        if (stale[i] && !lov.comps[i].stale) {
+            if (strlen(lov.comps[i].flags) + 7 >= sizeof lov.comps[i].flags) {
+                sk_lov_free(&lov);
+                return -EIO;
+            }
             strcat(lov.comps[i].flags, ",stale");
             lov.comps[i].stale = true;
-            logmsg("MDT inode %ju: component %u (mirror %u) is stale: one of its OSTs failed",
+            logmsg("MDT inode %ju: component %u (mirror %u) is stale: it cannot take a change",
                    (uintmax_t)in->ino, lov.comps[i].id, lov.comps[i].mirror);
         }
     lov.gen++;
     char *text = sk_lov_format(&lov, &len);
-    if (text && fsetxattr(fd, SK_LOV_XATTR, text, len, XATTR_REPLACE) < 0)
+    rc = !text ? -ENOMEM : fsetxattr(fd, SK_LOV_XATTR, text, len, XATTR_REPLACE) < 0 ? -errno : 0;
+    if (rc < 0)
         logmsg("MDT inode %ju: cannot mark stale components: %s", (uintmax_t)in->ino,
-               strerror(errno));
+               strerror(-rc));
     free(text);
     sk_lov_free(&lov);
+    return rc;
 }
 
 /* Whether the components written whole (`ok`) cover [lo, hi) in some mirror. */

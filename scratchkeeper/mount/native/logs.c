@@ -234,7 +234,7 @@ void close_record(struct sk_file *fh)
 {
     char path[PATH_MAX];
     struct stat st;
-    if (!scratch_path(fh->inode, path, sizeof path) || fstat(fh->fd, &st) < 0)
+    if (!scratch_path(fh->fd, path, sizeof path) || fstat(fh->fd, &st) < 0)
         return;
     const size_t size = sizeof path * 3 + 160;
     char *buf = malloc(size);

@@ -21,13 +21,33 @@
 
 /* -- the namespace ----------------------------------------------------------------------------- */
 
+/* A new non-regular inode `name` (mode's type) in the directory `pfd`. 0 or an errno. */
+static int make_node(fuse_req_t req, int pfd, const char *name, mode_t mode, dev_t rdev)
+{
+    uid_t uid;
+    gid_t gid;
+    bool sgid, inherits;
+    new_owner(req, pfd, &uid, &gid, &sgid);
+    mode_t want = create_mode(req, pfd, mode, &inherits);
+    if (mknodat(pfd, name, (mode & S_IFMT) | want, rdev) < 0)
+        return errno;
+    want = created_mode(pfd, name, want, inherits);
+    if (fchownat(pfd, name, uid, gid, AT_SYMLINK_NOFOLLOW) < 0 ||
+        fchmodat(pfd, name, want, 0) < 0) {
+        int err = errno;
+        unlinkat(pfd, name, 0);
+        return err;
+    }
+    return 0;
+}
+
 void sk_mknod(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode,
               dev_t rdev)
 {
-    int pfd = get_inode(parent)->fd;
+    int err;
     if (S_ISREG(mode)) {
         int fd;
-        int rc = make_regular(req, parent, name, mode, true, &fd);
+        int rc = make_regular(req, parent, name, mode, &fd);
         if (rc < 0) {
             fuse_reply_err(req, -rc);
             return;
@@ -36,29 +56,24 @@ void sk_mknod(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode,
         sk_lookup(req, parent, name);  /* the new entry */
         return;
     }
-    uid_t uid;
-    gid_t gid;
-    bool sgid, inherits;
-    new_owner(req, pfd, &uid, &gid, &sgid);
-    mode_t want = create_mode(req, pfd, mode, &inherits);
-    if (mknodat(pfd, name, (mode & S_IFMT) | want, rdev) < 0) {
-        fuse_reply_err(req, errno);
+    struct sk_inode *pin = get_inode(parent);
+    int pfd = inode_fd(pin);
+    if (pfd < 0) {
+        fuse_reply_err(req, -pfd);
         return;
     }
-    want = created_mode(pfd, name, want, inherits);
-    if (fchownat(pfd, name, uid, gid, AT_SYMLINK_NOFOLLOW) < 0 ||
-        fchmodat(pfd, name, want, 0) < 0) {
-        int err = errno;
-        unlinkat(pfd, name, 0);
+    err = make_node(req, pfd, name, mode, rdev);
+    inode_fd_put(pin);
+    if (err)
         fuse_reply_err(req, err);
-        return;
-    }
-    sk_lookup(req, parent, name);  /* the new entry */
+    else
+        sk_lookup(req, parent, name);  /* the new entry */
 }
 
-void sk_mkdir(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode)
+/* A new directory `name` in the directory `pfd`, with its parent's default layout. 0 or an
+ * errno. */
+static int make_dir(fuse_req_t req, int pfd, const char *name, mode_t mode)
 {
-    int pfd = get_inode(parent)->fd;
     uid_t uid;
     gid_t gid;
     bool sgid, inherits;
@@ -67,10 +82,8 @@ void sk_mkdir(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode)
      * mode is set again after the chown (a set-group-id parent's bit is kept, as ext4 does);
      * under a default ACL the MDT's file system makes the mode (and the ACLs) itself */
     mode_t want = create_mode(req, pfd, mode, &inherits) | (sgid ? S_ISGID : 0);
-    if (mkdirat(pfd, name, want) < 0) {
-        fuse_reply_err(req, errno);
-        return;
-    }
+    if (mkdirat(pfd, name, want) < 0)
+        return errno;
     int dfd = openat(pfd, name, O_PATH | O_NOFOLLOW | O_DIRECTORY | O_CLOEXEC);
     if (dfd >= 0)
         want = created_mode(dfd, "", want, inherits);
@@ -80,8 +93,7 @@ void sk_mkdir(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode)
         if (dfd >= 0)
             close(dfd);
         unlinkat(pfd, name, AT_REMOVEDIR);
-        fuse_reply_err(req, err);
-        return;
+        return err;
     }
     /* a new directory inherits its parent's default layout */
     char ppath[64], dpath[64], buf[512];
@@ -91,38 +103,73 @@ void sk_mkdir(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode)
     if (n >= 0 && setxattr(dpath, SK_DIRLOV_XATTR, buf, (size_t)n, 0) < 0)
         logmsg("mkdir %s: default layout not inherited: %s", name, strerror(errno));
     close(dfd);
-    sk_lookup(req, parent, name);  /* the new entry */
+    return 0;
+}
+
+void sk_mkdir(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode)
+{
+    struct sk_inode *pin = get_inode(parent);
+    int pfd = inode_fd(pin);
+    if (pfd < 0) {
+        fuse_reply_err(req, -pfd);
+        return;
+    }
+    int err = make_dir(req, pfd, name, mode);
+    inode_fd_put(pin);
+    if (err)
+        fuse_reply_err(req, err);
+    else
+        sk_lookup(req, parent, name);  /* the new entry */
 }
 
 void sk_symlink(fuse_req_t req, const char *link, fuse_ino_t parent, const char *name)
 {
-    int pfd = get_inode(parent)->fd;
+    struct sk_inode *pin = get_inode(parent);
+    int pfd = inode_fd(pin);
+    if (pfd < 0) {
+        fuse_reply_err(req, -pfd);
+        return;
+    }
     uid_t uid;
     gid_t gid;
     bool sgid;
     new_owner(req, pfd, &uid, &gid, &sgid);
+    int err = 0;
     if (symlinkat(link, pfd, name) < 0) {
-        fuse_reply_err(req, errno);
-        return;
-    }
-    if (fchownat(pfd, name, uid, gid, AT_SYMLINK_NOFOLLOW) < 0) {
-        int err = errno;
+        err = errno;
+    } else if (fchownat(pfd, name, uid, gid, AT_SYMLINK_NOFOLLOW) < 0) {
+        err = errno;
         unlinkat(pfd, name, 0);
-        fuse_reply_err(req, err);
-        return;
     }
-    sk_lookup(req, parent, name);  /* the new entry */
+    inode_fd_put(pin);
+    if (err)
+        fuse_reply_err(req, err);
+    else
+        sk_lookup(req, parent, name);  /* the new entry */
 }
 
 void sk_link(fuse_req_t req, fuse_ino_t ino, fuse_ino_t parent, const char *name)
 {
-    char path[64];
-    procpath(get_inode(ino)->fd, path);
-    if (linkat(AT_FDCWD, path, get_inode(parent)->fd, name, AT_SYMLINK_FOLLOW) < 0) {
-        fuse_reply_err(req, errno);
+    struct sk_inode *in = get_inode(ino), *pin = get_inode(parent);
+    int fd = inode_fd(in);
+    if (fd < 0) {
+        fuse_reply_err(req, -fd);
         return;
     }
-    sk_lookup(req, parent, name);  /* the new entry */
+    int pfd = inode_fd(pin);
+    int err = pfd < 0 ? -pfd : 0;
+    if (!err) {
+        char path[64];
+        procpath(fd, path);
+        if (linkat(AT_FDCWD, path, pfd, name, AT_SYMLINK_FOLLOW) < 0)
+            err = errno;
+        inode_fd_put(pin);
+    }
+    inode_fd_put(in);
+    if (err)
+        fuse_reply_err(req, err);
+    else
+        sk_lookup(req, parent, name);  /* the new entry */
 }
 
 /* `vfd` (O_PATH) lost a name: delete its objects if that was its last one, now or (an open
@@ -166,33 +213,69 @@ static void reply_name_gone(fuse_req_t req, int err, int vfd)
 
 void sk_unlink(fuse_req_t req, fuse_ino_t parent, const char *name)
 {
-    int pfd = get_inode(parent)->fd;
+    struct sk_inode *pin = get_inode(parent);
+    int pfd = inode_fd(pin);
+    if (pfd < 0) {
+        fuse_reply_err(req, -pfd);
+        return;
+    }
     int vfd = openat(pfd, name, O_PATH | O_NOFOLLOW | O_CLOEXEC);
-    reply_name_gone(req, unlinkat(pfd, name, 0) < 0 ? errno : 0, vfd);
+    int err = unlinkat(pfd, name, 0) < 0 ? errno : 0;
+    inode_fd_put(pin);
+    reply_name_gone(req, err, vfd);
 }
 
 void sk_rmdir(fuse_req_t req, fuse_ino_t parent, const char *name)
 {
-    fuse_reply_err(req, unlinkat(get_inode(parent)->fd, name, AT_REMOVEDIR) < 0 ? errno : 0);
+    struct sk_inode *pin = get_inode(parent);
+    int pfd = inode_fd(pin);
+    if (pfd < 0) {
+        fuse_reply_err(req, -pfd);
+        return;
+    }
+    int err = unlinkat(pfd, name, AT_REMOVEDIR) < 0 ? errno : 0;
+    inode_fd_put(pin);
+    fuse_reply_err(req, err);
 }
 
 void sk_rename(fuse_req_t req, fuse_ino_t parent, const char *name, fuse_ino_t newparent,
                const char *newname, unsigned int flags)
 {
-    int npfd = get_inode(newparent)->fd;
+    struct sk_inode *pin = get_inode(parent), *npin = get_inode(newparent);
+    int pfd = inode_fd(pin);
+    if (pfd < 0) {
+        fuse_reply_err(req, -pfd);
+        return;
+    }
+    int npfd = inode_fd(npin);
+    if (npfd < 0) {
+        inode_fd_put(pin);
+        fuse_reply_err(req, -npfd);
+        return;
+    }
     int vfd = -1;
     if (!(flags & RENAME_EXCHANGE))
         vfd = openat(npfd, newname, O_PATH | O_NOFOLLOW | O_CLOEXEC);
-    int err = renameat2(get_inode(parent)->fd, name, npfd, newname, flags) < 0 ? errno : 0;
+    int err = renameat2(pfd, name, npfd, newname, flags) < 0 ? errno : 0;
+    inode_fd_put(npin);
+    inode_fd_put(pin);
     reply_name_gone(req, err, vfd);
 }
 
 void sk_readlink(fuse_req_t req, fuse_ino_t ino)
 {
+    struct sk_inode *in = get_inode(ino);
+    int fd = inode_fd(in);
+    if (fd < 0) {
+        fuse_reply_err(req, -fd);
+        return;
+    }
     char buf[PATH_MAX + 1];
-    ssize_t n = readlinkat(get_inode(ino)->fd, "", buf, sizeof buf);
+    ssize_t n = readlinkat(fd, "", buf, sizeof buf);
+    int err = errno;
+    inode_fd_put(in);
     if (n < 0) {
-        fuse_reply_err(req, errno);
+        fuse_reply_err(req, err);
         return;
     }
     if (n >= (ssize_t)sizeof buf) {
@@ -203,26 +286,45 @@ void sk_readlink(fuse_req_t req, fuse_ino_t ino)
     fuse_reply_readlink(req, buf);
 }
 
+/* The directory `in` opened for reading, or -errno. */
+static int open_dir(struct sk_inode *in)
+{
+    int ifd = inode_fd(in);
+    if (ifd < 0)
+        return ifd;
+    int fd = openat(ifd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    int err = errno;
+    inode_fd_put(in);
+    return fd < 0 ? -err : fd;
+}
+
 void sk_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
+    uid_t uid = fuse_req_ctx(req)->uid;
+    int rc = fds_charge(uid, 1);  /* the handle's descriptor, held until releasedir */
+    if (rc < 0) {
+        fuse_reply_err(req, -rc);
+        return;
+    }
     struct sk_dir *d = calloc(1, sizeof *d);
-    if (!d) {
-        fuse_reply_err(req, ENOMEM);
-        return;
-    }
-    int fd = openat(get_inode(ino)->fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (fd < 0 || !(d->dp = fdopendir(fd))) {
+    int fd = d ? open_dir(get_inode(ino)) : -ENOMEM;
+    if (fd >= 0 && !(d->dp = fdopendir(fd))) {
         int err = errno;
-        if (fd >= 0)
-            close(fd);
+        close(fd);
+        fd = -err;
+    }
+    if (fd < 0) {
         free(d);
-        fuse_reply_err(req, err);
+        fds_release(uid, 1);
+        fuse_reply_err(req, -fd);
         return;
     }
+    d->opener = uid;
     fi->fh = (uint64_t)(uintptr_t)d;
     if (fuse_reply_open(req, fi) == -ENOENT) {
         closedir(d->dp);
         free(d);
+        fds_release(uid, 1);
     }
 }
 
@@ -311,6 +413,7 @@ void sk_releasedir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
     (void)ino;
     struct sk_dir *d = (struct sk_dir *)(uintptr_t)fi->fh;
     closedir(d->dp);
+    fds_release(d->opener, 1);
     free(d);
     fuse_reply_err(req, 0);
 }
@@ -332,45 +435,44 @@ void sk_statfs(fuse_req_t req, fuse_ino_t ino)
         fuse_reply_statfs(req, &sv);
 }
 
-/* The read dispatch (dispatch.c), read QoS (qos.c), hybrid replica (hybrid.c) and log
- * (logs.c) counters, answered by the mount on its root, read-only. */
+/* The read dispatch (dispatch.c), read QoS (qos.c), hybrid replica (hybrid.c), log (logs.c)
+ * and descriptor (fds.c) counters, answered by the mount on its root, read-only. */
 static bool stats_xattr(fuse_ino_t ino, const char *name)
 {
     return ino == FUSE_ROOT_ID &&
            (strcmp(name, SK_DISPATCH_XATTR) == 0 || strcmp(name, SK_QOS_XATTR) == 0 ||
-            strcmp(name, SK_HYBRID_XATTR) == 0 || strcmp(name, SK_LOGS_XATTR) == 0);
+            strcmp(name, SK_HYBRID_XATTR) == 0 || strcmp(name, SK_LOGS_XATTR) == 0 ||
+            strcmp(name, SK_FDS_XATTR) == 0);
 }
 
-/* user.scratchkeeper.stripe on a directory: its default layout for new files, as the owner
- * sets it with setfattr (lfs setstripe DIR); kept as security.scratchkeeper.dirlov, which only
- * root may write. The kernel has checked the caller may write the directory's user.* xattrs. */
-static bool stripe_xattr(fuse_ino_t ino, const char *name, int *err)
+/* Whether the caller may change the layout of the inode `st` or the default layout of a
+ * directory (set or remove user.scratchkeeper.stripe): the kernel checked write permission
+ * (default_permissions); as Lustre's MDS, the mount also wants the caller to own it (or be
+ * root: CAP_FOWNER), so a group or ACL writer of another user's file or directory cannot
+ * change where its data goes. 0 or EPERM. */
+static int may_lay_out(fuse_req_t req, const struct stat *st)
 {
-    if (strcmp(name, SK_STRIPE_XATTR) != 0)
-        return false;
-    struct stat st;
-    *err = fstat(get_inode(ino)->fd, &st) < 0 ? errno : S_ISDIR(st.st_mode) ? 0 : EINVAL;
-    return true;
+    uid_t caller = fuse_req_ctx(req)->uid;
+    return caller == 0 || caller == st->st_uid ? 0 : EPERM;
 }
 
-/* user.scratchkeeper.stripe set on a directory (its default layout) or on an empty regular
- * file (its layout, lfs setstripe FILE: what a user's stage-in does before its transfer writes
- * the file). The kernel checked write permission (default_permissions); as Lustre's MDS, the
- * mount also wants the caller to own it (or be root: CAP_FOWNER), so a group or ACL writer of
- * another user's file cannot move it. The value says stripe count, size and pool only: no OST
- * list, a pool of the store's, and for a file at most the store's OSTs (docs/storage.rst). */
-static int set_stripe(fuse_req_t req, fuse_ino_t ino, const char *value, size_t size,
-                      int flags)
+/* user.scratchkeeper.stripe set on a directory (its default layout, lfs setstripe DIR; kept
+ * as security.scratchkeeper.dirlov, which only root may write) or on an empty regular file
+ * (its layout, lfs setstripe FILE: what a user's stage-in does before its transfer writes
+ * the file), by its owner (may_lay_out); the MDT inode is open as `fd`. The value says stripe
+ * count, size and pool only: no OST list, a pool of the store's, and for a file at most the
+ * store's OSTs (docs/storage.rst). */
+static int set_stripe(fuse_req_t req, struct sk_inode *in, int fd, const char *value,
+                      size_t size, int flags)
 {
-    struct sk_inode *in = get_inode(ino);
     struct stat st;
-    if (fstat(in->fd, &st) < 0)
+    if (fstat(fd, &st) < 0)
         return errno;
     if (!S_ISDIR(st.st_mode) && !S_ISREG(st.st_mode))
         return EINVAL;
-    uid_t caller = fuse_req_ctx(req)->uid;
-    if (caller != 0 && caller != st.st_uid)
-        return EPERM;
+    int err = may_lay_out(req, &st);
+    if (err)
+        return err;
     int stripe_count;
     uint64_t stripe_size;
     char pool[128];
@@ -378,7 +480,7 @@ static int set_stripe(fuse_req_t req, fuse_ino_t ino, const char *value, size_t 
         (pool[0] && !find_pool(pool)))
         return EINVAL;  /* as store setstripe -p: a pool must be one of the store's */
     char path[64];
-    procpath(in->fd, path);
+    procpath(fd, path);
     if (S_ISDIR(st.st_mode))
         return setxattr(path, SK_DIRLOV_XATTR, value, size, flags) < 0 ? errno : 0;
     if (flags & XATTR_CREATE)
@@ -388,28 +490,49 @@ static int set_stripe(fuse_req_t req, fuse_ino_t ino, const char *value, size_t 
     return -relayout_empty(in, path, stripe_count, stripe_size, pool);
 }
 
+/* setfattr -x user.scratchkeeper.stripe DIR: the directory's default layout removed, by whom
+ * may set it (issue 39: a group writer removed another user's); a regular file has none. */
+static int remove_stripe(fuse_req_t req, int fd)
+{
+    struct stat st;
+    if (fstat(fd, &st) < 0)
+        return errno;
+    if (!S_ISDIR(st.st_mode))
+        return EINVAL;
+    int err = may_lay_out(req, &st);
+    if (err)
+        return err;
+    char path[64];
+    procpath(fd, path);
+    return removexattr(path, SK_DIRLOV_XATTR) < 0 ? errno : 0;
+}
+
 void sk_setxattr(fuse_req_t req, fuse_ino_t ino, const char *name, const char *value,
                  size_t size, int flags)
 {
-    int err;
-    if (strcmp(name, SK_STRIPE_XATTR) == 0) {
-        fuse_reply_err(req, set_stripe(req, ino, value, size, flags));
-        return;
-    }
-    if (stats_xattr(ino, name)) {
-        fuse_reply_err(req, EPERM);
-        return;
-    }
-    if ((err = xattr_set_allowed(req, ino, name)) != 0) {
+    struct sk_inode *in = get_inode(ino);
+    bool stripe = strcmp(name, SK_STRIPE_XATTR) == 0;
+    int err = stats_xattr(ino, name) ? EPERM : stripe ? 0 : xattr_set_allowed(req, ino, name);
+    if (err) {
         fuse_reply_err(req, err);  /* security.* and trusted.* are the store's and the mount's */
         return;
     }
-    char path[64];
-    procpath(get_inode(ino)->fd, path);
-    /* an ACL goes to the MDT inode, whose file system updates the mode from it */
-    err = setxattr(path, name, value, size, flags) < 0 ? errno : 0;
-    if (!err && strcmp(name, ACL_ACCESS) == 0)
-        acl_kill_sgid(req, ino);
+    int fd = inode_fd(in);
+    if (fd < 0) {
+        fuse_reply_err(req, -fd);
+        return;
+    }
+    if (stripe) {
+        err = set_stripe(req, in, fd, value, size, flags);
+    } else {
+        char path[64];
+        procpath(fd, path);
+        /* an ACL goes to the MDT inode, whose file system updates the mode from it */
+        err = setxattr(path, name, value, size, flags) < 0 ? errno : 0;
+        if (!err && strcmp(name, ACL_ACCESS) == 0)
+            acl_kill_sgid(req, in, fd);
+    }
+    inode_fd_put(in);
     fuse_reply_err(req, err);
 }
 
@@ -428,33 +551,34 @@ static void reply_stats(fuse_req_t req, size_t size, int rc, char *text, size_t 
         free(text);
 }
 
-void sk_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name, size_t size)
+static void get_stats(fuse_req_t req, const char *name, size_t size)
 {
-    if (stats_xattr(ino, name)) {
-        char *text = NULL;
-        size_t len = 0;
-        int rc = strcmp(name, SK_QOS_XATTR) == 0      ? qos_stats(&text, &len)
-                 : strcmp(name, SK_HYBRID_XATTR) == 0 ? hybrid_stats(&text, &len)
-                 : strcmp(name, SK_LOGS_XATTR) == 0   ? logs_stats(fuse_req_ctx(req)->uid, &text,
-                                                                   &len)
-                                                      : dispatch_stats(&text, &len);
-        reply_stats(req, size, rc, text, len);
-        return;
-    }
-    int err = xattr_get_allowed(req, ino, name);
-    if (err) {
-        fuse_reply_err(req, err);
-        return;
-    }
-    if (stripe_xattr(ino, name, &err)) {
+    char *text = NULL;
+    size_t len = 0;
+    uid_t caller = fuse_req_ctx(req)->uid;
+    int rc = strcmp(name, SK_QOS_XATTR) == 0      ? qos_stats(&text, &len)
+             : strcmp(name, SK_HYBRID_XATTR) == 0 ? hybrid_stats(&text, &len)
+             : strcmp(name, SK_LOGS_XATTR) == 0   ? logs_stats(caller, &text, &len)
+             : strcmp(name, SK_FDS_XATTR) == 0    ? fds_stats(caller, &text, &len)
+                                                  : dispatch_stats(&text, &len);
+    reply_stats(req, size, rc, text, len);
+}
+
+/* getxattr of `name` (a name the caller may read) of the MDT inode open as `fd`. */
+static void get_attr(fuse_req_t req, int fd, const char *name, size_t size)
+{
+    if (strcmp(name, SK_STRIPE_XATTR) == 0) {
+        /* a directory's default layout; a regular file has none */
+        struct stat st;
+        int err = fstat(fd, &st) < 0 ? errno : S_ISDIR(st.st_mode) ? 0 : ENODATA;
         if (err) {
-            fuse_reply_err(req, err == EINVAL ? ENODATA : err);
+            fuse_reply_err(req, err);
             return;
         }
         name = SK_DIRLOV_XATTR;
     }
     char path[64];
-    procpath(get_inode(ino)->fd, path);
+    procpath(fd, path);
     if (size == 0) {
         ssize_t n = getxattr(path, name, NULL, 0);
         if (n < 0)
@@ -476,12 +600,30 @@ void sk_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name, size_t size)
     free(buf);
 }
 
-/* The names the caller may see (access.c: trusted.* for root only), whatever the size it
- * asks with: the list is read whole and filtered, so its length is the filtered one. */
-void sk_listxattr(fuse_req_t req, fuse_ino_t ino, size_t size)
+void sk_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name, size_t size)
 {
-    char path[64];
-    procpath(get_inode(ino)->fd, path);
+    if (stats_xattr(ino, name)) {
+        get_stats(req, name, size);
+        return;
+    }
+    int err = xattr_get_allowed(req, ino, name);
+    if (err) {
+        fuse_reply_err(req, err);
+        return;
+    }
+    struct sk_inode *in = get_inode(ino);
+    int fd = inode_fd(in);
+    if (fd < 0) {
+        fuse_reply_err(req, -fd);
+        return;
+    }
+    get_attr(req, fd, name, size);
+    inode_fd_put(in);
+}
+
+/* The names of the MDT inode at `path`, read whole (malloc'd in *out); its length or -errno. */
+static ssize_t list_names(const char *path, char **out)
+{
     char *buf = NULL;
     ssize_t n;
     for (int tries = 0;; tries++) {
@@ -500,8 +642,31 @@ void sk_listxattr(fuse_req_t req, fuse_ino_t ino, size_t size)
             break;  /* ERANGE: an attribute was added meanwhile */
     }
     if (n < 0) {
-        fuse_reply_err(req, errno);
+        int err = errno;
         free(buf);
+        return -err;
+    }
+    *out = buf;
+    return n;
+}
+
+/* The names the caller may see (access.c: trusted.* for root only), whatever the size it
+ * asks with: the list is read whole and filtered, so its length is the filtered one. */
+void sk_listxattr(fuse_req_t req, fuse_ino_t ino, size_t size)
+{
+    struct sk_inode *in = get_inode(ino);
+    int fd = inode_fd(in);
+    if (fd < 0) {
+        fuse_reply_err(req, -fd);
+        return;
+    }
+    char path[64];
+    procpath(fd, path);
+    char *buf = NULL;
+    ssize_t n = list_names(path, &buf);
+    inode_fd_put(in);
+    if (n < 0) {
+        fuse_reply_err(req, (int)-n);
         return;
     }
     size_t kept = xattr_filter_list(req, ino, buf, (size_t)n);
@@ -516,22 +681,25 @@ void sk_listxattr(fuse_req_t req, fuse_ino_t ino, size_t size)
 
 void sk_removexattr(fuse_req_t req, fuse_ino_t ino, const char *name)
 {
-    int err;
-    if (stripe_xattr(ino, name, &err)) {
-        char path[64];
-        procpath(get_inode(ino)->fd, path);
-        fuse_reply_err(req, err ? err : removexattr(path, SK_DIRLOV_XATTR) < 0 ? errno : 0);
-        return;
-    }
-    if (stats_xattr(ino, name)) {
-        fuse_reply_err(req, EPERM);
-        return;
-    }
-    if ((err = xattr_set_allowed(req, ino, name)) != 0) {
+    struct sk_inode *in = get_inode(ino);
+    bool stripe = strcmp(name, SK_STRIPE_XATTR) == 0;
+    int err = stats_xattr(ino, name) ? EPERM : stripe ? 0 : xattr_set_allowed(req, ino, name);
+    if (err) {
         fuse_reply_err(req, err);
         return;
     }
-    char path[64];
-    procpath(get_inode(ino)->fd, path);
-    fuse_reply_err(req, removexattr(path, name) < 0 ? errno : 0);
+    int fd = inode_fd(in);
+    if (fd < 0) {
+        fuse_reply_err(req, -fd);
+        return;
+    }
+    if (stripe) {
+        err = remove_stripe(req, fd);
+    } else {
+        char path[64];
+        procpath(fd, path);
+        err = removexattr(path, name) < 0 ? errno : 0;
+    }
+    inode_fd_put(in);
+    fuse_reply_err(req, err);
 }

@@ -74,9 +74,13 @@ static void record(struct sk_inode *in, struct buf *b, const struct timespec *no
         return;
     char path[PATH_MAX];
     struct stat st;
-    if (!scratch_path(in, path, sizeof path) ||
-        fstatat(in->fd, "", &st, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW) < 0) {
-        /* unlinked: nothing left to place */
+    int fd = inode_fd(in);
+    bool placed = fd >= 0 && scratch_path(fd, path, sizeof path) &&
+                  fstatat(fd, "", &st, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW) == 0;
+    if (fd >= 0)
+        inode_fd_put(in);
+    if (!placed) {
+        /* unlinked (or gone from the MDT): nothing left to place */
         atomic_store(&in->reads, 0);
         atomic_store(&in->read_bytes, 0);
         return;

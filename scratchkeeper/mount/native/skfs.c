@@ -5,8 +5,9 @@
  * skfs_int.h.
  *
  * Metadata passes through to the MDT tree (store_root/mdt): every inode the kernel knows is an
- * entry of a table keyed by the MDT's (st_dev, st_ino), holding an O_PATH descriptor of its MDT
- * inode and the kernel's lookup count, released by forget. The data of a regular file lives in
+ * entry of a table keyed by the MDT's (st_dev, st_ino), holding its MDT inode's file handle
+ * (and, within a bound, an O_PATH descriptor: fds.c) and the kernel's lookup count, released
+ * by forget. The data of a regular file lives in
  * OST objects (store_root/ostNNNN/OBJECT_ID) laid out by its security.scratchkeeper.lov
  * attribute; its size is the MDT inode's st_size. Requests run with root's rights; the kernel
  * checks permissions against the MDT inodes' modes and POSIX ACLs (default_permissions and
@@ -97,6 +98,7 @@ static const struct fuse_lowlevel_ops ops = {
     .open = sk_open,
     .read = sk_read,
     .write = sk_write,
+    .fallocate = sk_fallocate,
     .flush = sk_flush,
     .release = sk_release,
     .fsync = sk_fsync,
@@ -149,8 +151,9 @@ static void free_table(void)
         struct sk_inode *in = fs.buckets[b];
         while (in) {
             struct sk_inode *next = in->next;
-            close(in->fd);
+            inode_fd_drop(in);
             pthread_mutex_destroy(&in->lock);
+            free(in->handle);
             free(in->doomed);
             free(in);
             in = next;
@@ -232,6 +235,7 @@ static int watcher_start(const struct skfs_config *config, pthread_t *watcher, c
                           IN_ONLYDIR) < 0)
         return fail(err, errlen, -errno, "watching %s: %s", config->store_root, strerror(errno));
     scan_osts();
+    doomed_sweep(-1);  /* objects of files removed during an outage, whose OST came back since */
     int prc = start_quiet_thread(watcher, watch_osts);
     if (prc)
         return fail(err, errlen, -prc, "starting the OST watcher: %s", strerror(prc));
@@ -314,6 +318,7 @@ static int session_serve(const struct skfs_config *config, char *err, size_t err
 static void state_release(void)
 {
     free_table();
+    fds_stop();
     if (fs.inotify_fd >= 0)
         close(fs.inotify_fd);
     for (int i = 0; i < 2; i++)
@@ -334,6 +339,8 @@ int skfs_run(const struct skfs_config *config, char *err, size_t errlen)
     if ((rc = root_open(config, err, errlen)) < 0 ||
         (rc = watcher_start(config, &watcher, err, errlen)) < 0)
         goto out;
+    if ((rc = fds_start(config, err, errlen)) < 0)
+        goto stop_watcher;
     if ((rc = dispatch_start(config, err, errlen)) < 0)
         goto stop_watcher;
     hybrid_start(config);

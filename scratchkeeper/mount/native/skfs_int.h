@@ -4,11 +4,13 @@
  *   inode.c      the inode table, lookup/forget, getattr/setattr, open/create/release
  *   namespace.c  names, directories, statfs, extended attributes
  *   layout.c     OST states, objects, layout attributes, views, new layouts, stale marks
- *   data.c       read, write, truncate, fsync of regular files
+ *   data.c       reads and fsync of regular files, object owners
+ *   change.c     truncate, write and fallocate, each all or nothing across the objects
  *   dispatch.c   reads dispatched over the mirrors by the replica-selection solver, a read pool
  *   wait.c       the read's wait for recoveryd (or the OST's return) on a stripe no mirror holds
  *   access.c     the root's shown mode, new inodes' modes under default ACLs, xattr names
  *   logs.c       closes.log and reads.log appended within bounds, CLOSE records
+ *   fds.c        the open-file limit: inodes' descriptors cached within a bound, users' shares
  *
  * Every symbol here is hidden in the extension (-fvisibility=hidden).
  */
@@ -33,8 +35,16 @@
 
 /* -- the inode table ------------------------------------------------------------------------- */
 
+struct file_handle;
+
 struct sk_inode {
-    int fd;                 /* O_PATH of the MDT inode */
+    /* The MDT inode: its handle, and an O_PATH descriptor while it is among the most recently
+     * used (fds.c); a request takes it with inode_fd() and gives it back with inode_fd_put(). */
+    struct file_handle *handle;
+    int fd;                 /* fds.c's lock: -1 when not cached (the root's: always open) */
+    unsigned fd_users;      /* fds.c's lock: requests using fd, which is not closed meanwhile */
+    struct sk_inode *lru_prev, *lru_next;  /* fds.c's lock: newer, older */
+    bool superseded;        /* table_lock: its number is a newer MDT inode's: table_find skips it */
     dev_t dev;
     ino_t ino;
     mode_t type;            /* S_IFMT bits */
@@ -42,8 +52,7 @@ struct sk_inode {
     uint64_t nopen;         /* table_lock: open handles */
     char *doomed;           /* table_lock: layout of objects to delete at the last release */
     size_t doomed_len;
-    pthread_mutex_t lock;   /* size and layout changes of a regular file */
-    atomic_uint writing;    /* writes in flight, counted under `lock`: no layout switch then */
+    pthread_mutex_t lock;   /* data, size and layout changes of a regular file, one at a time */
     atomic_uint_fast64_t reads, read_bytes;  /* served since its last read record */
     unsigned reading;       /* hybrid.c's lock: reads in flight */
     atomic_uint_fast64_t last_end;  /* where the last read ended: the next one is sequential */
@@ -57,6 +66,8 @@ struct sk_inode {
 /* A layout as one open file uses it: the parsed attribute and its objects' descriptors. */
 struct sk_view {
     atomic_int refs;
+    uid_t charged_to;       /* its objects' descriptors count against this user (fds.c) */
+    unsigned charged;
     char *raw;              /* NULL: the inode has no layout attribute */
     size_t rawlen;
     struct sk_lov lov;
@@ -76,6 +87,7 @@ struct sk_file {
 
 struct sk_dir {
     DIR *dp;
+    uid_t opener;           /* its descriptor counts against this user (fds.c) */
     off_t offset;
     struct dirent *entry;
 };
@@ -106,6 +118,29 @@ extern struct skfs_state fs;  /* the one mount of the process (skfs.c) */
 /* skfs.c */
 void logmsg(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
+/* fds.c: the mount's descriptors (docs/mount.rst "Descriptors") */
+#define SK_FDS_XATTR "user.scratchkeeper.descriptors"  /* read-only, on the mount's root */
+/* Raise the soft open-file limit to the hard one, open the MDT for open_by_handle_at and set
+ * the reserve (what is open now, and each request thread's). 0, or -errno with err. */
+int fds_start(const struct skfs_config *cfg, char *err, size_t errlen);
+void fds_stop(void);
+/* The handle of the file `fd` (malloc'd), or NULL with errno. */
+struct file_handle *handle_of(int fd);
+bool same_handle(const struct file_handle *a, const struct file_handle *b);
+/* The O_PATH descriptor of `in`'s MDT inode, kept open until inode_fd_put: from the cache, or
+ * opened again from its handle; -errno (ESTALE: the inode is gone). */
+int inode_fd(struct sk_inode *in);
+void inode_fd_put(struct sk_inode *in);
+/* A descriptor of `in` a lookup opened: kept in the cache (closed if it has one). */
+void inode_fd_adopt(struct sk_inode *in, int fd);
+/* The entry is freed: its descriptor closed (no request uses it). */
+void inode_fd_drop(struct sk_inode *in);
+/* Count n descriptors against `uid`'s share: 0, -EMFILE beyond the user's share, -ENFILE
+ * when the users' part is taken. */
+int fds_charge(uid_t uid, unsigned n);
+void fds_release(uid_t uid, unsigned n);
+int fds_stats(uid_t caller, char **out, size_t *len);
+
 /* inode.c: the inode table and the requests on inodes (the operation table's in skfs.c) */
 struct sk_inode *get_inode(fuse_ino_t ino);
 struct sk_inode *table_find(dev_t dev, ino_t ino);
@@ -119,8 +154,7 @@ const struct skfs_pool *find_pool(const char *name);
 /* Reply to a LOOKUP of `name` in `parent` (also the reply to a new entry). */
 void sk_lookup(fuse_req_t req, fuse_ino_t parent, const char *name);
 mode_t masked(fuse_req_t req, mode_t mode);
-int make_regular(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode,
-                 bool exclusive, int *fdp);
+int make_regular(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode, int *fdp);
 void sk_forget(fuse_req_t req, fuse_ino_t ino, uint64_t nlookup);
 void sk_forget_multi(fuse_req_t req, size_t count, struct fuse_forget_data *forgets);
 void sk_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi);
@@ -152,9 +186,10 @@ int xattr_set_allowed(fuse_req_t req, fuse_ino_t ino, const char *name);
 int xattr_get_allowed(fuse_req_t req, fuse_ino_t ino, const char *name);
 /* Remove from the list (size bytes of NUL-ended names) what the caller may not see; new size. */
 size_t xattr_filter_list(fuse_req_t req, fuse_ino_t ino, char *list, size_t size);
-/* After an access ACL was set: drop S_ISGID if the caller is not in the file's group, as
- * the kernel does for a local caller (posix_acl_update_mode). */
-void acl_kill_sgid(fuse_req_t req, fuse_ino_t ino);
+/* After an access ACL was set on `in` (its MDT inode open as `fd`): drop S_ISGID if the
+ * caller is not in the file's group, as the kernel does for a local caller
+ * (posix_acl_update_mode). */
+void acl_kill_sgid(fuse_req_t req, const struct sk_inode *in, int fd);
 
 /* logs.c: closes.log and reads.log, bounded (docs/mount.rst "Bounded logs") */
 #define SK_LOGS_XATTR "user.scratchkeeper.logs"  /* read-only, on the mount's root */
@@ -215,22 +250,33 @@ void view_reset(struct sk_file *fh);
 int assign_layout(int pfd, int fd, uid_t uid, gid_t gid);
 int relayout_empty(struct sk_inode *in, const char *path, int stripe_count,
                    uint64_t stripe_size, char pool[128]);
-void mark_stale(int fd, const struct sk_view *v, const bool *stale, const struct sk_inode *in);
+int mark_stale(int fd, const char *raw, size_t rawlen, const bool *stale,
+               const struct sk_inode *in);
+/* Delete the objects of removed files named in store_root/doomed/ whose OST `ost` is up (every
+ * OST that is up: -1). */
+void doomed_sweep(int ost);
 bool some_mirror_covers(const struct sk_lov *lov, const bool *ok, uint64_t lo, uint64_t hi);
 
+/* change.c (docs/mount.rst "All or nothing"); callers of truncate_locked hold the inode lock */
+/* Truncate the file (its MDT inode open as `fd`) to `size`, the objects it opens counted
+ * against `uid`: 0, or -errno with nothing changed (EIO: an object to cut is on a failed OST
+ * and no other mirror takes the truncate). */
+int truncate_locked(struct sk_inode *in, int fd, off_t size, uid_t uid);
+void sk_write(fuse_req_t req, fuse_ino_t ino, const char *data, size_t size, off_t off,
+              struct fuse_file_info *fi);
+void sk_fallocate(fuse_req_t req, fuse_ino_t ino, int mode, off_t offset, off_t length,
+                  struct fuse_file_info *fi);
+
 /* data.c */
-int truncate_locked(struct sk_inode *in, int fd, off_t size);
-/* Give the file's objects its new owner or group ((uid_t)-1, (gid_t)-1: unchanged); their
- * mode stays 0600 (docs/security.rst). */
-int chown_objects(struct sk_inode *in, uid_t uid, gid_t gid);
+/* Give the objects of `in` (its MDT inode open as `fd`) its new owner or group ((uid_t)-1,
+ * (gid_t)-1: unchanged); their mode stays 0600 (docs/security.rst). */
+int chown_objects(struct sk_inode *in, int fd, uid_t uid, gid_t gid);
 struct qos_plan;
 int read_pieces(struct sk_view *v, char *buf, uint64_t base, uint64_t *cur, uint64_t end,
                 const struct qos_plan *plan, int prefer_mirror, uint32_t *ost_out,
                 const struct sk_inode *in);
 void sk_fsync(fuse_req_t req, fuse_ino_t ino, int datasync, struct fuse_file_info *fi);
 void sk_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, struct fuse_file_info *fi);
-void sk_write(fuse_req_t req, fuse_ino_t ino, const char *data, size_t size, off_t off,
-              struct fuse_file_info *fi);
 
 /* dispatch.c */
 #define SK_DISPATCH_XATTR "user.scratchkeeper.dispatch"  /* read-only, on the mount's root */
@@ -283,7 +329,8 @@ struct sk_wait {
     bool reported;          /* recoveryd was told */
 };
 double monotonic(void);
-bool scratch_path(struct sk_inode *in, char *out, size_t outlen);
+/* The scratch path of the MDT inode open as `fd` (for recoveryd and the logs), or false. */
+bool scratch_path(int fd, char *out, size_t outlen);
 /* qos.c: read QoS admission and online retrieval */
 struct qos_ticket {
     bool active;

@@ -17,11 +17,10 @@
 #include <time.h>
 #include <unistd.h>
 
-/* The file's name as a scratch path (for recoveryd), or false if it has none. */
-bool scratch_path(struct sk_inode *in, char *out, size_t outlen)
+bool scratch_path(int fd, char *out, size_t outlen)
 {
     char self[64], target[PATH_MAX];
-    procpath(in->fd, self);
+    procpath(fd, self);
     ssize_t n = readlink(self, target, sizeof target - 1);
     if (n <= 0)
         return false;
@@ -43,11 +42,9 @@ bool scratch_path(struct sk_inode *in, char *out, size_t outlen)
  * else that leaves the stripe unreadable: a timeout, recoveryd not running, an error). */
 #define EARLY_ANSWER 0.125
 
-static bool marked_lost(struct sk_inode *in)
+static bool marked_lost(int fd)
 {
-    char self[64];
-    procpath(in->fd, self);
-    return getxattr(self, LOST_XATTR, NULL, 0) >= 0;
+    return fgetxattr(fd, LOST_XATTR, NULL, 0) >= 0;
 }
 
 double monotonic(void)
@@ -74,13 +71,13 @@ int wait_for_stripe(fuse_req_t req, struct sk_file *fh, struct sk_wait *w, uint6
     }
     double slice = w->deadline - now < RECOVERY_SLICE ? w->deadline - now : RECOVERY_SLICE;
     char path[PATH_MAX];
-    if (fs.cfg.recover && scratch_path(fh->inode, path, sizeof path)) {
+    if (fs.cfg.recover && scratch_path(fh->fd, path, sizeof path)) {
         fs.cfg.recover(fs.cfg.recover_ctx, path, ost, slice, !w->reported);
         w->reported = true;
         /* lost: recoveryd answered at once and marked the file. The stripe gets one more
          * try (an OST back, a patch committed meanwhile); if it still needs recovery, the
          * deadline has passed and the read fails with EIO now, not at the timeout. */
-        if (monotonic() - now < slice * EARLY_ANSWER && marked_lost(fh->inode)) {
+        if (monotonic() - now < slice * EARLY_ANSWER && marked_lost(fh->fd)) {
             logmsg("MDT inode %ju: recoveryd reports it lost: no wait", (uintmax_t)fh->inode->ino);
             w->deadline = monotonic();
         }

@@ -14,10 +14,12 @@ the data through the scratch mount, whose permission check is the kernel's (docs
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import logging
 import mmap
 import os
+import re
 import stat as statmod
 import threading
 from collections.abc import Iterable
@@ -37,6 +39,10 @@ DIRECT_RUN_BYTES = 16 << 20  # most contiguous aligned bytes written in one pwri
 DIRECT_RUN_BUFFERS = 64  # and most buffers in it (far below IOV_MAX)
 OBJECT_MODE = 0o600  # every object, whatever its file's mode (the module's docstring)
 CLOSED_DIR_MODE = 0o700  # the MDT, its staging directory and the OST directories
+#: objects of files removed through the scratch mount while their OST was failed, named
+#: ``NNNN.OBJECT_ID`` (empty files, NNNN the OST): deleted when the OST is back (docs/storage.rst)
+DOOMED = "doomed"
+_OBJECT_ID = re.compile(r"[0-9a-f]{32}")
 _direct_buffers = threading.local()
 
 
@@ -215,6 +221,30 @@ class ObjectsMixin:
                 fsync_dir(directory)  # and the objects' names
         return directories
 
+    def _sweep_doomed(self, ost_index: int) -> int:
+        """Delete the objects the scratch mount named in :data:`DOOMED` for the OST, which is
+        back (the mount does the same when it sees the OST return); how many."""
+        directory = self.store_root / DOOMED
+        try:
+            names = os.listdir(directory)
+        except FileNotFoundError:
+            return 0
+        swept = 0
+        for name in names:
+            index, _, object_id = name.partition(".")
+            if not index.isdigit() or int(index) != ost_index or \
+                    not _OBJECT_ID.fullmatch(object_id):
+                continue
+            with contextlib.suppress(FileNotFoundError):
+                (self._ost_dir(ost_index) / object_id).unlink()
+            with contextlib.suppress(FileNotFoundError):
+                (directory / name).unlink()
+            swept += 1
+        if swept:
+            log.info("store %s: OST %d: %d object(s) of removed files deleted", self.store_root,
+                     ost_index, swept)
+        return swept
+
     def _read_layout(self, layout: FileLayout, offset: int, length: int) -> bytes:
         """Read through one given single-component layout only (verification of a new copy)."""
         component = layout.first
@@ -228,6 +258,123 @@ class ObjectsMixin:
             for handle in handles.values():
                 os.close(handle)
         return bytes(out)
+
+
+class ObjectWrite:
+    """A write of file bytes into the objects of every in-sync component, all or nothing
+    (docs/storage.rst, "All or nothing").
+
+    Every object it changes is opened before any byte is written (an OST down is
+    :class:`TargetUnavailable` then); what the file grows over is first cut to the file's end
+    (bytes a truncate or a crash left there are never the file's); the bytes each piece
+    overwrites are kept, and a piece that fails puts back what the pieces before it changed
+    before the error goes up. :meth:`undo` does the same for a failure after the write (the
+    MDT inode's). The objects stay open until the block ends.
+    """
+
+    def __init__(self, store: ObjectsMixin, layout: FileLayout, healthy: set[int]):
+        self.store, self.layout, self.healthy = store, layout, healthy
+        self.handles: dict[StripeObject, int] = {}
+        self.done: list[tuple[int, int, int, bytes]] = []  # handle, offset, size before, old
+
+    def __enter__(self) -> ObjectWrite:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for handle in self.handles.values():
+            os.close(handle)
+
+    def _handle(self, obj: StripeObject) -> int:
+        handle = self.handles.get(obj)
+        if handle is None:
+            if obj.ost_index not in self.healthy:
+                raise TargetUnavailable(f"{self.layout.path}: OST {obj.ost_index} is "
+                                        "unavailable", ost_index=obj.ost_index,
+                                        path=self.layout.path)
+            handle = self.handles[obj] = self.store._open_object(obj, os.O_RDWR,
+                                                                 self.layout.path)
+        return handle
+
+    def write(self, offset: int, data: bytes, size: int) -> None:
+        """``data`` at file ``offset`` of the file, ``size`` bytes now."""
+        end = offset + len(data)
+        components = [c for c in self.layout.components if in_sync(c)]
+        pieces = [(comp.objects[piece.position], piece) for comp in components
+                  for lo, hi in [span(comp, offset, end)] if hi > lo
+                  for piece in comp.pieces(lo, hi - lo)]
+        reached = offset
+        for lo, hi in sorted(span(comp, offset, end) for comp in components):
+            if lo > reached:
+                break
+            reached = max(reached, hi)
+        if reached < end:
+            raise StorageError(f"{self.layout.path}: no in-sync mirror holds byte {reached}")
+        for obj, _ in pieces:
+            self._handle(obj)  # every one before any byte: one down, nothing written
+        if end > size:
+            self._cut_tails(components, size, end)
+        view = memoryview(data)
+        try:
+            for obj, piece in pieces:
+                handle = self.handles[obj]
+                before = os.fstat(handle).st_size
+                keep = max(0, min(piece.length, before - piece.object_offset))
+                self.done.append((handle, piece.object_offset, before,
+                                  os.pread(handle, keep, piece.object_offset)))
+                start = piece.file_offset - offset
+                pwrite_all(handle, view[start:start + piece.length], piece.object_offset)
+        except BaseException:
+            self.undo()
+            raise
+
+    def _cut_tails(self, components: list[LayoutComponent], size: int, end: int) -> None:
+        """Objects whose share of the file grows past ``size`` hold nothing past it."""
+        for comp in components:
+            for position, obj in enumerate(comp.objects):
+                keep = object_bytes(comp, position, size)
+                if object_bytes(comp, position, end) <= keep or obj.ost_index not in self.healthy:
+                    continue
+                try:
+                    handle = self._handle(obj)
+                except TargetUnavailable:
+                    continue  # its OST is gone: no change leaves bytes there
+                if os.fstat(handle).st_size > keep:
+                    os.ftruncate(handle, keep)
+
+    def undo(self) -> None:
+        """Put back what the pieces written so far held (the last first)."""
+        for handle, offset, before, old in reversed(self.done):
+            try:
+                pwrite_all(handle, old, offset)
+                if os.fstat(handle).st_size > before:
+                    os.ftruncate(handle, before)
+            except OSError as err:
+                log.error("store: %s: a failed write could not be undone: %s", self.layout.path,
+                          err.strerror)
+        self.done.clear()
+
+
+def in_sync(component: LayoutComponent) -> bool:
+    """Whether a component holds the file's bytes: instantiated and not marked stale (a mirror
+    the scratch mount could not change is never read again, docs/mount.rst)."""
+    return component.instantiated and "stale" not in component.flags.split(",")
+
+
+def object_bytes(component: LayoutComponent, position: int, size: int) -> int:
+    """Bytes object ``position`` holds of a file of ``size`` bytes (its last byte + 1), in
+    constant time; object offsets grow with file offsets, so the object bytes of file bytes
+    ``[a, b)`` are ``[object_bytes(a), object_bytes(b))``."""
+    start = component.extent_start
+    end = size if component.extent_end is None else min(component.extent_end, size)
+    if end <= start:
+        return 0
+    stripe, round_size = component.stripe_size, component.stripe_size * component.stripe_count
+    for rnd in range((end - 1) // round_size, start // round_size - 1, -1):
+        lo = max(start, rnd * round_size + position * stripe)
+        hi = min(end, rnd * round_size + (position + 1) * stripe)
+        if hi > lo:
+            return component.object_offset(hi - 1) + 1
+    return 0
 
 
 def span(component: LayoutComponent, start: int, end: int) -> tuple[int, int]:

@@ -44,7 +44,15 @@ from ..sources import open_regular, space_errors
 from .mdt import REMOVED, Inode, MdtMixin
 from .mirrors import MirrorsMixin
 from .namespace import NamespaceMixin
-from .objects import ObjectsMixin, directory_bytes, fsync_dir, is_link, span, unlink_imported
+from .objects import (
+    ObjectsMixin,
+    ObjectWrite,
+    directory_bytes,
+    fsync_dir,
+    in_sync,
+    is_link,
+    unlink_imported,
+)
 from .placement import PLACEMENTS, PlacementMixin
 from .processes import process_owner
 from .rebuild import RebuildMixin
@@ -179,6 +187,7 @@ class LocalStripedStore(NamespaceMixin, MdtMixin, ObjectsMixin, RebuildMixin, Pl
             if dead.exists():
                 dead.rename(self._ost_dir(ost_index))
         log.info("store %s: OST %d restored", self.store_root, ost_index)
+        self._sweep_doomed(ost_index)
         self._collect_garbage()
 
     # -- files: create, put, import ------------------------------------------------------------
@@ -616,39 +625,37 @@ class LocalStripedStore(NamespaceMixin, MdtMixin, ObjectsMixin, RebuildMixin, Pl
 
     @staticmethod
     def _serving_component(layout: FileLayout, offset: int, healthy: set[int]) -> LayoutComponent:
-        """The component (of whichever mirror) whose stripe at ``offset`` is on a healthy OST."""
-        covering = [c for c in layout.components if c.covers(offset) and c.objects]
+        """The in-sync component (of whichever mirror) whose stripe at ``offset`` is on a
+        healthy OST; a stale mirror (one the scratch mount could not change) is never read."""
+        covering = [c for c in layout.components if c.covers(offset) and in_sync(c)]
         if not covering:
-            raise StorageError(f"{layout.path}: no component covers byte {offset}")
+            raise StorageError(f"{layout.path}: no in-sync component covers byte {offset}")
         for comp in covering:
             if comp.objects[comp.position_of(offset)].ost_index in healthy:
                 return comp
         return covering[0]
 
     def write(self, path: str, offset: int, data: bytes) -> None:
+        """Write ``data`` at ``offset`` to every in-sync mirror, all or nothing: an object that
+        cannot be reached, a piece that fails or a full file system changes no byte
+        (:class:`ObjectWrite`); the MDT inode grows last."""
         self._check_writable()
         if offset < 0:
             raise InputError(f"{path}: negative offset")
         with self._opened(path) as node:
             layout = node.layout
-            healthy = self._healthy()
-            spans = [(comp, lo, hi) for comp in layout.components
-                     for lo, hi in [span(comp, offset, offset + len(data))] if hi > lo]
-            # check every OST first, so that a failed one leaves nothing half-written
-            for comp, lo, hi in spans:
-                for piece in comp.pieces(lo, hi - lo):
-                    ost = comp.objects[piece.position].ost_index
-                    if ost not in healthy:
-                        raise TargetUnavailable(f"{layout.path}: OST {ost} is unavailable",
-                                                ost_index=ost, path=layout.path)
-            with space_errors(layout.path):
-                for comp, lo, hi in spans:
-                    self._write_range(comp, lo, data[lo - offset:hi - offset], layout.path)
-            with self.db.transaction():  # two writers growing a file: the larger size stays
-                now = os.fstat(node.fd)
-                if offset + len(data) > now.st_size:
-                    os.truncate(node.proc, offset + len(data))
-                os.utime(node.proc, ns=(now.st_atime_ns, time.time_ns()))
+            with ObjectWrite(self, layout, self._healthy()) as change, \
+                    space_errors(layout.path):
+                change.write(offset, data, node.size)
+                try:
+                    with self.db.transaction():  # two writers growing a file: the larger stays
+                        now = os.fstat(node.fd)
+                        if offset + len(data) > now.st_size:
+                            os.truncate(node.proc, offset + len(data))
+                        os.utime(node.proc, ns=(now.st_atime_ns, time.time_ns()))
+                except BaseException:
+                    change.undo()
+                    raise
 
     # -- extended attributes -------------------------------------------------------------------
     def set_xattr(self, path: str, name: str, value: bytes) -> None:
