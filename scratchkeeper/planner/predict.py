@@ -24,12 +24,14 @@ dispatch, the commit) is not in the model: ``staging.jit_margin`` covers it.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable
 from dataclasses import dataclass
 
 from ..config import SiteConfig
 from ..errors import ScratchkeeperError
 from ..state import StateStore
+from ..transfer.redirects import RedirectPolicy, follow_any
 from ..transfer.uri import UnknownScheme, parse_location
 from . import records
 from .sources import SourceAllowList
@@ -97,21 +99,31 @@ def source_client(uri: str) -> str:
         return ""
 
 
-def source_size(uri: str, config: SiteConfig, *, owner=None) -> tuple[int | None, str]:
+def source_size(uri: str, config: SiteConfig, *, owner=None,
+                redirects: RedirectPolicy | None = None) -> tuple[int | None, str]:
     """(size, "") of one source, asked of its server (GridFTP ``SIZE``, HTTP ``HEAD``) or
-    ``fstat`` of a local file opened with ``owner``'s rights; (None, why) when it cannot be."""
+    ``fstat`` of a local file opened with ``owner``'s rights; (None, why) when it cannot be.
+    ``redirects``: the HTTP redirect targets that may be followed (default: none)."""
     # here, not at the top: `stage commit` imports this module and never opens a source
     from ..transfer.ranged import open_ranged
 
     try:
         with open_ranged(uri, config.transfer, timeout=min(30.0, config.transfer.timeout),
-                         owner=owner) as reader:
+                         owner=owner, redirects=redirects) as reader:
             size = reader.size()
     except ScratchkeeperError as err:
         return None, str(err)
     if size is None:
         return None, f"{uri}: the server does not say its size"
     return int(size), ""
+
+
+def size_redirects(allowed: SourceAllowList | None) -> RedirectPolicy | None:
+    """Which redirects a size query follows: those ``allowed`` allows, when a root service asks
+    for a user; any, for a plain user asking as themselves; none, for root asking unchecked."""
+    if allowed is not None:
+        return allowed.why_endpoint_refused
+    return follow_any if os.geteuid() != 0 else None
 
 
 def host_model(store: StateStore | None, host: str, client: str,
@@ -146,7 +158,11 @@ def predict(sources: Iterable[tuple[str, bool]], store: StateStore | None, confi
 
     ``allowed``: a root service predicting for a user (the chain service) asks only the servers
     the site allows (``recovery.allowed_sources``) for a size, never a host because a user named
-    it; a local source is opened with ``owner``'s rights whatever the list says."""
+    it, and follows an HTTP redirect only to a server the list allows too; a local source is
+    opened with ``owner``'s rights whatever the list says. Without it the caller asks as
+    itself: a user follows redirects as their data job's curl would (at most five), root
+    follows none (no root path goes where nothing checked)."""
+    redirects = size_redirects(allowed)
     found: list[SourcePrediction] = []
     for uri, recursive in sources:
         host, client = source_host(uri), source_client(uri)
@@ -159,7 +175,7 @@ def predict(sources: Iterable[tuple[str, bool]], store: StateStore | None, confi
         if refused is not None:
             found.append(SourcePrediction(uri, host, None, f"size not asked: {refused}", client))
             continue
-        size, why = source_size(uri, config, owner=owner)
+        size, why = source_size(uri, config, owner=owner, redirects=redirects)
         found.append(SourcePrediction(uri, host, size, why, client))
     models = {(s.host, s.client): host_model(store, s.host, s.client, config)
               for s in found if s.client}

@@ -5,7 +5,9 @@ the chain service asks its server for a file's size before a just-in-time stage-
 reach a host because a user named it. Both ask :class:`SourceAllowList`: the site's list of
 ``scheme://host[:port]`` patterns (``*`` wildcards, ``file://`` for local files), or, when the
 list is empty, the endpoints root's ``stage commit`` recorded as used by the site's data jobs,
-trusted only while the state database is root's alone (docs/security.rst).
+trusted only while the state database is root's alone (docs/security.rst). An HTTP redirect is
+a new URL: both ask the list about each hop before it is followed
+(:meth:`SourceAllowList.why_endpoint_refused`, :mod:`scratchkeeper.transfer.redirects`).
 """
 
 from __future__ import annotations
@@ -50,22 +52,28 @@ class SourceAllowList:
 
     def why_refused(self, uri: str) -> str | None:
         """None when recovery may fetch ``uri``, else why not (one line)."""
+        why = self.why_endpoint_refused(uri)
+        return None if why is None else f"{short(uri)}: {why}"
+
+    def why_endpoint_refused(self, uri: str) -> str | None:
+        """:meth:`why_refused` without the URI in front: the policy a root reader asks about
+        each HTTP redirect target before it follows one (:mod:`scratchkeeper.transfer.redirects`),
+        the same check the first URL passed."""
         endpoint = source_endpoint(uri)
         if endpoint is None:
-            return f"{short(uri)}: not a source recovery can fetch from"
+            return "not a source recovery can fetch from"
         if self.patterns:
             if any(endpoint_matches(pattern, endpoint) for pattern in self.patterns):
                 return None
-            return (f"{short(uri)}: {endpoint} is not in recovery.allowed_sources; refusing "
-                    "to fetch from it")
+            return f"{endpoint} is not in recovery.allowed_sources; refusing to fetch from it"
         if self.store is None or not root_only(self.store.path):
-            return (f"{short(uri)}: recovery.allowed_sources is empty and no state database "
-                    "only root can write records where the site's data jobs staged from; "
-                    "refusing to fetch from it (set recovery.allowed_sources)")
+            return ("recovery.allowed_sources is empty and no state database only root can "
+                    "write records where the site's data jobs staged from; refusing to fetch "
+                    "from it (set recovery.allowed_sources)")
         if self._used(endpoint):
             return None
-        return (f"{short(uri)}: no data job of the site staged from {endpoint} "
-                "(recovery.allowed_sources is empty); refusing to fetch from it")
+        return (f"no data job of the site staged from {endpoint} (recovery.allowed_sources is "
+                "empty); refusing to fetch from it")
 
     def _used(self, endpoint: str) -> bool:
         with self._lock:

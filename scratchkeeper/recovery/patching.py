@@ -170,13 +170,15 @@ class PatchingMixin:
 
     def _open_reader(self, uri: str, owner: Owner | None = None) -> RangedReader:
         # every connection recovery opens comes through here (ReaderPool.take asks for a new
-        # reader before it reuses an idle one): no source outside the allow-list is reached
+        # reader before it reuses an idle one): no source outside the allow-list is reached,
+        # and an HTTP redirect is followed only to a URL the same list allows
         why = self.policy.why_refused(uri)
         if why is not None:
             raise TransferError(why, permanent=True)
         return open_ranged(uri, self.config.transfer, ftp_method=self.config.recovery.ftp_method,
                            spool_dir=self.backend.scratch_root,
-                           range_checksum=self.config.recovery.range_checksum, owner=owner)
+                           range_checksum=self.config.recovery.range_checksum, owner=owner,
+                           redirects=self.policy.why_endpoint_refused)
 
     def _patch(self, rebuild: Rebuild, layout: FileLayout, hints: FileHints,
                truly_lost: list[Extent], outcome: Outcome,

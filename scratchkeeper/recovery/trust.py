@@ -10,7 +10,9 @@ them, and says in one log line (per file, per hour, and at most :data:`LOG_BUDGE
 minute in all) when they differ from the record.
 
 Every source also has to pass the site's allow-list (``recovery.allowed_sources``; empty: the
-endpoints the site's data jobs staged from, as ``stage commit`` recorded them).
+endpoints the site's data jobs staged from, as ``stage commit`` recorded them), and so does
+every HTTP redirect a source answers with, before it is followed
+(:meth:`SourcePolicy.why_endpoint_refused`, passed to the readers).
 """
 
 from __future__ import annotations

@@ -83,10 +83,18 @@ def curl_argv(config: TransferConfig) -> list[str]:
     return [config.curl, "--disable"]
 
 
-def curl_url_options(config: TransferConfig) -> list[str]:
+def curl_url_options(config: TransferConfig, *, follow: bool) -> list[str]:
     """The options of each URL of a curl command (repeated after every ``--next``, which
-    resets them); ``--globoff`` after the site's options, so none of them turns it off."""
-    return ["--fail", "--silent", "--show-error", "--location", *config.curl_options,
+    resets them); ``--globoff`` after the site's options, so none of them turns it off.
+
+    ``follow``: a data job, which runs as its user, follows redirects as curl does for that
+    user (``--location``). A root path (recoveryd's ranged reads, the chain service's size
+    query) passes False: ``--no-location`` comes after the site's options, so no ``-L`` there
+    makes curl follow a Location its caller has not checked (:mod:`.redirects`)."""
+    if follow:
+        return ["--fail", "--silent", "--show-error", "--location", *config.curl_options,
+                "--globoff"]
+    return ["--fail", "--silent", "--show-error", *config.curl_options, "--no-location",
             "--globoff"]
 
 
@@ -147,7 +155,8 @@ def client_command(source: Location, destination: Location, *, recursive: bool,
             raise UnsupportedTransfer(f"{remote.scheme}:// cannot move a directory; "
                                       "stage its files one by one or use gsiftp://")
         url = http_url(remote)
-        argv = [*curl_argv(config), *curl_url_options(config)]
+        # a data job runs as its user: it follows redirects as that user's curl would
+        argv = [*curl_argv(config), *curl_url_options(config, follow=True)]
         if pulling:
             argv += ["--create-dirs", "--output", local_path, "--url", url]
         else:

@@ -15,6 +15,8 @@ One reader per source URI, chosen by scheme:
 * ``http(s)://``: ``curl -r A-B`` with ``--next`` between ranges, so one process and one
   kept-alive connection serve a whole batch; each answer must be ``206 Partial Content``. The
   planner's curl options apply (``--globoff``: a ``{a,b}`` or ``[1-9]`` is part of the name).
+  curl follows no redirect: a 3xx is followed by the reader only where its caller's policy
+  allows the target, each hop checked (:mod:`.redirects`), else it is an error.
 * ``file://`` and plain paths: ``pread``, the file opened with its owner's rights when the
   caller acts for a user (:class:`PosixRangedReader`).
 
@@ -47,6 +49,7 @@ from .classify import is_permanent
 from .clients import ExpandedName, curl_argv, curl_url_options, file_url, globus_url, http_url
 from .gridftp import EretRangedReader
 from .reader import RangeData, RangedReader, RangeFailed, one_line
+from .redirects import RedirectPolicy, is_redirect, next_hop
 from .uri import Location, UnknownScheme, parse_location
 
 log = logging.getLogger(__name__)
@@ -54,13 +57,16 @@ log = logging.getLogger(__name__)
 
 def open_ranged(uri: str, config: TransferConfig, *, ftp_method: str = "eret",
                 timeout: float | None = None, spool_dir: str | None = None,
-                range_checksum: str = "ADLER32", owner: Owner | None = None) -> RangedReader:
+                range_checksum: str = "ADLER32", owner: Owner | None = None,
+                redirects: RedirectPolicy | None = None) -> RangedReader:
     """The ranged reader for ``uri`` (no connection is made until the first request).
 
     ``spool_dir`` is where globus-url-copy may write its partial files (recovery passes the
     scratch root, so it never writes outside it); default: the system's temporary directory.
     ``owner``: a local source (``file://``, a path) is opened with this user's rights (see
-    :class:`PosixRangedReader`); default: this process's.
+    :class:`PosixRangedReader`); default: this process's. ``redirects``: which HTTP redirect
+    targets may be followed (:mod:`.redirects`; root passes the allow-list that checked
+    ``uri``); default: none, a 3xx answer is an error naming where it pointed.
     """
     try:
         location = parse_location(uri)
@@ -72,7 +78,7 @@ def open_ranged(uri: str, config: TransferConfig, *, ftp_method: str = "eret",
     if location.scheme in ("file", "path"):
         return PosixRangedReader(location, timeout=limit, owner=owner)
     if location.scheme in ("http", "https"):
-        return CurlRangedReader(location, timeout=limit, config=config)
+        return CurlRangedReader(location, timeout=limit, config=config, redirects=redirects)
     if location.scheme == "ftp" and ftp_method in ("eret", "eret-per-range"):
         return EretRangedReader(location, timeout=limit, range_checksum=range_checksum,
                                 many_ranges=ftp_method == "eret")
@@ -164,31 +170,46 @@ _UNREADABLE = frozenset({errno.ENOENT, errno.EACCES, errno.EPERM, errno.ENOTDIR,
 
 
 # -- http(s):// --------------------------------------------------------------------------------
-_WRITE_OUT = "%{stderr}sk-range %{http_code} %{size_download}\\n"
-_WRITE_OUT_RE = re.compile(r"^sk-range (\d{3}) (\d+)$", re.MULTILINE)
+_WRITE_OUT = "%{stderr}sk-range %{http_code} %{size_download} %{redirect_url}\\n"
+_WRITE_OUT_RE = re.compile(r"^sk-range (\d{3}) (\d+) ?(.*)$", re.MULTILINE)
 
 
 class CurlRangedReader(RangedReader):
-    """``curl -r`` per range, ``--next`` between them: one process and connection per batch."""
+    """``curl -r`` per range, ``--next`` between them: one process and connection per batch.
+
+    curl follows no redirect here: a 3xx answer's target is followed by the reader, each hop
+    checked by ``redirects`` first (:mod:`.redirects`; None: a 3xx is an error)."""
 
     client = "curl"
 
-    def __init__(self, location: Location, *, timeout: float, config: TransferConfig):
+    def __init__(self, location: Location, *, timeout: float, config: TransferConfig,
+                 redirects: RedirectPolicy | None = None):
         super().__init__(location, timeout=timeout)
         self.config = config
+        self.redirects = redirects
 
     def _per_url(self) -> list[str]:
-        # the planner's curl options (--globoff...): the URL is fetched as the name it is
-        return curl_url_options(self.config)
+        # the planner's curl options (--globoff...): the URL is fetched as the name it is;
+        # --no-location after the site's: where a 3xx points is checked here, not followed
+        return curl_url_options(self.config, follow=False)
 
     def size(self) -> int:
-        argv = [*curl_argv(self.config), *self._per_url(), "--head", "--url",
-                http_url(self.location)]
-        result = self._run(argv, text=True)
-        lengths = re.findall(r"^content-length:\s*(\d+)", result.stdout, re.IGNORECASE | re.MULTILINE)
-        if not lengths:
-            raise TransferError(f"{self.uri}: the server does not say the file's size")
-        return int(lengths[-1])
+        url, hops = http_url(self.location), 0
+        while True:  # next_hop ends it past MAX_REDIRECTS
+            argv = [*curl_argv(self.config), *self._per_url(), "--head", "--write-out",
+                    _WRITE_OUT, "--url", url]
+            result = self._run(argv, text=True)
+            answer = _WRITE_OUT_RE.search(result.stderr)
+            if answer is not None and is_redirect(answer.group(1)):
+                url = next_hop(self.uri, url, answer.group(1), answer.group(3).strip(),
+                               self.redirects, hops)
+                hops += 1
+                continue
+            lengths = re.findall(r"^content-length:\s*(\d+)", result.stdout,
+                                 re.IGNORECASE | re.MULTILINE)
+            if not lengths:
+                raise TransferError(f"{self.uri}: the server does not say the file's size")
+            return int(lengths[-1])
 
     def _run(self, argv: list[str], *, text: bool):
         try:
@@ -206,31 +227,52 @@ class CurlRangedReader(RangedReader):
 
     def _fetch(self, extents: Sequence[Extent], *, server_checksums: bool = True,
                buffers: BufferPool | None = None) -> Iterator[RangeData]:
+        # each range follows its own redirects (a server may send each request elsewhere)
+        pending = [(extent, http_url(self.location)) for extent in extents]
+        hops = 0
+        while pending:  # next_hop ends it past MAX_REDIRECTS
+            moved = []
+            for extent, url, code, target, data in self._batch(pending):
+                if is_redirect(code):
+                    moved.append((extent, next_hop(self.uri, url, code, target, self.redirects,
+                                                   hops)))
+                    continue
+                if code != "206":
+                    # a 200 is the whole file: the server ignores Range and cannot patch
+                    raise TransferError(f"{self.uri}: HTTP {code} to a Range request; the "
+                                        "server does not serve byte ranges", permanent=True)
+                if len(data) != extent.length:
+                    raise TransferError(f"{self.uri}: asked bytes {extent.offset}+"
+                                        f"{extent.length}, got {len(data)} (source shorter "
+                                        "than recorded?)", permanent=len(data) < extent.length)
+                yield RangeData(extent, bytes(data))
+            pending, hops = moved, hops + 1
+
+    def _batch(self, pending: list[tuple[Extent, str]]
+               ) -> list[tuple[Extent, str, str, str, memoryview]]:
+        """One curl run for ``pending`` (range, URL) pairs: per pair, its URL, the answer's
+        status, where a 3xx points ("" if nowhere) and the body."""
         argv = curl_argv(self.config)
-        url = http_url(self.location)
-        for index, extent in enumerate(extents):
+        for index, (extent, url) in enumerate(pending):
             if index:
                 argv.append("--next")
             argv += [*self._per_url(), "--range", f"{extent.offset}-{extent.end - 1}",
                      "--write-out", _WRITE_OUT, "--url", url]
         result = self._run(argv, text=False)
         answers = _WRITE_OUT_RE.findall(result.stderr.decode(errors="replace"))
-        if len(answers) != len(extents):
-            raise TransferError(f"{self.uri}: curl answered {len(answers)} of {len(extents)} "
+        if len(answers) != len(pending):
+            raise TransferError(f"{self.uri}: curl answered {len(answers)} of {len(pending)} "
                                 "ranges")
         body = memoryview(result.stdout)
-        position = 0
-        for extent, (code, size) in zip(extents, answers):
-            if code != "206":
-                # a 200 is the whole file: the server ignores Range and cannot patch
-                raise TransferError(f"{self.uri}: HTTP {code} to a Range request; the server "
-                                    "does not serve byte ranges", permanent=True)
-            if int(size) != extent.length:
-                raise TransferError(f"{self.uri}: asked bytes {extent.offset}+{extent.length}, "
-                                    f"got {size} (source shorter than recorded?)",
-                                    permanent=int(size) < extent.length)
-            yield RangeData(extent, bytes(body[position:position + extent.length]))
-            position += extent.length
+        found, position = [], 0
+        for (extent, url), (code, size, target) in zip(pending, answers):
+            # a 3xx answer's body is on stdout too: every answer is cut at its own size
+            found.append((extent, url, code, target.strip(), body[position:position + int(size)]))
+            position += int(size)
+        if position != len(body):
+            raise TransferError(f"{self.uri}: curl wrote {len(body)} bytes for answers of "
+                                f"{position}")
+        return found
 
 
 # -- gsiftp:// (and ftp://) through globus-url-copy --------------------------------------------

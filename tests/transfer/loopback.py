@@ -3,7 +3,10 @@
 * :class:`HttpServer`: GET (with one ``Range``), HEAD and PUT on a folder, in a thread; a GET
   under ``/echo/`` answers ``echo:<the path asked>`` whatever the path (so a client that asks
   for another path than the one named is seen, and still gets a file to write somewhere); a
-  path in ``forbidden`` answers 403, one in ``gone`` 410.
+  path in ``forbidden`` answers 403, one in ``gone`` 410, one in ``redirects`` 302 with that
+  ``Location`` (and a short body, as servers send).
+* :class:`Listener`: a TCP port that counts the connections made to it and answers nothing
+  (where a client must never go).
 * :class:`GridFtpServer`: ``globus-gridftp-server`` serving one folder read-write, anonymous
   sessions as ``nobody``, in its own session (killed with its forked children).
 """
@@ -34,6 +37,7 @@ class HttpServer:
         self.requests: list[tuple[str, str]] = []
         self.forbidden: set[str] = set()  # raw paths answered 403 Forbidden
         self.gone: set[str] = set()       # raw paths answered 410 Gone
+        self.redirects: dict[str, str] = {}  # raw path -> Location, answered 302 Found
         server = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -57,6 +61,16 @@ class HttpServer:
                 return target.read_bytes()
 
             def _answer(self, head_only: bool) -> None:
+                if self.path in server.redirects:
+                    server.requests.append((self.command, self.path))
+                    moved = b"moved\n"
+                    self.send_response(302)
+                    self.send_header("Location", server.redirects[self.path])
+                    self.send_header("Content-Length", str(len(moved)))
+                    self.end_headers()
+                    if not head_only:
+                        self.wfile.write(moved)
+                    return
                 for paths, status in ((server.forbidden, 403), (server.gone, 410)):
                     if self.path in paths:
                         server.requests.append((self.command, self.path))
@@ -101,7 +115,9 @@ class HttpServer:
 
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.port = self.httpd.server_address[1]
-        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+        # a short poll: stop() waits for it (the default half second, twice per test)
+        self.thread = threading.Thread(target=self.httpd.serve_forever, args=(0.05,),
+                                       daemon=True)
 
     @property
     def url(self) -> str:
@@ -114,6 +130,37 @@ class HttpServer:
         self.httpd.shutdown()
         self.httpd.server_close()
         self.thread.join(timeout=10)
+
+
+class Listener:
+    """A TCP port on loopback that counts the connections made to it and hangs up at once."""
+
+    def __init__(self, host: str = "127.0.0.1", port: int = 0):
+        self.sock = socket.create_server((host, port))
+        self.sock.settimeout(0.2)
+        self.host = host
+        self.port = self.sock.getsockname()[1]
+        self.connections = 0
+        self.stopped = threading.Event()
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+        self.thread.start()
+
+    def _serve(self) -> None:
+        while not self.stopped.is_set():
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                continue
+            self.connections += 1
+            conn.close()
+
+    def url(self, path: str = "/") -> str:
+        return f"http://{self.host}:{self.port}{path}"
+
+    def stop(self) -> None:
+        self.stopped.set()
+        self.thread.join(timeout=5)
+        self.sock.close()
 
 
 def GridFtpServer(folder: Path, workdir: Path) -> PrivateGridFtp:
