@@ -10,6 +10,11 @@ first started and finished, and a running one's progress (``bytes_done`` of ``by
 the bytes its rebuild must patch), which the patching worker writes at most once every
 :data:`PROGRESS_INTERVAL` seconds (:class:`ProgressRecorder`). A resumed rebuild counts the bytes
 patched before the restart as done, so its progress goes on from where the journal left it.
+
+What one user's requests cost here is bounded (issue 39): a user has at most a number of
+requests queued or running (:func:`enqueue_many`'s ``pending_limit``), workers take users in
+turn (:func:`claim_next`), and finished requests are removed after a retention and beyond a
+number per user (:func:`prune`).
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ import time
 
 from ..errors import StateError
 from ..state import StateStore
+from .client import ServiceBusy
 
 log = logging.getLogger(__name__)
 
@@ -62,6 +68,11 @@ MIGRATIONS = [
     ALTER TABLE recovery_requests ADD COLUMN bytes_total INTEGER;
     ALTER TABLE recovery_requests ADD COLUMN progress_at REAL;
     UPDATE recovery_requests SET finished = updated WHERE state IN ('done', 'failed');
+    """,
+    # each user's requests by state: the workers' turn between users, a user's pending count
+    # and the pruning of a user's oldest finished ones
+    """
+    CREATE INDEX recovery_requests_by_uid ON recovery_requests(state, requested_by, request_id);
     """,
 ]
 
@@ -112,13 +123,20 @@ def enqueue(store: StateStore, path: str, *, reported_osts: list[int], requested
 
 
 def enqueue_many(store: StateStore, files: list[tuple[str, list[int]]], *, requested_by: int,
-                 origin: str) -> list[tuple[int, bool]]:
+                 origin: str, pending_limit: int | None = None) -> list[tuple[int, bool]]:
     """:func:`enqueue` for each (path, reported OSTs), in one transaction: the files of one OST
     failure are queued together, so that the workers waiting for them find them all at once
-    (and recover them together) rather than the first ones alone."""
+    (and recover them together) rather than the first ones alone.
+
+    ``pending_limit``: the most active requests ``requested_by`` may have; a new one beyond is
+    refused (:class:`~.client.ServiceBusy`, nothing recorded), a request joined costs nothing.
+    """
     now = time.time()
     out = []
     with store.transaction() as conn:
+        pending = None if pending_limit is None else conn.execute(
+            "SELECT COUNT(*) FROM recovery_requests WHERE state IN (?, ?) AND requested_by = ?",
+            (*ACTIVE, requested_by)).fetchone()[0]
         for path, reported_osts in files:
             row = conn.execute("SELECT request_id, reported_osts FROM recovery_requests "
                                "WHERE path = ? AND state IN (?, ?) ORDER BY request_id LIMIT 1",
@@ -129,6 +147,12 @@ def enqueue_many(store: StateStore, files: list[tuple[str, list[int]]], *, reque
                              "WHERE request_id = ?", (json.dumps(merged), now, row["request_id"]))
                 out.append((row["request_id"], False))
                 continue
+            if pending is not None:
+                if pending >= pending_limit:
+                    raise ServiceBusy(f"uid {requested_by} has {pending} recovery requests "
+                                      f"queued or running (at most {pending_limit}); try again "
+                                      "once some have ended")
+                pending += 1
             cursor = conn.execute(
                 "INSERT INTO recovery_requests(path, reported_osts, requested_by, origin, state, "
                 "created, updated) VALUES (?, ?, ?, ?, ?, ?, ?)",
@@ -141,18 +165,40 @@ def enqueue_many(store: StateStore, files: list[tuple[str, list[int]]], *, reque
     return out
 
 
-def claim_next(store: StateStore, worker: str):
-    """Take the oldest queued request for this worker (None when there is none)."""
+#: the queued request a free worker takes: that of the user (``requested_by``) with the fewest
+#: requests running, the oldest of theirs; among users with as many running, the one whose
+#: oldest request waited longest. So one user's thousand queued requests take turns with
+#: another's one instead of coming first (first come, first served was issue 39's finding)
+_NEXT_BY_TURN = """
+    WITH waiting AS (SELECT requested_by, MIN(request_id) AS first FROM recovery_requests
+                     WHERE state = :queued GROUP BY requested_by),
+         busy AS (SELECT requested_by, COUNT(*) AS running FROM recovery_requests
+                  WHERE state = :running GROUP BY requested_by)
+    SELECT waiting.first FROM waiting LEFT JOIN busy USING (requested_by)
+    WHERE :cap IS NULL OR waiting.requested_by = 0 OR COALESCE(busy.running, 0) < :cap
+    ORDER BY COALESCE(busy.running, 0), waiting.first LIMIT 1
+"""
+
+
+def claim_next(store: StateStore, worker: str, *, running_per_uid: int | None = None):
+    """Take the next queued request for this worker, users served in turn (None when there
+    is none). ``running_per_uid``: a user (not root) with that many requests running gets no
+    other until one ends, whatever they have queued."""
+    # every change wakes every idle worker: a read (no lock) first, so that those with nothing
+    # to take do not each queue for the write lock
+    if not store.query("SELECT 1 FROM recovery_requests WHERE state = ? LIMIT 1", (QUEUED,)):
+        return None
     with store.transaction() as conn:
-        row = conn.execute("SELECT * FROM recovery_requests WHERE state = ? "
-                           "ORDER BY request_id LIMIT 1", (QUEUED,)).fetchone()
+        row = conn.execute(_NEXT_BY_TURN, {"queued": QUEUED, "running": RUNNING,
+                                           "cap": running_per_uid}).fetchone()
         if row is None:
             return None
+        request_id = row[0]
         now = time.time()
         conn.execute("UPDATE recovery_requests SET state = ?, worker = ?, updated = ?, "
                      "started = COALESCE(started, ?) WHERE request_id = ?",
-                     (RUNNING, worker, now, now, row["request_id"]))
-    return request(store, row["request_id"])
+                     (RUNNING, worker, now, now, request_id))
+    return request(store, request_id)
 
 
 def claim(store: StateStore, request_id: int, worker: str) -> bool:
@@ -298,6 +344,37 @@ def recent_requests(store: StateStore, requested_by: int | None, limit: int = 50
                            (limit,))
     return store.query("SELECT * FROM recovery_requests WHERE requested_by = ? "
                        "ORDER BY request_id DESC LIMIT ?", (requested_by, limit))
+
+
+def prune(store: StateStore, *, before: float, kept_per_uid: int, limit: int) -> int:
+    """Remove finished requests that ended before ``before`` and each user's oldest beyond
+    their newest ``kept_per_uid`` finished ones, at most ``limit`` rows in all (the rest go at
+    the next call), and the ``whole`` file states no request names any more; the requests
+    removed. Active requests and ``lost`` file states (the periodic check's reason to leave a
+    file alone) stay."""
+    removed = 0
+    with store.transaction() as conn:
+        removed += conn.execute(
+            "DELETE FROM recovery_requests WHERE request_id IN (SELECT request_id FROM "
+            "recovery_requests WHERE state IN (?, ?) AND COALESCE(finished, updated) < ? "
+            "ORDER BY request_id LIMIT ?)", (DONE, FAILED, before, limit)).rowcount
+        crowded = conn.execute(
+            "SELECT requested_by FROM recovery_requests WHERE state IN (?, ?) "
+            "GROUP BY requested_by HAVING COUNT(*) > ?", (DONE, FAILED, kept_per_uid)).fetchall()
+        for (uid,) in crowded:
+            if removed >= limit:
+                break
+            removed += conn.execute(
+                "DELETE FROM recovery_requests WHERE request_id IN (SELECT request_id FROM "
+                "recovery_requests WHERE state IN (?, ?) AND requested_by = ? AND request_id "
+                "<= (SELECT request_id FROM recovery_requests WHERE state IN (?, ?) AND "
+                "requested_by = ? ORDER BY request_id DESC LIMIT 1 OFFSET ?) "
+                "ORDER BY request_id LIMIT ?)",
+                (DONE, FAILED, uid, DONE, FAILED, uid, kept_per_uid, limit - removed)).rowcount
+        conn.execute("DELETE FROM recovery_files WHERE rowid IN (SELECT f.rowid FROM "
+                     "recovery_files f WHERE f.state = ? AND NOT EXISTS (SELECT 1 FROM "
+                     "recovery_requests r WHERE r.path = f.path) LIMIT ?)", (WHOLE, limit))
+    return removed
 
 
 def request_counts(store: StateStore) -> list[tuple[str, int]]:

@@ -12,6 +12,11 @@ it is read, at every read. The mount writes one CLOSE record per file for as lon
 it wrote it to is the current one (docs/mount.rst "Bounded logs"), and a reader that moved
 that log away before reading it sees each of its files as it is *after* every close the mount
 left out; the next close of such a file goes to the new log.
+
+Both logs are written as root on behalf of users: by the mount (``mount/native/logs.c``) and,
+for ``reads.log``, by recoveryd's ``reads`` request (a reader's reads that did not go through the
+mount). Every append goes through a bounded writer with the same rules, the C one in the mount
+and :class:`BoundedLog` here, which is the only way this package appends to them.
 """
 
 from __future__ import annotations
@@ -20,7 +25,10 @@ import logging
 import os
 import re
 import stat
+import threading
+import time as _time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Generic, TypeVar
 from urllib.parse import unquote_to_bytes
@@ -46,19 +54,133 @@ def encode_path(path: str) -> str:
                    for b in path.encode("utf-8", "surrogateescape"))
 
 
-def append_reads(store_root: str | os.PathLike, *, time: float, object_id: int, uid: int,
-                 reads: int, nbytes: int, path: str) -> None:
-    """Append one READS record to ``store_root/reads.log`` as the mount does: one ``write`` to
-    the ``O_APPEND`` file, never through a symbolic link."""
-    line = (f"READS {time:.9f} {object_id} {uid} {reads} {nbytes} "
+#: a user's records take at most 1/LOG_SHARES of a log's cap (per generation and writer)
+LOG_SHARES = 16
+#: users counted per log; a record of one more is dropped (counted as beyond its share)
+LOG_MAX_USERS = 4096
+#: seconds between two log lines about dropped records
+WARN_EVERY = 60.0
+#: why a record was not written, as the mount's counters name it
+DROP_CAUSES = ("cap", "share", "space")
+
+
+@dataclass
+class _LogUser:
+    bytes: int = 0     # in this generation
+    records: int = 0   # in this generation
+    dropped: int = 0   # since the writer started
+
+
+class BoundedLog:
+    """Appends records to ``store_root/name`` as the mount's bounded writer does (logs.c): a
+    record is dropped when it would take the log past ``cap`` bytes, take its user past
+    ``cap / LOG_SHARES`` bytes of this generation of the log, or leave less than ``cap`` bytes
+    free for users on the store's file system; drops are counted per cause and per user and
+    said in one log line a minute at most.
+
+    A *generation* is one file (device, inode): the reader moves the log aside and the next
+    append, which opens the log anew, starts a new one with every user's share unspent. The
+    counts are this writer's (the mount counts its own records), so a user's records in one
+    generation take at most one share through each writer. Safe to share across threads.
+    """
+
+    def __init__(self, store_root: str | os.PathLike, name: str, cap: int, *,
+                 clock: Callable[[], float] = _time.monotonic):
+        self.path = Path(store_root) / name
+        self.name, self.cap, self.share = name, cap, cap // LOG_SHARES
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._generation: tuple[int, int] | None = None
+        self.generations = 0
+        self.size = 0
+        self.written = 0
+        self.dropped = dict.fromkeys(DROP_CAUSES, 0)
+        self._users: dict[int, _LogUser] = {}
+        self._unwarned, self._warned, self._last_dropped = 0, float("-inf"), -1
+
+    def append(self, uid: int, record: bytes) -> str | None:
+        """Write ``record`` (one line) for ``uid``: None when written, else why it was dropped
+        (one of :data:`DROP_CAUSES`). One ``write`` to the ``O_APPEND`` file, never through a
+        link nor to anything but a regular file."""
+        with self._lock:
+            try:   # O_NONBLOCK: a FIFO put in its place is never waited on (refused below)
+                fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW
+                             | os.O_NONBLOCK | os.O_CLOEXEC, 0o600)
+            except OSError as err:
+                raise ScratchkeeperError(f"{self.path}: {err.strerror}") from None
+            try:
+                info, space = os.fstat(fd), os.fstatvfs(fd)
+                if not stat.S_ISREG(info.st_mode):
+                    raise ScratchkeeperError(f"{self.path}: not a regular file")
+                self._follow(info)
+                avail = space.f_bavail * space.f_frsize
+                cause = self._admit(uid, len(record), info.st_size, avail)
+                if cause is None:
+                    if os.write(fd, record) != len(record):
+                        raise ScratchkeeperError(f"{self.path}: short write")
+                    user = self._users[uid]
+                    user.bytes += len(record)
+                    user.records += 1
+                    self.written += 1
+                    self.size = info.st_size + len(record)
+                else:
+                    self.size = info.st_size
+                self._warn()
+                return cause
+            finally:
+                os.close(fd)
+
+    def _follow(self, info: os.stat_result) -> None:
+        """A log file other than the last one (moved aside by its reader): a new generation."""
+        identity = (info.st_dev, info.st_ino)
+        if identity == self._generation:
+            return
+        self._generation = identity
+        self.generations += 1
+        for user in self._users.values():
+            user.bytes = user.records = 0
+
+    def _admit(self, uid: int, length: int, size: int, avail: int) -> str | None:
+        user = self._users.get(uid)
+        if user is None and len(self._users) < LOG_MAX_USERS:
+            user = self._users[uid] = _LogUser()
+        cause = ("cap" if size + length > self.cap
+                 else "share" if user is None or user.bytes + length > self.share
+                 else "space" if avail < self.cap + length
+                 else None)
+        if cause is not None:
+            self.dropped[cause] += 1
+            if user is not None:
+                user.dropped += 1
+            self._unwarned += 1
+            self._last_dropped = uid
+        return cause
+
+    def _warn(self) -> None:
+        now = self._clock()
+        if not self._unwarned or now - self._warned < WARN_EVERY:
+            return
+        log.warning("%s: %d record(s) dropped (the log holds at most %d bytes, a user's records "
+                    "%d; last dropped: uid %d)", self.path, self._unwarned, self.cap, self.share,
+                    self._last_dropped)
+        self._unwarned, self._warned = 0, now
+
+    def stats(self, caller: int) -> dict:
+        """The counters as the mount's ``user.scratchkeeper.logs`` gives one log's: ``caller``
+        (a uid) sees their own line of ``users`` only, root every line."""
+        with self._lock:
+            users = {str(uid): {"bytes": u.bytes, "records": u.records, "dropped": u.dropped}
+                     for uid, u in self._users.items() if caller in (0, uid)}
+            return {"cap": self.cap, "share": self.share, "generation": self.generations,
+                    "size": self.size, "written": self.written, "coalesced": 0,
+                    "dropped": dict(self.dropped), "users": users}
+
+
+def reads_record(*, time: float, object_id: int, uid: int, reads: int, nbytes: int,
+                 path: str) -> bytes:
+    """One READS record as the mount writes it (docs/mount.rst "Read records")."""
+    return (f"READS {time:.9f} {object_id} {uid} {reads} {nbytes} "
             f"{encode_path(path)}\n").encode("ascii")
-    fd = os.open(Path(store_root) / READ_LOG,
-                 os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-    try:
-        if os.write(fd, line) != len(line):
-            raise ScratchkeeperError(f"{store_root}/{READ_LOG}: short write")
-    finally:
-        os.close(fd)
 
 
 def decode_path(field: bytes) -> str:

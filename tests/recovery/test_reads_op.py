@@ -11,6 +11,7 @@ from scratchkeeper.recovery.client import RecoveryClient
 from scratchkeeper.recovery.reader import RecoveringReader
 from scratchkeeper.recovery.service import RecoveryService
 from scratchkeeper.tiering.reads import parse_reads
+from user_runtime import plain_user
 
 from .conftest import NOBODY, NoQueue, run_as, stage, write_site
 
@@ -64,3 +65,49 @@ def test_a_reader_without_recoveryd_still_reads(site_dir):
                                                            connect_timeout=0.2), path,
                               count_reads=True)
     assert reader.read() == b"x" * 5000
+
+
+def test_a_users_reads_take_at_most_their_share_of_the_log_and_others_still_count(site_dir):
+    """The 'reads' path goes through the bounded writer the mount uses (issue 39: 24,000
+    requests of one user grew reads.log by 73.6 MB): here a 16 KiB cap, 1 KiB per user."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root to connect as other users")
+    # the requests' own bound out of the way: this is the log's
+    site = write_site(site_dir, ost_count=4, extra="[mount]\nlog_max_bytes = 16384\n"
+                      "[recovery]\nrequest_burst = 1000")
+    running = RecoveryService(site.config, scheduler=NoQueue())
+    running.start()
+    try:
+        backend = site.backend
+        socket_path = site.config.recovery.socket
+        mine = stage(backend, "nobody.dat", b"n" * 1000, "file:///dev/null", stripe_count=1,
+                     owner=(NOBODY, NOBODY))
+        plain_uid, plain_gid = plain_user()
+        theirs = stage(backend, "plain.dat", b"p" * 1000, "file:///dev/null", stripe_count=1,
+                       owner=(plain_uid, plain_gid))
+
+        def flood():
+            client = RecoveryClient(socket_path)
+            replies = [client.reads(mine, 1, 1000) for _ in range(200)]
+            return {"recorded": sum(r["recorded"] for r in replies),
+                    "dropped": sorted({r.get("dropped") for r in replies} - {None}),
+                    "logs": client.logs()}
+
+        answer = run_as(NOBODY, flood)
+        assert answer["ok"], answer
+        flooded = answer["value"]
+        log = site.root / "store" / "reads.log"
+        assert log.stat().st_size <= 1024
+        assert 0 < flooded["recorded"] < 200 and flooded["dropped"] == ["share"]
+        counters = flooded["logs"]["reads.log"]
+        assert counters["share"] == 1024 and counters["dropped"]["share"] == \
+            200 - flooded["recorded"]
+        assert list(counters["users"]) == [str(NOBODY)]  # a user sees their own line
+        assert counters["users"][str(NOBODY)]["dropped"] == 200 - flooded["recorded"]
+        other = run_as(plain_uid, lambda: RecoveryClient(socket_path).reads(theirs, 3, 1000))
+        assert other == {"ok": True, "value": {"recorded": True, "ok": True}}, other
+        assert records(site)[-1].uid == plain_uid
+        assert set(RecoveryClient(socket_path).logs()["reads.log"]["users"]) == \
+            {str(NOBODY), str(plain_uid)}
+    finally:
+        running.shutdown()

@@ -3,6 +3,7 @@ malformed requests (a private site, no cluster needed; the clients run as other 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import os
@@ -30,6 +31,11 @@ def service(site_dir):
     running.start()
     yield running
     running.shutdown()
+
+
+def _limit(service: RecoveryService, **limits) -> None:
+    """Set bounds of the running service's admission (recovery.request_threads, ...)."""
+    service.admission.limits = dataclasses.replace(service.admission.limits, **limits)
 
 
 def _connect(path: str) -> socket.socket:
@@ -99,7 +105,7 @@ def _release(pid: int, release: int) -> None:
 def test_one_uid_gets_at_most_its_share_of_connections_and_others_are_still_served(
         service, caplog):
     caplog.set_level(logging.WARNING, logger="scratchkeeper.recovery.service")
-    service.connections_per_uid = 3
+    _limit(service, connections_per_uid=3)
     socket_path = service.config.recovery.socket
     plain_uid, plain_gid = plain_user()
     backend = service.backend
@@ -114,22 +120,22 @@ def test_one_uid_gets_at_most_its_share_of_connections_and_others_are_still_serv
         # another uid is served meanwhile
         answer = run_as(plain_uid, lambda: RecoveryClient(socket_path).status(path))
         assert answer["ok"] and answer["value"]["whole"] is True, answer
-        assert service._connections.get(NOBODY) == 3
+        assert service.admission.in_flight().get(NOBODY) == 3
     finally:
         _release(pid, release)
     refusals = [r.getMessage() for r in caplog.records if r.getMessage().startswith("refused")]
     assert refusals.count("refused: uid 65534, op -, path -: too many connections from uid "
                           "65534 (at most 3 at once)") == 2
     deadline = time.monotonic() + 5
-    while service._connections and time.monotonic() < deadline:
+    while service.admission.in_flight() and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert service._connections == {}  # closed connections no longer count
+    assert service.admission.in_flight() == {}  # closed connections no longer count
 
 
 def test_a_client_turned_away_tries_again_until_a_connection_is_free(service):
     """Many processes of one job waiting for one patch: those past the limit are not failed,
     their client retries with backoff."""
-    service.connections_per_uid = 2
+    _limit(service, connections_per_uid=2)
     socket_path = service.config.recovery.socket
     path = stage(service.backend, "nobodys.bin", b"y" * 70_000, "file:///nonexistent",
                  owner=(NOBODY, NOBODY), stripe_count=1)
@@ -142,22 +148,39 @@ def test_a_client_turned_away_tries_again_until_a_connection_is_free(service):
     assert time.monotonic() - started >= 0.9  # it waited for the held connections to go
 
 
-def test_threads_are_bounded_and_the_connection_beyond_them_is_refused(service):
-    service.handler_threads = 4
+def test_threads_are_bounded_and_the_last_ones_are_kept_for_a_uid_holding_none(service):
+    """Of 4 request threads, a uid already holding some gets 3 at most (root too: only the
+    pool bounds its connections); the 4th goes to the first connection of another uid, and
+    beyond the 4 every connection is refused."""
+    _limit(service, threads=4)
     socket_path = service.config.recovery.socket
-    held = [_connect(socket_path) for _ in range(4)]  # root: no per-uid limit, only the pool
+    held = [_connect(socket_path) for _ in range(3)]
+    pid = release = None
     try:
-        assert [_answer(conn, 0.3) for conn in held] == [None] * 4
+        assert [_answer(conn, 0.3) for conn in held] == [None] * 3
         extra = _connect(socket_path)
+        refused = _answer(extra, 5)
+        extra.close()
+        assert refused["ok"] is False and refused["kind"] == "ServiceBusy"
+        assert "service busy (3 requests in progress)" in refused["error"]
+        pid, release, answers = _hold_connections(NOBODY, socket_path, 1)
+        assert answers == [None]  # the kept thread: NOBODY held none
+        extra = _connect(socket_path)  # all 4 are taken: root's is refused,
         refused = _answer(extra, 5)
         extra.close()
         assert refused["ok"] is False and "service busy (4 requests in progress)" in \
             refused["error"]
+        plain_uid, _ = plain_user()  # and so is the first of another uid
+        answer = run_as(plain_uid, lambda: RecoveryClient(socket_path, connect_timeout=0.2)
+                        .list())
+        assert answer["ok"] is False and answer["kind"] == "ServiceBusy", answer
         handlers = [t for t in threading.enumerate() if t.name.startswith("socket-request")]
         assert len(handlers) <= 4
     finally:
         for conn in held:
             conn.close()
+        if pid is not None:
+            _release(pid, release)
     # once they are gone, requests are answered again
     deadline = time.monotonic() + 5
     while True:
@@ -194,9 +217,9 @@ def test_a_half_sent_request_is_dropped_after_the_timeout(service, caplog, drip)
     assert any(r.getMessage().startswith("refused: uid 0, op -, path -: request not complete "
                                          "within 0.5s") for r in caplog.records)
     deadline = time.monotonic() + 5
-    while service._connections and time.monotonic() < deadline:
+    while service.admission.in_flight() and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert service._connections == {}
+    assert service.admission.in_flight() == {}
 
 
 @pytest.mark.parametrize("request_line,expected", [
