@@ -18,8 +18,9 @@
  *   slurm_spank_job_prolog  refuses the job when the scratch mount is down (not mounted, dead:
  *                           ENOTCONN, or no statfs answer within mount_timeout), after running
  *                           the node health check, which drains the node with scratchkeeper's
- *                           reason; then asks recoveryd (Unix socket) "check-job" and waits,
- *                           with a timeout, until the job's staged inputs are whole;
+ *                           reason; then asks recoveryd "check-job" (its Unix socket, or with
+ *                           head= the head's service over TCP with a MUNGE credential) and
+ *                           waits, with a timeout, until the job's staged inputs are whole;
  *   slurm_spank_job_epilog  runs `scratchkeeper replicas job-ended JOBID` for replicad.
  * In the job's tasks (remote context, as the user, stderr the job's output):
  *   slurm_spank_task_init   prints one line to the job's stderr when the scratch mount is down,
@@ -28,6 +29,9 @@
  *
  * plugstack.conf arguments (all optional):
  *   socket=PATH         recoveryd socket     (default /run/scratchkeeper/recoveryd.sock)
+ *   head=HOST:PORT      the head node's service (recoveryd's head.listen): check-job goes there
+ *                       over TCP instead of the socket (default: none, the socket)
+ *   munge_socket=PATH   this host's munged (default libmunge's, /run/munge/munge.socket.2)
  *   prolog_timeout=S    longest wait for recovery in the prolog (default 600)
  *   scratchkeeper=PATH  the scratchkeeper command (default /usr/local/bin/scratchkeeper)
  *   config=PATH         site config passed as --config (default: scratchkeeper's own default)
@@ -46,6 +50,7 @@
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
+#include <netdb.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/prctl.h>
@@ -55,6 +60,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <sys/socket.h>
 #include <sys/types.h>
 #include <sys/un.h>
@@ -62,6 +68,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <munge.h>
 #include <slurm/slurm.h>
 #include <slurm/spank.h>
 
@@ -72,6 +79,12 @@ SPANK_PLUGIN(scratchkeeper, 1);
 #define MAX_REQUESTS 64
 #define MAX_VALUE 4096
 #define MAX_REPLY 65536
+/* The head's reply line: a credential of up to 960 KiB of payload in base64 (wire.MAX_LINE) */
+#define MAX_HEAD_LINE ((960 << 10) * 3 / 2 + 4096)
+#define HEAD_CONNECT_TIMEOUT 5.0
+/* The payloads' first lines (scratchkeeper/wire.py): what a credential was made for */
+#define WIRE_REQUEST "scratchkeeper/1 request\n"
+#define WIRE_REPLY "scratchkeeper/1 reply\n"
 #define ENV_STAGE_IN "SCRATCHKEEPER_STAGE_IN"
 #define ENV_STAGE_OUT "SCRATCHKEEPER_STAGE_OUT"
 
@@ -97,6 +110,10 @@ static char _healthcheck[1024] = "";
 static int _mount_timeout = 10;
 static int _watch_interval = 5;
 static int _lost_input_runs = 0;
+static char _head_host[256] = "";
+static char _head_port[8] = "";
+static char _head_address[272] = "";
+static char _munge_socket[sizeof(((struct sockaddr_un *)0)->sun_path)] = "";
 
 static int _opt_stage_in(int val, const char *optarg, int remote);
 static int _opt_stage_out(int val, const char *optarg, int remote);
@@ -265,6 +282,33 @@ static int _copy_arg(char *dst, size_t size, const char *value, const char *name
 	return 0;
 }
 
+/* head=HOST:PORT (HOST a name, an IPv4 address or a [bracketed] IPv6 one); empty: none. */
+static int _parse_head(const char *value)
+{
+	const char *colon = strrchr(value, ':'), *host = value;
+	size_t host_len = colon ? (size_t)(colon - value) : 0;
+	int port = 0;
+
+	_head_host[0] = _head_address[0] = '\0';
+	if (!*value)
+		return 0;
+	if (host_len >= 2 && host[0] == '[' && colon[-1] == ']') {
+		host++;
+		host_len -= 2;
+	}
+	if (!colon || !host_len || host_len >= sizeof(_head_host) ||
+	    strlen(value) >= sizeof(_head_address) || _parse_int(colon + 1, &port) < 0 ||
+	    port < 1 || port > 65535) {
+		slurm_error("scratchkeeper: head=%s: expected HOST:PORT", value);
+		return -1;
+	}
+	memcpy(_head_host, host, host_len);
+	_head_host[host_len] = '\0';
+	snprintf(_head_port, sizeof(_head_port), "%d", port);
+	strcpy(_head_address, value);
+	return 0;
+}
+
 static int _parse_args(int ac, char **av)
 {
 	int i;
@@ -275,6 +319,18 @@ static int _parse_args(int ac, char **av)
 		if (!strncmp(arg, "socket=", 7)) {
 			if (_copy_arg(_socket_path, sizeof(_socket_path), arg + 7, "socket") < 0)
 				return -1;
+		} else if (!strncmp(arg, "head=", 5)) {
+			if (_parse_head(arg + 5) < 0)
+				return -1;
+		} else if (!strncmp(arg, "munge_socket=", 13)) {
+			if (_copy_arg(_munge_socket, sizeof(_munge_socket), arg + 13,
+				      "munge_socket") < 0)
+				return -1;
+			if (_munge_socket[0] != '/') {
+				slurm_error("scratchkeeper: munge_socket=%s: expected an absolute path",
+					    _munge_socket);
+				return -1;
+			}
 		} else if (!strncmp(arg, "scratchkeeper=", 14)) {
 			if (_copy_arg(_command, sizeof(_command), arg + 14, "scratchkeeper") < 0)
 				return -1;
@@ -585,16 +641,73 @@ static void _json_string(const char *reply, const char *key, char *out, size_t s
 	out[n] = '\0';
 }
 
+/* Wait until fd is ready for events, up to deadline: 1 ready, 0 timed out, -1 error (errno). */
+static int _wait_fd(int fd, short events, double deadline)
+{
+	struct pollfd pfd = {.fd = fd, .events = events};
+
+	for (;;) {
+		int left_ms = (int)((deadline - _now()) * 1000), ready;
+
+		if (left_ms <= 0)
+			return 0;
+		ready = poll(&pfd, 1, left_ms);
+		if (ready >= 0 || errno != EINTR)
+			return ready;
+	}
+}
+
+enum { _LINE_DONE, _LINE_TIMEOUT, _LINE_CLOSED, _LINE_ERROR };
+
+/* Read into buf (NUL-terminated) until a newline or a full buf, up to deadline: a _LINE_*. */
+static int _read_line(int fd, char *buf, size_t size, double deadline, size_t *got)
+{
+	*got = 0;
+	buf[0] = '\0';
+	while (*got + 1 < size && !memchr(buf, '\n', *got)) {
+		int ready = _wait_fd(fd, POLLIN, deadline);
+		ssize_t n;
+
+		if (ready <= 0)
+			return ready ? _LINE_ERROR : _LINE_TIMEOUT;
+		n = read(fd, buf + *got, size - 1 - *got);
+		if (n < 0 && (errno == EINTR || errno == EAGAIN))
+			continue;
+		if (n < 0 && errno != ECONNRESET)
+			return _LINE_ERROR;
+		if (n <= 0)
+			return _LINE_CLOSED;
+		*got += (size_t)n;
+		buf[*got] = '\0';
+	}
+	return _LINE_DONE;
+}
+
+/* What recoveryd's check-job reply says: 1 whole, 0 not whole or refused (reason in why). */
+static int _judge_reply(const char *reply, char *why, size_t why_len)
+{
+	if (!_json_true(reply, "ok")) {
+		char error[512];
+
+		_json_string(reply, "error", error, sizeof(error));
+		snprintf(why, why_len, "recovery service refused: %s", error);
+		return 0;
+	}
+	if (_json_true(reply, "whole"))
+		return 1;
+	_json_string(reply, "reason", why, why_len);
+	return 0;
+}
+
 /*
- * Ask recoveryd whether the job's staged inputs are whole, waiting up to _prolog_timeout.
- * Returns 1 whole, 0 not whole (reason in why), -1 service unreachable (errno-style in why).
+ * Ask recoveryd on its Unix socket whether the job's staged inputs are whole, waiting up to
+ * _prolog_timeout. Returns 1 whole, 0 not whole (reason in why), -1 service unreachable.
  */
-static int _check_job(uint32_t job_id, char *why, size_t why_len)
+static int _check_job_socket(uint32_t job_id, char *why, size_t why_len)
 {
 	struct sockaddr_un addr = {.sun_family = AF_UNIX};
 	char request[256], reply[MAX_REPLY];
-	size_t got = 0;
-	double deadline;
+	size_t got;
 	int fd, rc = -1;
 
 	if ((fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0)) < 0) {
@@ -615,52 +728,282 @@ static int _check_job(uint32_t job_id, char *why, size_t why_len)
 		goto out;
 	}
 	/* The service answers within its own timeout; allow it a margin, never wait forever. */
-	deadline = _now() + _prolog_timeout + 30;
-	while (got + 1 < sizeof(reply) && !memchr(reply, '\n', got)) {
-		struct pollfd pfd = {.fd = fd, .events = POLLIN};
-		int left_ms = (int)((deadline - _now()) * 1000);
-		ssize_t n;
-
-		if (left_ms <= 0) {
-			snprintf(why, why_len, "no answer from %s within %ds", _socket_path,
-				 _prolog_timeout + 30);
-			goto out;
-		}
-		if (poll(&pfd, 1, left_ms) < 0) {
-			if (errno == EINTR)
-				continue;
-			snprintf(why, why_len, "poll: %s", strerror(errno));
-			goto out;
-		}
-		n = read(fd, reply + got, sizeof(reply) - 1 - got);
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n <= 0) {
-			snprintf(why, why_len, "%s closed the connection without answering",
-				 _socket_path);
-			goto out;
-		}
-		got += (size_t)n;
-		reply[got] = '\0';
-	}
-	reply[got] = '\0';
-	if (!_json_true(reply, "ok")) {
-		char error[512];
-
-		_json_string(reply, "error", error, sizeof(error));
-		snprintf(why, why_len, "recovery service refused: %s", error);
-		rc = 0;
+	switch (_read_line(fd, reply, sizeof(reply), _now() + _prolog_timeout + 30, &got)) {
+	case _LINE_TIMEOUT:
+		snprintf(why, why_len, "no answer from %s within %ds", _socket_path,
+			 _prolog_timeout + 30);
+		goto out;
+	case _LINE_ERROR:
+		snprintf(why, why_len, "%s: read: %s", _socket_path, strerror(errno));
+		goto out;
+	case _LINE_CLOSED:
+		snprintf(why, why_len, "%s closed the connection without answering", _socket_path);
 		goto out;
 	}
-	if (_json_true(reply, "whole")) {
-		rc = 1;
-	} else {
-		_json_string(reply, "reason", why, why_len);
-		rc = 0;
-	}
+	rc = _judge_reply(reply, why, why_len);
 out:
 	close(fd);
 	return rc;
+}
+
+/* A context on this host's munged (munge_socket=, or libmunge's default); NULL with why. */
+static munge_ctx_t _munge_context(char *why, size_t why_len)
+{
+	munge_ctx_t ctx = munge_ctx_create();
+	munge_err_t err;
+
+	if (!ctx) {
+		snprintf(why, why_len, "munge: cannot create a context: %s", strerror(ENOMEM));
+		return NULL;
+	}
+	if (_munge_socket[0] &&
+	    (err = munge_ctx_set(ctx, MUNGE_OPT_SOCKET, _munge_socket)) != EMUNGE_SUCCESS) {
+		snprintf(why, why_len, "munge: socket %s: %s", _munge_socket, munge_strerror(err));
+		munge_ctx_destroy(ctx);
+		return NULL;
+	}
+	return ctx;
+}
+
+static const char *_munge_reason(munge_ctx_t ctx, munge_err_t err)
+{
+	const char *detail = munge_ctx_strerror(ctx);
+
+	return detail ? detail : munge_strerror(err);
+}
+
+/*
+ * The head's reply line judged: only a credential that this host's munged decodes (the site's
+ * key, within its TTL, never seen before), made by uid 0 (the head's service) for this
+ * request_id, is believed; an unsealed line is believed only as a refusal. Returns as
+ * _judge_reply, 0 with why for any reply not believed, -1 when munged cannot be asked.
+ */
+static int _open_reply(const char *line, const char *request_id, char *why, size_t why_len)
+{
+	char prefix[sizeof(WIRE_REPLY) + 64], error[512], *body = NULL;
+	void *payload = NULL;
+	int len = 0, prefix_len, rc = 0;
+	uid_t uid = (uid_t)-1;
+	gid_t gid;
+	munge_ctx_t ctx;
+	munge_err_t err;
+
+	if (line[0] == '{') {
+		_json_string(line, "error", error, sizeof(error));
+		snprintf(why, why_len, "the head refused the request: %s",
+			 error[0] ? error : "(an unsealed reply without a reason)");
+		return 0;
+	}
+	if (strncmp(line, "MUNGE:", 6)) {
+		snprintf(why, why_len, "the head's reply was refused: not a MUNGE credential");
+		return 0;
+	}
+	if (!(ctx = _munge_context(why, why_len)))
+		return -1;
+	prefix_len = snprintf(prefix, sizeof(prefix), "%s%s\n", WIRE_REPLY, request_id);
+	err = munge_decode(line, ctx, &payload, &len, &uid, &gid);
+	if (err == EMUNGE_SOCKET) {
+		snprintf(why, why_len, "munge: %s", _munge_reason(ctx, err));
+		rc = -1;
+	} else if (err != EMUNGE_SUCCESS) {
+		snprintf(why, why_len, "the head's reply was refused: %s", _munge_reason(ctx, err));
+	} else if (uid != 0) {
+		snprintf(why, why_len, "the head's reply was refused: sealed by uid %u, not the "
+			 "head's service", (unsigned int)uid);
+	} else if (len < prefix_len || memcmp(payload, prefix, (size_t)prefix_len)) {
+		snprintf(why, why_len, "the head's reply was refused: sealed for another request");
+	} else if (!(body = strndup((char *)payload + prefix_len, (size_t)(len - prefix_len)))) {
+		snprintf(why, why_len, "the head's reply: %s", strerror(errno));
+		rc = -1;
+	} else {
+		rc = _judge_reply(body, why, why_len);
+	}
+	free(body);
+	free(payload);
+	munge_ctx_destroy(ctx);
+	return rc;
+}
+
+/* A TCP connection to head=, within HEAD_CONNECT_TIMEOUT and before end; -1 with why. */
+static int _head_connect(double end, char *why, size_t why_len)
+{
+	struct addrinfo hints = {.ai_socktype = SOCK_STREAM}, *found, *ai;
+	double until = _now() + HEAD_CONNECT_TIMEOUT < end ? _now() + HEAD_CONNECT_TIMEOUT : end;
+	socklen_t err_len = sizeof(int);
+	int fd = -1, rc, err = ETIMEDOUT;
+
+	if ((rc = getaddrinfo(_head_host, _head_port, &hints, &found))) {
+		snprintf(why, why_len, "%s: %s", _head_host,
+			 rc == EAI_SYSTEM ? strerror(errno) : gai_strerror(rc));
+		return -1;
+	}
+	for (ai = found; ai && fd < 0; ai = ai->ai_next) {
+		fd = socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK,
+			    ai->ai_protocol);
+		if (fd < 0) {
+			err = errno;
+			continue;
+		}
+		if (connect(fd, ai->ai_addr, ai->ai_addrlen) == 0)
+			break;
+		if (errno != EINPROGRESS)
+			err = errno;
+		else if ((rc = _wait_fd(fd, POLLOUT, until)) <= 0)
+			err = rc ? errno : ETIMEDOUT;
+		else if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &err_len) == 0 && !err)
+			break;
+		close(fd);
+		fd = -1;
+	}
+	freeaddrinfo(found);
+	if (fd < 0)
+		snprintf(why, why_len, "%s", strerror(err));
+	return fd;
+}
+
+static int _send_all(int fd, const char *text, size_t len, double deadline)
+{
+	while (len) {
+		ssize_t n = send(fd, text, len, MSG_NOSIGNAL);
+		int ready;
+
+		if (n > 0) {
+			text += n;
+			len -= (size_t)n;
+			continue;
+		}
+		if (n < 0 && errno != EINTR && errno != EAGAIN)
+			return -1;
+		if ((ready = _wait_fd(fd, POLLOUT, deadline)) <= 0) {
+			if (!ready)
+				errno = ETIMEDOUT;
+			return -1;
+		}
+	}
+	return 0;
+}
+
+/*
+ * One try of a request to the head: a new credential carrying payload, one line each way.
+ * Returns as _open_reply; -1 (why) when the head did not answer (refused, reset, closed
+ * without a reply: worth another try); -2 when this host cannot make a credential.
+ */
+static int _head_try(const char *payload, const char *request_id, double end, char *why,
+		     size_t why_len)
+{
+	munge_ctx_t ctx = _munge_context(why, why_len);
+	char *cred = NULL, *line = NULL;
+	munge_err_t err;
+	size_t got;
+	int fd = -1, rc = -1;
+
+	if (!ctx)
+		return -2;
+	err = munge_encode(&cred, ctx, payload, (int)strlen(payload));
+	if (err != EMUNGE_SUCCESS) {
+		snprintf(why, why_len, "munge: cannot make a credential: %s",
+			 _munge_reason(ctx, err));
+		rc = -2;
+		goto out;
+	}
+	if ((fd = _head_connect(end, why, why_len)) < 0)
+		goto out;
+	if (_send_all(fd, cred, strlen(cred), end) < 0 || _send_all(fd, "\n", 1, end) < 0) {
+		snprintf(why, why_len, "send: %s", strerror(errno));
+		goto out;
+	}
+	if (!(line = malloc(MAX_HEAD_LINE))) {
+		snprintf(why, why_len, "%s", strerror(errno));
+		rc = -2;
+		goto out;
+	}
+	switch (_read_line(fd, line, MAX_HEAD_LINE, end, &got)) {
+	case _LINE_TIMEOUT:
+		snprintf(why, why_len, "no answer from head %s within %ds", _head_address,
+			 _prolog_timeout + 30);
+		rc = -2;
+		break;
+	case _LINE_ERROR:
+		snprintf(why, why_len, "read: %s", strerror(errno));
+		break;
+	case _LINE_CLOSED:
+		snprintf(why, why_len, "closed the connection without answering");
+		break;
+	default:
+		if (!memchr(line, '\n', got)) {
+			snprintf(why, why_len, "the head's reply was refused: longer than %d bytes",
+				 MAX_HEAD_LINE);
+			rc = 0;
+			break;
+		}
+		*strchr(line, '\n') = '\0';
+		rc = _open_reply(line, request_id, why, why_len);
+	}
+out:
+	if (fd >= 0)
+		close(fd);
+	free(line);
+	free(cred);
+	munge_ctx_destroy(ctx);
+	return rc;
+}
+
+/* A random fraction in [0, 1), for backoff jitter. */
+static double _jitter(void)
+{
+	uint32_t value = 0;
+
+	if (getrandom(&value, sizeof(value), GRND_NONBLOCK) != (ssize_t)sizeof(value))
+		return 0.5;
+	return value / 4294967296.0;
+}
+
+/*
+ * check-job over TCP to head= (scratchkeeper/wire.py): a request_id drawn once, the request
+ * sealed by this host's munged. A refused, reset or closed connection is tried again with
+ * backoff, a new credential and the same request_id (the head answers a repeated id with its
+ * first answer) while _prolog_timeout lasts; no answer is awaited past _prolog_timeout + 30 s
+ * from the start, the Unix socket's bound. Returns as _check_job_socket.
+ */
+static int _check_job_head(uint32_t job_id, char *why, size_t why_len)
+{
+	unsigned char raw[16];
+	char request_id[2 * sizeof(raw) + 1], payload[512], last[512];
+	double start = _now(), retry_end = start + _prolog_timeout, delay = 0.1, pause;
+	size_t i;
+	int rc;
+
+	if (getrandom(raw, sizeof(raw), 0) != (ssize_t)sizeof(raw)) {
+		snprintf(why, why_len, "getrandom: %s", strerror(errno));
+		return -1;
+	}
+	for (i = 0; i < sizeof(raw); i++)
+		snprintf(request_id + 2 * i, 3, "%02x", raw[i]);
+	snprintf(payload, sizeof(payload), WIRE_REQUEST "{\"op\":\"check-job\",\"job_id\":\"%u\","
+		 "\"timeout\":%d,\"request_id\":\"%s\"}", job_id, _prolog_timeout, request_id);
+	for (;;) {
+		rc = _head_try(payload, request_id, retry_end + 30, why, why_len);
+		if (rc != -1)
+			return rc < 0 ? -1 : rc;
+		if ((pause = retry_end - _now()) <= 0)
+			break;
+		if (pause > delay * (0.5 + _jitter() / 2))
+			pause = delay * (0.5 + _jitter() / 2);
+		poll(NULL, 0, (int)(pause * 1000));
+		delay = delay * 2 < 2.0 ? delay * 2 : 2.0;
+	}
+	snprintf(last, sizeof(last), "%s", why);
+	snprintf(why, why_len, "head %s did not answer within %.0fs: %s", _head_address,
+		 _now() - start, last);
+	return -1;
+}
+
+/* Whether the job's staged inputs are whole: 1, 0 (why), -1 service unreachable (why). */
+static int _check_job(uint32_t job_id, char *why, size_t why_len)
+{
+	if (_head_host[0])
+		return _check_job_head(job_id, why, why_len);
+	return _check_job_socket(job_id, why, why_len);
 }
 
 static int _run(char *const argv[], int timeout, char *why, size_t why_len);

@@ -35,6 +35,7 @@ FIXTURE_MARKS = {
     "shared_dir": ("root",),             # a folder for something run as a plain user
     "site_dir": ("root",),               # tests/recovery: the same, for a private site
     "small_store": ("root",),            # tests/storage: a store on a tmpfs of its own
+    "munge_site": ("root",),             # a private munged (run as the munge user)
 }
 
 
@@ -68,6 +69,24 @@ for _name, _examples in HYPOTHESIS_PROFILES.items():
     # no deadline: the machine's cores are shared with the cluster and the other xdist worker
     settings.register_profile(_name, max_examples=_examples, deadline=None)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "dev"))
+
+# The local cluster's hosts each have a /tmp of their own (docs/local-cluster.rst, "Hosts"): a
+# job on a compute host would not see a test's folder in the head's /tmp. While the cluster has
+# hosts, the tests' temporary folders (tmp_path, tempfile's) are in /var/tmp, which every host
+# shares, as a site's tests would use its shared file system.
+SHARED_TEMP = "/var/tmp"
+
+
+def _cluster_has_hosts() -> bool:
+    status = Path(os.environ.get("SK_LOCAL_DIR", "/var/lib/scratchkeeper-local")) / "cluster.json"
+    try:
+        return len(json.loads(status.read_text()).get("hosts") or {}) > 1
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
+if _cluster_has_hosts():
+    tempfile.tempdir = SHARED_TEMP
 
 NOT_RUNNING = "local cluster not running: scripts/local-cluster up"
 REQUIRE_ENV = "SCRATCHKEEPER_REQUIRE_CLUSTER"
@@ -311,11 +330,23 @@ def alarm():
     signal.signal(signal.SIGALRM, previous)
 
 
+@pytest.fixture(scope="module")
+def munge_site(tmp_path_factory):
+    """A private munged with a key of its own (tests/munge_daemon.py); a module's tests share it."""
+    from munge_daemon import start_munged
+
+    root = Path(tempfile.mkdtemp(prefix="sk-munge-"))
+    daemon = start_munged(root)
+    yield daemon
+    daemon.stop()
+    shutil.rmtree(root, ignore_errors=True)
+
+
 @pytest.fixture
 def shared_dir():
     """A folder every user can traverse (pytest's tmp_path lies under a 0700 folder), for tests
     that run something as a plain user; removed afterwards."""
-    directory = Path(tempfile.mkdtemp(prefix="sk-shared-", dir="/tmp"))
+    directory = Path(tempfile.mkdtemp(prefix="sk-shared-"))
     directory.chmod(0o755)
     yield directory
     shutil.rmtree(directory, ignore_errors=True)

@@ -6,17 +6,20 @@ from __future__ import annotations
 import socket
 import subprocess
 import time
+import urllib.parse
 
 import pytest
 
 
 @pytest.fixture
-def silent_source():
-    """An http:// source that accepts connections and never answers."""
+def silent_source(local_cluster):
+    """An http:// source that accepts connections and never answers, on the address of the
+    cluster's own HTTP server (the head's, which every host reaches)."""
+    host = urllib.parse.urlsplit(local_cluster.http_source_url).hostname
     listener = socket.socket()
-    listener.bind(("127.0.0.1", 0))
+    listener.bind((host, 0))
     listener.listen(64)
-    yield f"http://127.0.0.1:{listener.getsockname()[1]}"
+    yield f"http://{host}:{listener.getsockname()[1]}"
     listener.close()
 
 

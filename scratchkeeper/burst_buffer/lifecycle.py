@@ -315,7 +315,7 @@ def pre_run(config: SiteConfig, store: StateStore, job_id: str, *, timeout: floa
     _job_row(store, job_id)
     records.set_stage(store, job_id, records.RUNNING)
     try:
-        result = RecoveryClient(config.recovery.socket).check_job(
+        result = RecoveryClient.for_site(config).check_job(
             job_id, timeout if timeout is not None else config.recovery.wait_timeout)
     except ServiceUnavailable as err:
         log.warning("job %s: pre-run recovery check skipped: %s", job_id, err)

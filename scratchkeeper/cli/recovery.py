@@ -84,7 +84,7 @@ def register(subparsers) -> None:
 def _client(config) -> RecoveryClient:
     from ..recovery.client import RecoveryClient
 
-    return RecoveryClient(config.recovery.socket)
+    return RecoveryClient.for_site(config)
 
 
 def _open_store(config) -> StateStore:

@@ -63,7 +63,7 @@ def _through_service(config, call):
     """``call(client)`` on the recovery service, retried (retry.*) while it does not answer."""
     from ..recovery.client import RecoveryClient, ServiceUnavailable
 
-    client = RecoveryClient(config.recovery.socket)
+    client = RecoveryClient.for_site(config)
     delay = config.retry.delay
     for attempt in range(1, config.retry.attempts + 1):
         try:
@@ -86,7 +86,7 @@ def _service_once(config, call):
     from ..recovery.client import RecoveryClient, ServiceUnavailable
 
     try:
-        return call(RecoveryClient(config.recovery.socket))
+        return call(RecoveryClient.for_site(config))
     except ServiceUnavailable:
         return None
 
@@ -111,14 +111,14 @@ def _commit(args) -> int:
     started = time.monotonic()
     timings = parse_timings(args.timing)
     reply = None
-    if os.geteuid() != 0 and os.path.exists(config.recovery.socket):
+    if config.head.address or (os.geteuid() != 0 and os.path.exists(config.recovery.socket)):
         # root's service commits for the chain's owner and writes the record recovery trusts
         # (trusted.* attributes, which this user cannot write); committed here instead, only
         # when the service does not answer, the files carry no such record
         reply = _service_once(config, lambda c: c.stage_commit(args.chain, args.job,
                                                                layout=args.layout,
                                                                timings=timings))
-    if reply is None and may_write(config.state.database):
+    if reply is None and not config.head.address and may_write(config.state.database):
         if os.geteuid() != 0:
             print(f"scratchkeeper: committing as uid {os.geteuid()}: the staged files get no "
                   "record recovery trusts (only root's recovery service writes it)",
@@ -145,7 +145,7 @@ def _fail(args) -> int:
     from ..state import may_write
 
     config = site_config(args)
-    if may_write(config.state.database):
+    if not config.head.address and may_write(config.state.database):
         store = _open_records(config)
         cancelled = fail_stage(store, config, args.chain, args.job, args.reason, args.line or None)
     else:

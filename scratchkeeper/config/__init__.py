@@ -17,6 +17,7 @@ from .loader import (
 )
 from .sections import (
     BurstBufferConfig,
+    HeadConfig,
     LayoutConfig,
     LoggingConfig,
     MetricsConfig,
@@ -51,8 +52,8 @@ from .values import (
 
 __all__ = [
     "CONFIG_SIZE_MAX", "DAY", "DEFAULT_PATH", "ENV_VAR", "SOCKET_PATH_MAX", "SOURCE_SCHEMES",
-    "STRIPE_COUNT_MAX", "STRIPE_SIZE_MAX", "STRIPE_UNIT", "BurstBufferConfig", "LayoutConfig",
-    "LoggingConfig", "MetricsConfig", "MountConfig", "PartitionReplication", "QosConfig",
+    "STRIPE_COUNT_MAX", "STRIPE_SIZE_MAX", "STRIPE_UNIT", "BurstBufferConfig", "HeadConfig",
+    "LayoutConfig", "LoggingConfig", "MetricsConfig", "MountConfig", "PartitionReplication", "QosConfig",
     "RecoveryConfig", "ReplicationConfig", "RetryConfig", "SchedulerConfig", "SiteConfig",
     "StagingConfig", "StateConfig", "StorageConfig", "TemplatesConfig", "TieringConfig",
     "TransferConfig", "describe_schema", "listen_address", "load_config", "normal_path",

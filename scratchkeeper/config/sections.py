@@ -157,6 +157,11 @@ class ReplicationConfig:
                            maximum=DAY)
     workers: int = _opt(2, "replica copies made at once by the daemon's own pool", minimum=1,
                         maximum=1024)
+    system_nodes: int = _opt(0, "S of the replication window, the nodes compute jobs run on; 0: "
+                             "asked from the scheduler (Slurm: scheduler.batch_queue's nodes; "
+                             "PBS: every node pbsnodes lists, data-transfer nodes included, so "
+                             "a PBS site with such nodes sets it)", minimum=0,
+                             maximum=10_000_000)
     partitions: dict[str, PartitionReplication] = _opt(None, "per-partition overrides", factory=dict)
     max_space_fraction: float = _opt(0.25, "replicas may fill at most this fraction of scratch; "
                                      "further creations wait", minimum=0, maximum=1,
@@ -249,6 +254,39 @@ class RecoveryConfig:
                                       "scheme://host:port of the sources the site's data jobs "
                                       "staged from (recorded by stage commit)",
                                       factory=list, expected=_source_patterns)
+    # what one user may make recoveryd spend (docs/recovery.rst "Bounds per user"); root (the
+    # mount, an administrator) and hook_user are bounded by request_threads alone
+    request_threads: int = _opt(32, "threads answering recoveryd's socket; the last quarter of "
+                                "them only take the first request of a user who holds none, so "
+                                "users already served cannot take them all",
+                                minimum=1, maximum=1024)
+    connections_per_uid: int = _opt(8, "requests of one user recoveryd answers at once (a "
+                                    "'wait' or 'recover' holds one until it ends); beyond, the "
+                                    "client is told the service is busy and tries again",
+                                    minimum=1, maximum=1024)
+    requests_per_minute: int = _opt(600, "requests one user may send recoveryd a minute, "
+                                    "after a burst of request_burst (one every 60/N seconds); "
+                                    "beyond, the client is told the service is busy and when "
+                                    "to try again (a 'reads' beyond is dropped, not retried)",
+                                    minimum=1, maximum=1 << 20)
+    request_burst: int = _opt(30, "requests one user may send recoveryd at once before "
+                              "requests_per_minute paces them (as slurmctld's rl_bucket_size)",
+                              minimum=1, maximum=1 << 20)
+    workers_per_uid: int = _opt(2, "of the file_workers, most that recover one user's requests "
+                                "at once (root's, the periodic check's among them, may take "
+                                "them all); a free worker takes the request of the user with "
+                                "the fewest running", minimum=1, maximum=1024)
+    pending_per_uid: int = _opt(256, "recovery requests of one user queued or running at once; "
+                                "a report or recover beyond is refused as busy (a request for a "
+                                "file already queued joins it and costs nothing)", minimum=1,
+                                maximum=1 << 20)
+    request_retention: float = _opt(3 * DAY, "seconds a finished recovery request is kept "
+                                    "(`recovery list` shows it) before the periodic check "
+                                    "removes it", minimum=0, exclusive_minimum=True,
+                                    maximum=365 * DAY)
+    requests_kept_per_uid: int = _opt(1000, "finished recovery requests of one user kept at "
+                                      "most: the periodic check removes the oldest beyond, "
+                                      "whatever their age", minimum=1, maximum=1 << 20)
 
 
 @record(frozen=True)
@@ -270,8 +308,10 @@ class MountConfig:
                                     "store_root/reads.log, which feed tiering (scratchkeeper "
                                     "tierd; 0: record none)", minimum=0, maximum=DAY)
     log_max_bytes: int = _opt(64 << 20, "most bytes of store_root/closes.log and of "
-                              "store_root/reads.log each; records beyond it, or beyond a user's "
-                              "1/16 share of it, are dropped (docs/mount.rst \"Bounded logs\")",
+                              "store_root/reads.log each; records beyond it, beyond a user's "
+                              "1/16 share of it (for each writer: the mount, recoveryd's "
+                              "'reads'), or that would leave less than this much free for users "
+                              "are dropped (docs/mount.rst \"Bounded logs\")",
                               minimum=4096, maximum=1 << 40)
 
 
@@ -443,6 +483,22 @@ class BurstBufferConfig:
 
 
 @record(frozen=True)
+class HeadConfig:
+    address: str = _opt("", "HOST:PORT where processes on other hosts (login, data-transfer and "
+                        "compute nodes) reach the head node's service (recoveryd) with a MUNGE "
+                        "credential (docs/topology.rst); \"\": this host is the head, the Unix "
+                        "socket recovery.socket is used", expected=_listen_address)
+    listen: str = _opt("", "HOST:PORT recoveryd listens on for other hosts' requests (e.g. "
+                       "0.0.0.0:6830); \"\": the Unix socket only", expected=_listen_address)
+    munge_socket: str = _opt("", "munged's socket; \"\": libmunge's default "
+                             "(/run/munge/munge.socket.2)", path="absolute or empty",
+                             expected=_socket_path)
+    timeout: float = _opt(60.0, "seconds a request to the head may take, retries after a refused "
+                          "or lost connection included, before the command says the head is "
+                          "unreachable", minimum=1, maximum=DAY)
+
+
+@record(frozen=True)
 class SiteConfig:
     scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
     storage: StorageConfig = field(default_factory=StorageConfig)
@@ -460,6 +516,7 @@ class SiteConfig:
     logging: LoggingConfig = field(default_factory=LoggingConfig)
     metrics: MetricsConfig = field(default_factory=MetricsConfig)
     burst_buffer: BurstBufferConfig = field(default_factory=BurstBufferConfig)
+    head: HeadConfig = field(default_factory=HeadConfig)
     source: str = field(default="(defaults)", metadata={"internal": True})
 
 

@@ -8,13 +8,19 @@ One JSON object per line each way, one request per connection. Requests::
     {"op": "recover", "path": F, "wait": true}    recover F now; with wait, the outcome (plan)
     {"op": "check-job", "job_id": J, "timeout": s}  pre-execution hook (root only)
     {"op": "list"}                                recent requests (a user sees their own)
+    {"op": "reads", "path": F, "reads": n, "bytes": b}   a reader's reads of F, for tiering
+    {"op": "logs"}                                the counters of the read records written for
+                                                  users (a user sees their own line)
     {"op": "stage-commit", "chain": C, "job": K[, "layout": L]}  a data job's `stage commit`, for its user
                                   (and "timings": [[LINE, SECONDS], ...], its transfers as it timed them)
     {"op": "stage-fail", "chain": C, "job": K, "line": n, "reason": r}   ... `stage fail`
 
-Replies are ``{"ok": true, ...}`` or ``{"ok": false, "error": message, "kind": class}``. The
-service authorises each request by the peer's credentials (``SO_PEERCRED``): a user may ask
-only about files they own (and report only on their own chains); root may ask about anything.
+Replies are ``{"ok": true, ...}`` or ``{"ok": false, "error": message, "kind": class}``, a
+``ServiceBusy`` one with ``"retry_after": seconds`` when the service knows. The service
+authorises each request by the peer's credentials (``SO_PEERCRED``): a user may ask only about
+files they own (and report only on their own chains); root may ask about anything. What one
+user may make the service spend is bounded (:mod:`.admission`): a client turned away as busy
+backs off and tries again.
 """
 
 from __future__ import annotations
@@ -25,8 +31,11 @@ import socket
 import struct
 import time
 
+from ..config import listen_address
 from ..errors import InputError, PermissionDenied, RecoveryError, ScratchkeeperError, StorageError
+from ..munge import Munge
 from ..ownership import Owner
+from ..wire import Caller, Refused, Unreachable
 
 MAX_LINE = 1 << 20
 
@@ -36,8 +45,13 @@ class ServiceUnavailable(RecoveryError):
 
 
 class ServiceBusy(RecoveryError):
-    """The service refused a connection for now (this uid's connections, or all its request
-    threads, are taken); the client tries again with backoff."""
+    """The service refused a request for now (this uid's connections, requests a minute or
+    pending recoveries, or all its request threads, are taken); the client tries again with
+    backoff, not before ``retry_after`` seconds when the service said."""
+
+    def __init__(self, message: str, retry_after: float | None = None):
+        super().__init__(message)
+        self.retry_after = retry_after
 
 
 #: error classes a reply may name, so the client raises what the service raised
@@ -137,11 +151,28 @@ def encode(message: dict) -> bytes:
 
 
 class RecoveryClient:
-    """Talks to ``scratchkeeper recoveryd`` over its Unix socket (``recovery.socket``)."""
+    """Talks to ``scratchkeeper recoveryd``: over its Unix socket (``recovery.socket``) on the
+    head, or, given ``head`` (a :class:`~scratchkeeper.wire.Caller`), over TCP with a MUNGE
+    credential from another host (docs/topology.rst)."""
 
-    def __init__(self, socket_path: str, *, connect_timeout: float = 10.0):
+    def __init__(self, socket_path: str, *, connect_timeout: float = 10.0,
+                 head: Caller | None = None, head_deadline: float = 60.0):
         self.socket_path = socket_path
         self.connect_timeout = connect_timeout
+        self.head = head
+        self.head_deadline = head_deadline
+
+    @classmethod
+    def for_site(cls, config, *, connect_timeout: float = 10.0) -> RecoveryClient:
+        """The client a process of this site uses: the head's TCP door when ``head.address``
+        is set (a login, data-transfer or compute node), the Unix socket otherwise."""
+        address = listen_address(config.head.address)
+        if address is None:
+            return cls(config.recovery.socket, connect_timeout=connect_timeout)
+        caller = Caller(*address, Munge(config.head.munge_socket or None),
+                        connect_timeout=min(connect_timeout, 5.0))
+        return cls(config.recovery.socket, connect_timeout=connect_timeout, head=caller,
+                   head_deadline=config.head.timeout)
 
     def call(self, message: dict, *, timeout: float | None = None) -> dict:
         """Send one request, return the reply; an error reply is raised as its class.
@@ -155,14 +186,25 @@ class RecoveryClient:
         while True:
             try:
                 return self._call_once(message, timeout)
-            except ServiceBusy:
+            except ServiceBusy as busy:
                 remaining = deadline - time.monotonic()
-                if remaining <= 0:
+                told = busy.retry_after or 0.0
+                if remaining <= 0 or told > remaining:
                     raise
-                time.sleep(min(remaining, delay * random.uniform(0.5, 1.0)))
+                # jitter, so that the clients turned away together do not all come back at once
+                pause = told * random.uniform(1.0, 1.5) if told else delay * random.uniform(0.5, 1)
+                time.sleep(min(remaining, pause))
                 delay = min(delay * 2, 2.0)
 
     def _call_once(self, message: dict, timeout: float | None) -> dict:
+        if self.head is not None:
+            try:
+                reply = self.head.call(message, timeout=timeout, deadline=self.head_deadline)
+            except Unreachable as err:
+                raise ServiceUnavailable(str(err)) from None
+            except Refused as err:
+                raise PermissionDenied(str(err)) from None
+            return _raised(reply)
         conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
             conn.settimeout(self.connect_timeout)
@@ -187,17 +229,20 @@ class RecoveryClient:
                                 f"{timeout or self.connect_timeout:g}s") from None
         finally:
             conn.close()
-        if not reply.get("ok"):
-            kind = ERROR_KINDS.get(reply.get("kind", ""), RecoveryError)
-            raise kind(reply.get("error", "the recovery service refused the request"))
-        return reply
+        return _raised(reply)
 
     def report(self, path: str, ost_index: int | None = None) -> dict:
         return self.call({"op": "report", "path": path, "ost_index": ost_index})
 
     def reads(self, path: str, reads: int, nbytes: int) -> dict:
-        """Tell recoveryd this reader read ``path`` (tiering counts it)."""
-        return self.call({"op": "reads", "path": path, "reads": reads, "bytes": nbytes})
+        """Tell recoveryd this reader read ``path`` (tiering counts it). One try: a busy
+        service drops the count (ServiceBusy) rather than make the reader wait."""
+        return self._call_once({"op": "reads", "path": path, "reads": reads, "bytes": nbytes},
+                               None)
+
+    def logs(self) -> dict:
+        """The counters of the read records recoveryd wrote for users (the caller's own line)."""
+        return self.call({"op": "logs"})
 
     def status(self, path: str) -> dict:
         return self.call({"op": "status", "path": path})
@@ -229,3 +274,16 @@ class RecoveryClient:
     def stage_fail(self, chain_id: str, job_key: str, line: int | None, reason: str) -> dict:
         return self.call({"op": "stage-fail", "chain": chain_id, "job": job_key, "line": line,
                           "reason": reason}, timeout=600.0)
+
+
+def _raised(reply: dict) -> dict:
+    """``reply`` if it says ok; else its error, raised as the class it names."""
+    if reply.get("ok"):
+        return reply
+    kind = ERROR_KINDS.get(reply.get("kind", ""), RecoveryError)
+    error = str(reply.get("error", "the recovery service refused the request"))
+    if kind is ServiceBusy:
+        told = reply.get("retry_after")
+        ok = isinstance(told, (int, float)) and not isinstance(told, bool) and 0 <= told <= 3600
+        raise ServiceBusy(error, retry_after=float(told) if ok else None)
+    raise kind(error)

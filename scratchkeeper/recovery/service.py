@@ -5,10 +5,13 @@
   inputs of queued jobs first (one batched queue query), then, with ``recovery.scope = "all"``,
   every other file carrying a source.
 * During jobs: requests on the Unix socket (:mod:`.client`) from the reader, the
-  pre-execution hook and users, authorised by peer credentials.
-* Workers take requests from the state store; a request is persisted before it is
-  acknowledged and a running one names its worker, so after a kill -9 the next start queues it
-  again and resumes the rebuild it had begun (or aborts a rebuild no request owns).
+  pre-execution hook and users, authorised by peer credentials and admitted per user
+  (:mod:`.admission`: threads, requests a minute; :mod:`.records`: recoveries pending).
+* Workers take requests from the state store, users in turn (:func:`.records.claim_next`); a
+  request is persisted before it is acknowledged and a running one names its worker, so after
+  a kill -9 the next start queues it again and resumes the rebuild it had begun (or aborts a
+  rebuild no request owns). The periodic check removes the finished requests past
+  ``recovery.request_retention`` (and each user's oldest beyond ``requests_kept_per_uid``).
 """
 
 from __future__ import annotations
@@ -28,7 +31,7 @@ import threading
 import time
 
 from .. import stopping
-from ..config import SiteConfig
+from ..config import SiteConfig, listen_address
 from ..errors import (
     InputError,
     PermissionDenied,
@@ -37,6 +40,7 @@ from ..errors import (
     StorageError,
     UnknownJobError,
 )
+from ..munge import Munge
 from ..ownership import Owner
 from ..planner import records as planner_records
 from ..planner.commit import commit_stage, fail_stage
@@ -44,14 +48,16 @@ from ..planner.transfer_timing import check_timings
 from ..state import StateStore
 from ..storage import StorageBackend, open_backend
 from ..storage.base import XATTR_PREFIX
+from ..storage.mount_logs import READ_LOG, BoundedLog, reads_record
 from ..transfer.ranged import remove_stale_spools
 from . import records, trust
+from .admission import Admission, Limits, UserLines
 from .client import (
     ERROR_KINDS,
     RequestTimeout,
+    ServiceBusy,
     decode_message,
     encode,
-    peer_credentials,
     peer_owner,
     receive_request,
 )
@@ -59,6 +65,7 @@ from .gather import RecoveryInterrupted
 from .outcome import LOST
 from .patching import SourceLoad
 from .reconstruct import Recoverer
+from .remote import RemoteDoor
 from .safety import check_inside_scratch, reaches_own_file
 
 log = logging.getLogger(__name__)
@@ -66,6 +73,10 @@ log = logging.getLogger(__name__)
 MAX_BACKOFF = 300.0
 #: lines a minute recoveryd logs of one uid's refused requests (the rest are counted)
 REFUSALS_PER_MINUTE = 30
+#: lines a minute recoveryd logs of one uid's accepted requests (the rest are counted)
+REQUEST_LINES_PER_MINUTE = 30
+#: finished requests the periodic check removes at most in one cycle (the rest next time)
+PRUNE_PER_CYCLE = 10_000
 
 
 def process_request(store: StateStore, recoverer: Recoverer, row) -> dict:
@@ -162,14 +173,13 @@ def check_ost_indices(backend: StorageBackend, osts: list[int]) -> None:
 class RecoveryService:
     """The daemon: socket server, patch workers and the periodic check, until ``stop`` is set.
 
-    The socket is shared by every user, so no user can starve the others: at most
-    ``connections_per_uid`` connections of one uid at once (root's are bounded by the pool
-    alone), ``handler_threads`` threads answer them (a connection beyond that is refused, not
-    queued) and a request must arrive whole within ``request_timeout`` seconds.
+    The socket is shared by every user, so no user can starve the others: each connection is
+    admitted for its peer (:class:`~.admission.Admission`: ``recovery.connections_per_uid`` at
+    once, ``requests_per_minute``; ``request_threads`` threads answer them, a connection beyond
+    is refused as busy, not queued) and a request must arrive whole within ``request_timeout``
+    seconds.
     """
 
-    connections_per_uid = 8
-    handler_threads = 32
     request_timeout = 10.0
 
     def __init__(self, config: SiteConfig, *, backend: StorageBackend | None = None,
@@ -183,16 +193,30 @@ class RecoveryService:
         # raised by every notification, under ``changed``: a worker that found no request waits
         # only if nothing changed since it looked (no stop, no new request in between)
         self._generation = 0
+        # the workers wait apart: a new request wakes one of them, not every waiter and worker
+        # (each of which would queue for the write lock to claim it)
+        self._work_ready = threading.Condition()
+        self._work_generation = 0
         self.load = SourceLoad()
         self.recoverer = Recoverer(self.backend, config, load=self.load, stop=self.stop,
                                    store=self.store)
         self.worker = records.worker_id()
         self._threads: list[threading.Thread] = []
         self._listener: socket.socket | None = None
+        self._door: RemoteDoor | None = None
         self._handlers: concurrent.futures.ThreadPoolExecutor | None = None
-        self._connections_lock = threading.Lock()
-        self._connections: dict[int, int] = {}  # open connections by uid
-        self._refusal_logs: dict[int, trust.RateLimitedLog] = {}  # by uid
+        hook_uid = _uid_of(config.recovery.hook_user)
+        self.admission = Admission(Limits.of(config.recovery),
+                                   trusted=frozenset({0} if hook_uid is None else {0, hook_uid}))
+        # root's log, a bounded number of lines a minute per user (the rest are counted)
+        # (root's requests, the periodic check's among them, are each logged)
+        self.request_lines = UserLines(log, logging.INFO, REQUEST_LINES_PER_MINUTE,
+                                       exempt_root=True)
+        self.refusal_lines = UserLines(log, logging.WARNING, REFUSALS_PER_MINUTE)
+        # the read records of 'reads' requests, bounded as the mount bounds its own
+        self.read_log = (BoundedLog(self.backend.store_root, READ_LOG,
+                                    config.mount.log_max_bytes)
+                         if hasattr(self.backend, "store_root") else None)
         self.failures = 0
         # what the metrics endpoint reports: the last probe of every OST (Unix time, states)
         # and the recoveries finished here; both only written by this object
@@ -209,8 +233,9 @@ class RecoveryService:
         for number in range(self.config.recovery.file_workers):
             self._spawn(self._work, f"recover-{number}")
         self._handlers = concurrent.futures.ThreadPoolExecutor(
-            max_workers=self.handler_threads, thread_name_prefix="socket-request")
+            max_workers=self.admission.limits.threads, thread_name_prefix="socket-request")
         self._spawn(self._accept, "socket")
+        self._open_door()
         self._serve_metrics()
         self._notify()
         log.info("recoveryd: listening on %s, %d file worker(s), check every %gs",
@@ -280,6 +305,7 @@ class RecoveryService:
     def shutdown(self) -> None:
         self.stop.set()
         self._notify()
+        self._wake_workers()
         for thread in self._threads:
             thread.join(timeout=30)
         if self._listener is not None:
@@ -298,13 +324,24 @@ class RecoveryService:
             log.info("recoveryd: stop signal, stopping")
             self.stop.set()
             self._notify()
+            self._wake_workers()
 
         stopping.on_stop_signals(on_signal)
 
     def _notify(self) -> None:
+        """Wake the waiters: a request changed."""
         with self.changed:
             self._generation += 1
             self.changed.notify_all()
+
+    def _wake_workers(self, count: int | None = None) -> None:
+        """Wake ``count`` idle workers (None: all of them, to stop)."""
+        with self._work_ready:
+            self._work_generation += 1
+            if count is None:
+                self._work_ready.notify_all()
+            elif count:
+                self._work_ready.notify(count)
 
     def _generation_now(self) -> int:
         with self.changed:
@@ -313,7 +350,7 @@ class RecoveryService:
     def _wait_change(self, seen: int, timeout: float) -> None:
         """Wait up to ``timeout`` for a notification after generation ``seen`` (none if one
         came already, or the service is stopping)."""
-        with self.changed:
+        with self.admission.paused(), self.changed:
             if self._generation == seen and not self.stop.is_set():
                 self.changed.wait(timeout=timeout)
 
@@ -323,28 +360,47 @@ class RecoveryService:
 
     def enqueue_many(self, files: list[tuple[str, list[int]]], uid: int,
                      origin: str) -> list[int]:
-        """Queue (path, reported OSTs) requests in one transaction, then wake the workers."""
-        ids = []
+        """Queue (path, reported OSTs) requests in one transaction, then wake the workers; a
+        user's beyond ``recovery.pending_per_uid`` are refused (ServiceBusy), root's never."""
+        ids, new = [], 0
+        limit = None if uid == 0 else self.config.recovery.pending_per_uid
         for (path, osts), (request_id, created) in zip(
-                files, records.enqueue_many(self.store, files, requested_by=uid, origin=origin)):
+                files, records.enqueue_many(self.store, files, requested_by=uid, origin=origin,
+                                            pending_limit=limit)):
             if created:
-                log.info("request %d: %s (%s, uid %d, OSTs %s)", request_id, path, origin, uid,
-                         osts or "-")
+                new += 1
+                self.request_lines.log(uid, "request %d: %s (%s, uid %d, OSTs %s)", request_id,
+                                       path, origin, uid, osts or "-")
             ids.append(request_id)
         self._notify()
+        self._wake_workers(new)
         return ids
+
+    def prune(self) -> int:
+        """Remove the finished requests past their retention (a bounded number per call)."""
+        recovery = self.config.recovery
+        removed = records.prune(self.store, before=time.time() - recovery.request_retention,
+                                kept_per_uid=recovery.requests_kept_per_uid,
+                                limit=PRUNE_PER_CYCLE)
+        if removed:
+            log.info("check: %d finished request(s) removed", removed)
+        return removed
 
     def _work(self) -> None:
         while not self.stop.is_set():
-            seen = self._generation_now()
+            with self._work_ready:
+                seen = self._work_generation
             try:
-                row = records.claim_next(self.store, self.worker)
+                row = records.claim_next(self.store, self.worker,
+                                         running_per_uid=self.config.recovery.workers_per_uid)
             except ScratchkeeperError as err:
                 log.error("claiming a request: %s", err)
                 self.stop.wait(5.0)
                 continue
             if row is None:
-                self._wait_change(seen, 5.0)
+                with self._work_ready:  # a request queued since the claim has woken nobody
+                    if self._work_generation == seen and not self.stop.is_set():
+                        self._work_ready.wait(timeout=5.0)
                 continue
             try:
                 result = process_request(self.store, self.recoverer, row)
@@ -366,6 +422,9 @@ class RecoveryService:
         The probe is the Recoverer's shared one: the recoveries it queues reuse it for the OSTs
         outside their files (and probe their own anew), rather than probing every OST again.
         """
+        self.prune()
+        self.request_lines.flush()
+        self.refusal_lines.flush()
         statuses = self.recoverer.probe_all()
         self.last_probe = (time.time(), statuses)
         failed = sorted(o.ost_index for o in statuses if not o.healthy)
@@ -420,8 +479,9 @@ class RecoveryService:
         return list(dict.fromkeys(paths))
 
     # -- waiting -------------------------------------------------------------------------------
-    def wait_for(self, path: str, timeout: float) -> dict:
-        """Until the file is whole, lost, or ``timeout``; the file's status at that moment."""
+    def wait_for(self, path: str, timeout: float, uid: int = 0) -> dict:
+        """Until the file is whole, lost, or ``timeout``; the file's status at that moment
+        (a damaged file without a request is queued, requested by ``uid``)."""
         deadline = time.monotonic() + timeout
         while True:
             seen = self._generation_now()
@@ -430,7 +490,7 @@ class RecoveryService:
                     and status["request_id"] is None:
                 return status
             if status["request_id"] is None:
-                self.enqueue(status["path"], status["failed_osts"], 0, "wait")
+                self.enqueue(status["path"], status["failed_osts"], uid, "wait")
             remaining = deadline - time.monotonic()
             if remaining <= 0 or self.stop.is_set():
                 status["timed_out"] = remaining <= 0
@@ -454,49 +514,35 @@ class RecoveryService:
             self._admit(conn)
 
     def _admit(self, conn: socket.socket) -> None:
+        """Admit the connection for its peer (:class:`~.admission.Admission`) and hand it to
+        a request thread, or answer ServiceBusy at once."""
         try:
-            _, uid, _ = peer_credentials(conn)
+            owner = peer_owner(conn)
         except OSError:
             conn.close()
             return
-        with self._connections_lock:
-            mine = self._connections.get(uid, 0)
-            busy = sum(self._connections.values())
-            if uid != 0 and mine >= self.connections_per_uid:
-                reason = (f"too many connections from uid {uid} (at most "
-                          f"{self.connections_per_uid} at once)")
-            elif busy >= self.handler_threads:
-                reason = f"service busy ({busy} requests in progress); try again shortly"
-            else:
-                reason = None
-                self._connections[uid] = mine + 1
-        if reason is not None:
-            self._refuse(uid, "-", "-", reason)
-            self._reply(conn, {"ok": False, "error": reason, "kind": "ServiceBusy"}, 1.0)
+        try:
+            self.admission.admit(owner)
+        except ServiceBusy as busy:
+            self._refuse(owner.uid, "-", "-", str(busy))
+            self._reply(conn, {"ok": False, "error": str(busy), "kind": "ServiceBusy",
+                               "retry_after": busy.retry_after}, 1.0)
             conn.close()
             return
         try:
-            self._handlers.submit(self._serve, conn, uid)
+            self._handlers.submit(self._serve, conn, owner)
         except RuntimeError:  # shutting down
-            self._release(uid)
+            self.admission.release(owner)
             conn.close()
 
-    def _release(self, uid: int) -> None:
-        with self._connections_lock:
-            left = self._connections.get(uid, 1) - 1
-            if left:
-                self._connections[uid] = left
-            else:
-                self._connections.pop(uid, None)
-
-    def _serve(self, conn: socket.socket, uid: int) -> None:
+    def _serve(self, conn: socket.socket, owner: Owner) -> None:
         try:
-            reply = self._handle(conn, uid)
+            reply = self._handle(conn, owner)
             if reply is not None:
                 self._reply(conn, reply, 30.0)
         finally:
             conn.close()
-            self._release(uid)
+            self.admission.release(owner)
 
     @staticmethod
     def _reply(conn: socket.socket, reply: dict, timeout: float) -> None:
@@ -508,38 +554,62 @@ class RecoveryService:
         # A user sends as many refused requests as they like: the lines are rate-limited per
         # uid (REFUSALS_PER_MINUTE each, the rest counted), so no user fills root's log and
         # one user's flood hides no other user's refusals.
-        with self._connections_lock:
-            limiter = self._refusal_logs.get(uid)
-            if limiter is None:
-                if len(self._refusal_logs) >= 4096:  # uids are real peers: a bound all the same
-                    self._refusal_logs.clear()
-                limiter = self._refusal_logs[uid] = trust.RateLimitedLog(
-                    interval=0.0, budget=REFUSALS_PER_MINUTE)
         shown = str(path)[:512] if path is not None else "-"
-        limiter.note(f"{op}", f"refused: uid {uid}, op {str(op)[:64]}, path {shown}: "
-                              f"{reason[:512]}")
+        self.refusal_lines.log(uid, "refused: uid %d, op %s, path %s: %s", uid, str(op)[:64],
+                               shown, reason[:512])
 
-    def _handle(self, conn: socket.socket, uid: int) -> dict | None:
+    def _handle(self, conn: socket.socket, owner: Owner) -> dict | None:
         """The reply to one connection's request (None: nothing to answer)."""
-        op = path = "-"
         try:
             message = decode_message(receive_request(conn, self.request_timeout))
-            op, path = message.get("op", "-"), message.get("path", "-")
-            return {**self._dispatch(message, peer_owner(conn)), "ok": True}
         except EOFError:
             return None
+        except RequestTimeout as err:
+            self._refuse(owner.uid, "-", "-", str(err))
+            return None  # the client is not listening for an answer
+        except ScratchkeeperError as err:
+            self._refuse(owner.uid, "-", "-", str(err))
+            return _error_reply(err)
+        return self.answer(message, owner)
+
+    def answer(self, message: dict, owner: Owner) -> dict:
+        """The reply to one request of ``owner``, however it came (this host's Unix socket or
+        another host's sealed request, :mod:`.remote`); never raises."""
+        uid = owner.uid
+        op, path = message.get("op", "-"), message.get("path", "-")
+        try:
+            with self.admission.working(owner):
+                return {**self._dispatch(message, owner), "ok": True}
         except ScratchkeeperError as err:
             self._refuse(uid, op, path, str(err))
-            # the nearest class the client knows, so it raises the same kind of error
-            kind = next(c.__name__ for c in type(err).__mro__ if c.__name__ in ERROR_KINDS)
-            if isinstance(err, RequestTimeout):
-                return None  # the client is not listening for an answer
-            return {"ok": False, "error": str(err), "kind": kind}
+            return _error_reply(err)
         except Exception as err:  # answer the client, keep the daemon
             log.exception("uid %d, op %s, path %s: request failed", uid, str(op)[:64],
                           str(path)[:4096])
             return {"ok": False, "error": f"internal error ({type(err).__name__}); see "
                                           "recoveryd's log", "kind": "RecoveryError"}
+
+    def take_slot(self, owner: Owner) -> str | None:
+        """Admit one request of ``owner`` (None), or say why not (ServiceBusy's words)."""
+        try:
+            self.admission.admit(owner)
+        except ServiceBusy as busy:
+            self._refuse(owner.uid, "-", "-", str(busy))
+            return str(busy)
+        return None
+
+    def _open_door(self) -> None:
+        """With ``head.listen``: the TCP door for other hosts' sealed requests (:mod:`.remote`)."""
+        address = listen_address(self.config.head.listen)
+        if address is None:
+            return
+        self._door = RemoteDoor(*address, Munge(self.config.head.munge_socket or None),
+                                stop=self.stop, take_slot=self.take_slot,
+                                release=self.admission.release, answer=self.answer,
+                                submit=self._handlers.submit,
+                                request_timeout=self.request_timeout)
+        self._spawn(self._door.run, "head-door")
+        log.info("recoveryd: other hosts' requests on %s:%d (MUNGE)", *self._door.address)
 
     def _authorise(self, path, caller: Owner) -> str:
         """The scratch path of a request's file, if the caller may ask about it.
@@ -577,6 +647,8 @@ class RecoveryService:
         uid = caller.uid
         op = message.get("op")
         timeout = _number(message.get("timeout", self.config.recovery.wait_timeout), "timeout")
+        if uid != 0:  # a user's wait holds one of their threads: no longer than the site says
+            timeout = min(timeout, self.config.recovery.wait_timeout)
         if op in ("report", "status", "wait", "recover"):
             full = self._authorise(message.get("path"), caller)
             if op == "status":
@@ -588,7 +660,7 @@ class RecoveryService:
                 return {"request_id": self.enqueue(full, osts, uid, "report"),
                         **file_status(self.store, self.backend, full)}
             if op == "wait":
-                return self.wait_for(full, timeout)
+                return self.wait_for(full, timeout, uid)
             osts = _ost_list(message.get("osts", []), "osts")
             check_ost_indices(self.backend, osts)
             wait = message.get("wait", True)
@@ -614,14 +686,17 @@ class RecoveryService:
             # a user sees their own requests only (recent_requests filters by uid), with the
             # times and progress `recovery list` prints
             return {"requests": [records.request_view(row) for row in rows]}
+        if op == "logs":  # as the mount's user.scratchkeeper.logs: a user sees their own line
+            return {READ_LOG: self.read_log.stats(uid)} if self.read_log is not None else {}
         raise InputError(f"unknown op {str(op)[:64]!r} (report, status, wait, recover, "
-                         "reads, check-job, list, stage-commit, stage-fail)")
+                         "reads, logs, check-job, list, stage-commit, stage-fail)")
 
     def _record_reads(self, full: str, uid: int, message: dict) -> dict:
         """A reader's reads of one of its user's files (``scratchkeeper read``), written to the
         store's read records as the mount writes its own (tierd counts both). The user may not
         write the store's root; recoveryd may, and takes the counts only for the user's own
-        files, bounded."""
+        files, through the bounded writer (cap, the user's share, free space: a record beyond
+        is dropped and counted, ``"dropped"`` says why)."""
         reads, nbytes = message.get("reads"), message.get("bytes")
         for name, value, top in (("reads", reads, 1 << 20), ("bytes", nbytes, 1 << 50)):
             if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= top:
@@ -630,13 +705,15 @@ class RecoveryService:
         if reads == 0:
             raise InputError("'reads' must be at least 1")
         file_id = getattr(self.backend, "file_id", None)
-        if file_id is None or self.config.mount.read_log_interval <= 0:
+        if file_id is None or self.read_log is None or self.config.mount.read_log_interval <= 0:
             return {"recorded": False, "why": "reads are counted only for the local store with "
                                               "mount.read_log_interval > 0"}
-        from ..storage.mount_logs import append_reads
-
-        append_reads(self.backend.store_root, time=time.time(), object_id=file_id(full),
-                     uid=uid, reads=reads, nbytes=nbytes, path=full)
+        dropped = self.read_log.append(uid, reads_record(
+            time=time.time(), object_id=file_id(full), uid=uid, reads=reads, nbytes=nbytes,
+            path=full))
+        if dropped is not None:
+            return {"recorded": False, "dropped": dropped,
+                    "why": f"{READ_LOG}: record dropped ({_DROPPED[dropped]})"}
         return {"recorded": True}
 
     def _stage_report(self, op: str, message: dict, uid: int) -> dict:
@@ -652,15 +729,15 @@ class RecoveryService:
             timings = check_timings(message.get("timings"))
             files = commit_stage(self.store, self.config, chain_id, job_key, for_uid=uid,
                                  backend=self.backend, layout=layout, timings=timings)
-            log.info("chain %s: %s committed for uid %d (%d file(s))", chain_id, job_key, uid,
-                     len(files))
+            self.request_lines.log(uid, "chain %s: %s committed for uid %d (%d file(s))",
+                                   chain_id, job_key, uid, len(files))
             return {"files": [dataclasses.asdict(f) for f in files]}
         line = message.get("line")
         line = line if isinstance(line, int) and not isinstance(line, bool) and line > 0 else None
         cancelled = fail_stage(self.store, self.config, chain_id, job_key,
                                str(message.get("reason") or "")[:4000], line, for_uid=uid)
-        log.info("chain %s: %s failed, reported by uid %d; cancelled %s", chain_id, job_key, uid,
-                 cancelled or "nothing")
+        self.request_lines.log(uid, "chain %s: %s failed, reported by uid %d; cancelled %s",
+                               chain_id, job_key, uid, cancelled or "nothing")
         return {"cancelled": cancelled}
 
     def _wait_request(self, request_id: int, timeout: float) -> dict:
@@ -676,6 +753,11 @@ class RecoveryService:
             if remaining <= 0 or self.stop.is_set():
                 return {"request_id": request_id, "state": row["state"], "timed_out": True}
             self._wait_change(seen, min(remaining, 2.0))
+
+
+_DROPPED = {"cap": "the log is at mount.log_max_bytes",
+            "share": "the user's share of the log is spent",
+            "space": "the store's file system is nearly full"}
 
 
 def _namespace_root(backend: StorageBackend) -> str:
@@ -709,3 +791,10 @@ def _ost_list(value, name: str) -> list[int]:
 
 
 __all__ = ["RecoveryService", "file_status", "process_request", "resume", "UnknownJobError"]
+
+
+def _error_reply(err: ScratchkeeperError) -> dict:
+    """An error as a reply: the nearest class the client knows, so it raises the same kind."""
+    kind = next(c.__name__ for c in type(err).__mro__ if c.__name__ in ERROR_KINDS)
+    return {"ok": False, "error": str(err), "kind": kind,
+            **({"retry_after": err.retry_after} if isinstance(err, ServiceBusy) else {})}

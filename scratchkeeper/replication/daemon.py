@@ -275,9 +275,12 @@ class ReplicationDaemon:
 
     # -- one cycle -----------------------------------------------------------------------------
     def system_nodes(self) -> int:
+        if self.config.replication.system_nodes:
+            return self.config.replication.system_nodes
         now = time.monotonic()
         if self._system_nodes is None or now - self._system_nodes[0] > SYSTEM_NODES_REFRESH:
-            self._system_nodes = (now, self.scheduler.system_nodes())
+            self._system_nodes = (now, self.scheduler.system_nodes(
+                self.config.scheduler.batch_queue))
         return self._system_nodes[1]
 
     def cycle(self) -> CycleReport:

@@ -353,9 +353,11 @@ class Scheduler:
                     found.append(job_id)
         return sorted(found, key=lambda j: (len(j), j))
 
-    def system_nodes(self) -> int:
-        """Node count of the system (S in the replication window)."""
-        return self.backend.parse_nodes(self._run(self.backend.build_nodes(), mutating=False))
+    def system_nodes(self, queue: str | None = None) -> int:
+        """Node count of the system (S in the replication window): ``queue``'s nodes where
+        the scheduler can say, every node otherwise."""
+        return self.backend.parse_nodes(self._run(self.backend.build_nodes(queue),
+                                                  mutating=False))
 
 
 def _scheduler_message(message: str) -> str:

@@ -202,7 +202,9 @@ def parse_find_by_name(stdout: str) -> list[str]:
     return [line.strip() for line in stdout.splitlines() if line.strip()]
 
 
-def build_nodes() -> list[str]:
+def build_nodes(queue: str | None = None) -> list[str]:
+    """Every node: ``pbsnodes`` has no queue filter (a queue's nodes are a site's own node
+    properties), so a PBS site's S counts its data-transfer nodes too."""
     return ["pbsnodes", "-a"]
 
 

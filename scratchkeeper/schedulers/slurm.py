@@ -440,8 +440,11 @@ def parse_find_by_name(stdout: str) -> list[str]:
     return [line.strip() for line in stdout.splitlines() if line.strip().isdigit()]
 
 
-def build_nodes() -> list[str]:
-    return ["sinfo", "--noheader", "--Node", "--format=%N"]
+def build_nodes(queue: str | None = None) -> list[str]:
+    """The nodes of ``queue`` (the batch partition: the system S of the replication window,
+    without the data-transfer nodes), or of every partition."""
+    return ["sinfo", "--noheader", "--Node", "--format=%N",
+            *([f"--partition={queue}"] if queue else [])]
 
 
 def parse_nodes(stdout: str) -> int:

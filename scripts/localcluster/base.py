@@ -207,6 +207,9 @@ class Daemon:
     # ``executable``, which must then be a Python 3 interpreter, so its pid is recognised as
     # the daemon's; the command's own pid is in run/NAME.pid.
     respawn: float = 0.0
+    # makes the argv that runs the command as ``user`` on another host of the cluster
+    # (hosts.enter: nsenter into its namespaces, setpriv to the user); None: on the head
+    launcher: Callable[..., list[str]] | None = None
 
     def digest(self) -> str:
         content = hashlib.sha256("\0".join(self.argv).encode())
@@ -238,11 +241,14 @@ class Daemon:
             log_file.write(f"--- {datetime.datetime.now().isoformat()} "
                            f"{' '.join(self.argv)}\n".encode())
             log_file.flush()
+            # on another host, the launcher's setpriv takes the user: nsenter needs root
+            user = None if self.launcher else self.user
             process = subprocess.Popen(self.command(layout), stdin=subprocess.DEVNULL,
                                        stdout=log_file,
                                        stderr=subprocess.STDOUT, start_new_session=True,
-                                       cwd=str(layout.root), user=self.user,
-                                       group=self._group(), extra_groups=[] if self.user else None)
+                                       cwd=str(layout.root), user=user,
+                                       group=self._group() if user else None,
+                                       extra_groups=[] if user else None)
         pids[self.name] = process.pid
         digests[self.name] = self.digest()
         write_status(layout, status)
@@ -260,12 +266,15 @@ class Daemon:
         say(f"{self.name}: started (pid {process.pid})")
 
     def command(self, layout: Layout) -> list[str]:
-        """What is started: the daemon's argv, or supervise.py running it."""
-        if not self.respawn:
-            return self.argv
-        return [self.executable, str(SUPERVISOR), "--name", self.name,
-                "--pid-file", str(self.pid_file(layout)), "--pause", f"{self.respawn:g}", "--",
-                *self.argv]
+        """What is started: the daemon's argv, or supervise.py running it; on its host."""
+        argv = self.argv
+        if self.respawn:
+            argv = [self.executable, str(SUPERVISOR), "--name", self.name,
+                    "--pid-file", str(self.pid_file(layout)), "--pause", f"{self.respawn:g}",
+                    "--", *self.argv]
+        if self.launcher:
+            argv = self.launcher(argv, user=self.user, cwd=str(layout.root))
+        return argv
 
     def pid_file(self, layout: Layout) -> Path:
         """Where a supervised daemon's command records its pid."""

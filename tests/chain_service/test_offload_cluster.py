@@ -47,7 +47,7 @@ def test_each_result_is_offloaded_while_its_job_runs(local_cluster, tmp_path, wh
     else:
         # the user's own job through the chain service: offload jobs run as that user
         uid, gid = plain_user()
-        tmp_path = Path(tempfile.mkdtemp(prefix="sk-close-", dir="/tmp"))
+        tmp_path = Path(tempfile.mkdtemp(prefix="sk-close-"))  # every host sees it
         os.chown(tmp_path, uid, gid)
         scratch = local_cluster.scratch_root / f"{PLAIN_USER}-{name}"
     script = tmp_path / "job.sh"

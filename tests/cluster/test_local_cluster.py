@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import ftplib
 import hashlib
+import json
 import os
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from pathlib import Path
 
@@ -52,13 +54,18 @@ def _payload(directory: Path, name: str, size: int) -> tuple[Path, bytes]:
 
 # ---------------------------------------------------------------------------- Slurm
 
-def test_every_node_is_in_every_partition(local_cluster):
+def test_every_compute_node_is_in_batch_and_replica_and_dataxfer_has_its_own(local_cluster):
     # %F is allocated/idle/other/total, one line per partition whatever the node states.
-    result = local_cluster.command(["sinfo", "-h", "-o", "%P|%F"])
+    result = local_cluster.command(["sinfo", "-h", "-o", "%P|%F|%C"])
     rows = [line.split("|") for line in result.stdout.split()]
-    partitions = {name.rstrip("*"): int(counts.split("/")[3]) for name, counts in rows}
-    assert partitions == {name: len(local_cluster.nodes) for name in ("batch", "dataxfer", "replica")}
-    assert any(name == "batch*" for name, _ in rows), "batch is the default partition"
+    partitions = {name.rstrip("*"): int(counts.split("/")[3]) for name, counts, _ in rows}
+    dtn = json.loads(local_cluster.status_path.read_text())["roles"]["dtn"]
+    assert partitions == {"batch": len(local_cluster.nodes), "replica": len(local_cluster.nodes),
+                          "dataxfer": len(dtn)}
+    # the data-transfer hosts run as many data jobs at once as the compute nodes' CPUs
+    cpus = {name.rstrip("*"): int(counts.split("/")[3]) for name, _, counts in rows}
+    assert cpus["dataxfer"] == cpus["batch"]
+    assert any(row[0] == "batch*" for row in rows), "batch is the default partition"
     assert len(local_cluster.nodes) >= 4, "the replication daemon needs several nodes"
 
 
@@ -161,7 +168,8 @@ def test_gridftp_partial_read_lands_at_its_offset(local_cluster, tmp_path):
 def test_gridftp_checksum_matches_md5(local_cluster, tmp_path):
     source, content = _payload(local_cluster.source_dir, "smoke-cksm.bin", 100_000)
     with ftplib.FTP() as ftp:
-        ftp.connect("127.0.0.1", local_cluster.gridftp_port, timeout=20)
+        ftp.connect(urllib.parse.urlsplit(local_cluster.gridftp_url).hostname,
+                    local_cluster.gridftp_port, timeout=20)
         ftp.login()
         reply = ftp.sendcmd(f"CKSM MD5 0 -1 {source}")
         partial = ftp.sendcmd(f"CKSM MD5 10 20 {source}")

@@ -74,7 +74,8 @@ def plain_work(local_cluster):
     """A folder of the plain user for its scripts and job output, a source file on the servers,
     and a scratch folder name of its own (it does not exist yet: the user's jobs make it)."""
     uid, gid = plain_user()
-    work = Path(tempfile.mkdtemp(prefix="sk-plain-", dir="/tmp"))
+    # tempfile's folder: one every host sees (tests/conftest.py, SHARED_TEMP)
+    work = Path(tempfile.mkdtemp(prefix="sk-plain-"))
     os.chown(work, uid, gid)
     tag = uuid.uuid4().hex[:8]
     source = local_cluster.source_dir / f"plain-{tag}"

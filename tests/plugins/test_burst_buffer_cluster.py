@@ -301,7 +301,7 @@ def test_a_failed_stage_out_is_in_accounting_and_holds_nothing(work):
     script = work.script("out.sh", f"""#!/bin/bash
 #SBATCH --output=/dev/null
 #STAGEIN -input {work.scratch}/nothing-staged
-#STAGEOUT {result} http://127.0.0.1:{work.cluster.http_port}/no-such-place/out.txt
+#STAGEOUT {result} {work.cluster.http_sink_url.removesuffix('/sink/')}/no-such-place/out.txt
 echo result > {result}
 """)
     job_id = work.sbatch(str(script)).stdout.strip()

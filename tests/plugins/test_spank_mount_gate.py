@@ -33,7 +33,8 @@ def harness(tmp_path_factory) -> Path:
         pytest.skip("no <slurm/spank.h> (libslurm-dev)")
     binary = tmp_path_factory.mktemp("harness") / "spank_harness"
     subprocess.run(["cc", "-std=gnu11", "-Wall", "-Wextra", "-Werror", "-o", str(binary),
-                    str(HARNESS), str(PLUGIN)], check=True, capture_output=True, timeout=120)
+                    str(HARNESS), str(PLUGIN), "-lmunge"], check=True, capture_output=True,
+                   timeout=120)
     return binary
 
 

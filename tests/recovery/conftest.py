@@ -30,8 +30,10 @@ from scratchkeeper.recovery.client import RecoveryClient, ServiceUnavailable
 from scratchkeeper.storage import LayoutRequest, open_backend
 from scratchkeeper.storage.base import XATTR_PREFIX
 
-#: where the tests' sources are: the local cluster's GridFTP and nginx, and local files
-TEST_SOURCES = '["file://", "ftp://127.0.0.1:*", "gsiftp://127.0.0.1:*", "http://127.0.0.1:*"]'
+#: where the tests' sources are: the local cluster's GridFTP and nginx (on the head's address on
+#: the hosts' bridge, docs/local-cluster.rst), the tests' own servers on loopback, local files
+TEST_SOURCES = ('["file://", "ftp://127.0.0.1:*", "gsiftp://127.0.0.1:*", "http://127.0.0.1:*", '
+                '"ftp://198.18.77.1:*", "gsiftp://198.18.77.1:*", "http://198.18.77.1:*"]')
 
 
 @dataclass

@@ -22,6 +22,17 @@ from scratchkeeper.storage import open_backend
 JOB_NAME = "skreptest"
 
 
+def _pbs_system_nodes(scheduler_kind: str) -> str:
+    """A PBS site states S (pbsnodes lists the data-transfer host too): the batch nodes."""
+    if scheduler_kind != "pbs":
+        return ""
+    import subprocess
+
+    nodes = subprocess.run(["sinfo", "--noheader", "--Node", "--format=%N", "--partition=batch"],
+                           capture_output=True, text=True, check=True, timeout=30).stdout.split()
+    return f"system_nodes = {len(set(nodes))}"
+
+
 def write_site(path: Path, root: Path, *, scheduler_kind: str = "slurm", replica_queue: str = "",
                alpha: float = 0.5, threshold: float = 0.1, interval: float = 0.5,
                extra: str = "") -> Path:
@@ -49,6 +60,7 @@ database = "{root / 'state' / 'state.db'}"
 [replication]
 alpha = {alpha}
 threshold = {threshold}
+{_pbs_system_nodes(scheduler_kind)}
 interval = {interval}
 workers = 2
 retry_delay = 1.0

@@ -455,3 +455,32 @@ def test_what_fails_after_the_link_never_undoes_it(local_store, monkeypatch):
     # is gone, without deleting anything
     committing = local_store.db.query("SELECT committing FROM object_intents")
     assert [row["committing"] for row in committing] == [1] * (2 * layout.stripe_count)
+
+
+def test_another_hosts_processes_are_never_judged_gone_from_here(local_store):
+    """The store's backing is shared by every host: a pid of another host means nothing here,
+    so this host's collection leaves that process's intents and staging entries alone, and
+    collects its own dead ones, named with its host or (older stores) without one."""
+    from scratchkeeper.storage.local.processes import host_name, process_alive, process_owner
+
+    local_store.list_osts()
+    assert process_owner().endswith(f"@{host_name()}") and process_alive(process_owner())
+    elsewhere = "pid:999999999:1@another-host"   # no such pid here: but it is another host's
+    dead_here = f"pid:999999999:1@{host_name()}"
+    assert process_alive(elsewhere) and not process_alive(dead_here)
+    assert not process_alive("pid:999999999:1")  # an older store's name: this host's
+    theirs, ours = (1, uuid.uuid4().hex), (2, uuid.uuid4().hex)
+    for (ost, oid), owner in ((theirs, elsewhere), (ours, dead_here)):
+        (local_store._ost_dir(ost) / oid).write_bytes(b"x")
+        with local_store.db.transaction() as conn:
+            conn.execute("INSERT INTO object_intents(ost_index, object_id, owner, committing) "
+                         "VALUES (?, ?, ?, 0)", (ost, oid, owner))
+    staging = Path(local_store.store_root) / "mdt.staging"
+    their_entry = staging / f"{elsewhere}.{uuid.uuid4().hex}"
+    our_entry = staging / f"{dead_here}.{uuid.uuid4().hex}"
+    for entry in (their_entry, our_entry):
+        entry.write_bytes(b"")
+    report = local_store.collect_garbage()
+    assert [o.object_id for o in report.deleted] == [ours[1]]
+    assert report.staging == [our_entry.name]
+    assert (local_store._ost_dir(1) / theirs[1]).exists() and their_entry.exists()
