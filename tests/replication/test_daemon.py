@@ -37,7 +37,7 @@ class QueueDouble:
         self.snapshots += 1
         return QueueSnapshot(tuple(self.jobs))
 
-    def system_nodes(self) -> int:
+    def system_nodes(self, queue: str | None = None) -> int:
         if self.down:
             raise SchedulerError("sinfo: Unable to contact slurm controller")
         return 8
