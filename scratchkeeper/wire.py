@@ -69,7 +69,8 @@ def decode_message(line: bytes, *, limit: int = MAX_BODY) -> Message:
     """One message line as a dict; anything else (not UTF-8, not JSON, NaN, a number of 5000
     digits, nesting deeper than the parser goes, not an object) is an :class:`InputError`."""
     if len(line) > limit:
-        raise InputError(f"request longer than {limit // (1 << 20)} MiB")
+        size = f"{limit >> 20} MiB" if limit % (1 << 20) == 0 else f"{limit >> 10} KiB"
+        raise InputError(f"request longer than {size}")
     try:
         text = line.decode("utf-8")
     except UnicodeDecodeError as err:

@@ -31,6 +31,7 @@ import socket
 import struct
 import time
 
+from .. import wire
 from ..config import listen_address
 from ..errors import InputError, PermissionDenied, RecoveryError, ScratchkeeperError, StorageError
 from ..munge import Munge
@@ -90,28 +91,9 @@ def read_message(stream) -> dict:
 
 
 def decode_message(line: bytes) -> dict:
-    """One message line as a dict; anything else (not UTF-8, not JSON, NaN, a number of 5000
-    digits, nesting deeper than the parser goes, not an object) is an :class:`InputError`."""
-    if len(line) > MAX_LINE:
-        raise InputError("request longer than 1 MiB")
-    try:
-        text = line.decode("utf-8")
-    except UnicodeDecodeError as err:
-        raise InputError(f"request is not UTF-8 (byte {err.start} is {line[err.start]:#04x})") \
-            from None
-    try:
-        message = json.loads(text, parse_constant=_no_constant)
-    except json.JSONDecodeError as err:
-        raise InputError(f"request is not JSON: {err}") from None
-    except (ValueError, RecursionError) as err:
-        raise InputError(f"request is not usable JSON: {str(err)[:200]}") from None
-    if not isinstance(message, dict):
-        raise InputError("request must be a JSON object")
-    return message
-
-
-def _no_constant(name: str):
-    raise ValueError(f"{name} is not a number a request may carry")
+    """One message line of the Unix socket as a dict (:func:`scratchkeeper.wire.decode_message`,
+    at most 1 MiB)."""
+    return wire.decode_message(line, limit=MAX_LINE)
 
 
 def receive_request(conn: socket.socket, timeout: float) -> bytes:
