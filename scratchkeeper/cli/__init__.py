@@ -129,6 +129,23 @@ def site_config(args: argparse.Namespace) -> SiteConfig:
     return cached
 
 
+def head_elsewhere(config: SiteConfig) -> bool:
+    """Whether this host asks the head for what is in the state database: ``head.address`` is
+    set and the database is not on this host (a login, data-transfer or compute node; on the
+    head the file is there, and its commands open it as before)."""
+    return bool(config.head.address) and not os.path.exists(config.state.database)
+
+
+def state_here(config: SiteConfig, what: str) -> None:
+    """Refuse ``what`` (a command that opens the state database) on a host that is not the
+    head: only the head opens it (docs/topology.rst)."""
+    if head_elsewhere(config):
+        from ..errors import StateError
+
+        raise StateError(f"{what} opens the state database {config.state.database}, which is "
+                         f"the head's ({config.head.address}): run it on the head")
+
+
 def _set_log_level(args: argparse.Namespace, config: SiteConfig | None) -> None:
     """-v/-vv win; daemons pass their config (``logging.level``), commands default to warnings."""
     if args.verbose >= 2:

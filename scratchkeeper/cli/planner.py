@@ -8,7 +8,7 @@ import shlex
 import time
 
 from ..errors import InputError
-from . import site_config
+from . import head_elsewhere, site_config, state_here
 
 
 def register(subparsers) -> None:
@@ -135,6 +135,8 @@ def _submit(args) -> int:
     from ..planner.submit import prepare, submit_plan
     from ..state import StateStore
 
+    state_here(config, "a direct submission (scheduler.submit_via = \"direct\"; "
+                       "\"chain-service\" submits from any host)")
     _, plan = prepare(args.script, config, scheduler=args.scheduler, extra_inputs=args.input)
     store = records.open_records(StateStore(config.state.database))
     submission = submit_plan(plan, config, store)
@@ -177,6 +179,10 @@ def _status_list(args, config, store, uid: int) -> int:
 
     summaries = chain_summaries(store, config, records.recent_chains(store, None if uid == 0
                                                                      else uid))
+    return _print_summaries(args, summaries)
+
+
+def _print_summaries(args, summaries) -> int:
     if args.json:
         print(json.dumps([{"chain_id": c.chain_id, "script": c.script, "state": c.state,
                            "reason": c.reason, "recorded_state": c.recorded_state,
@@ -269,6 +275,10 @@ def _status(args) -> int:
     from ..state import StateStore
 
     config = site_config(args)
+    if args.backlog:
+        state_here(config, "status --backlog")
+    elif head_elsewhere(config):
+        return _status_from_head(args, config)
     store = records.open_records(StateStore(config.state.database))
     uid = os.getuid()
     if args.backlog:
@@ -278,9 +288,34 @@ def _status(args) -> int:
     if args.ident is None:
         return _status_list(args, config, store, uid)
     chain_id = resolve_chain(store, args.ident)
+    return _show_status(args, lambda: chain_status(store, config, chain_id, caller_uid=uid))
+
+
+def _status_from_head(args, config) -> int:
+    """``status`` on a host that is not the head: the same answers, from the head's service."""
+    from ..planner.status import ChainStatus, ChainSummary, JobStatus
+    from ..recovery.client import RecoveryClient
+
+    client = RecoveryClient.for_site(config)
+    if args.ident is None:
+        summaries = [ChainSummary(**c) for c in client.chains()["chains"]]
+        return _print_summaries(args, summaries)
+
+    def ask() -> ChainStatus:
+        reply = dict(client.chain_status(args.ident)["status"])
+        reply["jobs"] = [JobStatus(**job) for job in reply["jobs"]]
+        return ChainStatus(**reply)
+
+    return _show_status(args, ask)
+
+
+def _show_status(args, ask) -> int:
+    """One chain's status (``ask()``), waited for with ``--wait``, printed."""
+    from ..planner import records
+
     deadline = time.monotonic() + (args.wait or 0)
     while True:
-        status = chain_status(store, config, chain_id, caller_uid=uid)
+        status = ask()
         finished = status.state in ("completed", "failed", "ended", records.SUBMIT_FAILED,
                                     records.STAGE_IN_FAILED, records.STAGE_OUT_FAILED) and all(
             j.state not in ("pending", "held", "running", "completing") for j in status.jobs)

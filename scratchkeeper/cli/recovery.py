@@ -10,7 +10,7 @@ import time
 from typing import TYPE_CHECKING
 
 from ..errors import InputError, PermissionDenied, RecoveryError
-from . import daemon_logging, site_config
+from . import daemon_logging, head_elsewhere, site_config, state_here
 
 if TYPE_CHECKING:
     from ..recovery.client import RecoveryClient
@@ -87,10 +87,11 @@ def _client(config) -> RecoveryClient:
     return RecoveryClient.for_site(config)
 
 
-def _open_store(config) -> StateStore:
+def _open_store(config, what: str = "this command") -> StateStore:
     from ..recovery import records
     from ..state import StateStore
 
+    state_here(config, what)
     return records.open_records(StateStore(config.state.database))
 
 
@@ -164,7 +165,7 @@ def inline_recover(config, path: str, osts: list[int]) -> dict:
     if os.getuid() not in (0, owner):
         raise PermissionDenied(f"{full}: owned by uid {owner}; you may recover only your files")
     check_ost_indices(backend, osts)
-    store = _open_store(config)
+    store = _open_store(config, "recovering in this process (--inline)")
     request_id, created = records.enqueue(store, full, reported_osts=osts,
                                           requested_by=os.getuid(), origin="inline")
     worker = records.worker_id()
@@ -221,6 +222,8 @@ def _status(args: argparse.Namespace) -> int:
     try:
         status = _client(config).status(args.path)
     except ServiceUnavailable:
+        if head_elsewhere(config):
+            raise
         status = file_status(_open_store(config), open_backend(config), args.path)
         status["service"] = "not running"
     if args.json:
@@ -243,7 +246,7 @@ def _list(args: argparse.Namespace) -> int:
     config = site_config(args)
     uid = os.getuid()
     rows: list
-    if uid == 0:
+    if uid == 0 and not head_elsewhere(config):
         # the admin's view: the records themselves, with the times and progress recoveryd's
         # answer leaves out (and whether recoveryd runs or not)
         rows = records.recent_requests(_open_store(config), None)
@@ -251,6 +254,8 @@ def _list(args: argparse.Namespace) -> int:
         try:
             rows = _client(config).list()["requests"]
         except ServiceUnavailable:
+            if head_elsewhere(config):
+                raise
             rows = records.recent_requests(_open_store(config), uid)
     now = time.time()
     views = [records.request_view(row, now) for row in rows]
@@ -304,6 +309,8 @@ def _hook(args: argparse.Namespace) -> int:
     try:
         result = _client(config).check_job(job_id, timeout)
     except ServiceUnavailable:
+        if head_elsewhere(config):
+            raise
         result = _hook_inline(config, job_id)
     if not result["whole"]:
         raise RecoveryError(f"job {job_id}: staged input not recoverable: {result['reason']}")

@@ -12,7 +12,7 @@ import json
 import logging
 
 from ..errors import InputError
-from . import add_loop_arguments, loop_config, site_config
+from . import add_loop_arguments, head_elsewhere, loop_config, site_config, state_here
 
 log = logging.getLogger(__name__)
 
@@ -42,12 +42,22 @@ def register(subparsers) -> None:
     replicas.set_defaults(func=_show)
 
 
-def _state(args):
+def _state(args, what: str):
     from ..replication.state import ReplicationState
     from ..state import StateStore
 
     config = site_config(args)
+    state_here(config, what)
     return config, ReplicationState(StateStore(config.state.database))
+
+
+def _head(config):
+    """The head's service, for a hook on a host that is not the head (None: this is the head)."""
+    if not head_elsewhere(config):
+        return None
+    from ..recovery.client import RecoveryClient
+
+    return RecoveryClient.for_site(config)
 
 
 def _replicad(args) -> int:
@@ -68,7 +78,7 @@ def _show(args) -> int:
     from ..replication.report import build_report, format_report
     from ..storage import open_backend
 
-    config, state = _state(args)
+    config, state = _state(args, "replicas")
     try:
         total = scratch_bytes(open_backend(config))
     except Exception as err:  # the report still helps when the store cannot be asked
@@ -83,10 +93,14 @@ def _show(args) -> int:
 def _job_ended(args) -> int:
     from ..replication.state import JOB_ENDED
 
-    _, state = _state(args)
     for job_id in args.job_ids:
         if not job_id.replace(".", "").replace("[", "").replace("]", "").replace("_", "").isalnum():
             raise InputError(f"job id {job_id!r}: expected a scheduler job id")
+    head = _head(site_config(args))
+    if head is not None:
+        head.job_ended(list(args.job_ids))
+        return 0
+    _, state = _state(args, "replicas job-ended")
     for job_id in args.job_ids:
         state.add_event(JOB_ENDED, job_id=job_id, source="cli")
     return 0
@@ -94,10 +108,14 @@ def _job_ended(args) -> int:
 
 def _closed(args) -> int:
     from ..replication.state import FILE_CLOSED
-
-    config, state = _state(args)
     from ..storage.base import ScratchPaths
 
+    config = site_config(args)
     path = ScratchPaths(config.storage.scratch_root).resolve(args.path)
+    head = _head(config)
+    if head is not None:
+        head.file_closed(path, args.job)
+        return 0
+    _, state = _state(args, "replicas closed")
     state.add_event(FILE_CLOSED, job_id=args.job, path=path, source="cli")
     return 0

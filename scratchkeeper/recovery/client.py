@@ -14,6 +14,9 @@ One JSON object per line each way, one request per connection. Requests::
     {"op": "stage-commit", "chain": C, "job": K[, "layout": L]}  a data job's `stage commit`, for its user
                                   (and "timings": [[LINE, SECONDS], ...], its transfers as it timed them)
     {"op": "stage-fail", "chain": C, "job": K, "line": n, "reason": r}   ... `stage fail`
+    {"op": "chains"}, {"op": "chain-status", "ident": J|C}   `status` from another host
+    {"op": "job-ended", "job_ids": [J]}, {"op": "file-closed", "path": F, "job": J}   replicad's
+                                  events from other hosts' hooks (:mod:`.headops`)
 
 Replies are ``{"ok": true, ...}`` or ``{"ok": false, "error": message, "kind": class}``, a
 ``ServiceBusy`` one with ``"retry_after": seconds`` when the service knows. The service
@@ -30,6 +33,7 @@ import random
 import socket
 import struct
 import time
+from collections.abc import Sequence
 
 from .. import wire
 from ..config import listen_address
@@ -256,6 +260,18 @@ class RecoveryClient:
     def stage_fail(self, chain_id: str, job_key: str, line: int | None, reason: str) -> dict:
         return self.call({"op": "stage-fail", "chain": chain_id, "job": job_key, "line": line,
                           "reason": reason}, timeout=600.0)
+
+    def chains(self) -> dict:
+        return self.call({"op": "chains"}, timeout=120.0)
+
+    def chain_status(self, ident: str) -> dict:
+        return self.call({"op": "chain-status", "ident": ident}, timeout=120.0)
+
+    def job_ended(self, job_ids: Sequence[str]) -> dict:
+        return self.call({"op": "job-ended", "job_ids": [*job_ids]})
+
+    def file_closed(self, path: str, job: str) -> dict:
+        return self.call({"op": "file-closed", "path": path, "job": job})
 
 
 def _raised(reply: dict) -> dict:

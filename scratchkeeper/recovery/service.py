@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import concurrent.futures
 import contextlib
-import dataclasses
 import functools
 import json
 import logging
@@ -43,14 +42,12 @@ from ..errors import (
 from ..munge import Munge
 from ..ownership import Owner
 from ..planner import records as planner_records
-from ..planner.commit import commit_stage, fail_stage
-from ..planner.transfer_timing import check_timings
 from ..state import StateStore
 from ..storage import StorageBackend, open_backend
 from ..storage.base import XATTR_PREFIX
 from ..storage.mount_logs import READ_LOG, BoundedLog, reads_record
 from ..transfer.ranged import remove_stale_spools
-from . import records, trust
+from . import headops, records, trust
 from .admission import Admission, Limits, UserLines
 from .client import (
     ERROR_KINDS,
@@ -223,6 +220,7 @@ class RecoveryService:
         self.last_probe: tuple[float, list] | None = None
         self.patch_stats = None
         self._metrics = None
+        self._replication = None
 
     # -- life cycle ----------------------------------------------------------------------------
     def start(self) -> None:
@@ -598,6 +596,15 @@ class RecoveryService:
             return str(busy)
         return None
 
+    def replication_state(self):
+        """replicad's tables, for the events other hosts' hooks report (:mod:`.headops`)."""
+        from ..replication.state import ReplicationState
+
+        with self.changed:
+            if self._replication is None:
+                self._replication = ReplicationState(self.store)
+            return self._replication
+
     def _open_door(self) -> None:
         """With ``head.listen``: the TCP door for other hosts' sealed requests (:mod:`.remote`)."""
         address = listen_address(self.config.head.listen)
@@ -673,14 +680,17 @@ class RecoveryService:
         if op == "reads":
             full = self._authorise(message.get("path"), caller)
             return self._record_reads(full, uid, message)
+        if op in headops.OPS:
+            return headops.answer(self, op, message, caller, authorise=self._authorise,
+                                  may_hook=self._may_hook)
         if op == "check-job":
-            if uid != 0 and uid != _uid_of(self.config.recovery.hook_user):
+            if not self._may_hook(uid):
                 raise PermissionDenied(f"check-job is for the scheduler's hook only (root or "
                                        f"recovery.hook_user {self.config.recovery.hook_user!r})")
             from .hook import check_job
             return check_job(self, str(message.get("job_id", "")), timeout)
         if op in ("stage-commit", "stage-fail"):
-            return self._stage_report(op, message, uid)
+            return headops.stage_report(self, op, message, uid)
         if op == "list":
             rows = records.recent_requests(self.store, None if uid == 0 else uid)
             # a user sees their own requests only (recent_requests filters by uid), with the
@@ -688,8 +698,11 @@ class RecoveryService:
             return {"requests": [records.request_view(row) for row in rows]}
         if op == "logs":  # as the mount's user.scratchkeeper.logs: a user sees their own line
             return {READ_LOG: self.read_log.stats(uid)} if self.read_log is not None else {}
-        raise InputError(f"unknown op {str(op)[:64]!r} (report, status, wait, recover, "
-                         "reads, logs, check-job, list, stage-commit, stage-fail)")
+        raise InputError(f"unknown op {str(op)[:64]!r} (report, status, wait, recover, reads, "
+                         f"logs, check-job, list, stage-commit, stage-fail, {', '.join(headops.OPS)})")
+
+    def _may_hook(self, uid: int) -> bool:
+        return uid == 0 or uid == _uid_of(self.config.recovery.hook_user)
 
     def _record_reads(self, full: str, uid: int, message: dict) -> dict:
         """A reader's reads of one of its user's files (``scratchkeeper read``), written to the
@@ -715,30 +728,6 @@ class RecoveryService:
             return {"recorded": False, "dropped": dropped,
                     "why": f"{READ_LOG}: record dropped ({_DROPPED[dropped]})"}
         return {"recorded": True}
-
-    def _stage_report(self, op: str, message: dict, uid: int) -> dict:
-        """A data job's ``stage commit``/``stage fail``, done here because the data job runs as
-        its user, who cannot write the state database; only for that user's own chains."""
-        chain_id, job_key = message.get("chain"), message.get("job")
-        if not (isinstance(chain_id, str) and chain_id and isinstance(job_key, str) and job_key):
-            raise InputError(f"{op} needs a 'chain' and a 'job'")
-        if op == "stage-commit":
-            layout = message.get("layout")
-            if layout is not None and not isinstance(layout, str):
-                raise InputError("stage-commit: 'layout' must be a string")
-            timings = check_timings(message.get("timings"))
-            files = commit_stage(self.store, self.config, chain_id, job_key, for_uid=uid,
-                                 backend=self.backend, layout=layout, timings=timings)
-            self.request_lines.log(uid, "chain %s: %s committed for uid %d (%d file(s))",
-                                   chain_id, job_key, uid, len(files))
-            return {"files": [dataclasses.asdict(f) for f in files]}
-        line = message.get("line")
-        line = line if isinstance(line, int) and not isinstance(line, bool) and line > 0 else None
-        cancelled = fail_stage(self.store, self.config, chain_id, job_key,
-                               str(message.get("reason") or "")[:4000], line, for_uid=uid)
-        self.request_lines.log(uid, "chain %s: %s failed, reported by uid %d; cancelled %s",
-                               chain_id, job_key, uid, cancelled or "nothing")
-        return {"cancelled": cancelled}
 
     def _wait_request(self, request_id: int, timeout: float) -> dict:
         deadline = time.monotonic() + timeout
