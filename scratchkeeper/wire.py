@@ -219,24 +219,33 @@ class Caller:
         self.connect_timeout = connect_timeout
 
     def call(self, message: Message, *, timeout: float | None = None, deadline: float = 30.0,
-             retry_if: Callable[[Message], bool] | None = None) -> Message:
+             retry_if: Callable[[Message], bool] | None = None,
+             refused_wait: float | None = None) -> Message:
         """The reply to ``message``; ``timeout`` bounds the service's work on one try,
-        ``deadline`` all tries; ``retry_if(reply)`` asks for another try (a busy answer)."""
+        ``deadline`` all tries; ``retry_if(reply)`` asks for another try (a busy answer).
+        Connections refused for ``refused_wait`` seconds in a row (the head is up, its service
+        is not: stopped, or restarting for longer than that) end the tries early."""
         message = {**message, "request_id": message.get("request_id") or new_request_id()}
-        end = time.monotonic() + deadline
+        started = time.monotonic()
+        end = started + deadline
         delay, last = 0.1, "no try made"
+        refused_since: float | None = None
         while True:
             try:
                 reply = self._once(message, timeout)
                 if retry_if is None or not retry_if(reply):
                     return reply
-                last = str(reply.get("error", "busy"))
+                last, refused_since = str(reply.get("error", "busy")), None
             except (ConnectionError, TimeoutError, EOFError, OSError) as err:
                 last = _reason(err)
-            remaining = end - time.monotonic()
-            if remaining <= 0:
+                refused = isinstance(err, ConnectionRefusedError)
+                refused_since = (refused_since or time.monotonic()) if refused else None
+            now = time.monotonic()
+            remaining = end - now
+            if remaining <= 0 or refused_since is not None and refused_wait is not None and \
+                    now - refused_since >= refused_wait:
                 raise Unreachable(f"head service {self.address} did not answer within "
-                                  f"{deadline:g}s: {last}")
+                                  f"{min(deadline, now - started):.0f}s: {last}")
             time.sleep(min(remaining, delay * random.uniform(0.5, 1.0)))
             delay = min(delay * 2, 2.0)
 

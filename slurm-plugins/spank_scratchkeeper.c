@@ -32,6 +32,9 @@
  *   head=HOST:PORT      the head node's service (recoveryd's head.listen): check-job goes there
  *                       over TCP instead of the socket (default: none, the socket)
  *   munge_socket=PATH   this host's munged (default libmunge's, /run/munge/munge.socket.2)
+ *   head_wait=S         how long connections head= refuses (the head is up, its service is
+ *                       not: stopped or restarting) are tried again (default 10); a head
+ *                       that does not answer at all (a partition) is tried for prolog_timeout
  *   prolog_timeout=S    longest wait for recovery in the prolog (default 600)
  *   scratchkeeper=PATH  the scratchkeeper command (default /usr/local/bin/scratchkeeper)
  *   config=PATH         site config passed as --config (default: scratchkeeper's own default)
@@ -103,6 +106,9 @@ static char _socket_path[sizeof(((struct sockaddr_un *)0)->sun_path)] =
 static char _command[1024] = "/usr/local/bin/scratchkeeper";
 static char _config[1024] = "";
 static int _prolog_timeout = 600;
+static int _head_wait = 10;
+/* the last connection to head= was refused (ECONNREFUSED): its service is not listening */
+static int _head_refused;
 static int _epilog_timeout = 30;
 static int _epilog_enabled = 1;
 static char _scratch[1024] = "/scratch";
@@ -337,6 +343,11 @@ static int _parse_args(int ac, char **av)
 		} else if (!strncmp(arg, "config=", 7)) {
 			if (_copy_arg(_config, sizeof(_config), arg + 7, "config") < 0)
 				return -1;
+		} else if (!strncmp(arg, "head_wait=", 10)) {
+			if (_parse_int(arg + 10, &_head_wait) < 0) {
+				slurm_error("scratchkeeper: head_wait=%s: expected seconds", arg + 10);
+				return -1;
+			}
 		} else if (!strncmp(arg, "prolog_timeout=", 15)) {
 			if (_parse_int(arg + 15, &_prolog_timeout) < 0) {
 				slurm_error("scratchkeeper: prolog_timeout=%s: expected seconds", arg + 15);
@@ -856,6 +867,7 @@ static int _head_connect(double end, char *why, size_t why_len)
 		fd = -1;
 	}
 	freeaddrinfo(found);
+	_head_refused = fd < 0 && err == ECONNREFUSED;
 	if (fd < 0)
 		snprintf(why, why_len, "%s", strerror(err));
 	return fd;
@@ -970,6 +982,7 @@ static int _check_job_head(uint32_t job_id, char *why, size_t why_len)
 	unsigned char raw[16];
 	char request_id[2 * sizeof(raw) + 1], payload[512], last[512];
 	double start = _now(), retry_end = start + _prolog_timeout, delay = 0.1, pause;
+	double refused_since = -1;
 	size_t i;
 	int rc;
 
@@ -982,9 +995,14 @@ static int _check_job_head(uint32_t job_id, char *why, size_t why_len)
 	snprintf(payload, sizeof(payload), WIRE_REQUEST "{\"op\":\"check-job\",\"job_id\":\"%u\","
 		 "\"timeout\":%d,\"request_id\":\"%s\"}", job_id, _prolog_timeout, request_id);
 	for (;;) {
+		_head_refused = 0;
 		rc = _head_try(payload, request_id, retry_end + 30, why, why_len);
 		if (rc != -1)
 			return rc < 0 ? -1 : rc;
+		/* refused for head_wait in a row: the service is down, as a missing Unix socket */
+		refused_since = !_head_refused ? -1 : refused_since < 0 ? _now() : refused_since;
+		if (refused_since >= 0 && _now() - refused_since >= _head_wait)
+			break;
 		if ((pause = retry_end - _now()) <= 0)
 			break;
 		if (pause > delay * (0.5 + _jitter() / 2))

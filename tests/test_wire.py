@@ -192,6 +192,20 @@ def test_an_unreachable_head_is_one_line_within_the_deadline(munge_site):
     assert time.monotonic() - start < 10
 
 
+def test_a_head_whose_service_is_stopped_is_given_up_after_refused_wait(munge_site):
+    """Refused connections (the host up, nothing listening) end the tries after refused_wait,
+    not after the whole deadline, which is for a head that does not answer at all."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    start = time.monotonic()
+    with pytest.raises(Unreachable, match=f"127.0.0.1:{port} did not answer within 1s: "
+                                          "Connection refused"):
+        Caller("127.0.0.1", port, Munge(munge_site.socket), connect_timeout=1).call(
+            {"op": "list"}, deadline=120, refused_wait=1)
+    assert time.monotonic() - start < 30
+
+
 def test_the_replay_cache_is_bounded_per_uid():
     now = [0.0]
     cache = ReplayCache(per_uid=3, ttl=10, clock=lambda: now[0])

@@ -7,6 +7,7 @@ holds every section.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from dataclasses import field
 from typing import Any
@@ -102,8 +103,18 @@ class StorageConfig:
 
 @record(frozen=True)
 class StateConfig:
-    database: str = _opt("/var/lib/scratchkeeper/state.db", "SQLite state database",
+    database: str = _opt("/var/lib/scratchkeeper/state.db", "SQLite state database (the head "
+                         "node's own disk: only the head opens it, docs/topology.rst)",
                          path="absolute")
+    spool: str = _opt("", "folder of the chains' and replica jobs' scripts and outputs, written "
+                      "by data jobs on other hosts: shared with the data-transfer and compute "
+                      "nodes; \"\": the state database's folder (one host)",
+                      path="absolute or empty")
+
+    @property
+    def spool_root(self) -> str:
+        """Where spools go: ``spool``, else the state database's folder."""
+        return self.spool or os.path.dirname(os.path.abspath(self.database))
 
 
 @record(frozen=True)
@@ -496,6 +507,10 @@ class HeadConfig:
     timeout: float = _opt(60.0, "seconds a request to the head may take, retries after a refused "
                           "or lost connection included, before the command says the head is "
                           "unreachable", minimum=1, maximum=DAY)
+    refused_wait: float = _opt(10.0, "seconds connections the head refuses (the host is up, its "
+                               "service is stopped or restarting) are tried again before the "
+                               "command says the service is down; a head that does not answer "
+                               "at all is tried for head.timeout", minimum=0, maximum=DAY)
 
 
 @record(frozen=True)

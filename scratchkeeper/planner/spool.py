@@ -1,5 +1,6 @@
 """A chain's spool folder: its jobs' scripts, their output and the list of results offloaded
-at close, beside the state database (``<database folder>/spool/<chain id>/``).
+at close, under ``state.spool`` (``<spool>/spool/<chain id>/``; by default the state database's
+folder), which data jobs on other hosts write: shared with them.
 
 The renderer names files in it (the stage-out reads ``offloaded.list``), submission writes the
 scripts, the chain service writes the list: each of them asks this module where they are.
@@ -16,7 +17,7 @@ OFFLOADED_LIST = "offloaded.list"
 
 
 def spool_dir(config: SiteConfig, chain_id: str) -> Path:
-    return Path(config.state.database).resolve().parent / "spool" / chain_id
+    return Path(config.state.spool_root).resolve() / "spool" / chain_id
 
 
 def script_path(spool: Path, job_key: str) -> Path:

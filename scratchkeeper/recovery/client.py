@@ -142,11 +142,13 @@ class RecoveryClient:
     credential from another host (docs/topology.rst)."""
 
     def __init__(self, socket_path: str, *, connect_timeout: float = 10.0,
-                 head: Caller | None = None, head_deadline: float = 60.0):
+                 head: Caller | None = None, head_deadline: float = 60.0,
+                 refused_wait: float | None = None):
         self.socket_path = socket_path
         self.connect_timeout = connect_timeout
         self.head = head
         self.head_deadline = head_deadline
+        self.refused_wait = refused_wait
 
     @classmethod
     def for_site(cls, config, *, connect_timeout: float = 10.0) -> RecoveryClient:
@@ -158,7 +160,7 @@ class RecoveryClient:
         caller = Caller(*address, Munge(config.head.munge_socket or None),
                         connect_timeout=min(connect_timeout, 5.0))
         return cls(config.recovery.socket, connect_timeout=connect_timeout, head=caller,
-                   head_deadline=config.head.timeout)
+                   head_deadline=config.head.timeout, refused_wait=config.head.refused_wait)
 
     def call(self, message: dict, *, timeout: float | None = None) -> dict:
         """Send one request, return the reply; an error reply is raised as its class.
@@ -185,7 +187,8 @@ class RecoveryClient:
     def _call_once(self, message: dict, timeout: float | None) -> dict:
         if self.head is not None:
             try:
-                reply = self.head.call(message, timeout=timeout, deadline=self.head_deadline)
+                reply = self.head.call(message, timeout=timeout, deadline=self.head_deadline,
+                                       refused_wait=self.refused_wait)
             except Unreachable as err:
                 raise ServiceUnavailable(str(err)) from None
             except Refused as err:

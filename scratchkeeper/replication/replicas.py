@@ -58,7 +58,7 @@ class ReplicaOperations:
         self.config = config
         self.scheduler = scheduler
         self.replica_queue = config.scheduler.replica_queue
-        self.job_dir = Path(job_dir or Path(config.state.database).parent / "replica-jobs")
+        self.job_dir = Path(job_dir or Path(config.state.spool_root) / "replica-jobs")
 
     # -- placement -----------------------------------------------------------------------------
     def choose_osts(self, layout: FileLayout, size: int = 0,

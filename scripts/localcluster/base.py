@@ -163,6 +163,9 @@ class Layout:
     scratch = property(lambda self: self.root / "scratch")
     store = property(lambda self: self.root / "store")
     state_db = property(lambda self: self.root / "state" / "state.db")
+    # the chains' and replica jobs' scripts and outputs (state.spool): shared with the hosts,
+    # unlike the state database's folder, which is the head's own (hosts.HEAD_ONLY)
+    spool = property(lambda self: self.root / "spool")
     site_config = property(lambda self: self.root / "site.toml")
     site_config_pbs = property(lambda self: self.root / "site-pbs.toml")
     mariadb_data = property(lambda self: self.root / "mariadb" / "data")

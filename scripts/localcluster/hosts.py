@@ -43,6 +43,19 @@ ROLES = ("head", "login", "dtn", "compute")
 # path -> (mode, owner)
 PRIVATE_DIRS = {"/tmp": ("1777", "root"), "/run/munge": ("0755", "munge"),
                 "/run/scratchkeeper": ("0755", "root")}
+# The head's own folders under the local cluster's directory (SK_LOCAL_DIR): the state
+# database's (only the head opens it, docs/topology.rst). Every other host finds an empty,
+# root-owned folder there, as a login or compute node of a site has no such file.
+HEAD_ONLY = ("state",)
+
+
+def private_dirs() -> dict[str, tuple[str, str]]:
+    """PRIVATE_DIRS and the head-only folders: what each host other than the head has of its
+    own, path -> (mode, owner)."""
+    local = Path(os.environ.get("SK_LOCAL_DIR", "/var/lib/scratchkeeper-local"))
+    return {**PRIVATE_DIRS, **{str(local / name): ("0755", "root") for name in HEAD_ONLY}}
+
+
 # the last byte of the first compute host's address: node K is SUBNET.(COMPUTE_BASE + K)
 COMPUTE_BASE = 10
 FIXED_ADDRESSES = {HEAD: 1, LOGIN: 2}
@@ -110,7 +123,7 @@ def enter(host: Host, argv: list[str], *, user: str | None = None,
     # Entering a mount namespace moves the cwd to its root: name it again, unless it lies in
     # a directory the host has of its own (where it would not be the same folder).
     wd = cwd if cwd is not None else "/"
-    if any(Path(wd).is_relative_to(p) for p in PRIVATE_DIRS):
+    if any(Path(wd).is_relative_to(p) for p in private_dirs()):
         wd = "/"
     return ["nsenter", f"--mount={host.mount_ns}", f"--uts={host.uts_ns}",
             f"--net={host.netns}", f"--wdns={wd}", "--"] + as_user + argv
@@ -218,7 +231,7 @@ def problem(host: Host) -> str | None:
     if f" {host.address}/{PREFIX_LENGTH} " not in inside.stdout or " lo " not in inside.stdout:
         return f"{host.address} not set in {host.netns}"
     checks = " && ".join([f'[ "$(hostname)" = {host.name} ]'] +
-                         [f"mountpoint -q {p}" for p in PRIVATE_DIRS])
+                         [f"mountpoint -q {p}" for p in private_dirs()])
     inner = run(enter(host, ["sh", "-c", checks]), check=False)
     if inner.returncode != 0:
         return "hostname or private directories not set"
@@ -242,10 +255,10 @@ def create(host: Host) -> None:
     _ensure_ns_dir()
     for path in (host.mount_ns, host.uts_ns):
         path.touch()
-    for path in PRIVATE_DIRS:
+    for path in private_dirs():
         Path(path).mkdir(parents=True, exist_ok=True)  # the mount points, on the head
     steps = [f"hostname {host.name}"]
-    for path, (mode, owner) in PRIVATE_DIRS.items():
+    for path, (mode, owner) in private_dirs().items():
         steps.append(f"mount -t tmpfs -o mode={mode},size=256m sk-{host.name} {path}")
         steps.append(f"chown {owner}: {path}")
     run(["unshare", f"--mount={host.mount_ns}", f"--uts={host.uts_ns}", "--propagation",

@@ -61,6 +61,30 @@ def reading_script(site, name: str, staging_line: str, staged, result_file) -> s
 """
 
 
+def prolog_service(site, plugins) -> RecoveryService:
+    """A recovery service on this test's site that the prologs ask: on the plugstack's socket
+    and, where the plugstack names the head's address (``head=``, a site of many hosts), on
+    that address too (the cluster's recoveryd is stopped by ``own_services``)."""
+    config = dataclasses.replace(site.config, recovery=dataclasses.replace(
+        site.config.recovery, socket=plugins.get("socket", "")))
+    if plugins.get("head"):
+        config = dataclasses.replace(config, head=dataclasses.replace(
+            config.head, listen=plugins["head"]))
+    return RecoveryService(config)
+
+
+def head_listens(plugins) -> bool:
+    """Whether something answers on the plugstack's head address."""
+    host, _, port = plugins.get("head", "").rpartition(":")
+    if not host:
+        return False
+    try:
+        socket.create_connection((host, int(port)), timeout=2).close()
+    except OSError:
+        return False
+    return True
+
+
 def chain_rows(site, job_id: str):
     """(store, chain id, the chain's jobs by role) of the chain the service made for job_id."""
     store = records.open_records(StateStore(site.config.state.database))
@@ -212,12 +236,20 @@ def test_a_plain_users_submission_to_a_data_queue_is_refused(plugins, jobs, queu
 def test_recovery_service_down_job_still_runs_and_epilog_reaches_replicad(plugins, jobs,
                                                                           local_cluster, tmp_path):
     socket_path = plugins.get("socket", "")
-    if os.path.exists(socket_path):
-        pytest.skip(f"a recovery service listens on {socket_path}; cannot test it down")
+    if os.path.exists(socket_path) or head_listens(plugins):
+        pytest.skip(f"a recovery service listens on {socket_path} or {plugins.get('head')}; "
+                    "cannot test it down")
     job_id = jobs.sbatch("--output=/dev/null", "--wrap=true", cwd=tmp_path).stdout.strip()
     assert local_cluster.wait_for_job(job_id, timeout=60) == "COMPLETED"
     assert wait_for_log(local_cluster, f"scratchkeeper: job {job_id}: recovery service "
                                        f"unreachable, inputs not checked")
+    if plugins.get("head"):
+        # a site of many hosts: the epilog's job-ended goes to the head's service, which is
+        # down; the epilog says so in one line, within head.refused_wait, not its timeout
+        told = wait_for_log(local_cluster, f"scratchkeeper: job {job_id}: could not tell the "
+                                           f"replication daemon the job ended: ")
+        assert told and "did not answer within" in told[-1] and "timed out" not in told[-1], told
+        return
     assert wait_for_log(local_cluster, f"scratchkeeper: job {job_id}: replication daemon told "
                                        f"the job ended")
     config = load_config(plugins["config"])
@@ -239,6 +271,8 @@ def test_prolog_recovers_a_file_on_a_failed_ost_before_the_job_runs(plugins, job
             os.unlink(socket_path)  # a stale socket of a dead service
         finally:
             probe.close()
+    if head_listens(plugins):
+        pytest.skip(f"another recovery service listens on {plugins['head']}")
     path, data = source("lost.dat", 1_500_000)
     uri = f"{local_cluster.gridftp_url}{path}"
     staged = site.root / "scratch" / "lost.dat"
@@ -254,12 +288,10 @@ def test_prolog_recovers_a_file_on_a_failed_ost_before_the_job_runs(plugins, job
     backend.fail_ost(failed)
     assert "damaged" in sk(site, "recovery", "status", str(staged), check=False).stdout
 
-    # The prolog asks the socket in plugstack.conf: serve it from this test's site. start() runs
-    # only the socket and its workers, not the periodic check (run()), so a patch can only come
-    # from a request: the job prolog's.
-    config = dataclasses.replace(site.config, recovery=dataclasses.replace(
-        site.config.recovery, socket=socket_path))
-    service = RecoveryService(config)
+    # The prolog asks the socket (or the head) in plugstack.conf: serve it from this test's
+    # site. start() runs only the socket and its workers, not the periodic check (run()), so a
+    # patch can only come from a request: the job prolog's.
+    service = prolog_service(site, plugins)
     service.start()
     try:
         result_file = site.root / "sha.txt"
@@ -282,7 +314,7 @@ def test_optional_plugin_lets_a_job_with_a_lost_input_run_and_logs_it(plugins, j
                                                                       source, local_cluster):
     """With ``optional`` Slurm turns the prolog's error into success: no drained node."""
     socket_path = plugins.get("socket", "")
-    if os.path.exists(socket_path):
+    if os.path.exists(socket_path) or head_listens(plugins):
         pytest.skip(f"a recovery service (or its stale socket) is at {socket_path}")
     path, _ = source("gone.dat", 300_000)
     uri = f"{local_cluster.gridftp_url}{path}"
@@ -297,9 +329,7 @@ def test_optional_plugin_lets_a_job_with_a_lost_input_run_and_logs_it(plugins, j
     backend = open_backend(site.config)
     backend.fail_ost(backend.layout(str(staged)).ost_list[0])
 
-    config = dataclasses.replace(site.config, recovery=dataclasses.replace(
-        site.config.recovery, socket=socket_path))
-    service = RecoveryService(config)
+    service = prolog_service(site, plugins)
     service.start()
     try:
         marker = site.root / "ran"

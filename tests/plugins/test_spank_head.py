@@ -226,6 +226,25 @@ def test_a_head_that_refuses_connections_is_tried_until_the_timeout_then_one_lin
     assert took < 15, f"{took:.1f}s with prolog_timeout=2"
 
 
+def test_a_stopped_head_service_is_given_up_after_head_wait_not_the_prolog_timeout(
+        harness, munge_site):
+    """A refused connection means the head is up and its service is not (stopped, restarting):
+    tried for head_wait, then the job goes on as with a missing Unix socket, instead of
+    holding every job start for prolog_timeout."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    started = time.monotonic()
+    result = prolog(harness, munge_site, port, "prolog_timeout=60", "head_wait=1")
+    took = time.monotonic() - started
+    assert result.returncode == 0
+    assert result.stdout.startswith(f"error: scratchkeeper: job {JOB}: recovery service "
+                                    f"unreachable, inputs not checked: head 127.0.0.1:{port} "
+                                    "did not answer within "), result.stdout
+    assert result.stdout.endswith(": Connection refused\n"), result.stdout
+    assert 1 <= took < 30, f"{took:.1f}s with head_wait=1 and prolog_timeout=60"
+
+
 def test_a_host_whose_munged_is_down_asks_nothing(harness, munge_site, head, tmp_path):
     service = head(sealed(munge_site, WHOLE))
     result = subprocess.run([str(harness), "prolog", SCRATCH, f"head=127.0.0.1:{service.port}",
@@ -244,6 +263,7 @@ def test_a_host_whose_munged_is_down_asks_nothing(harness, munge_site, head, tmp
     ("head=head:65536", "head=head:65536: expected HOST:PORT"),
     ("munge_socket=run/munge.socket", "munge_socket=run/munge.socket: expected an absolute "
                                       "path"),
+    ("head_wait=soon", "head_wait=soon: expected seconds"),
 ])
 def test_bad_head_arguments_fail_with_one_line(harness, argument, message):
     result = subprocess.run([str(harness), "task", "0", argument], capture_output=True,
