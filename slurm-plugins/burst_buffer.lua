@@ -8,20 +8,25 @@ below, and only those jobs. Each runs `scratchkeeper bb STAGE ARGS...` (cli/burs
 scratchkeeper/burst_buffer/) and returns its exit status and its last line, which Slurm shows
 the user: sbatch's error, the job's pending reason, scontrol show bbstat.
 
-  slurm_bb_job_process  sbatch: the planner's checks (script:LINE: reason refuses the job)
+  slurm_bb_job_process  sbatch: a capacity= larger than the pool, then the planner's checks
+                        (script:LINE: reason refuses the job)
   slurm_bb_setup        pending: record the job and its owner (the only call with the uid)
   slurm_bb_data_in      pending (BurstBufferStageIn): the stage-in data jobs, as the owner
   slurm_bb_real_size    the bytes staged, which Slurm accounts in the "scratch" pool
   slurm_bb_paths        SCRATCHKEEPER_* variables naming the staged files, into the job
   slurm_bb_pre_run      allocated, before start: recoveryd checks and patches the input
-  slurm_bb_post_run     ended (nothing: data_out follows)
-  slurm_bb_data_out     STAGE_OUT: the stage-out data jobs, as the owner
+  slurm_bb_post_run     ended (nothing to do, no command run: data_out follows)
+  slurm_bb_data_out     STAGE_OUT: the stage-out data jobs, as the owner (a failure is logged
+                        and recorded, and the job leaves STAGE_OUT all the same)
   slurm_bb_job_teardown cancel what is left, close the chain
   slurm_bb_pools        the pool "scratch": free space on scratch + what staged jobs hold
-  slurm_bb_get_status   scontrol show bbstat
+                        (an error when df fails: Slurm keeps the pool it has)
+  slurm_bb_get_status   scontrol show bbstat [JOBID...]
 
 Three functions run inside slurmctld and must return at once (job_process, pools, paths):
-pools and paths read files only; job_process runs the planner's check with a 10-second bound.
+pools and paths read files only (pools runs df, bounded); job_process reads the script and,
+when it asks for capacity, the pool's size, then runs the planner's check with a 10-second
+bound.
 The others run in slurmctld's script daemon, killed after burst_buffer.conf's timeouts.
 
 Install: `make -C slurm-plugins install-burst-buffer` writes the paths below. Lua 5.1.
@@ -33,8 +38,18 @@ local SCRATCH = "/scratch"
 local STATE_DIR = "/var/lib/scratchkeeper/burst-buffer"
 local JOB_SUBMIT_CONF = "/etc/slurm/job_submit_scratchkeeper.conf"
 local POOL = "scratch"
+local GRANULE = 1048576
 -- job_process runs inside slurmctld: the planner's check gets this long, then the job is refused
 local CHECK_SECONDS = 10
+-- Slurm 22.05 passes slurm_bb_get_status the words after `bbstat` only; 23.02 and later pass
+-- the caller's uid and gid first (`make install` sets this from `scontrol --version`)
+local STATUS_CALLER = false
+-- Slurm's size units (bb_get_size_num): K/KiB... powers of 1024, KB... of 1000, none: bytes
+local UNITS = { [""] = 1, k = 1024, kib = 1024, kb = 1000,
+                m = 1024 ^ 2, mib = 1024 ^ 2, mb = 1000 ^ 2,
+                g = 1024 ^ 3, gib = 1024 ^ 3, gb = 1000 ^ 3,
+                t = 1024 ^ 4, tib = 1024 ^ 4, tb = 1000 ^ 4,
+                p = 1024 ^ 5, pib = 1024 ^ 5, pb = 1000 ^ 5 }
 
 -- A word for sh, whatever it holds: Slurm's arguments are never code.
 local function quote(word)
@@ -94,33 +109,85 @@ local function read_file(path)
   return text
 end
 
+-- The pool's size in granules: free bytes of scratch (df, bounded: a hung file system must not
+-- hold slurmctld) + the bytes staged jobs hold (held-bytes, written whole by scratchkeeper);
+-- nil when df fails.
+local function pool_granules()
+  local pipe = io.popen("timeout -s KILL 2 df -P -B1 " .. quote(SCRATCH) .. " 2>/dev/null")
+  if not pipe then return nil end
+  local text = pipe:read("*a") or ""
+  pipe:close()
+  local free = tonumber(string.match(text, "\n%S+%s+%d+%s+%d+%s+(%d+)"))
+  if not free then return nil end
+  local held = tonumber(read_file(STATE_DIR .. "/held-bytes") or "0") or 0
+  return math.floor((free + held) / GRANULE)
+end
+
+-- What the script asks of our pool, read as Slurm reads it (_parse_bb_opts): among the leading
+-- comment lines (blank ones skipped, the first other line ends them), each "#STAGE" line that
+-- holds "capacity=" asks its size of the pool its "pool=" names. The bytes asked of POOL and
+-- the words that asked them; nil when none does. A size in nodes is not bytes: left to Slurm.
+local function capacity_asked(text)
+  local bytes, asked = 0, nil
+  for line in string.gmatch(text, "[^\n]+") do
+    if string.sub(line, 1, 1) ~= "#" then break end
+    local size = string.sub(line, 1, 6) == "#STAGE" and string.match(line, "capacity=(%S*)")
+    if size and string.match(line, "pool=(%S*)") == POOL then
+      local number, unit = string.match(size, "^(%d+)(%a*)")
+      local multiplier = number and UNITS[string.lower(unit)]
+      if multiplier then
+        bytes = bytes + tonumber(number) * multiplier
+        asked = asked and (asked .. " " .. "capacity=" .. size) or ("capacity=" .. size)
+      end
+    end
+  end
+  if asked then return bytes, asked end
+  return nil
+end
+
+local function gib(granules)
+  return string.format("%.1f GiB", granules * GRANULE / 1024 ^ 3)
+end
+
+-- A job asking more of the pool than it holds would pend (BurstBufferResources) for ever:
+-- refused at sbatch with the pool's size. The error message, or nil.
+local function too_large(job_script)
+  local text = read_file(job_script)
+  local bytes, asked = capacity_asked(text or "")
+  if not bytes then return nil end
+  local granules = pool_granules()
+  if not granules then return nil end  -- unknown now: Slurm's pool decides later
+  if math.ceil(bytes / GRANULE) <= granules then return nil end
+  return string.format("scratchkeeper: #STAGE %s asks %s of the pool %s, which holds %s " ..
+                       "(free space on %s and what staged jobs hold): ask for less",
+                       asked, gib(math.ceil(bytes / GRANULE)), POOL, gib(granules), SCRATCH)
+end
+
 function slurm_bb_job_process(job_script)
   if not ours() then
     return slurm.ERROR, "scratchkeeper: this cluster runs #STAGEIN/#STAGEOUT through the " ..
                         "chain service, but Slurm's burst buffer took the job: the site must " ..
                         "set staging = \"burst-buffer\" in " .. JOB_SUBMIT_CONF
   end
+  local refused = too_large(job_script)
+  if refused then
+    slurm.log_info("scratchkeeper: bb job-process: %s", refused)
+    return slurm.ERROR, refused
+  end
   return bb(CHECK_SECONDS, "job-process", job_script)
 end
 
 function slurm_bb_pools()
-  -- free bytes of scratch, from df (bounded: a hung file system must not hold slurmctld)
-  local pipe = io.popen("timeout -s KILL 2 df -P -B1 " .. quote(SCRATCH) .. " 2>/dev/null")
-  local free = nil
-  if pipe then
-    local text = pipe:read("*a") or ""
-    pipe:close()
-    free = tonumber(string.match(text, "\n%S+%s+%d+%s+%d+%s+(%d+)"))
+  local granules = pool_granules()
+  if not granules then
+    -- an error keeps the pool Slurm has; an answer without it would drop the pool, and every
+    -- job asking for it would be refused
+    slurm.log_error("scratchkeeper: df %s failed: the pool is not updated", SCRATCH)
+    return slurm.ERROR, "scratchkeeper: df " .. SCRATCH .. " failed"
   end
-  if not free then
-    slurm.log_error("scratchkeeper: df %s failed: the pool is left out", SCRATCH)
-    return slurm.SUCCESS
-  end
-  local held = tonumber(read_file(STATE_DIR .. "/held-bytes") or "0") or 0
   -- quantity counts granules (here MiB), not bytes
   return slurm.SUCCESS, string.format(
-    '{"pools":[{"id":"%s","quantity":%.0f,"granularity":1048576}]}', POOL,
-    math.floor((free + held) / 1048576))
+    '{"pools":[{"id":"%s","quantity":%.0f,"granularity":%d}]}', POOL, granules, GRANULE)
 end
 
 function slurm_bb_setup(job_id, uid, gid, pool, bb_size, job_script)
@@ -157,20 +224,38 @@ function slurm_bb_pre_run(job_id, job_script)
   return bb(nil, "pre-run", job_id, job_script)
 end
 
+-- Nothing to do between the job's end and data_out: no command is run for it.
 function slurm_bb_post_run(job_id, job_script)
-  return bb(nil, "post-run", job_id, job_script)
+  return slurm.SUCCESS
 end
 
+-- Slurm 22.05 keeps a job whose data_out failed in STAGE_OUT until `scancel --hurry`, while its
+-- results are safe on scratch: scratchkeeper records a failed stage-out and answers success;
+-- should it fail itself (not run, killed), the failure is logged (bb) and the job goes on too.
 function slurm_bb_data_out(job_id, job_script)
-  return bb(nil, "data-out", job_id, job_script)
+  local rc, message = bb(nil, "data-out", job_id, job_script)
+  if rc ~= slurm.SUCCESS then
+    return slurm.SUCCESS, "stage-out FAILED, results left on scratch: " .. message
+  end
+  return rc, message
 end
 
 function slurm_bb_job_teardown(job_id, job_script, hurry)
   return bb(nil, "teardown", job_id, job_script or "", tostring(hurry))
 end
 
-function slurm_bb_get_status()
-  local code, body = run(nil, "status")
+-- `scontrol show bbstat WORDS`: the words (job ids) reach scratchkeeper as words, after the
+-- caller when Slurm passes one (STATUS_CALLER).
+function slurm_bb_get_status(...)
+  local given = { ... }
+  local args, first = { "status" }, 1
+  if STATUS_CALLER then
+    table.insert(args, "--caller=" .. tostring(given[1]) .. ":" .. tostring(given[2]))
+    first = 3
+  end
+  table.insert(args, "--")
+  for i = first, select("#", ...) do table.insert(args, tostring(given[i])) end
+  local code, body = run(nil, (table.unpack or unpack)(args))
   if code ~= "0" then
     slurm.log_error("scratchkeeper: bb status: exit %s: %s", tostring(code), body)
     return slurm.ERROR, "scratchkeeper: status unavailable"

@@ -7,13 +7,18 @@
 * :func:`data_in` (pending, ``BurstBufferStageIn``): plan the script as ``scratchkeeper submit``
   would, submit its stage-in data jobs on the data-transfer queue *as the job's owner* (root
   submits with ``sbatch --uid --gid``: the transfers run with the user's rights, on a compute
-  node, never on the controller) and wait for them. Each data job records its files with
-  ``stage commit``, exactly as on the other paths, so recovery and replication know them.
+  node, never on the controller) with the owner's umask (files.owner_umask) and wait for them.
+  Each data job records its files with ``stage commit``, exactly as on the other paths, so
+  recovery and replication know them. The chain's spool is the owner's alone
+  (files.restrict_spool).
 * :func:`real_size`: the bytes staged, which Slurm then accounts in the pool.
 * :func:`pre_run` (allocated, before the job starts): the pre-execution recovery check
   (recoveryd verifies the job's inputs and patches lost stripes; the thesis, §4.6).
-* :func:`data_out` (``STAGE_OUT``): the stage-out data jobs, as the owner, waited for.
+* :func:`data_out` (``STAGE_OUT``): the stage-out data jobs, as the owner, waited for; any
+  failure is recorded and answered, never raised (Slurm would keep the job in STAGE_OUT).
 * :func:`teardown`: cancel what is left of the job's data jobs and close its chain.
+
+``post_run`` has nothing to do: burst_buffer.lua answers it without calling scratchkeeper.
 
 A stage run again (Slurm retries it, or slurmctld restarted) finds its chain and data jobs in
 the records and waits for them instead of submitting them twice.
@@ -23,7 +28,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import re
 import sqlite3
 import time
@@ -42,7 +46,7 @@ from ..planner.submit import MAX_SCRIPT_BYTES, plan_queued_job, spool_data_jobs,
 from ..runner import get_runner
 from ..schedulers import JobRecord, Scheduler, get_scheduler, slurm
 from ..state import StateStore
-from . import records
+from . import files, records
 
 log = logging.getLogger(__name__)
 
@@ -51,9 +55,11 @@ _JOB_ID_RE = re.compile(r"^[0-9]+$")
 RECORD_POLL, SCHEDULER_POLL = 1.0, 5.0
 #: the file of environment variables ``slurm_bb_paths`` hands to the job, per job id
 ENV_SUFFIX = ".env"
+#: the bytes jobs hold in the pool (``slurm_bb_pools`` reads it) and the lock of its writers
+HELD_FILE, HELD_LOCK = "held-bytes", "held-bytes.lock"
 #: the state of a chain this path made: not the chain service's ``submitted``, so its sweep
 #: (settling failed stage-ins, offload at close) never acts on a job Slurm's burst buffer runs
-CHAIN_STATE = "burst-buffer"
+CHAIN_STATE = records.CHAIN_STATE
 
 
 class StageFailed(ScratchkeeperError):
@@ -124,6 +130,7 @@ def data_in(config: SiteConfig, store: StateStore, job_id: str, script_path: str
     _submit(config, store, row, chain_id, keys, scheduler)
     failure = _wait(store, scheduler, chain_id, keys,
                     config.burst_buffer.stage_in_timeout if timeout is None else timeout)
+    _close_spool(config, chain_id, int(row["uid"]))
     if failure is not None:
         records.set_stage(store, job_id, records.STAGE_IN_FAILED, failure)
         chains.set_chain_state(store, chain_id, chains.STAGE_IN_FAILED, failure)
@@ -157,12 +164,25 @@ def _settle(store: StateStore, chain_id: str, outcome: str) -> None:
 
 def write_held(config: SiteConfig, store: StateStore) -> None:
     """The bytes jobs hold in the pool, for ``slurm_bb_pools`` (which must answer at once and
-    so reads a file: free space on scratch + these bytes is the pool Slurm hands out)."""
+    so reads a file: free space on scratch + these bytes is the pool Slurm hands out).
+
+    Stages of many jobs run at once (slurmctld runs each in a process of its own). Each writer
+    reads the records and replaces the file under one lock: the last to write read every
+    record committed before it took the lock, so a slower writer's older sum never overwrites
+    a newer one, and each writes a temporary of its own."""
     folder = state_dir(config)
     folder.mkdir(mode=0o700, parents=True, exist_ok=True)
-    temporary = folder / "held-bytes.tmp"
-    temporary.write_text(f"{records.held_bytes(store)}\n")
-    os.replace(temporary, folder / "held-bytes")
+    with files.locked(folder / HELD_LOCK):
+        files.replace_file(folder / HELD_FILE, f"{records.held_bytes(store)}\n")
+
+
+def _close_spool(config: SiteConfig, chain_id: str, owner_uid: int) -> None:
+    """The logs the data jobs wrote since, made the owner's alone (files.restrict_spool); a
+    failure here is logged, never the stage's outcome."""
+    try:
+        files.restrict_spool(spool_dir(config, chain_id), owner_uid)
+    except OSError as err:
+        log.warning("chain %s: spool not restricted to its owner: %s", chain_id, err)
 
 
 def _job_row(store: StateStore, job_id: str) -> sqlite3.Row:
@@ -196,6 +216,8 @@ def _plan_and_record(config: SiteConfig, store: StateStore, row: sqlite3.Row, sc
     except DirectiveError as err:
         raise StageFailed(str(err)) from err
     log_paths = spool_data_jobs(plan, config, (uid, gid))
+    files.restrict_spool(spool_dir(config, plan.chain_id), uid)
+    records.set_umask(store, job_id, files.owner_umask(script_path))
     chains.record_plan(store, plan, uid, log_paths)
     chains.set_job_submitted(store, plan.chain_id, COMPUTE, job_id)
     chains.set_chain_state(store, plan.chain_id, CHAIN_STATE)
@@ -207,9 +229,10 @@ def _plan_and_record(config: SiteConfig, store: StateStore, row: sqlite3.Row, sc
 
 def _submit(config: SiteConfig, store: StateStore, row: sqlite3.Row, chain_id: str, keys: list[str],
             scheduler: Scheduler) -> None:
-    """Submit the data jobs ``keys`` not submitted yet, as the job's owner. A data job of the
-    chain in the queue but not recorded (a kill between ``sbatch`` and the record) is cancelled
-    first, so a stage run again never leaves two copies of a transfer."""
+    """Submit the data jobs ``keys`` not submitted yet, as the job's owner, with the owner's
+    umask (the staged files are the owner's). A data job of the chain in the queue but not
+    recorded (a kill between ``sbatch`` and the record) is cancelled first, so a stage run
+    again never leaves two copies of a transfer."""
     chain = chains.chain(store, chain_id)
     rows = {r["job_key"]: r for r in chains.chain_jobs(store, chain_id)}
     todo = [k for k in keys if not rows[k]["job_id"]]
@@ -222,14 +245,17 @@ def _submit(config: SiteConfig, store: StateStore, row: sqlite3.Row, chain_id: s
         scheduler.cancel(strays, reason=f"chain {chain_id}: submitted but not recorded before "
                                         "a restart; submitted again")
     names = {j["key"]: j["name"] for j in json.loads(chain["plan_json"])["jobs"]}
-    for key in todo:
-        planned = PlannedJob(key=key, role=rows[key]["role"], queue=rows[key]["queue"],
-                             name=names[key], depends_on=[])
-        job_id = submit_chain_job(planned, config, scheduler, chain_id=chain_id,
-                                  workdir=chain["workdir"],
-                                  on_behalf_of=(int(row["uid"]), int(row["gid"])))
-        chains.set_job_submitted(store, chain_id, key, job_id)
-        log.info("job %s: chain %s: %s submitted as %s", row["job_id"], chain_id, key, job_id)
+    umask = (records.job(store, row["job_id"]) or row)["umask"]
+    with files.submitting_with_umask(files.FALLBACK_UMASK if umask is None else int(umask)):
+        for key in todo:
+            planned = PlannedJob(key=key, role=rows[key]["role"], queue=rows[key]["queue"],
+                                 name=names[key], depends_on=[])
+            job_id = submit_chain_job(planned, config, scheduler, chain_id=chain_id,
+                                      workdir=chain["workdir"],
+                                      on_behalf_of=(int(row["uid"]), int(row["gid"])))
+            chains.set_job_submitted(store, chain_id, key, job_id)
+            log.info("job %s: chain %s: %s submitted as %s", row["job_id"], chain_id, key,
+                     job_id)
 
 
 def _wait(store: StateStore, scheduler: Scheduler, chain_id: str, keys: list[str],
@@ -290,11 +316,7 @@ def _write_env(config: SiteConfig, job_id: str, chain_id: str, paths: list[str])
     usable = [p for p in paths if "\n" not in p and "\0" not in p]
     lines = [f"SCRATCHKEEPER_CHAIN={chain_id}", f"SCRATCHKEEPER_STAGED_COUNT={len(usable)}"]
     lines += [f"SCRATCHKEEPER_STAGED_{n}={p}" for n, p in enumerate(usable, 1)]
-    target = folder / f"{job_id}{ENV_SUFFIX}"
-    temporary = target.with_suffix(".tmp")
-    temporary.write_text("\n".join(lines) + "\n")
-    os.chmod(temporary, 0o600)
-    os.replace(temporary, target)
+    files.replace_file(folder / f"{job_id}{ENV_SUFFIX}", "\n".join(lines) + "\n")
 
 
 def real_size(store: StateStore, job_id: str) -> int:
@@ -330,11 +352,38 @@ def data_out(config: SiteConfig, store: StateStore, job_id: str, *,
              scheduler: Scheduler | None = None, timeout: float | None = None) -> str:
     """Run the job's stage-out data jobs as its owner and wait; what happened.
 
-    A failed stage-out does not fail this stage: Slurm 22.05 keeps a job whose data_out failed
-    in STAGE_OUT until an operator runs ``scancel --hurry`` (docs/slurm-plugins.rst), while the
-    results are safe on scratch. The failure is recorded on the chain (``scratchkeeper status``)
-    and in accounting, on the stage-out data job (its state, and its comment, which the data
-    job writes itself: Slurm refuses a comment on the ended compute job)."""
+    A failed stage-out does not fail this stage, whatever failed (a data job, a scheduler
+    command, this code): Slurm 22.05 keeps a job whose data_out failed in STAGE_OUT until an
+    operator runs ``scancel --hurry`` (docs/slurm-plugins.rst), while the results are safe on
+    scratch. The failure is recorded on the job and its chain (``scontrol show bbstat``,
+    ``scratchkeeper status``), in slurmctld's log (this stage's line), and in accounting on the
+    stage-out data job when it ran (its state, and its comment, which the data job writes
+    itself: Slurm refuses a comment on the ended compute job)."""
+    try:
+        return _data_out(config, store, job_id, scheduler, timeout)
+    except Exception as err:  # any failure: the job must leave STAGE_OUT all the same
+        reason = str(err) if isinstance(err, ScratchkeeperError) else f"internal error: {err!r}"
+        log.exception("job %s: stage-out failed: %s", job_id, reason)
+        _record_stage_out_failure(store, job_id, reason)
+        return f"stage-out FAILED, results left on scratch: {reason}"
+
+
+def _record_stage_out_failure(store: StateStore, job_id: str, reason: str) -> None:
+    """The failure on the job's record and its chain, where there are (best effort: the
+    failure is already in slurmctld's log)."""
+    try:
+        row = records.job(store, job_id)
+        if row is None:
+            return
+        records.set_stage(store, job_id, records.STAGE_OUT_FAILED, reason)
+        if row["chain_id"]:
+            chains.set_chain_state(store, row["chain_id"], chains.STAGE_OUT_FAILED, reason)
+    except Exception:  # the records themselves failing: the log line above stays
+        log.exception("job %s: stage-out failure not recorded", job_id)
+
+
+def _data_out(config: SiteConfig, store: StateStore, job_id: str, scheduler: Scheduler | None,
+              timeout: float | None) -> str:
     row = _job_row(store, job_id)
     if not row["chain_id"]:
         return "nothing to stage out"
@@ -348,9 +397,9 @@ def data_out(config: SiteConfig, store: StateStore, job_id: str, *,
     _submit(config, store, row, chain_id, keys, scheduler)
     failure = _wait(store, scheduler, chain_id, keys,
                     config.burst_buffer.stage_out_timeout if timeout is None else timeout)
+    _close_spool(config, chain_id, int(row["uid"]))
     if failure is not None:
-        records.set_stage(store, job_id, records.STAGE_OUT_FAILED, failure)
-        chains.set_chain_state(store, chain_id, chains.STAGE_OUT_FAILED, failure)
+        _record_stage_out_failure(store, job_id, failure)
         log.error("job %s: stage-out failed: %s", job_id, failure)
         return f"stage-out FAILED, results left on scratch: {failure}"
     records.set_stage(store, job_id, records.STAGED_OUT)
@@ -360,7 +409,9 @@ def data_out(config: SiteConfig, store: StateStore, job_id: str, *,
 def teardown(config: SiteConfig, store: StateStore, job_id: str, hurry: bool, *,
              scheduler: Scheduler | None = None) -> list[str]:
     """Cancel the job's data jobs still queued or running (the job was cancelled, or a stage
-    timed out), close its chain, remove its env file; the data jobs cancelled."""
+    timed out), close its chain (a chain still in :data:`CHAIN_STATE` ends in
+    ``records.CHAIN_ENDED``: a failed one keeps its failure), remove its env file; the data
+    jobs cancelled."""
     row = records.job(store, check_job_id(job_id))
     if row is None:
         return []
@@ -377,6 +428,10 @@ def teardown(config: SiteConfig, store: StateStore, job_id: str, hurry: bool, *,
                 scheduler.cancel(cancelled, reason=f"job {job_id} was torn down"
                                  + (" (cancelled)" if hurry else ""))
         _settle(store, row["chain_id"], "torn-down")
+        chain = chains.chain(store, row["chain_id"])
+        if chain is not None and chain["state"] == CHAIN_STATE:
+            chains.set_chain_state(store, row["chain_id"], records.CHAIN_ENDED)
+        _close_spool(config, row["chain_id"], int(row["uid"]))
     (state_dir(config) / f"{job_id}{ENV_SUFFIX}").unlink(missing_ok=True)
     records.set_stage(store, job_id, records.TORN_DOWN, row["reason"])
     write_held(config, store)

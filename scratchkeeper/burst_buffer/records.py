@@ -13,9 +13,14 @@ from __future__ import annotations
 import sqlite3
 import time
 
+from ..planner import records as chains
 from ..state import StateStore
 
 COMPONENT = "burst-buffer"
+#: the state of a chain this path made while its job lives (not the chain service's
+#: ``submitted``, so its sweep never acts on a job Slurm's burst buffer runs), and once the job
+#: is torn down: ``scratchkeeper_chains{state="burst-buffer"}`` counts live jobs' chains only
+CHAIN_STATE, CHAIN_ENDED = "burst-buffer", "burst-buffer-ended"
 
 MIGRATIONS = [
     """
@@ -40,6 +45,13 @@ MIGRATIONS = [
     );
     CREATE INDEX bb_jobs_by_stage ON bb_jobs(stage);
     """,
+    # the owner's umask (from the job's environment Slurm saved), which the data jobs take;
+    # chains of jobs torn down before teardown ended them
+    f"""
+    ALTER TABLE bb_jobs ADD COLUMN umask INTEGER;
+    UPDATE chains SET state = '{CHAIN_ENDED}' WHERE state = '{CHAIN_STATE}' AND chain_id IN
+        (SELECT chain_id FROM bb_jobs WHERE stage = 'torn-down' AND chain_id IS NOT NULL);
+    """,
 ]
 
 # stages: where a job is in Slurm's burst-buffer life cycle
@@ -55,6 +67,8 @@ _STAMPS = {STAGING_IN: "data_in_started", STAGED_IN: "data_in_ended",
 
 
 def open_records(store: StateStore) -> StateStore:
+    """The table, after the planner's (a migration of this one updates the chains)."""
+    chains.open_records(store)
     store.ensure_schema(COMPONENT, MIGRATIONS)
     return store
 
@@ -102,13 +116,32 @@ def set_stage(store: StateStore, job_id: str, stage: str, reason: str = "", *,
                      (*values, job_id))
 
 
+def set_umask(store: StateStore, job_id: str, umask: int) -> None:
+    with store.transaction() as conn:
+        conn.execute("UPDATE bb_jobs SET umask = ?, updated = ? WHERE job_id = ?",
+                     (umask, time.time(), job_id))
+
+
 def held_bytes(store: StateStore) -> int:
-    """The bytes staged jobs not torn down hold on scratch. The pool ``slurm_bb_pools`` reports
-    is free space + these: Slurm subtracts each job's share (its staged bytes, at least what it
-    reserved) itself, so what it hands out is free space minus what is reserved but unwritten."""
+    """The bytes on scratch of the jobs Slurm accounts in the pool, not torn down. The pool
+    ``slurm_bb_pools`` reports is free space + these: Slurm subtracts each such job's share (its
+    staged bytes, at least what it reserved) itself, so what it hands out is free space minus
+    what is reserved but unwritten.
+
+    Slurm accounts a job only when it named a pool and asked a size (``#STAGE pool=scratch
+    capacity=``: the size ``slurm_bb_setup`` gets; Slurm 22.05 calls ``slurm_bb_real_size`` for
+    no other job). Another job's staged bytes are already out of the free space, and counting
+    them here would hand them out twice."""
     rows = store.query(
-        "SELECT COALESCE(SUM(staged_bytes), 0) AS n FROM bb_jobs WHERE stage != ? AND pool != ''",
-        (TORN_DOWN,))
+        "SELECT COALESCE(SUM(staged_bytes), 0) AS n FROM bb_jobs WHERE stage != ? AND pool != '' "
+        "AND requested_bytes > 0", (TORN_DOWN,))
+    return int(rows[0]["n"])
+
+
+def staged_bytes(store: StateStore) -> int:
+    """The bytes every job not torn down staged, whether Slurm accounts it in the pool or not."""
+    rows = store.query("SELECT COALESCE(SUM(staged_bytes), 0) AS n FROM bb_jobs WHERE stage != ?",
+                       (TORN_DOWN,))
     return int(rows[0]["n"])
 
 
@@ -117,7 +150,20 @@ def stage_counts(store: StateStore) -> list[tuple[str, int]]:
     return [(row["stage"], int(row["n"])) for row in rows]
 
 
-def active_jobs(store: StateStore, limit: int = 200) -> list[sqlite3.Row]:
-    """Jobs not torn down, oldest first (at most ``limit``)."""
-    return store.query("SELECT * FROM bb_jobs WHERE stage != ? ORDER BY setup_at LIMIT ?",
-                       (TORN_DOWN, limit))
+def active_jobs(store: StateStore, limit: int = 200, *, uid: int | None = None
+                ) -> list[sqlite3.Row]:
+    """Jobs not torn down, oldest first (at most ``limit``); of owner ``uid`` only when given."""
+    if uid is None:
+        return store.query("SELECT * FROM bb_jobs WHERE stage != ? ORDER BY setup_at LIMIT ?",
+                           (TORN_DOWN, limit))
+    return store.query("SELECT * FROM bb_jobs WHERE stage != ? AND uid = ? ORDER BY setup_at "
+                       "LIMIT ?", (TORN_DOWN, uid, limit))
+
+
+def jobs(store: StateStore, job_ids: list[str]) -> list[sqlite3.Row]:
+    """The records of ``job_ids`` (whatever their stage), oldest first."""
+    if not job_ids:
+        return []
+    marks = ", ".join("?" * len(job_ids))
+    return store.query(f"SELECT * FROM bb_jobs WHERE job_id IN ({marks}) ORDER BY setup_at",
+                       tuple(job_ids))

@@ -175,11 +175,11 @@ def held_jobs(runner=None, *, timeout: float = 30.0) -> list[HeldJob]:
     return found
 
 
-def _admin_comment(job_id: str, runner, timeout: float) -> str:
-    """The whole admin comment of a job (``scontrol show job`` prints only its first line)."""
+def _queued_job(job_id: str, runner, timeout: float) -> dict:
+    """The job's whole record (``scontrol show job`` prints only the admin comment's first
+    line); empty when the queue has no such job."""
     result = runner.run(slurm.build_queued_job(job_id), timeout=timeout, mutating=False)
-    job = slurm.parse_queued_job(result.stdout, job_id)
-    return (job or {}).get("admin_comment") or ""
+    return slurm.parse_queued_job(result.stdout, job_id) or {}
 
 
 def job_script(job_id: str, runner=None, *, timeout: float = 30.0) -> str:
@@ -359,13 +359,28 @@ def chain_pending(config: SiteConfig, store: StateStore, *, only: set[str] | Non
         return list(pool.map(chain_one, jobs))
 
 
-def hand_over(script_path: str, config: SiteConfig, runner=None) -> str:
+@dataclass(frozen=True)
+class HandedOver:
+    """A script ``submit`` handed to sbatch: its job id and who stages its data."""
+
+    job_id: str
+    #: HELD_FOR_CHAINING (job_submit.lua held it for the chain service) or BURST_BUFFER
+    staged_by: str
+
+
+HELD_FOR_CHAINING, BURST_BUFFER = "chain-service", "burst-buffer"
+
+
+def hand_over(script_path: str, config: SiteConfig, runner=None) -> HandedOver:
     """``scratchkeeper submit`` with ``scheduler.submit_via = "chain-service"``: submit the
     (already checked) script with plain sbatch, for job_submit.lua to hold and the chain
-    service to chain; returns the job id.
+    service to chain, or, where the site runs ``#STAGE`` scripts through Slurm's burst buffer
+    (job_submit.lua's ``staging = "burst-buffer"``), for burst_buffer.lua to stage.
 
-    A job that job_submit.lua did not hold (the plugin is not installed) is cancelled at once:
-    it would run without its data.
+    What is needed is that one of them took the job: held and marked by job_submit.lua, or
+    given a burst-buffer request by Slurm (the record's ``burst_buffer``, the script's
+    ``#STAGE`` lines). A job neither took (the plugins are not installed) is cancelled at
+    once: it would run without its data.
     """
     runner = runner or get_runner()
     timeout = config.scheduler.command_timeout
@@ -374,15 +389,21 @@ def hand_over(script_path: str, config: SiteConfig, runner=None) -> str:
     job_id = result.stdout.strip().split(";")[0]
     if not _JOB_ID_RE.match(job_id):
         raise SchedulerError(f"sbatch {script_path}: unexpected output {result.stdout.strip()!r}")
-    comment = _admin_comment(job_id, runner, timeout)
+    job = _queued_job(job_id, runner, timeout)
+    comment = job.get("admin_comment") or ""
     marker = comment.split("\n", 1)[0].split(" ", 1)[0]
     if marker == FAILED:  # the chain service was faster, and refused it
         raise InputError(f"job {job_id}: the chain service refused it: "
                          f"{comment[len(FAILED):].strip()}", path=script_path)
-    if marker not in (PENDING, CHAINED):
-        runner.run(["scancel", job_id], timeout=timeout, mutating=True, check=False)
-        raise SchedulerError(f"job {job_id} was not held for chaining, so it was cancelled: "
-                             "scheduler.submit_via = \"chain-service\" needs scratchkeeper's "
-                             "job_submit.lua in slurmctld (docs/slurm-plugins.rst)")
-    log.info("%s: job %s held for the chain service", script_path, job_id)
-    return job_id
+    if marker in (PENDING, CHAINED):
+        log.info("%s: job %s held for the chain service", script_path, job_id)
+        return HandedOver(job_id, HELD_FOR_CHAINING)
+    if (job.get("burst_buffer") or "").strip():
+        log.info("%s: job %s taken by Slurm's burst buffer", script_path, job_id)
+        return HandedOver(job_id, BURST_BUFFER)
+    runner.run(["scancel", job_id], timeout=timeout, mutating=True, check=False)
+    raise SchedulerError(f"job {job_id} was neither held for chaining nor taken by Slurm's "
+                         "burst buffer, so it was cancelled: scheduler.submit_via = "
+                         "\"chain-service\" needs scratchkeeper's job_submit.lua in slurmctld "
+                         "(or its burst_buffer.lua, staging = \"burst-buffer\"; "
+                         "docs/slurm-plugins.rst)")

@@ -13,8 +13,9 @@ import os
 from ..errors import PermissionDenied
 from . import site_config
 
-STAGES = ("job-process", "setup", "data-in", "real-size", "pre-run", "post-run", "data-out",
-          "teardown", "status")
+# post_run has nothing to do (data_out follows it): burst_buffer.lua answers it without a call
+STAGES = ("job-process", "setup", "data-in", "real-size", "pre-run", "data-out", "teardown",
+          "status")
 
 
 def register(subparsers) -> None:
@@ -31,8 +32,8 @@ def register(subparsers) -> None:
         setup.add_argument(name)
     for stage, text in (("data-in", "stage the job's input and wait (pending)"),
                         ("pre-run", "check and recover the job's input before it starts"),
-                        ("post-run", "the job ended (nothing to do before data-out)"),
-                        ("data-out", "stage the job's results out and wait")):
+                        ("data-out", "stage the job's results out and wait (a failure is "
+                                     "recorded and logged, and the job goes on)")):
         parser = stages.add_parser(stage, help=text)
         parser.add_argument("job_id")
         parser.add_argument("script", nargs="?")
@@ -42,8 +43,10 @@ def register(subparsers) -> None:
     teardown.add_argument("job_id")
     teardown.add_argument("script", nargs="?")
     teardown.add_argument("hurry", nargs="?", default="false")
-    status = stages.add_parser("status", help="what scontrol show bbstat prints")
-    status.add_argument("words", nargs="*")
+    status = stages.add_parser("status", help="what scontrol show bbstat [JOBID...] prints")
+    status.add_argument("--caller", metavar="UID:GID",
+                        help="who asked (Slurm 23.02 and later pass it; 22.05 does not)")
+    status.add_argument("words", nargs="*", help="the words after bbstat: job ids")
     group.set_defaults(func=_bb)
 
 
@@ -74,8 +77,6 @@ def _bb(args) -> int:
         print(lifecycle.real_size(store, args.job_id))
     elif stage == "pre-run":
         print(f"job {args.job_id}: {lifecycle.pre_run(config, store, args.job_id)}")
-    elif stage == "post-run":
-        print(f"job {args.job_id}: ended")
     elif stage == "data-out":
         print(f"job {args.job_id}: {lifecycle.data_out(config, store, args.job_id)}")
     elif stage == "teardown":
@@ -83,5 +84,12 @@ def _bb(args) -> int:
         print(f"job {args.job_id}: torn down"
               + (f" (cancelled {', '.join(cancelled)})" if cancelled else ""))
     else:
-        print(status_text(config, store), end="")
+        print(status_text(config, store, words=args.words, caller_uid=_caller_uid(args.caller)),
+              end="")
     return 0
+
+
+def _caller_uid(text: str | None) -> int | None:
+    """The uid of ``--caller UID:GID`` (Slurm's numbers); None when not given or not that."""
+    uid, _, gid = (text or "").partition(":")
+    return int(uid) if uid.isdigit() and gid.isdigit() else None

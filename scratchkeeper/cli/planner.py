@@ -153,7 +153,7 @@ def _submit(args) -> int:
 
 def _hand_over(args, config) -> int:
     """Checked here, chained by root's chain service (``scratchkeeper spank chain --watch``)."""
-    from ..chain_service.attach import hand_over
+    from ..chain_service.attach import HELD_FOR_CHAINING, hand_over
     from ..planner.submit import prepare
 
     if (args.scheduler or config.scheduler.kind) != "slurm":
@@ -163,12 +163,17 @@ def _hand_over(args, config) -> int:
         raise InputError("--input cannot be handed to the chain service; declare inputs in the "
                          "script with `#STAGEIN -input PATH` lines")
     prepare(args.script, config, scheduler="slurm")  # the script's errors, before sbatch
-    job_id = hand_over(args.script, config)
+    handed = hand_over(args.script, config)
+    job_id, held = handed.job_id, handed.staged_by == HELD_FOR_CHAINING
     if args.json:
-        print(json.dumps({"job_id": job_id, "state": "held for chaining"}, indent=2))
-    else:
+        print(json.dumps({"job_id": job_id, "state": "held for chaining" if held
+                          else "staged by Slurm's burst buffer"}, indent=2))
+    elif held:
         print(f"job {job_id}: held until the chain service has chained its data jobs "
               f"(`scratchkeeper status {job_id}` once it has)")
+    else:
+        print(f"job {job_id}: Slurm's burst buffer stages its data while it waits "
+              f"(`scratchkeeper status {job_id}` once its stage-in began)")
     return 0
 
 

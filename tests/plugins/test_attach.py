@@ -7,7 +7,16 @@ from pathlib import Path
 
 import pytest
 
-from scratchkeeper.chain_service.attach import CHAINED, FAILED, PENDING, SUBMIT_ENV, chain_pending, hand_over
+from scratchkeeper.chain_service.attach import (
+    CHAINED,
+    FAILED,
+    HELD_FOR_CHAINING,
+    PENDING,
+    SUBMIT_ENV,
+    HandedOver,
+    chain_pending,
+    hand_over,
+)
 from scratchkeeper.config import load_config
 from scratchkeeper.errors import CommandError, InputError, SchedulerError
 from scratchkeeper.planner import records
@@ -222,8 +231,8 @@ def handing_over(use_runner):
 @pytest.mark.parametrize("comment", [f"{PENDING}\ndirectives", f"{CHAINED} sk123\n"])
 def test_hand_over_submits_with_plain_sbatch_and_checks_the_hold(handing_over, comment):
     fake = handing_over(comment)
-    job_id = hand_over("job.sh", load_config(None))
-    assert job_id == "700"
+    handed = hand_over("job.sh", load_config(None))
+    assert handed == HandedOver("700", HELD_FOR_CHAINING)
     (sbatch, env), (squeue, _) = fake.recorded
     assert sbatch == ("sbatch", "--parsable", str(Path("job.sh").resolve()))
     assert env == {SUBMIT_ENV: "chain-service"}
@@ -232,8 +241,9 @@ def test_hand_over_submits_with_plain_sbatch_and_checks_the_hold(handing_over, c
 
 def test_hand_over_cancels_a_job_the_plugin_did_not_hold(handing_over):
     fake = handing_over("")
-    with pytest.raises(SchedulerError, match="job 700 was not held for chaining, so it was "
-                                             "cancelled.*job_submit.lua"):
+    with pytest.raises(SchedulerError, match="job 700 was neither held for chaining nor taken "
+                                             "by Slurm's burst buffer, so it was cancelled"
+                                             ".*job_submit.lua"):
         hand_over("job.sh", load_config(None))
     assert fake.recorded[-1][0] == ("scancel", "700")
 

@@ -14,6 +14,7 @@ import json
 import os
 import re
 import shutil
+import stat
 import subprocess
 import sys
 import time
@@ -25,6 +26,7 @@ import pytest
 from scratchkeeper.burst_buffer import records as bb_records
 from scratchkeeper.config import load_config
 from scratchkeeper.planner import records
+from scratchkeeper.planner.spool import spool_dir
 from scratchkeeper.state import StateStore
 from scratchkeeper.storage import open_backend
 from user_runtime import LOCAL_CLUSTER_SCRIPT, plain_user
@@ -34,6 +36,8 @@ from .conftest import sacct
 pytestmark = pytest.mark.cluster
 
 BURST_BUFFER_LUA = Path("/etc/slurm/burst_buffer.lua")
+#: each daemon log's size before the module switched the cluster to burst-buffer mode
+LOGS_BEFORE: dict[Path, int] = {}
 
 
 def _local_cluster(*args: str) -> None:
@@ -51,6 +55,7 @@ def burst_buffer(local_cluster):
         if os.environ.get("SCRATCHKEEPER_REQUIRE_CLUSTER") == "1":
             pytest.fail(message)
         pytest.skip(message)
+    LOGS_BEFORE.update({log: log.stat().st_size for log in Path(local_cluster.log_dir).glob("*.log")})
     _local_cluster("burst-buffer", "on")
     try:
         yield local_cluster
@@ -86,11 +91,13 @@ class Workspace:
         os.chown(path, self.uid, self.gid)
         return path
 
-    def sbatch(self, *args: str, check: bool = True) -> subprocess.CompletedProcess:
+    def sbatch(self, *args: str, check: bool = True, umask: int = 0o022
+               ) -> subprocess.CompletedProcess:
         def as_user():
             os.setgroups([])
             os.setgid(self.gid)
             os.setuid(self.uid)
+            os.umask(umask)
 
         done = subprocess.run(["sbatch", "--parsable", *args], cwd=self.scratch,
                               capture_output=True, text=True, timeout=60, preexec_fn=as_user)
@@ -333,3 +340,66 @@ def test_bbstat_shows_the_pool_and_the_jobs_stages(work):
     assert "jobs by stage:" in done.stdout
     assert "scratchkeeper status" in done.stdout
     json.dumps(done.stdout)  # printable
+
+
+def test_switching_on_restarted_every_daemon_that_reads_slurm_conf():
+    """`local-cluster burst-buffer on` restarts the slurmds with slurmctld: none of them runs
+    on the old slurm.conf (slurmctld: "appears to have a different slurm.conf")."""
+    assert LOGS_BEFORE, "the burst_buffer fixture did not run"
+    for log, size in LOGS_BEFORE.items():
+        with open(log, "rb") as stream:
+            stream.seek(size)
+            assert b"different slurm.conf" not in stream.read(), log
+
+
+def test_staged_files_take_the_owners_umask_and_the_spool_is_the_owners_alone(work):
+    uri, _ = work.source_file("umask.bin", 10_000)
+    staged = work.scratch / "umask.bin"
+    script = work.script("umask.sh", f"""#!/bin/bash
+#SBATCH --output=/dev/null
+#STAGEIN {uri} {staged}
+#STAGEOUT {staged} {work.cluster.http_sink_url}bb-umask-{work.scratch.name}.bin
+true
+""")
+    job_id = work.sbatch(str(script), umask=0o027).stdout.strip()
+    assert work.cluster.wait_for_job(job_id, timeout=180) == "COMPLETED"
+    watch(job_id, lambda s: s[-1].startswith("|"), timeout=120)  # torn down
+    assert stat.S_IMODE(staged.stat().st_mode) == 0o640  # 0666 & ~027
+    store, chain_id = chain_of(job_id, work.cluster)
+    config = load_config(work.cluster.site_config)
+    spool = spool_dir(config, chain_id)
+    assert stat.S_IMODE(spool.stat().st_mode) == 0o700 and spool.stat().st_uid == work.uid
+    modes = {p.name: stat.S_IMODE(p.stat().st_mode) for p in spool.iterdir()}
+    assert {n: m for n, m in modes.items() if n.endswith(".sh")} == {"stage-in.sh": 0o700,
+                                                                      "stage-out.sh": 0o700}
+    logs = {n: m for n, m in modes.items() if n.endswith(".out")}
+    assert len(logs) == 2 and set(logs.values()) == {0o600}, modes
+    (Path(work.cluster.sink_dir) / f"bb-umask-{work.scratch.name}.bin").unlink(missing_ok=True)
+
+
+def test_a_capacity_larger_than_the_pool_is_refused_by_sbatch_with_the_pools_size(work):
+    script = work.script("huge.sh", f"""#!/bin/bash
+#SBATCH --output=/dev/null
+#STAGE pool=scratch capacity=900P
+#STAGEIN -input {work.scratch}/nothing
+true
+""")
+    done = work.sbatch(str(script), check=False)
+    assert done.returncode != 0 and not done.stdout.strip()
+    assert re.search(r"scratchkeeper: #STAGE capacity=900P asks \S+ GiB of the pool scratch, "
+                     r"which holds \S+ GiB", done.stderr), done.stderr
+
+
+def test_bbstat_lists_the_job_its_words_name(work):
+    script = work.script("named.sh", f"""#!/bin/bash
+#SBATCH --output=/dev/null
+#STAGEIN -input {work.scratch}/nothing-staged
+true
+""")
+    job_id = work.sbatch(str(script)).stdout.strip()
+    assert work.cluster.wait_for_job(job_id, timeout=180) == "COMPLETED"
+    done = subprocess.run(["scontrol", "show", "bbstat", job_id], capture_output=True, text=True,
+                          timeout=60)
+    assert done.returncode == 0, done.stderr
+    (line,) = [row for row in done.stdout.splitlines() if row.split()[:1] == [job_id]]
+    assert line.split()[1] in ("staged-out", "torn-down"), done.stdout

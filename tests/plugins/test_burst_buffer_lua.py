@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 from pathlib import Path
 
@@ -27,7 +28,8 @@ class BurstBufferLua:
     """burst_buffer.lua with its paths pointed at ``tmp_path``; ``io.popen`` runs the command
     line in a real sh (lupa's Lua has no popen) and records it."""
 
-    def __init__(self, tmp_path: Path, staging: str = "burst-buffer"):
+    def __init__(self, tmp_path: Path, staging: str = "burst-buffer", *,
+                 status_caller: bool = False):
         self.commands: list[str] = []
         self.logs: list[str] = []
         self.state = tmp_path / "state"
@@ -45,6 +47,8 @@ class BurstBufferLua:
             start = text.index(f"local {name} = ")
             end = text.index("\n", start)
             text = text[:start] + f'local {name} = "{value}"' + text[end:]
+        text = text.replace("local STATUS_CALLER = false",
+                            f"local STATUS_CALLER = {str(status_caller).lower()}")
         self.lua = lua51.LuaRuntime(unpack_returned_tuples=True)
         g = self.lua.globals()
         fmt = self.lua.eval("function(...) return string.format(...) end")
@@ -149,6 +153,84 @@ def test_get_status_returns_the_whole_text(bb):
     bb.fake.write_text("#!/bin/sh\nprintf 'line one\\nline two\\n'\n")
     rc, text = bb.call("slurm_bb_get_status")
     assert rc == SUCCESS and text == "line one\nline two\n"
+
+
+def test_get_status_hands_on_the_words_after_bbstat(bb):
+    """Slurm 22.05: ``scontrol show bbstat 12 -x`` calls get_status("12", "-x")."""
+    bb.call("slurm_bb_get_status", "12", "-x")
+    assert bb.arguments()[3:] == ["status", "--", "12", "-x"]
+    bb.call("slurm_bb_get_status")
+    assert bb.arguments()[3:] == ["status", "--"]
+
+
+def test_get_status_hands_on_the_caller_slurm_23_passes_before_the_words(tmp_path):
+    bb = BurstBufferLua(tmp_path, status_caller=True)
+    bb.call("slurm_bb_get_status", "1000", "100", "12")
+    assert bb.arguments()[3:] == ["status", "--caller=1000:100", "--", "12"]
+
+
+def test_post_run_runs_nothing(bb):
+    assert bb.call("slurm_bb_post_run", "42", "/s/script") == SUCCESS
+    assert bb.commands == []
+
+
+def test_a_failed_data_out_is_logged_and_the_job_goes_on(bb):
+    """Slurm 22.05 keeps a job whose data_out failed in STAGE_OUT until scancel --hurry."""
+    bb.answer("Traceback: sqlite3.OperationalError: database is locked", 1)
+    rc, message = bb.call("slurm_bb_data_out", "42", "/s/script")
+    assert rc == SUCCESS
+    assert message == ("stage-out FAILED, results left on scratch: Traceback: "
+                       "sqlite3.OperationalError: database is locked")
+    assert any(line.startswith("error: scratchkeeper: bb data-out: exit 1:") for line in bb.logs)
+
+
+def test_pools_fails_when_df_fails_so_slurm_keeps_the_pool(bb):
+    bb.scratch.rmdir()  # df of a missing path fails
+    rc, message = bb.call("slurm_bb_pools")
+    assert rc == ERROR and message == f"scratchkeeper: df {bb.scratch} failed"
+    assert any("df" in line and "failed" in line for line in bb.logs)
+
+
+def pool_mib(bb) -> int:
+    free = int(subprocess.run(["df", "-P", "-B1", str(bb.scratch)], capture_output=True,
+                              text=True).stdout.splitlines()[1].split()[3])
+    return free // (1 << 20)
+
+
+def test_a_capacity_larger_than_the_pool_is_refused_at_sbatch_with_the_pools_size(bb, tmp_path):
+    script = tmp_path / "job.sh"
+    script.write_text("#!/bin/bash\n#SBATCH -N1\n\n#STAGE pool=scratch capacity=900PiB\n"
+                      "#STAGEIN ftp://h/a /s/a\ntrue\n")
+    rc, message = bb.call("slurm_bb_job_process", str(script))
+    assert rc == ERROR
+    found = re.fullmatch(r"scratchkeeper: #STAGE capacity=900PiB asks (\S+) GiB of the pool "
+                         r"scratch, which holds (\S+) GiB \(free space on (\S+) and what staged "
+                         r"jobs hold\): ask for less", message)
+    assert found, message
+    assert float(found.group(1)) == 900 * 1024 ** 2 and found.group(3) == str(bb.scratch)
+    # df moves between the two looks by at most a few MiB on a busy disk
+    assert abs(float(found.group(2)) * 1024 - pool_mib(bb)) <= 64
+    assert not any("bb" in command.split() for command in bb.commands)  # no planner run
+
+
+@pytest.mark.parametrize("line", [
+    "#STAGE pool=scratch capacity=1M",     # fits
+    "#STAGE pool=other capacity=900P",     # another pool: Slurm's to judge
+    "#STAGE pool=scratch capacity=9000N",  # nodes, not bytes
+])
+def test_a_capacity_the_pool_can_give_goes_on_to_the_planners_check(bb, tmp_path, line):
+    script = tmp_path / "job.sh"
+    script.write_text(f"#!/bin/bash\n{line}\n#STAGEIN ftp://h/a /s/a\ntrue\n")
+    assert bb.call("slurm_bb_job_process", str(script)) == (SUCCESS, "ok")
+    assert bb.arguments()[3:] == ["job-process", str(script)]
+
+
+def test_a_capacity_line_after_the_first_command_is_not_slurms_and_not_checked(bb, tmp_path):
+    script = tmp_path / "job.sh"
+    script.write_text("#!/bin/bash\n#STAGEIN ftp://h/a /s/a\ntrue\n"
+                      "#STAGE pool=scratch capacity=900P\n")
+    assert bb.call("slurm_bb_job_process", str(script)) == (SUCCESS, "ok")
+    assert not any(command.startswith("timeout -s KILL 2 df") for command in bb.commands)
 
 
 # job_submit.lua in burst-buffer mode: the scripts Slurm hands to burst_buffer.lua pass, the
