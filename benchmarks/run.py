@@ -27,6 +27,7 @@ BENCHMARKS = (
     ("jit", True, False),
     ("recovery", True, True),
     ("load", False, True),
+    ("hosts", False, True),
     ("mount", True, False),
     ("dispatch", True, False),
     ("mount_recovery", True, True),

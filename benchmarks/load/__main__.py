@@ -315,7 +315,8 @@ def main() -> int:
     log_dir = Path(status["log_dir"])
     run_id = time.strftime("load%Y%m%d%H%M%S", time.gmtime())
 
-    work = Path(tempfile.mkdtemp(prefix=f"sk-{run_id}-", dir="/tmp"))
+    # on /var/tmp, which every host of the cluster shares (each has a /tmp of its own)
+    work = Path(tempfile.mkdtemp(prefix=f"sk-{run_id}-", dir="/var/tmp"))
     work.chmod(0o755)
     chains = prepare(status, run_id, args.users, args.chains, args.payload, work)
     print(f"{run_id}: {len(chains)} chains from {args.users} users, {args.payload} B inputs; "
