@@ -94,7 +94,7 @@ class RecoveryCollector:
         states = list(REQUEST_STATES) + sorted(set(counts) - set(REQUEST_STATES))
         yield gauge("scratchkeeper_recovery_requests", "recovery requests in the state "
                     "database by state (queued and running: the backlog; done and failed: "
-                    "every request kept)", ["state"],
+                    "the requests kept: recovery.request_retention, pruned after it)", ["state"],
                     [((s,), counts.get(s, [0.0])[0]) for s in states])
         last = self.probes()
         if last is None:
