@@ -81,7 +81,7 @@ SPANK_PLUGIN(scratchkeeper, 1);
 #define PROLOG_FAILS (-1)
 #define MAX_REQUESTS 64
 #define MAX_VALUE 4096
-#define MAX_REPLY 65536
+#define MAX_REPLY (1 << 20)
 /* The head's reply line: a credential of up to 960 KiB of payload in base64 (wire.MAX_LINE) */
 #define MAX_HEAD_LINE ((960 << 10) * 3 / 2 + 4096)
 #define HEAD_CONNECT_TIMEOUT 5.0
@@ -717,12 +717,19 @@ static int _judge_reply(const char *reply, char *why, size_t why_len)
 static int _check_job_socket(uint32_t job_id, char *why, size_t why_len)
 {
 	struct sockaddr_un addr = {.sun_family = AF_UNIX};
-	char request[256], reply[MAX_REPLY];
+	char request[256], *reply;
 	size_t got;
 	int fd, rc = -1;
 
+	/* the whole line the service may send (recovery/client.py MAX_LINE): a reply cut at a
+	 * buffer's end would lose its "ok" and read as a refusal */
+	if (!(reply = malloc(MAX_REPLY))) {
+		snprintf(why, why_len, "%s", strerror(errno));
+		return -1;
+	}
 	if ((fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0)) < 0) {
 		snprintf(why, why_len, "socket: %s", strerror(errno));
+		free(reply);
 		return -1;
 	}
 	/* _copy_arg checked the length: it fits with its NUL. */
@@ -739,7 +746,7 @@ static int _check_job_socket(uint32_t job_id, char *why, size_t why_len)
 		goto out;
 	}
 	/* The service answers within its own timeout; allow it a margin, never wait forever. */
-	switch (_read_line(fd, reply, sizeof(reply), _now() + _prolog_timeout + 30, &got)) {
+	switch (_read_line(fd, reply, MAX_REPLY, _now() + _prolog_timeout + 30, &got)) {
 	case _LINE_TIMEOUT:
 		snprintf(why, why_len, "no answer from %s within %ds", _socket_path,
 			 _prolog_timeout + 30);
@@ -751,9 +758,14 @@ static int _check_job_socket(uint32_t job_id, char *why, size_t why_len)
 		snprintf(why, why_len, "%s closed the connection without answering", _socket_path);
 		goto out;
 	}
+	if (!memchr(reply, '\n', got)) {
+		snprintf(why, why_len, "%s: reply longer than %d bytes", _socket_path, MAX_REPLY);
+		goto out;
+	}
 	rc = _judge_reply(reply, why, why_len);
 out:
 	close(fd);
+	free(reply);
 	return rc;
 }
 

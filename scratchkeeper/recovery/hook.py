@@ -14,6 +14,11 @@ from ..errors import InputError
 from ..planner import records as planner_records
 from . import records
 
+#: files named in a check-job reply (the reason and the list); the counts cover them all
+MAX_LISTED = 20
+#: characters of its reason (20 paths of up to 4 KiB each would be 80 KiB)
+MAX_REASON = 16 << 10
+
 
 def job_inputs(store, job_id: str) -> list[str]:
     """Staged files (and declared inputs) of the chain the job belongs to."""
@@ -40,7 +45,12 @@ def check_job(service, job_id: str, timeout: float) -> dict:
     broken = [s for s in results if not s["whole"]]
     reason = "; ".join(f"{s['path']}: {s['reason'] or s['state']}"
                        + (" (timed out waiting for the patch)" if s.get("timed_out") else "")
-                       for s in broken)
-    return {"job_id": job_id, "whole": not broken, "files": results, "reason": reason,
-            "checked": len(results), "recovering": [s["path"] for s in broken
-                                                    if s["state"] == records.RECOVERING]}
+                       for s in broken[:MAX_LISTED])
+    if len(broken) > MAX_LISTED:
+        reason += f"; and {len(broken) - MAX_LISTED} more"
+    # the reply of a job with thousands of inputs stays one line a prolog reads whole: the
+    # files that are not whole, the first MAX_LISTED of them, and the counts
+    return {"job_id": job_id, "whole": not broken, "files": broken[:MAX_LISTED],
+            "reason": reason[:MAX_REASON], "checked": len(results), "not_whole": len(broken),
+            "recovering": [s["path"] for s in broken[:MAX_LISTED]
+                           if s["state"] == records.RECOVERING]}

@@ -131,6 +131,21 @@ def test_a_lost_input_refuses_the_job_unless_lost_input_run(harness, make_mount,
     assert "staged input not whole: OST 3 lost, no source" in result.stdout
 
 
+def test_a_reply_longer_than_64_kib_is_read_whole(harness, make_mount, tmp_path):
+    """A check-job reply of a job with many inputs (the service puts "ok" last): read to its
+    end, not cut at a buffer's size into a reply without "ok" (a refusal)."""
+    mount = make_mount()
+    sock = tmp_path / "r.sock"
+    files = [{"path": f"/scratch/u/{i:06d}.dat", "whole": True} for i in range(2000)]
+    reply = {"job_id": "7", "whole": True, "files": files, "reason": "", "ok": True}
+    assert len(json.dumps(reply)) > 64 << 10
+    thread = serve_once(sock, reply)
+    result = run(harness, "prolog", f"scratch={mount.root}", f"socket={sock}")
+    thread.join(10)
+    assert result.returncode == 0, result.stdout
+    assert "staged inputs whole" in result.stdout and "refused" not in result.stdout
+
+
 def test_a_failed_epilog_is_logged_and_never_fails(harness):
     """Under "required" a failing epilog would drain the node: telling replicad is not worth it."""
     result = run(harness, "epilog", "scratchkeeper=/bin/false")
