@@ -290,6 +290,10 @@ def is_loopback(endpoint: str) -> bool:
     return address.is_loopback or address.is_unspecified or address.is_link_local
 
 
+#: endpoints kept in ``source_endpoints`` (the least recently used beyond are forgotten)
+MAX_ENDPOINTS = 4096
+
+
 def record_endpoints(store: StateStore, sources: Iterable[str]) -> None:
     endpoints = {e for e in map(source_endpoint, sources) if e is not None}
     if not endpoints:
@@ -299,6 +303,10 @@ def record_endpoints(store: StateStore, sources: Iterable[str]) -> None:
         for endpoint in sorted(endpoints):
             conn.execute("INSERT INTO source_endpoints VALUES (?, ?, ?) ON CONFLICT(endpoint) "
                          "DO UPDATE SET last_used = excluded.last_used", (endpoint, now, now))
+        # users name the endpoints: the table keeps the MAX_ENDPOINTS used last, not all
+        conn.execute("DELETE FROM source_endpoints WHERE endpoint IN (SELECT endpoint FROM "
+                     "source_endpoints ORDER BY last_used DESC, endpoint LIMIT -1 OFFSET ?)",
+                     (MAX_ENDPOINTS,))
 
 
 def endpoint_used(store: StateStore, endpoint: str) -> bool:
