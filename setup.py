@@ -4,7 +4,7 @@ binding), SUORA placement's core (scratchkeeper/placement/native), the trace rep
 and replication cores (scratchkeeper/sim/native) and the scratch mount's libfuse3 file system
 (scratchkeeper/mount/native)."""
 
-from setuptools import Extension, find_packages, setup
+from setuptools import Extension, find_namespace_packages, setup
 
 _SOLVER_NATIVE = "scratchkeeper/solver/native"
 
@@ -77,8 +77,12 @@ mount_native = Extension(
 )
 
 setup(
-    # the templates folder is shipped as a package of data (one folder per scheduler backend)
-    packages=find_packages(include=["scratchkeeper", "scratchkeeper.*"])
+    # Every folder of the package is named, those holding only data too (the native sources,
+    # sim/data: their files are listed in setup.cfg's package_data): a folder of files a
+    # package ships that is not named makes setuptools warn at every build. The templates
+    # folder is shipped as a package of data (one folder per scheduler backend).
+    packages=find_namespace_packages(include=["scratchkeeper", "scratchkeeper.*"],
+                                     exclude=["*.__pycache__"])
     + ["scratchkeeper.job_templates"]
     + [f"scratchkeeper.job_templates.{folder}" for folder in ("common", "pbs", "slurm")],
     package_dir={"scratchkeeper.job_templates": "job-templates"},

@@ -35,7 +35,9 @@ FIXTURE_MARKS = {
     "shared_dir": ("root",),             # a folder for something run as a plain user
     "site_dir": ("root",),               # tests/recovery: the same, for a private site
     "small_store": ("root",),            # tests/storage: a store on a tmpfs of its own
+    "small_fs": ("root",),               # tests/storage: the same, for the all-or-nothing writes
     "munge_site": ("root",),             # a private munged (run as the munge user)
+    "skplain": ("root",),                # the plain user's ids: something runs or owns as them
 }
 
 
@@ -340,6 +342,15 @@ def munge_site(tmp_path_factory):
     yield daemon
     daemon.stop()
     shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.fixture
+def skplain() -> tuple[int, int]:
+    """uid and gid of the plain test user ``skplain`` (created when missing), for a test that
+    runs a program as them or gives them files: it needs root, and is marked so."""
+    from user_runtime import plain_user
+
+    return plain_user()
 
 
 @pytest.fixture

@@ -14,10 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from user_runtime import plain_user
-
 REPO = Path(__file__).resolve().parents[1]
-pytestmark = pytest.mark.root  # both tests run programs as the plain user skplain
 
 
 def _runs_as(user: tuple[int, int], program: str) -> bool:
@@ -31,19 +28,19 @@ def _runs_as(user: tuple[int, int], program: str) -> bool:
     return result.returncode == 0
 
 
-def test_the_virtualenvs_interpreter_is_one_every_user_may_run():
+def test_the_virtualenvs_interpreter_is_one_every_user_may_run(skplain):
     venv_python = REPO / ".venv" / "bin" / "python"
     if not venv_python.exists():
         pytest.skip("no .venv: scripts/bootstrap has not run in this checkout")
-    user = plain_user()
+    user = skplain
     interpreter = os.path.realpath(venv_python)
     assert _runs_as(user, interpreter), (
         f"{interpreter} (the interpreter of .venv) cannot be run by a plain user")
 
 
-def test_bootstrap_says_when_the_interpreter_it_is_given_is_private(tmp_path):
+def test_bootstrap_says_when_the_interpreter_it_is_given_is_private(tmp_path, skplain):
     """Given an interpreter other users cannot run, bootstrap says so (and how to mend it)."""
-    user = plain_user()
+    user = skplain
     private = tmp_path / "private"
     private.mkdir(mode=0o700)
     os.chmod(tmp_path, 0o700)

@@ -162,52 +162,75 @@ def test_other_subcommands_and_other_python_settings_run_as_the_python_command(c
     assert _socket(tmp_path) == sock  # the server is still there for the next command
 
 
-def test_a_server_whose_code_changed_leaves_and_the_command_still_runs(client, tmp_path):
+def _private_package(into: Path, copied: str) -> Path:
+    """The package as a tree of links to the checkout's files, ``copied`` (a path inside the
+    package) a file of its own: what a test changes there changes no other test's server."""
+    package = Path(_server.__file__).parents[1]
+    for source in package.rglob("*"):
+        if "__pycache__" in source.parts or source.is_dir():
+            continue
+        target = into / "scratchkeeper" / source.relative_to(package)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        if source.relative_to(package) == Path(copied):
+            shutil.copy2(source, target)
+        else:
+            target.symlink_to(source)
+    return into / "scratchkeeper" / copied
+
+
+def test_a_server_whose_code_changed_leaves_and_the_command_still_runs(client, tmp_path,
+                                                                       monkeypatch):
+    # The edit is made in a package of this test's own (on PYTHONPATH, so its server and its
+    # commands import it): a change in the checkout would make every command server of the
+    # checkout stale, those of the tests running beside this one included.
+    module = _private_package(tmp_path / "pkg", "cli/planner.py")
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path / "pkg"))
     _run(client, "plan", "--dry-run", "job.sh", cwd=tmp_path)
     sock = _wait_for_server(tmp_path)
     (pid,) = _server.server_pids(str(sock))
-    # the server's fingerprint of an imported module changes as an edit would change it
-    module = Path(_server.__file__).with_name("planner.py")
+    # the server's fingerprint of an imported module changes as an edit would change it (had
+    # the server imported the checkout's, it would stay: the test fails)
     st = module.stat()
     os.utime(module, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000_000))
-    try:
-        ran = _run(client, "plan", "--dry-run", "job.sh", cwd=tmp_path)
-        assert ran.returncode == 0 and "served" in ran.stdout
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline and Path(f"/proc/{pid}").exists():
-            time.sleep(0.05)
-        assert not Path(f"/proc/{pid}").exists() or \
-            Path(f"/proc/{pid}/stat").read_text().split()[2] == "Z", "the stale server stayed"
-    finally:
-        os.utime(module, ns=(st.st_atime_ns, st.st_mtime_ns))
+    ran = _run(client, "plan", "--dry-run", "job.sh", cwd=tmp_path)
+    assert ran.returncode == 0 and "served" in ran.stdout
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and Path(f"/proc/{pid}").exists():
+        time.sleep(0.05)
+    assert not Path(f"/proc/{pid}").exists() or \
+        Path(f"/proc/{pid}/stat").read_text().split()[2] == "Z", "the stale server stayed"
+
+
+def _as_from_a_terminal() -> None:
+    """In the child before its exec: SIGINT as an interactive shell leaves it to a foreground
+    job. A suite started in the background by a non-interactive shell (a batch job, a CI
+    wrapper) inherits SIGINT ignored, and an ignored signal stays ignored across exec."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def test_an_interrupt_reaches_the_served_command(client, tmp_path):
     _run(client, "plan", "--dry-run", "job.sh", cwd=tmp_path)
-    _wait_for_server(tmp_path)
-    fakes = tmp_path / "fakebin"
-    fakes.mkdir()
-    (fakes / "sbatch").write_text("#!/bin/sh\nexec sleep 60\n")  # a scheduler that hangs
-    (fakes / "scancel").write_text("#!/bin/sh\nexit 0\n")
-    for fake in fakes.iterdir():
-        fake.chmod(0o755)
-    path = f"{fakes}:{os.environ['PATH']}"
+    (server,) = _server.server_pids(str(_wait_for_server(tmp_path)))
     outcomes = []
     for mode in ("on", "off"):
-        # Ctrl-C during the submission ends the command as it ends the Python command
+        # Ctrl-C during the submission (a scheduler that hangs) ends the command as it ends the
+        # Python command
+        record = f"int-{mode}"
         proc = subprocess.Popen([str(client), "submit", "job.sh"], cwd=tmp_path,
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                env={**os.environ, "PATH": path,
-                                     "SCRATCHKEEPER_COMMAND_SERVER": mode})
+                                env=_scheduler_env(tmp_path, record, mode,
+                                                   HOLD=str(tmp_path / "never")),
+                                preexec_fn=_as_from_a_terminal)
         try:
-            time.sleep(2.0)
-            assert proc.poll() is None
+            _wait_for_file(tmp_path / f"{record}.sbatch")  # the submission is under way
             proc.send_signal(signal.SIGINT)
             _, err = proc.communicate(timeout=30)
         finally:
             if proc.poll() is None:
                 proc.kill()
+            _kill_quietly(tmp_path / f"{record}.sbatch")
         outcomes.append((proc.returncode, err.strip().splitlines()[-1:]))
+    assert (tmp_path / "int-on.parent").read_text().strip() == str(server)  # it was served
     assert outcomes[0] == outcomes[1] and outcomes[0][0] == 130, outcomes
 
 
@@ -226,6 +249,8 @@ def test_the_client_runs_the_command_itself_when_the_socket_directory_is_not_pri
     os.chmod(runtime / "scratchkeeper", 0o755)
     ran = _run(client, "plan", "--dry-run", "job.sh", cwd=tmp_path)
     assert ran.returncode == 0 and "served" in ran.stdout
+    # what must not happen cannot be waited for: a server started would have bound its socket
+    # well within this
     time.sleep(0.5)
     assert _socket(tmp_path) is None  # no server was started there
 

@@ -15,8 +15,6 @@ import pytest
 from scratchkeeper.config import load_config
 from scratchkeeper.storage import open_backend
 
-pytestmark = pytest.mark.cluster
-
 
 def test_stage_in_creates_the_file_with_the_chosen_layout(local_cluster, tmp_path):
     name = "layout" + uuid.uuid4().hex[:8]

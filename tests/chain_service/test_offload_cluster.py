@@ -21,8 +21,6 @@ from scratchkeeper.config import load_config
 from scratchkeeper.state import StateStore
 from user_runtime import PLAIN_USER, plain_user
 
-pytestmark = pytest.mark.cluster
-
 
 def sk(cluster, *args, cwd=None):
     argv = [sys.executable, "-m", "scratchkeeper", "-c", str(cluster.site_config), *args]

@@ -11,12 +11,8 @@ import sys
 import time
 import uuid
 
-import pytest
-
 from scratchkeeper.config import load_config
 from scratchkeeper.state import StateStore
-
-pytestmark = pytest.mark.cluster
 
 
 def sk(cluster, *args, cwd=None):

@@ -18,8 +18,6 @@ import pytest
 
 from user_runtime import LOCAL_CLUSTER_SCRIPT, PLAIN_USER, plain_user
 
-pytestmark = pytest.mark.cluster
-
 BRIDGE_NETWORK = ipaddress.ip_network("198.18.77.0/24")
 HEAD_ADDRESS = "198.18.77.1"
 

@@ -20,8 +20,6 @@ import pytest
 
 from scratchkeeper.config import load_config
 
-pytestmark = pytest.mark.cluster
-
 
 def _submit(cluster, *args: str) -> str:
     result = cluster.command(["sbatch", "--parsable", *args])

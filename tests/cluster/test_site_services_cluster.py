@@ -22,8 +22,6 @@ from scratchkeeper.config import load_config
 from scratchkeeper.storage import open_backend
 from user_runtime import LOCAL_CLUSTER_SCRIPT, PLAIN_USER, local_cluster_script, plain_user
 
-pytestmark = pytest.mark.cluster
-
 
 @pytest.fixture(scope="module")
 def script():

@@ -15,6 +15,7 @@ from test_mount_users import NOBODY, OTHER, as_user
 
 from conftest import Mount, _usable, unmount, write_config
 from scratchkeeper.chain_service.offload import mtime_text, parse_close
+from waiting import wait_released
 
 
 def records(mnt, count: int | None = None):
@@ -37,7 +38,7 @@ def test_a_close_after_writing_is_recorded_with_size_mtime_and_owner(mnt):
         stream.write(b"x" * 5000)
     with open(name, "rb") as stream:     # a read-only open and close: no record
         stream.read()
-    time.sleep(0.3)
+    wait_released(mnt.root)
     found = records(mnt, 1)
     assert len(found) == 1
     info = os.stat(name)
@@ -50,7 +51,7 @@ def test_a_close_after_writing_is_recorded_with_size_mtime_and_owner(mnt):
     with open(name, "ab") as stream:
         stream.write(b"y")
     open(name, "wb").close()
-    time.sleep(0.3)
+    wait_released(mnt.root)
     assert len(records(mnt)) == 1
     # once the reader moved the log aside (as it does before reading), the next close is
     # recorded again, in a new log
@@ -72,7 +73,7 @@ def test_a_file_opened_for_writing_but_not_written_leaves_no_record(mnt):
     assert len(records(mnt, 1)) == 1
     with open(name, "r+b") as stream:    # writable, never written, not truncated
         stream.read()
-    time.sleep(0.3)
+    wait_released(mnt.root)
     assert len(records(mnt)) == 1
 
 
@@ -96,8 +97,7 @@ def test_a_write_and_close_loop_adds_one_record(mnt):
             os.close(fd)
 
     assert as_user(OTHER, OTHER, loop) == (0, "")
-    found = records(mnt, 1)
-    time.sleep(0.3)  # the last RELEASE
+    wait_released(mnt.root)  # the last RELEASE
     found = records(mnt)
     assert len(found) <= 3, f"{len(found)} records for one file"
     assert {r.path for r in found} == {str(target)}
@@ -169,6 +169,8 @@ def test_the_read_log_is_bounded_per_user_too(make_mount):
             (shared / f"f{index:03d}").read_bytes()
 
     assert as_user(NOBODY, NOBODY, read_all) == (0, "")
+    # a pace, not a condition: reads.log takes a record per file and read_log_interval
+    # (0.2 s); three intervals on, the next read is another interval's, counted for OTHER
     time.sleep(0.6)
     assert as_user(OTHER, OTHER, (shared / "later").read_bytes) == (0, "")
     log = mnt.store / "reads.log"
@@ -204,7 +206,7 @@ def test_no_record_takes_the_space_users_need():
             mnt.start()
             try:
                 (mnt.root / f"cap-{cap}").write_bytes(b"x")
-                time.sleep(0.3)
+                wait_released(mnt.root)  # its record written, or dropped and counted
                 counters = logs_counters(mnt.root)["closes.log"]
                 found = [r.path for r in records(mnt)]
             finally:

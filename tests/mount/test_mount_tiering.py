@@ -13,6 +13,7 @@ from scratchkeeper.config import load_config
 from scratchkeeper.storage import open_backend
 from scratchkeeper.storage.layout import LayoutRequest
 from scratchkeeper.tiering.reads import parse_reads
+from waiting import wait_for
 
 TIERS = {"pools": {"disk": "0-1", "flash": "2-3"},
          "storage_extra": 'tier_order = ["flash", "disk"]',
@@ -109,8 +110,10 @@ def test_files_created_through_the_mount_are_placed_by_suora(make_mount):
         assert layout.ost_list == pooled.place_distinct(placement_key(first), 0, 1)
         assert set(layout.ost_list) <= {4, 5}
     # a failed OST: skipped (the mount's own check and SUORA's map agree)
+    seen = mnt.log.read_text().count("OST 1 is failed")
     backend.fail_ost(1)
-    time.sleep(0.5)
+    wait_for(lambda: mnt.log.read_text().count("OST 1 is failed") > seen,
+             "the mount to see OST 1 fail (its OST watcher logs it)", timeout=10)
     for n in range(12):
         (mnt.root / f"h{n}").write_bytes(b"h" * 1000)
         assert 1 not in backend.layout(str(mnt.root / f"h{n}")).ost_list

@@ -19,8 +19,6 @@ from scratchkeeper.state import StateStore
 from scratchkeeper.storage import open_backend
 from stalled_jobs import silent_source, wait_running  # noqa: F401 (a fixture)
 
-pytestmark = pytest.mark.cluster
-
 
 def sk(cluster, *args, config=None, check=True, cwd=None):
     """Run the real CLI; jobs it submits run in ``cwd`` (their output files land there)."""

@@ -17,8 +17,6 @@ from scratchkeeper.planner import records as staging_records
 from scratchkeeper.state import StateStore
 from stalled_jobs import wait_running
 
-pytestmark = pytest.mark.cluster
-
 #: how long the job that keeps the compute job waiting runs (its time limit is 1 minute)
 BLOCKER_SECONDS = 50
 

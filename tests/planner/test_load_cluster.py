@@ -24,8 +24,6 @@ from scratchkeeper.planner import records
 from scratchkeeper.state import StateStore
 from scratchkeeper.storage import open_backend
 
-pytestmark = pytest.mark.cluster
-
 CHAINS = 60
 PAYLOAD = 64 << 10
 SUBMITTERS = 12

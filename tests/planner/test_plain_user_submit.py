@@ -14,13 +14,12 @@ import pytest
 
 from scratchkeeper.planner import records
 from scratchkeeper.state import StateStore
-from user_runtime import plain_user, user_runtime
+from user_runtime import user_runtime
 
 
-@pytest.mark.root
 @pytest.mark.parametrize("kind", ["pbs", "slurm"])
-def test_a_spool_the_user_may_not_write_is_one_line_and_exit_2(kind):
-    uid, gid = plain_user()
+def test_a_spool_the_user_may_not_write_is_one_line_and_exit_2(kind, skplain):
+    uid, gid = skplain
     # pytest's tmp_path lies under root's 0700 folder: the user needs a way in
     tmp_path = Path(tempfile.mkdtemp(prefix="sk-plain-submit-"))
     try:

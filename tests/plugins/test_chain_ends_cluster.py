@@ -26,8 +26,6 @@ from stalled_jobs import silent_source, squeue_state, wait_running  # noqa: F401
 
 from .conftest import sk
 
-pytestmark = pytest.mark.cluster
-
 ENDINGS = {
     # how the stage-in is ended -> (sacct state, words status must use); the exit code is the
     # batch step's (0:15, from slurmctld) or the allocation's (0:0, from sacct), whichever the

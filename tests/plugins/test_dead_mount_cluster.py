@@ -27,8 +27,6 @@ import pytest
 
 from .conftest import PLUGSTACK_ENTRY, slurmd_log_lines
 
-pytestmark = pytest.mark.cluster
-
 REASON = "scratchkeeper: scratch mount"
 SLURM_CONF = Path("/etc/slurm/slurm.conf")
 LOCAL_CLUSTER = Path(__file__).resolve().parents[2] / "scripts" / "local-cluster"

@@ -12,6 +12,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -94,19 +95,52 @@ def scontrol(tmp_path) -> Scontrol:
     return Scontrol(tmp_path / "bin", "node7")
 
 
-def healthcheck(scontrol: Scontrol, scratch: Path, *extra: str, timeout: float = 60,
-                tmpdir: Path | None = None) -> subprocess.CompletedProcess:
-    """Run it as slurmd does (SLURMD_NODENAME), with the stand-in first on PATH."""
+def _healthcheck_env(scontrol: Scontrol, tmpdir: Path | None = None) -> dict[str, str]:
+    """The environment slurmd gives it (SLURMD_NODENAME), with the stand-in first on PATH."""
     env = {"SLURMD_NODENAME": "node7", "PATH": f"{scontrol.folder}:/usr/bin:/bin"}
     if tmpdir is not None:
         env["TMPDIR"] = str(tmpdir)
-    return subprocess.run([str(HEALTHCHECK), "--scratch", str(scratch), *extra], env=env,
-                          capture_output=True, text=True, timeout=timeout)
+    return env
+
+
+def healthcheck(scontrol: Scontrol, scratch: Path, *extra: str, timeout: float = 60,
+                tmpdir: Path | None = None) -> subprocess.CompletedProcess:
+    """Run it as slurmd does."""
+    return subprocess.run([str(HEALTHCHECK), "--scratch", str(scratch), *extra],
+                          env=_healthcheck_env(scontrol, tmpdir), capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def healthcheck_of_a_hung_mount(scontrol: Scontrol, mount) -> tuple[subprocess.CompletedProcess,
+                                                                     float]:
+    """Run it on a stopped mount with ``--timeout 2``, waiting until its statfs is queued at
+    the mount's connection (the check kills the statfs when it gives up: the request is gone
+    afterwards); its result and how long it took."""
+    before = requests_waiting(mount.root)
+    started = time.monotonic()
+    check = subprocess.Popen([str(HEALTHCHECK), "--scratch", str(mount.root), "--timeout", "2"],
+                             env=_healthcheck_env(scontrol), stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True)
+    try:
+        while requests_waiting(mount.root) <= before:
+            assert check.poll() is None, "the check ended before its statfs reached the mount"
+            time.sleep(0.01)
+        out, err = check.communicate(timeout=30)
+    finally:
+        if check.poll() is None:
+            check.kill()
+            check.wait()
+    took = time.monotonic() - started
+    return subprocess.CompletedProcess(check.args, check.returncode, out, err), took
 
 
 def hang(pid: int) -> None:
-    """SIGSTOP the mount's server and wait until every one of its threads is stopped: kill()
-    returns before they are, and a thread still running could answer the next request."""
+    """SIGSTOP the mount's server and wait until none of its threads can answer a request: each
+    is stopped (T, t) or inside the kernel (D), where it stops on its way out, before it runs
+    any of the server's code again. kill() returns before the threads are stopped, and one
+    still running in user space could answer the next request. A thread held in the kernel
+    stays there as long as what holds it (a write waiting on another hung file system): its
+    stop is nothing the test needs."""
     os.kill(pid, signal.SIGSTOP)
     deadline = time.monotonic() + 10
     while True:
@@ -116,10 +150,55 @@ def hang(pid: int) -> None:
                 states.append((task / "stat").read_text().rsplit(")", 1)[1].split()[0])
             except (OSError, IndexError):
                 continue
-        if states and all(state in ("T", "t") for state in states):
+        if states and all(state in ("T", "t", "D") for state in states):
             return
         assert time.monotonic() < deadline, f"the mount's threads did not stop: {states}"
         time.sleep(0.02)
+
+
+FUSECTL = Path("/sys/fs/fuse/connections")
+
+
+def fuse_connection(mountpoint: Path) -> Path:
+    """/sys/fs/fuse/connections/N of the FUSE mount at ``mountpoint`` (N: its device number,
+    /proc/self/mountinfo's third field; the last one listed there, the one on top). The
+    fusectl file system is mounted there when it is not (systemd mounts it at boot; a
+    container's init may not)."""
+    with open("/proc/self/mountinfo", encoding="utf-8") as info:
+        lines = info.read().splitlines()
+    if not any(line.split(" ")[4] == str(FUSECTL) for line in lines):
+        subprocess.run(["mount", "-t", "fusectl", "fusectl", str(FUSECTL)], check=True,
+                       capture_output=True, timeout=30)
+    found = None
+    for line in lines:
+        fields = line.split(" ")
+        if fields[4] == str(mountpoint):
+            major, minor = (int(n) for n in fields[2].split(":"))
+            found = FUSECTL / str(major << 20 | minor)
+    assert found is not None and found.is_dir(), f"{mountpoint}: no FUSE connection"
+    return found
+
+
+def requests_waiting(mountpoint: Path) -> int:
+    """The requests sent to the mount and not answered yet (its connection's count)."""
+    return int((fuse_connection(mountpoint) / "waiting").read_text())
+
+
+def end_stopped(mount) -> None:
+    """End a stopped mount at once, whatever its threads wait on: its FUSE connection aborted
+    (every request on it fails, no process waits on it any more), the server killed and
+    continued, its dead mount left to the fixture's unmount. A stopped server continued
+    instead would first answer what waited, and a thread of it held in the kernel could keep
+    it from exiting at all."""
+    assert mount.process is not None
+    (fuse_connection(mount.root) / "abort").write_text("1")
+    for signum in (signal.SIGKILL, signal.SIGCONT):
+        try:
+            os.killpg(mount.process.pid, signum)  # its own session (Mount.start)
+        except ProcessLookupError:
+            pass
+    mount.process.wait(timeout=10)
+    mount.process = None
 
 
 def restart(mount) -> None:
@@ -203,15 +282,72 @@ def test_a_hung_mount_is_down_within_the_timeout(make_mount, scontrol):
     assert mount.process is not None
     hang(mount.process.pid)  # requests queue up, none is answered
     try:
-        started = time.monotonic()
-        result = healthcheck(scontrol, mount.root, "--timeout", "1", timeout=30)
-        took = time.monotonic() - started
+        result, took = healthcheck_of_a_hung_mount(scontrol, mount)
     finally:
-        os.kill(mount.process.pid, signal.SIGCONT)
+        end_stopped(mount)
     assert result.returncode == 0, result.stderr
-    assert took < 15, f"the check took {took:.1f}s with --timeout 1"
+    assert took < 15, f"the check took {took:.1f}s with --timeout 2"
     assert scontrol.node["reason"] == f"{REASON} {mount.root} is down (statfs did not " \
-                                      f"answer within 1s)"
+                                      f"answer within 2s)"
+
+
+@pytest.fixture
+def other_mount():
+    """A second scratch mount beside make_mount's, in a directory of its own; ended at teardown
+    as make_mount ends its own."""
+    if (reason := mount_fixtures._usable()) is not None:
+        pytest.skip(reason)
+    folder = Path(tempfile.mkdtemp(prefix="skmount-other-"))
+    os.chmod(folder, 0o755)
+    (folder / "scratch").mkdir()
+    config, values = mount_fixtures.write_config(folder)
+    mount = mount_fixtures.Mount(folder / "scratch", folder / "store", config,
+                                 folder / "mount.log", values)
+    try:
+        mount.start()
+        yield mount
+    finally:
+        try:
+            mount.stop()
+        finally:
+            mount_fixtures.unmount(mount.root)
+        if not mount_fixtures.mounted(mount.root):  # never delete through a mount
+            shutil.rmtree(folder, ignore_errors=True)
+
+
+def test_a_hung_mount_whose_thread_waits_in_the_kernel_is_down_and_ended_at_once(
+        make_mount, other_mount, scontrol):
+    """One of the server's threads is held in the kernel (D) when the server is stopped, as
+    a thread whose write waits on another hung file system is: the mount is still down, and
+    its end does not wait for that thread."""
+    mount = make_mount()
+    mount.stop()
+    mount.log = other_mount.root / "mount.log"  # its log on the other file system
+    mount.start()
+    assert mount.process is not None and other_mount.process is not None
+    hang(other_mount.process.pid)
+    try:
+        before = requests_waiting(other_mount.root)
+        # an OST gone: the mount's OST watcher logs it, and its write waits on the hung mount
+        mount.ost(3).rename(mount.store / "ost0003.gone")
+        deadline = time.monotonic() + 30
+        while requests_waiting(other_mount.root) <= before:
+            assert time.monotonic() < deadline, "the mount's log line never reached its file"
+            time.sleep(0.02)
+        hang(mount.process.pid)
+        held = [task.name for task in Path(f"/proc/{mount.process.pid}/task").iterdir()
+                if (task / "stat").read_text().rsplit(")", 1)[1].split()[0] == "D"]
+        result, _ = healthcheck_of_a_hung_mount(scontrol, mount)
+    finally:
+        # the other file system first: nothing can end a thread held in the kernel but what
+        # holds it (the mount, stopped, does not run on once its write is answered)
+        os.kill(other_mount.process.pid, signal.SIGCONT)
+        if mount.process is not None:
+            end_stopped(mount)
+    assert held, "no thread of the mount was held in the kernel: the test tests nothing"
+    assert result.returncode == 0, result.stderr
+    assert scontrol.node["reason"] == f"{REASON} {mount.root} is down (statfs did not " \
+                                      f"answer within 2s)"
 
 
 def test_a_plain_directory_is_not_mounted(tmp_path, scontrol):

@@ -25,7 +25,7 @@ from user_runtime import PLAIN_USER, plain_user, user_runtime
 
 from .conftest import sk, wait_for_log
 
-pytestmark = [pytest.mark.cluster, pytest.mark.usefixtures("own_services")]
+pytestmark = pytest.mark.usefixtures("own_services")
 
 
 

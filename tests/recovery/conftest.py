@@ -29,6 +29,7 @@ from scratchkeeper.planner import records as planner_records
 from scratchkeeper.recovery.client import RecoveryClient, ServiceUnavailable
 from scratchkeeper.storage import LayoutRequest, open_backend
 from scratchkeeper.storage.base import XATTR_PREFIX
+from waiting import wait_for
 
 #: where the tests' sources are: the local cluster's GridFTP and nginx (on the head's address on
 #: the hosts' bridge, docs/local-cluster.rst), the tests' own servers on loopback, local files
@@ -116,8 +117,13 @@ def stop_recoveryd(site: Site, daemon: subprocess.Popen, *, timeout: float = 30)
         return daemon.wait(timeout=timeout)
     except subprocess.TimeoutExpired:
         masks = signal_masks(daemon.pid)  # a SIGTERM still pending, or blocked everywhere?
+        log = site.root / "recoveryd.log"
+        size = log.stat().st_size
         daemon.send_signal(signal.SIGUSR1)  # its threads' stacks, into its log
-        time.sleep(2)
+        try:
+            wait_for(lambda: log.stat().st_size > size, "recoveryd's stacks", timeout=5)
+        except AssertionError:
+            pass  # the failure below says what the log holds, stacks or not
         daemon.kill()
         daemon.wait(timeout=10)
         raise AssertionError(f"recoveryd did not stop within {timeout:g} s of SIGTERM; its "

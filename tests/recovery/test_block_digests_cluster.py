@@ -14,8 +14,6 @@ from scratchkeeper.transfer import gridftp
 
 from .conftest import corrupt_first_data_block, read_all, stage
 
-pytestmark = pytest.mark.cluster
-
 KiB, MiB = 1 << 10, 1 << 20
 
 

@@ -5,14 +5,10 @@ from __future__ import annotations
 import json
 import os
 
-import pytest
-
 from scratchkeeper.cli import main
 from scratchkeeper.recovery.service import RecoveryService
 
 from .conftest import read_all, stage
-
-pytestmark = pytest.mark.cluster
 
 KiB = 1 << 10
 

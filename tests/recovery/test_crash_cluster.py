@@ -24,8 +24,6 @@ from scratchkeeper.state import StateStore
 
 from .conftest import read_all, stage, start_recoveryd, stop_recoveryd, write_site
 
-pytestmark = pytest.mark.cluster
-
 KiB = 1 << 10
 
 

@@ -55,7 +55,6 @@ def test_a_start_removes_the_spool_of_dead_processes_only(site_dir):
         sleeper.wait()
 
 
-@pytest.mark.cluster
 def test_kill_minus_nine_during_a_globus_url_copy_patch_leaves_no_spool(site_dir, local_cluster,
                                                                         sources):
     site = write_site(site_dir, ost_count=8,

@@ -18,8 +18,6 @@ from scratchkeeper.transfer import gridftp, ranged
 
 from .conftest import corrupt_first_data_block, read_all, stage, write_site
 
-pytestmark = pytest.mark.cluster
-
 KiB, MiB = 1 << 10, 1 << 20
 
 # (stripe count, stripe size, file size): sizes are multiples of nothing

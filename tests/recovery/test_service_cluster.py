@@ -19,8 +19,6 @@ from scratchkeeper.recovery.service import RecoveryService
 
 from .conftest import NOBODY, NoQueue, read_all, run_as, stage
 
-pytestmark = pytest.mark.cluster
-
 KiB = 1 << 10
 
 

@@ -23,8 +23,6 @@ from scratchkeeper.state import may_write
 
 from .conftest import NOBODY, NoQueue, read_all, run_as
 
-pytestmark = pytest.mark.cluster
-
 
 @pytest.fixture
 def service(site):

@@ -12,8 +12,21 @@ import ctypes
 import os
 import signal
 import time
+from pathlib import Path
+
+from waiting import wait_for
 
 from .conftest import start_recoveryd, stop_recoveryd, write_site
+
+
+def _asleep_in_select(pid: int) -> bool:
+    """Whether the main thread sleeps in a select(2) (a slice of ``stopping.sleep``): where the
+    kernel says where a task waits (wchan), in the function select and poll sleep in; where it
+    does not, asleep at all."""
+    task = Path(f"/proc/{pid}/task/{pid}")
+    state = (task / "stat").read_text().rsplit(")", 1)[1].split()[0]
+    wchan = (task / "wchan").read_text().strip()
+    return state == "S" and (wchan in ("", "0") or wchan.startswith("poll_schedule_timeout"))
 
 
 def _tgkill(pid: int, tid: int, signum: int) -> None:
@@ -29,7 +42,8 @@ def test_a_sigterm_taken_by_a_worker_thread_stops_recoveryd_at_once(site_dir):
         workers = [int(tid) for tid in os.listdir(f"/proc/{daemon.pid}/task")
                    if int(tid) != daemon.pid]
         assert workers, "recoveryd runs its file workers and socket in threads"
-        time.sleep(0.5)  # the main thread is asleep in its hour-long wait by now
+        wait_for(lambda: _asleep_in_select(daemon.pid),
+                 "recoveryd's main thread asleep in its hour-long wait")
         began = time.monotonic()
         _tgkill(daemon.pid, workers[0], signal.SIGTERM)
         assert daemon.wait(timeout=20) == 0

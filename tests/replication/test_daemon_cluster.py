@@ -18,13 +18,9 @@ import sys
 import time
 from pathlib import Path
 
-import pytest
-
 from scratchkeeper.storage import open_backend
 
 from .helpers import Replicad, config_of, stage_input, wait_until, write_site
-
-pytestmark = pytest.mark.cluster
 
 
 def replicas_report(site: Path) -> dict:

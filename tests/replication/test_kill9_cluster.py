@@ -29,7 +29,7 @@ from scratchkeeper.storage import open_backend
 
 from .helpers import Replicad, config_of, stage_input, write_site
 
-pytestmark = [pytest.mark.cluster, pytest.mark.slow]
+pytestmark = pytest.mark.slow
 
 TRIALS = 32
 FILES = 8

@@ -6,12 +6,8 @@ import csv
 import os
 import re
 
-import pytest
-
 from scratchkeeper.cli import main
 from scratchkeeper.sim import DATA_DIR
-
-pytestmark = pytest.mark.cluster
 
 
 def test_sweep_as_a_slurm_job_array(local_cluster, tmp_path, capsys):

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from scratchkeeper.sim import DATA_DIR
+from waiting import wait_for
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -36,6 +37,14 @@ _DRIVER = textwrap.dedent("""
 """)
 
 
+def _as_from_a_terminal() -> None:
+    """In the child before its exec: SIGINT as an interactive shell leaves it to a foreground
+    job (Python then raises KeyboardInterrupt on it). A suite started in the background by a
+    non-interactive shell inherits SIGINT ignored, and an ignored signal stays ignored across
+    exec: the sweep would never see the Ctrl-C this test sends."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _children(pid: int) -> list[int]:
     found = []
     for entry in os.listdir("/proc"):
@@ -47,6 +56,15 @@ def _children(pid: int) -> list[int]:
             if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
                 found.append(int(entry))
     return found
+
+
+def _in_the_task(pid: int) -> bool:
+    """Whether the worker runs the task (asleep in its time.sleep): where the kernel says where
+    a task waits (wchan), in a nanosleep, not in the read of the pool's queue; where it does
+    not, asleep at all."""
+    state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    wchan = Path(f"/proc/{pid}/wchan").read_text().strip()
+    return state == "S" and (wchan in ("", "0") or "nanosleep" in wchan)
 
 
 def _alive(pid: int) -> bool:
@@ -70,14 +88,15 @@ stripe_count = [2, 4, 8, 16]
 """)
     process = subprocess.Popen([sys.executable, "-c", _DRIVER, str(sweep_file),
                                 str(tmp_path / "out")], cwd=REPO, stdout=subprocess.PIPE,
-                               text=True, env=dict(os.environ, PYTHONPATH=str(REPO)))
+                               text=True, env=dict(os.environ, PYTHONPATH=str(REPO)),
+                               preexec_fn=_as_from_a_terminal)
     try:
         deadline = time.monotonic() + 30
         while len(_children(process.pid)) < 2 and time.monotonic() < deadline:
             time.sleep(0.1)
         workers = _children(process.pid)
         assert len(workers) >= 2, "the pool's workers did not start"
-        time.sleep(0.5)
+        wait_for(lambda: all(_in_the_task(w) for w in workers), "every worker in its task")
         process.send_signal(signum)
         assert process.wait(timeout=30) == code
         deadline = time.monotonic() + 10

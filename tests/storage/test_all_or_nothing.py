@@ -136,7 +136,6 @@ def fill(directory: Path, leave: int) -> None:
     os.truncate(filler, max(0, filler.stat().st_size - leave))
 
 
-@pytest.mark.root
 def test_a_write_that_fills_the_file_system_midway_changes_nothing(tmp_path, small_fs):
     store = make_store(tmp_path, ost_count=2)
     data = os.urandom(STRIPE)  # object 0 full, object 1 empty

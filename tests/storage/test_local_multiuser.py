@@ -63,12 +63,11 @@ def data(size: int, seed: int) -> bytes:
 
 # -- closed directories, objects 0600 -----------------------------------------------------------
 @pytest.mark.parametrize("umask", [0o077, 0o000])
-@pytest.mark.root  # files owned by skplain (plain_user)
-def test_objects_are_0600_with_their_files_owner_in_directories_only_root_enters(tmp_path, umask):
+def test_objects_are_0600_with_their_files_owner_in_directories_only_root_enters(tmp_path, umask, skplain):
     """Users never reach an object (issue 30): the MDT, staging and OST directories are root's
     0700 and every object 0600, whatever the file's mode and the umask; the objects keep
     their file's owner (the backing file system charges the owner)."""
-    uid, gid = plain_user()
+    uid, gid = skplain
     previous = os.umask(umask)
     try:
         store = new_store(tmp_path)
@@ -141,9 +140,8 @@ def _open_store_of_before(store: LocalStripedStore, uid: int, gid: int) -> dict:
     return modes
 
 
-@pytest.mark.root  # files owned by skplain (plain_user)
-def test_a_store_made_before_is_closed_at_its_next_open_by_root(tmp_path):
-    uid, gid = plain_user()
+def test_a_store_made_before_is_closed_at_its_next_open_by_root(tmp_path, skplain):
+    uid, gid = skplain
     store = new_store(tmp_path)
     for path, mode, owner in (("u/open", 0o644, (uid, gid)), ("u/group", 0o640, (uid, gid)),
                               ("root/world", 0o666, (0, 0))):
@@ -169,9 +167,8 @@ def test_a_store_made_before_is_closed_at_its_next_open_by_root(tmp_path):
         b"mode=1777 uid=0 gid=0"
 
 
-@pytest.mark.root  # files owned by skplain (plain_user)
-def test_the_objects_walk_runs_once_and_an_interrupted_one_is_run_again(tmp_path, monkeypatch):
-    uid, gid = plain_user()
+def test_the_objects_walk_runs_once_and_an_interrupted_one_is_run_again(tmp_path, monkeypatch, skplain):
+    uid, gid = skplain
     store = new_store(tmp_path)
     for path, mode, owner in (("u/open", 0o644, (uid, gid)), ("u/group", 0o640, (uid, gid)),
                               ("root/world", 0o666, (0, 0))):

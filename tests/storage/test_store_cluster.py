@@ -15,8 +15,6 @@ import pytest
 from scratchkeeper.config import load_config
 from scratchkeeper.storage import open_backend
 
-pytestmark = pytest.mark.cluster
-
 
 @pytest.fixture
 def cluster_paths(local_cluster):
