@@ -20,8 +20,14 @@
 
 ``post_run`` has nothing to do: burst_buffer.lua answers it without calling scratchkeeper.
 
-A stage run again (Slurm retries it, or slurmctld restarted) finds its chain and data jobs in
-the records and waits for them instead of submitting them twice.
+A stage run again (Slurm retries it) finds its chain and data jobs in the records and waits
+for them instead of submitting them twice. A slurmctld restart during a stage-in is a teardown
+then a new stage-in: Slurm 22.05 tears down every pending job whose staging it finds in
+``staging-in`` or ``staged-in`` ("We do not know the state of staging", burst_buffer/lua's
+``_recover_job_bb``), and once the teardown is done sets the job back to pending and runs
+``setup`` and ``data_in`` again. The teardown cancels the data jobs as for any teardown (a job
+cancelled before Slurm stages it again gets no other), marking them cancelled; ``data_in`` run
+again on a torn-down job reopens its chain and submits those again.
 """
 
 from __future__ import annotations
@@ -121,16 +127,29 @@ def setup(config: SiteConfig, store: StateStore, job_id: str, uid: int, gid: int
 
 def data_in(config: SiteConfig, store: StateStore, job_id: str, script_path: str, *,
             scheduler: Scheduler | None = None, timeout: float | None = None) -> str:
-    """Stage the job's input; the chain id. Raises :class:`StageFailed` with the reason."""
+    """Stage the job's input; the chain id. Raises :class:`StageFailed` with the reason.
+
+    Run for a job torn down since its last stage-in (a slurmctld restart), it reopens the
+    chain and stages again what the teardown cancelled. A teardown during the wait (of a job
+    cancelled, or of a restart that outlived this process) has the last word: the outcome is
+    not recorded and the job is left as the teardown left it."""
     row = _job_row(store, job_id)
+    torn_down_at = row["teardown_at"]
     scheduler = scheduler or get_scheduler(config, "slurm")
     chain_id = row["chain_id"] or _plan_and_record(config, store, row, script_path, scheduler)
+    if row["stage"] == records.TORN_DOWN:
+        _reopen(store, job_id, chain_id)
     records.set_stage(store, job_id, records.STAGING_IN)
     keys = [r["job_key"] for r in chains.chain_jobs(store, chain_id) if r["role"] == STAGE_IN]
     _submit(config, store, row, chain_id, keys, scheduler)
     failure = _wait(store, scheduler, chain_id, keys,
                     config.burst_buffer.stage_in_timeout if timeout is None else timeout)
     _close_spool(config, chain_id, int(row["uid"]))
+    latest = records.job(store, job_id)
+    if latest is not None and latest["teardown_at"] != torn_down_at:
+        log.warning("job %s: torn down while its stage-in waited; the outcome (%s) is left "
+                    "to the teardown", job_id, failure or "staged")
+        raise StageFailed(f"job {job_id} was torn down while its stage-in waited")
     if failure is not None:
         records.set_stage(store, job_id, records.STAGE_IN_FAILED, failure)
         chains.set_chain_state(store, chain_id, chains.STAGE_IN_FAILED, failure)
@@ -143,6 +162,16 @@ def data_in(config: SiteConfig, store: StateStore, job_id: str, script_path: str
     records.set_stage(store, job_id, records.STAGED_IN, staged_bytes=total)
     write_held(config, store)
     return chain_id
+
+
+def _reopen(store: StateStore, job_id: str, chain_id: str) -> None:
+    """The job is staged again after a teardown: its chain is live again (a failed one keeps
+    its failure, and the stage fails again with it)."""
+    chain = chains.chain(store, chain_id)
+    if chain is not None and chain["state"] == records.CHAIN_ENDED:
+        chains.set_chain_state(store, chain_id, CHAIN_STATE)
+        log.info("job %s: staged again after a teardown (slurmctld restarted, or Slurm took "
+                 "its buffer back): chain %s reopened", job_id, chain_id)
 
 
 def _end_failed_job(config: SiteConfig, scheduler: Scheduler, job_id: str, reason: str) -> None:
@@ -230,12 +259,15 @@ def _plan_and_record(config: SiteConfig, store: StateStore, row: sqlite3.Row, sc
 def _submit(config: SiteConfig, store: StateStore, row: sqlite3.Row, chain_id: str, keys: list[str],
             scheduler: Scheduler) -> None:
     """Submit the data jobs ``keys`` not submitted yet, as the job's owner, with the owner's
-    umask (the staged files are the owner's). A data job of the chain in the queue but not
-    recorded (a kill between ``sbatch`` and the record) is cancelled first, so a stage run
-    again never leaves two copies of a transfer."""
+    umask (the staged files are the owner's); in a live chain, also those a teardown cancelled
+    (Slurm stages the job again). A data job of the chain in the queue but not recorded (a kill
+    between ``sbatch`` and the record) is cancelled first, so a stage run again never leaves
+    two copies of a transfer."""
     chain = chains.chain(store, chain_id)
     rows = {r["job_key"]: r for r in chains.chain_jobs(store, chain_id)}
-    todo = [k for k in keys if not rows[k]["job_id"]]
+    again = chain["state"] == CHAIN_STATE
+    todo = [k for k in keys if not rows[k]["job_id"]
+            or (again and rows[k]["state"] == chains.JOB_CANCELLED)]
     if not todo:
         return
     recorded = {r["job_id"] for r in rows.values() if r["job_id"]}
@@ -408,31 +440,53 @@ def _data_out(config: SiteConfig, store: StateStore, job_id: str, scheduler: Sch
 
 def teardown(config: SiteConfig, store: StateStore, job_id: str, hurry: bool, *,
              scheduler: Scheduler | None = None) -> list[str]:
-    """Cancel the job's data jobs still queued or running (the job was cancelled, or a stage
-    timed out), close its chain (a chain still in :data:`CHAIN_STATE` ends in
-    ``records.CHAIN_ENDED``: a failed one keeps its failure), remove its env file; the data
-    jobs cancelled."""
+    """Cancel the job's data jobs still queued or running, close its chain (a chain still in
+    :data:`CHAIN_STATE` ends in ``records.CHAIN_ENDED``: a failed one keeps its failure),
+    remove its env file; the data jobs cancelled.
+
+    Slurm tears down a job that ended (it ran, or was cancelled: ``hurry``) and one still
+    pending whose staging it gives up (slurmctld restarted during its stage-in): the cancelled
+    data jobs are marked so, and the pending one's chain is left unsettled, for the ``data_in``
+    Slurm runs again to reopen it."""
     row = records.job(store, check_job_id(job_id))
     if row is None:
         return []
+    # recorded before any cancel: a data_in still waiting, which sees its data job end, then
+    # knows the teardown ended it (a teardown cut short is run again by Slurm)
+    records.set_stage(store, job_id, records.TORN_DOWN, row["reason"])
     cancelled: list[str] = []
     if row["chain_id"]:
-        scheduler = scheduler or get_scheduler(config, "slurm")
-        open_jobs = [r["job_id"] for r in chains.chain_jobs(store, row["chain_id"])
-                     if r["role"] != COMPUTE and r["job_id"]
-                     and r["state"] not in (chains.JOB_DONE, chains.JOB_FAILED)]
-        if open_jobs:
-            found = scheduler.lookup(open_jobs, missing_ok=True)
-            cancelled = [j for j in open_jobs if j in found and not found[j].state.is_final]
-            if cancelled:
-                scheduler.cancel(cancelled, reason=f"job {job_id} was torn down"
-                                 + (" (cancelled)" if hurry else ""))
-        _settle(store, row["chain_id"], "torn-down")
-        chain = chains.chain(store, row["chain_id"])
-        if chain is not None and chain["state"] == CHAIN_STATE:
-            chains.set_chain_state(store, row["chain_id"], records.CHAIN_ENDED)
-        _close_spool(config, row["chain_id"], int(row["uid"]))
+        cancelled = _tear_down_chain(config, store, row, hurry,
+                                     scheduler or get_scheduler(config, "slurm"))
     (state_dir(config) / f"{job_id}{ENV_SUFFIX}").unlink(missing_ok=True)
-    records.set_stage(store, job_id, records.TORN_DOWN, row["reason"])
     write_held(config, store)
     return cancelled
+
+
+def _tear_down_chain(config: SiteConfig, store: StateStore, row: sqlite3.Row, hurry: bool,
+                     scheduler: Scheduler) -> list[str]:
+    job_id, chain_id = row["job_id"], row["chain_id"]
+    open_rows = [r for r in chains.chain_jobs(store, chain_id)
+                 if r["role"] != COMPUTE and r["job_id"]
+                 and r["state"] not in (chains.JOB_DONE, chains.JOB_FAILED)]
+    found = scheduler.lookup([r["job_id"] for r in open_rows] + [job_id], missing_ok=True)
+    job = found.get(job_id)
+    queued = job is not None and job.state.is_queued  # pending: Slurm may stage it again
+    live = [r for r in open_rows if r["job_id"] in found and not found[r["job_id"]].state.is_final]
+    if live:
+        reason = (f"job {job_id} is still pending but Slurm tore its staging down (slurmctld "
+                  "restarted, or it took the buffer back): cancelled, staged again with the "
+                  "job's next data_in" if queued
+                  else f"job {job_id} was torn down" + (" (cancelled)" if hurry else ""))
+        # marked before the cancel: a teardown killed in between is run again by Slurm, and a
+        # data_in run again submits what is marked cancelled
+        chains.set_jobs_state(store, chain_id, [r["job_key"] for r in live], chains.JOB_CANCELLED,
+                              "cancelled: " + reason)
+        scheduler.cancel([r["job_id"] for r in live], reason=reason)
+    if not queued:
+        _settle(store, chain_id, "torn-down")
+    chain = chains.chain(store, chain_id)
+    if chain is not None and chain["state"] == CHAIN_STATE:
+        chains.set_chain_state(store, chain_id, records.CHAIN_ENDED)
+    _close_spool(config, chain_id, int(row["uid"]))
+    return [r["job_id"] for r in live]

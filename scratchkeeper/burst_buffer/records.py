@@ -64,6 +64,10 @@ _STAMPS = {STAGING_IN: "data_in_started", STAGED_IN: "data_in_ended",
            STAGE_IN_FAILED: "data_in_ended", RUNNING: "pre_run_at",
            STAGING_OUT: "data_out_started", STAGED_OUT: "data_out_ended",
            STAGE_OUT_FAILED: "data_out_ended", TORN_DOWN: "teardown_at"}
+#: stages whose timestamp is that of the last time they were entered: a job Slurm stages again
+#: after a teardown (slurmctld restarted during its stage-in) can be torn down again, and a
+#: data_in tells by it that a teardown came while it waited
+_LATEST = frozenset({TORN_DOWN})
 
 
 def open_records(store: StateStore) -> StateStore:
@@ -100,13 +104,13 @@ def set_chain(store: StateStore, job_id: str, chain_id: str) -> None:
 def set_stage(store: StateStore, job_id: str, stage: str, reason: str = "", *,
               staged_bytes: int | None = None) -> None:
     """Enter ``stage`` (its timestamp column set the first time only, so a stage run again
-    after a restart keeps when it began)."""
+    after a restart keeps when it began; a teardown's each time, :data:`_LATEST`)."""
     now = time.time()
     stamp = _STAMPS.get(stage)
     sets = ["stage = ?", "reason = ?", "updated = ?"]
     values: list[object] = [stage, reason, now]
     if stamp is not None:
-        sets.append(f"{stamp} = COALESCE({stamp}, ?)")
+        sets.append(f"{stamp} = ?" if stage in _LATEST else f"{stamp} = COALESCE({stamp}, ?)")
         values.append(now)
     if staged_bytes is not None:
         sets.append("staged_bytes = ?")

@@ -223,6 +223,7 @@ def chain_job(job: HeldJob, config: SiteConfig, store: StateStore,
             outcome.chain_id, outcome.error = existing, row["reason"]
             return outcome
         _undo(store, scheduler, existing, job.job_id, config)
+    own = own_dependency(job, store)
     text = job_script(job.job_id, runner, timeout=config.scheduler.command_timeout)
     plan = plan_queued_job(planned_text(text, job.requests), job.script_path, config,
                            workdir=job.workdir, job_name=job.name)
@@ -253,13 +254,8 @@ def chain_job(job: HeldJob, config: SiteConfig, store: StateStore,
             records.set_job_submitted(store, plan.chain_id, planned.key, ids[planned.key])
             log.info("job %s: chain %s: %s submitted as %s", job.job_id, plan.chain_id,
                      planned.key, ids[planned.key])
-        stage_in_ids = [ids[p.key] for p in plan.jobs if p.role == STAGE_IN]
-        if stage_in_ids:
-            dependency = "afterok:" + ":".join(stage_in_ids)
-            if job.dependency and job.dependency != "(null)":
-                dependency = f"{job.dependency},{dependency}"
-            runner.run(["scontrol", "update", f"JobId={job.job_id}", f"Dependency={dependency}"],
-                       timeout=config.scheduler.command_timeout, mutating=True)
+        _depend_on(job, own, [ids[p.key] for p in plan.jobs if p.role == STAGE_IN], runner,
+                   config)
         hold_back_jit(plan, ids, scheduler, store, config,
                       Owner.of(job.user_id, job.group_id) if on_behalf else None)
         scheduler.release(held)
@@ -277,6 +273,52 @@ def chain_job(job: HeldJob, config: SiteConfig, store: StateStore,
     outcome.data_jobs = {k: v for k, v in ids.items() if k != COMPUTE}
     _mark_and_release(job, plan.chain_id, runner, config)
     return outcome
+
+
+def own_dependency(job: HeldJob, store: StateStore) -> list[slurm.DependencyEntry]:
+    """The entries of the job's dependency that its owner gave: all but those naming a data
+    job of an earlier chaining of this job (one killed after it set the dependency: those data
+    jobs were cancelled by :func:`_undo`, and Slurm leaves a job depending on a cancelled one
+    ``DependencyNeverSatisfied`` for ever).
+
+    An owner's ``?`` (any of the entries) cannot take the stage-in's ``afterok`` beside it
+    (Slurm takes one separator per dependency): such a job is refused with the reason.
+    """
+    entries, separator = slurm.parse_dependency(job.dependency)
+    earlier = _earlier_data_jobs(store, job.job_id, {e.job_id for e in entries if e.job_id})
+    own = [entry for entry in entries if not entry.job_id or entry.job_id not in earlier]
+    if separator == "?" and len(own) > 1:
+        raise InputError(f"job {job.job_id}: its dependency "
+                         f"{slurm.format_dependency(own, separator)} is met by any one of its "
+                         "jobs ('?'), and Slurm takes one separator per dependency, so the "
+                         "stage-in's afterok cannot join it: use ',' (all of them)")
+    return own
+
+
+def _earlier_data_jobs(store: StateStore, job_id: str, named: set[str]) -> set[str]:
+    """Which of the job ids ``named`` are data jobs of a chain whose compute job is
+    ``job_id``."""
+    rows = [row for row in records.jobs_by_id(store, named) if row["role"] != COMPUTE]
+    mine = {chain_id for chain_id in {row["chain_id"] for row in rows}
+            if any(r["role"] == COMPUTE and r["job_id"] == job_id
+                   for r in records.chain_jobs(store, chain_id))}
+    return {row["job_id"] for row in rows if row["chain_id"] in mine}
+
+
+def _depend_on(job: HeldJob, own: list[slurm.DependencyEntry], stage_in_ids: list[str], runner,
+               config: SiteConfig) -> None:
+    """Set the job's whole dependency: its owner's entries and ``afterok`` on the chain's
+    stage-in jobs. ``scontrol update Dependency=`` replaces the job's list, so an earlier
+    chaining's entries go (Slurm's update_job_dependency builds a new list and frees the
+    old); nothing is sent when there is no stage-in and nothing to drop."""
+    entries, _ = slurm.parse_dependency(job.dependency)
+    if not stage_in_ids and len(own) == len(entries):
+        return
+    dependency = slurm.format_dependency(own)
+    if stage_in_ids:
+        dependency = ",".join(filter(None, (dependency, "afterok:" + ":".join(stage_in_ids))))
+    runner.run(["scontrol", "update", f"JobId={job.job_id}", f"Dependency={dependency}"],
+               timeout=config.scheduler.command_timeout, mutating=True)
 
 
 def _mark_and_release(job: HeldJob, chain_id: str, runner, config: SiteConfig) -> None:

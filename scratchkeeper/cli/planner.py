@@ -240,6 +240,10 @@ def _backlog(args, config, store) -> int:
     for job in report.orphans:
         print(f"  {job['job_id']:>8}  {job['job_key']:12} {job['state']:9} chain "
               f"{job['chain_id']}: {job['why']}" + _since(job["submitted"], now))
+    print(f"compute jobs waiting on a dead data job (never to start): {len(report.stranded)}")
+    for job in report.stranded:
+        print(f"  {job['job_id']:>8}  chain {job['chain_id']}: {job['why']}"
+              + _since(job["submitted"], now) + f"\n            fix: {job['fix']}")
     print(f"data-queue jobs no chain or offload records: {len(report.unrecorded)}")
     for job in report.unrecorded:
         print(f"  {job['job_id']:>8}  {job['name'][:40]:40} {job['user']:10} {job['state']}"

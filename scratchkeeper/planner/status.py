@@ -6,7 +6,7 @@ from dataclasses import asdict, dataclass, field
 
 from ..config import SiteConfig
 from ..errors import PermissionDenied, ScratchkeeperError, UnknownJobError
-from ..schedulers import JobRecord, JobState, get_scheduler
+from ..schedulers import JobRecord, JobState, get_scheduler, slurm
 from ..state import StateStore
 from . import records
 
@@ -210,6 +210,11 @@ class Backlog:
     #: jobs in the data queue that no chain and no offload records (a submission a crash cut
     #: between sbatch and its record, or jobs not scratchkeeper's)
     unrecorded: list[dict] = field(default_factory=list)
+    #: compute jobs whose dependency names a data job of a chaining the chain service
+    #: abandoned (it cancelled that chain's jobs): Slurm would keep them pending for ever.
+    #: job_id, chain_id (the job's chain now), dead (job ids), why, fix (the scontrol command
+    #: that leaves only live data jobs), submitted
+    stranded: list[dict] = field(default_factory=list)
     #: what could not be asked (the scheduler unreachable, the chain service's queue)
     notes: list[str] = field(default_factory=list)
 
@@ -252,6 +257,8 @@ def backlog(store: StateStore, config: SiteConfig,
             report.orphans.append({"job_id": row["job_id"], "chain_id": row["chain_id"],
                                    "job_key": row["job_key"], "state": job.state.value,
                                    "submitted": job.submit_time, "why": why})
+    if config.scheduler.kind == "slurm":  # the chain service's compute jobs are Slurm's
+        report.stranded = _stranded(store, queued, rows)
     known = ({r["job_id"] for r in rows} | {r["job_id"] for r in records.offload_jobs_by_id(
         store, queued)} | {job_id for job_id, _ in held or ()})
     report.unrecorded = [{"job_id": job.job_id, "name": job.name, "user": job.user,
@@ -259,9 +266,63 @@ def backlog(store: StateStore, config: SiteConfig,
                          for job in queued.values()
                          if job.queue == config.scheduler.data_queue and not job.state.is_final
                          and job.job_id not in known]
-    for found in (report.to_chain, report.to_release, report.orphans, report.unrecorded):
+    for found in (report.to_chain, report.to_release, report.orphans, report.unrecorded,
+                  report.stranded):
         found.sort(key=lambda entry: entry["submitted"] or 0.0)
     return report
+
+
+def _stranded(store: StateStore, queued: dict[str, JobRecord], rows) -> list[dict]:
+    """The queued compute jobs whose dependency names a data job of one of their own chains
+    other than their newest: a chaining the chain service abandoned (killed after it set the
+    dependency; it cancelled that chain's jobs and chained the job again). ``afterok`` on a
+    cancelled job is never met, so Slurm keeps such a job ``DependencyNeverSatisfied``."""
+    compute = {r["job_id"]: queued[r["job_id"]] for r in rows
+               if r["role"] == "compute" and _same_job(queued[r["job_id"]], r)}
+    parsed = {job_id: slurm.parse_dependency(job.dependency)[0]
+              for job_id, job in compute.items()}
+    named = {e.job_id for entries in parsed.values() for e in entries if e.job_id}
+    data_rows = {r["job_id"]: r for r in records.jobs_by_id(store, named) if r["role"] != "compute"}
+    found = []
+    for job_id, entries in parsed.items():
+        if not any(e.job_id in data_rows for e in entries):
+            continue  # it waits on no data job (none left, or never chained)
+        newest = records.chain_of_job(store, job_id)
+        dead = [e for e in entries if e.job_id in data_rows
+                and data_rows[e.job_id]["chain_id"] != newest
+                and _chain_of_compute(store, data_rows[e.job_id]["chain_id"], job_id)]
+        if not dead:
+            continue
+        found.append({"job_id": job_id, "chain_id": newest,
+                      "dead": [e.job_id for e in dead],
+                      "why": "; ".join(_dead_entry(e, data_rows[e.job_id], newest) for e in dead)
+                      + ": Slurm will never start it",
+                      "fix": _live_dependency(store, job_id, entries, dead, newest),
+                      "submitted": compute[job_id].submit_time})
+    return found
+
+
+def _chain_of_compute(store: StateStore, chain_id: str, job_id: str) -> bool:
+    return any(r["role"] == "compute" and r["job_id"] == job_id
+               for r in records.chain_jobs(store, chain_id))
+
+
+def _dead_entry(entry: slurm.DependencyEntry, row, newest: str | None) -> str:
+    state = f", Slurm says {entry.state}" if entry.state else ""
+    return (f"its dependency names {row['job_key']} job {entry.job_id} of chain "
+            f"{row['chain_id']}, an abandoned chaining (the job's chain is now {newest}{state})")
+
+
+def _live_dependency(store: StateStore, job_id: str, entries, dead, newest: str | None) -> str:
+    """``scontrol update`` giving the job its dependency without the dead entries and with
+    its newest chain's stage-in jobs (Slurm replaces the whole list)."""
+    live = [e for e in entries if e not in dead]
+    named = {e.job_id for e in live}
+    missing = [r["job_id"] for r in (records.chain_jobs(store, newest) if newest else [])
+               if r["role"] == "stage-in" and r["job_id"] and r["job_id"] not in named]
+    value = ",".join(filter(None, (slurm.format_dependency(live),
+                                   "afterok:" + ":".join(missing) if missing else "")))
+    return f"scontrol update JobId={job_id} Dependency={value}"
 
 
 def _same_job(job: JobRecord, row) -> bool:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from ..config import slurm_time_seconds
 from ..errors import SchedulerError
@@ -416,6 +417,55 @@ def parse_will_run(text: str) -> float | None:
     """``sbatch: Job 12 to start at 2026-11-24T19:01:05 using 1 processors on nodes ...``."""
     match = _WILL_RUN_RE.search(text)
     return _squeue_time(match.group(1), {}) if match else None
+
+
+# -- dependencies --------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class DependencyEntry:
+    """One job a dependency names, as ``squeue --json`` (``dependency``) and ``scontrol show
+    job`` (``Dependency=``) print it: ``afterok:979(failed)``."""
+
+    kind: str
+    #: the job's number ("" for ``singleton``); ``text`` keeps an array's ``_*``, a ``+time``
+    job_id: str
+    #: the entry as ``scontrol update Dependency=`` takes it (no state word)
+    text: str
+    #: Slurm's word for where it stands (``unfulfilled``, ``failed``...), "" when none shown
+    state: str = ""
+
+
+_DEPENDENCY_STATE_RE = re.compile(r"^(.*)\(([^()]*)\)$")
+_DEPENDENCY_ID_RE = re.compile(r"^([0-9]+)")
+
+
+def parse_dependency(text: str) -> tuple[list[DependencyEntry], str]:
+    """A job's dependency as Slurm prints it: its entries, one per job named, and the
+    separator (``,``: all of them; ``?``: any of them; Slurm takes one per dependency)."""
+    text = (text or "").strip()
+    if text in ("", "(null)"):
+        return [], ","
+    separator = "?" if "?" in text else ","
+    entries = []
+    for part in filter(None, (p.strip() for p in text.split(separator))):
+        state = ""
+        match = _DEPENDENCY_STATE_RE.match(part)
+        if match:
+            part, state = match.group(1), match.group(2)
+        kind, _, named = part.partition(":")
+        if not named:
+            entries.append(DependencyEntry(kind, "", kind, state))
+            continue
+        for token in named.split(":"):
+            number = _DEPENDENCY_ID_RE.match(token)
+            entries.append(DependencyEntry(kind, number.group(1) if number else "",
+                                           f"{kind}:{token}", state))
+    return entries, separator
+
+
+def format_dependency(entries: Sequence[DependencyEntry], separator: str = ",") -> str:
+    """The value of ``scontrol update JobId=N Dependency=...``, which replaces the job's whole
+    list ("" clears it)."""
+    return separator.join(entry.text for entry in entries)
 
 
 def build_set_begin(job_id: str, when: float | None) -> list[str]:

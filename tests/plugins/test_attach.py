@@ -21,6 +21,7 @@ from scratchkeeper.config import load_config
 from scratchkeeper.errors import CommandError, InputError, SchedulerError
 from scratchkeeper.planner import records
 from scratchkeeper.runner import CommandResult, CommandRunner
+from scratchkeeper.schedulers import slurm as slurm_backend
 from scratchkeeper.state import StateStore
 
 JOB = "500"
@@ -30,21 +31,41 @@ COMMENT = (f"{PENDING}\nstage-in ftp://h:2811/src/in.dat:/scratch/u/in.dat\n"
 
 
 class FakeSlurm(CommandRunner):
-    """squeue/scontrol/sbatch/scancel answered from memory; every argv recorded."""
+    """squeue/scontrol/sbatch/scancel answered from memory; every argv recorded.
+
+    The job's dependency is kept as Slurm keeps it: ``scontrol update Dependency=`` replaces
+    it, and squeue shows each entry with its state (``failed`` once the job it waits for with
+    ``afterok`` was cancelled). ``kill_after(argv)`` true: the service dies (SIGKILL: no
+    handler runs) right after that command took effect."""
 
     def __init__(self, comment: str = COMMENT, script: str = SCRIPT, priority: int = 0,
-                 fail_sbatch_at: int | None = None, name: str = "sim"):
+                 fail_sbatch_at: int | None = None, name: str = "sim", dependency: str = "",
+                 kill_after=None, cancelled: set[str] | None = None):
         super().__init__()
         self.name = name
         self.comment, self.script, self.priority = comment, script, priority
         self.fail_sbatch_at = fail_sbatch_at
+        self.dependency, self.kill_after = dependency, kill_after
+        self.cancelled: set[str] = set() if cancelled is None else cancelled
         self.recorded: list[tuple[str, ...]] = []
         self.next_id = 600
         self.queued: dict[str, str] = {JOB: "/scratch/u/job.sh"}  # job id -> batch script
 
+    def shown_dependency(self) -> str:
+        entries, separator = slurm_backend.parse_dependency(self.dependency)
+        return separator.join(
+            f"{e.text}({'failed' if e.kind == 'afterok' and e.job_id in self.cancelled else 'unfulfilled'})"
+            for e in entries)
+
     def run(self, argv, **kwargs):
         argv = tuple(str(a) for a in argv)
         self.recorded.append(argv)
+        out = self._answer(argv)
+        if self.kill_after is not None and self.kill_after(argv):
+            raise KeyboardInterrupt  # killed: the command took effect, nothing after it ran
+        return self._keep(CommandResult(argv, 0, out, "", 0.0))
+
+    def _answer(self, argv) -> str:
         out = ""
         if argv[:2] == ("squeue", "--noheader"):  # the queue's jobs with their scripts
             out = "".join(f"{job_id}|{script}\n" for job_id, script in self.queued.items())
@@ -52,8 +73,8 @@ class FakeSlurm(CommandRunner):
             out = json.dumps({"jobs": [{
                 "job_id": int(JOB), "job_state": "PENDING", "priority": self.priority,
                 "user_id": 0, "group_id": 0, "current_working_directory": "/scratch/u",
-                "command": "/scratch/u/job.sh", "dependency": "", "admin_comment": self.comment,
-                "name": self.name,
+                "command": "/scratch/u/job.sh", "dependency": self.shown_dependency(),
+                "admin_comment": self.comment, "name": self.name,
             }, {"job_id": 501, "job_state": "PENDING", "priority": 0, "admin_comment": "",
                 "user_id": 0}]})
         elif argv[:3] == ("scontrol", "write", "batch_script"):
@@ -69,7 +90,15 @@ class FakeSlurm(CommandRunner):
             self.queued[str(self.next_id)] = argv[-1]
         elif argv[:3] == ("scontrol", "update", f"JobId={JOB}") and argv[3].startswith("AdminComment="):
             self.comment = argv[3][len("AdminComment="):]
-        return self._keep(CommandResult(argv, 0, out, "", 0.0))
+        elif argv[:3] == ("scontrol", "update", f"JobId={JOB}") and argv[3].startswith("Dependency="):
+            self.dependency = argv[3][len("Dependency="):]
+        elif argv == ("scontrol", "release", JOB):
+            self.priority = 1
+        elif argv[0] == "scancel":
+            self.cancelled.update(argv[1:])
+            for job_id in argv[1:]:
+                self.queued.pop(job_id, None)
+        return out
 
     def commands(self, *prefix):
         return [a for a in self.recorded if a[:len(prefix)] == prefix]
@@ -345,3 +374,133 @@ def test_chains_are_ended_even_when_chaining_held_jobs_fails(config, store, monk
     assert ended == [None]
     assert "chain sk1: stage-in job 7 ended TIMEOUT, exit code 0:15; cancelled 8" in \
         capsys.readouterr().out
+
+
+# -- the chain service killed at each step of chaining (issue 46, item 6) -------------------------
+def _is_update(field: str):
+    return lambda argv: argv[:3] == ("scontrol", "update", f"JobId={JOB}") and \
+        argv[3].startswith(field + "=")
+
+
+#: each step of a chaining, in order: the service dies right after it took effect
+KILLED_AFTER = {
+    "stage-in submitted": lambda argv: argv[0] == "sbatch" and "--hold" in argv,
+    "stage-out submitted": lambda argv: argv[0] == "sbatch" and "--hold" not in argv,
+    "dependency set": _is_update("Dependency"),
+    "stage-in released": lambda argv: argv[:2] == ("scontrol", "release") and argv[2] != JOB,
+    "marked chained": _is_update("AdminComment"),
+    "job released": lambda argv: argv == ("scontrol", "release", JOB),
+}
+
+
+def live_stage_ins(store, fake) -> set[str]:
+    chain_id = records.chain_of_job(store, JOB)
+    return {r["job_id"] for r in records.chain_jobs(store, chain_id)
+            if r["role"] == "stage-in" and r["job_id"] not in fake.cancelled}
+
+
+@pytest.mark.parametrize("step", list(KILLED_AFTER))
+def test_a_service_killed_at_any_step_leaves_the_job_depending_on_live_data_jobs_only(
+        config, store, slurm, step):
+    """Killed after it set the dependency, the next sweep cancels that chaining's data jobs
+    and chains the job again: the new dependency must replace the old one, not be appended to
+    it (``afterok:601(failed),afterok:603`` is never met: the job pends for ever)."""
+    fake = slurm(kill_after=KILLED_AFTER[step])
+    with pytest.raises(KeyboardInterrupt):
+        chain_pending(config, store)
+    fake.kill_after = None
+    chain_pending(config, store)  # the restarted service's first sweep
+    assert fake.priority != 0  # released
+    entries, _ = slurm_backend.parse_dependency(fake.dependency)
+    assert {e.job_id for e in entries} == live_stage_ins(store, fake), fake.dependency
+    assert "failed" not in fake.shown_dependency()
+
+
+def test_the_owners_own_dependency_is_kept_through_a_killed_chaining(config, store, slurm):
+    """What the owner asked (sbatch -d) stays, with squeue's state words dropped; only the
+    data jobs of the abandoned chaining go."""
+    fake = slurm(dependency="afterany:77,singleton", kill_after=KILLED_AFTER["dependency set"])
+    with pytest.raises(KeyboardInterrupt):
+        chain_pending(config, store)
+    assert fake.dependency == "afterany:77,singleton,afterok:601"
+    fake.kill_after = None
+    chain_pending(config, store)
+    assert fake.dependency == "afterany:77,singleton,afterok:603"
+
+
+def test_a_dependency_on_another_chains_data_job_is_the_owners(config, store, slurm):
+    """A job may wait for another chain's stage-out: that data job is not this job's."""
+    with store.transaction() as conn:
+        conn.execute("INSERT INTO chains VALUES ('skOTHER', '/s/o.sh', '/s', 'slurm', 0, "
+                     "'submitted', '', 1, 1, '{}')")
+        for position, (role, job_id) in enumerate([("compute", "400"), ("stage-out", "77")]):
+            conn.execute("INSERT INTO chain_jobs(chain_id, job_key, role, queue, position, job_id,"
+                         " state, updated) VALUES ('skOTHER', ?, ?, 'q', ?, ?, 'submitted', 1)",
+                         (role, role, position, job_id))
+    fake = slurm(dependency="afterok:77")
+    (outcome,) = chain_pending(config, store)
+    assert outcome.error is None and fake.dependency == "afterok:77,afterok:601"
+
+
+def test_an_any_of_dependency_cannot_take_the_stage_in_and_the_job_is_refused(config, store,
+                                                                            slurm):
+    fake = slurm(dependency="afterany:77?afterany:78")
+    (outcome,) = chain_pending(config, store)
+    assert "met by any one of its jobs ('?')" in outcome.error
+    assert ("scancel", JOB) in fake.recorded and not fake.commands("sbatch")
+    assert fake.comment.startswith(FAILED)
+
+
+def stranded_by_the_old_append(config, store, slurm):
+    """The state the chain service left before the fix: killed after it set the dependency,
+    then chained again with the new afterok appended to the old one."""
+    fake = slurm(kill_after=KILLED_AFTER["dependency set"])
+    with pytest.raises(KeyboardInterrupt):
+        chain_pending(config, store)
+    fake.kill_after = None
+    chain_pending(config, store)
+    fake.dependency = "afterok:601,afterok:603"
+    return fake
+
+
+def test_backlog_shows_a_job_whose_dependency_names_an_abandoned_chainings_data_job(
+        config, store, slurm):
+    from scratchkeeper.planner.status import backlog
+
+    fake = stranded_by_the_old_append(config, store, slurm)
+    first, second = [row["chain_id"] for row in store.query(
+        "SELECT chain_id FROM chains ORDER BY created, rowid")]
+    report = backlog(store, config, held=[])
+    (stranded,) = report.stranded
+    assert (stranded["job_id"], stranded["chain_id"], stranded["dead"]) == (JOB, second, ["601"])
+    assert f"stage-in job 601 of chain {first}, an abandoned chaining" in stranded["why"]
+    assert "Slurm says failed" in stranded["why"]
+    assert stranded["fix"] == f"scontrol update JobId={JOB} Dependency=afterok:603"
+    fake.dependency = "afterok:603"
+    assert backlog(store, config, held=[]).stranded == []
+
+
+def test_status_backlog_prints_the_stranded_job_and_its_fix(config, store, slurm, capsys,
+                                                           monkeypatch):
+    from scratchkeeper.cli import main
+
+    stranded_by_the_old_append(config, store, slurm)
+    capsys.readouterr()
+    monkeypatch.setattr("os.getuid", lambda: 0)
+    assert main(["-c", str(config.source), "status", "--backlog"]) == 0
+    out = capsys.readouterr().out
+    assert "compute jobs waiting on a dead data job (never to start): 1" in out
+    assert f"fix: scontrol update JobId={JOB} Dependency=afterok:603" in out
+
+
+def test_slurms_dependency_text_is_read_as_it_prints_it():
+    entries, separator = slurm_backend.parse_dependency(
+        "afterok:979(failed),after:12+5(unfulfilled),afterany:123_*(unfulfilled),singleton")
+    assert separator == ","
+    assert [(e.kind, e.job_id, e.text, e.state) for e in entries] == [
+        ("afterok", "979", "afterok:979", "failed"), ("after", "12", "after:12+5", "unfulfilled"),
+        ("afterany", "123", "afterany:123_*", "unfulfilled"), ("singleton", "", "singleton", "")]
+    assert slurm_backend.parse_dependency("(null)") == ([], ",")
+    assert slurm_backend.format_dependency(
+        slurm_backend.parse_dependency("afterok:1:2?afterany:3")[0], "?") == \
+        "afterok:1?afterok:2?afterany:3"

@@ -33,8 +33,6 @@ from user_runtime import LOCAL_CLUSTER_SCRIPT, plain_user
 
 from .conftest import sacct
 
-pytestmark = pytest.mark.cluster
-
 BURST_BUFFER_LUA = Path("/etc/slurm/burst_buffer.lua")
 #: each daemon log's size before the module switched the cluster to burst-buffer mode
 LOGS_BEFORE: dict[Path, int] = {}
@@ -342,7 +340,7 @@ def test_bbstat_shows_the_pool_and_the_jobs_stages(work):
     json.dumps(done.stdout)  # printable
 
 
-def test_switching_on_restarted_every_daemon_that_reads_slurm_conf():
+def test_switching_on_restarted_every_daemon_that_reads_slurm_conf(burst_buffer):
     """`local-cluster burst-buffer on` restarts the slurmds with slurmctld: none of them runs
     on the old slurm.conf (slurmctld: "appears to have a different slurm.conf")."""
     assert LOGS_BEFORE, "the burst_buffer fixture did not run"
@@ -403,3 +401,53 @@ true
     assert done.returncode == 0, done.stderr
     (line,) = [row for row in done.stdout.splitlines() if row.split()[:1] == [job_id]]
     assert line.split()[1] in ("staged-out", "torn-down"), done.stdout
+
+
+def test_a_slurmctld_restart_during_the_stage_in_stages_again_and_the_job_runs_with_its_data(
+        work):
+    """slurmctld restarted while the job's stage-in data job waits for its source (issue 46,
+    item 5). Slurm 22.05 tears the pending job's staging down at start (it does not know how
+    the staging went), defers the job 60 s, then runs setup and data_in again: the job must not
+    be cancelled, it must stage again and run with the right bytes. Unrun here (the lead runs
+    the cluster tests)."""
+    late = work.source / "late.bin"
+    uri, data = f"{work.cluster.gridftp_url}{late}", os.urandom(1_500_000)
+    staged = work.scratch / "late.bin"
+    result = work.scratch / "late-sha.txt"
+    script = work.script("restart.sh", f"""#!/bin/bash
+#SBATCH --output={work.scratch}/restart.out
+#STAGEIN -wait-for-source 10m {uri} {staged}
+sha256sum {staged} | cut -d' ' -f1 > {result}
+""")
+    job_id = work.sbatch(str(script)).stdout.strip()
+    deadline = time.monotonic() + 120
+    while True:  # the stage-in data job runs, waiting for its source
+        store, chain_id = chain_of(job_id, work.cluster)
+        rows = {r["role"]: r for r in records.chain_jobs(store, chain_id)} if chain_id else {}
+        first = rows.get("stage-in", {"job_id": None})["job_id"]
+        if first and squeue_state(first).startswith("RUNNING|") and \
+                bb_state(job_id) == "staging-in":
+            break
+        assert time.monotonic() < deadline, f"job {job_id}: stage-in not running: {rows}"
+        time.sleep(0.5)
+    work.jobs.append(first)
+
+    _local_cluster("stop", "slurmctld")
+    _local_cluster("start", "slurmctld")
+    bb_store = bb_records.open_records(StateStore(str(work.cluster.state_db)))
+    deadline = time.monotonic() + 120
+    while bb_records.job(bb_store, job_id)["teardown_at"] is None:  # the restart's teardown
+        assert time.monotonic() < deadline, f"job {job_id}: not torn down after the restart"
+        time.sleep(0.5)
+    late.write_bytes(data)
+    os.chmod(late, 0o644)
+
+    assert work.cluster.wait_for_job(job_id, timeout=400) == "COMPLETED"
+    assert result.read_text().strip() == hashlib.sha256(data).hexdigest()
+    assert not any(sacct(job_id, "Comment"))  # never cancelled, no stage-in failure
+    assert work.cluster.wait_for_job(first, timeout=60) == "CANCELLED"
+    assert "still pending but Slurm tore its staging down" in sacct(first, "Comment")[0]
+    rows = {r["role"]: r for r in records.chain_jobs(store, chain_id)}
+    assert rows["stage-in"]["job_id"] != first and rows["stage-in"]["state"] == records.JOB_DONE
+    assert work.cluster.wait_for_job(rows["stage-in"]["job_id"]) == "COMPLETED"
+    assert records.chain_of_job(store, job_id) == chain_id  # the same chain, reopened
