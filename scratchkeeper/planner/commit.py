@@ -374,6 +374,13 @@ def fail_stage(store: StateStore, config: SiteConfig, chain_id: str, job_key: st
     message = f"{row['role']} failed: {where}{reason or 'no error message'}"
     recorded(lambda: records.set_jobs_state(store, chain_id, [job_key], records.JOB_FAILED,
                                             message, line), what)
+    successor = recorded(lambda: records.replacements(store, [chain_id]), what).get(chain_id)
+    if successor is not None:
+        # a data job of an abandoned chaining (the chain service was killed mid-chain and
+        # chained the compute job again): that job is chain `successor`'s now, not to cancel
+        log.warning("chain %s: %s failed after chain %s took over its compute job; nothing "
+                    "cancelled", chain_id, job_key, successor)
+        return []
     if row["role"] != "stage-in":
         recorded(lambda: records.set_chain_state(store, chain_id, records.STAGE_OUT_FAILED,
                                                  message), what)
