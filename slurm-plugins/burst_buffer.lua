@@ -4,14 +4,17 @@ burst_buffer/lua in slurm.conf; slurmctld loads this file from the directory of 
 with burst_buffer.conf beside it saying Directive=STAGE).
 
 Directive=STAGE hands a job whose script starts with #STAGEIN/#STAGEOUT lines to the functions
-below, and only those jobs. Each runs `scratchkeeper bb STAGE ARGS...` (cli/burst_buffer.py,
-scratchkeeper/burst_buffer/) and returns its exit status and its last line, which Slurm shows
-the user: sbatch's error, the job's pending reason, scontrol show bbstat.
+below, and only those jobs. All but job_process, pools, paths and post_run run
+`scratchkeeper bb STAGE ARGS...` (cli/burst_buffer.py, scratchkeeper/burst_buffer/) and return
+its exit status and its last line, which Slurm shows the user: the job's pending reason,
+scontrol show bbstat.
 
-  slurm_bb_job_process  sbatch: a capacity= larger than the pool, then the planner's checks
-                        (script:LINE: reason refuses the job)
+  slurm_bb_job_process  sbatch: a capacity= larger than the pool, then the directive check
+                        below (script:LINE: reason refuses the job); runs no command
   slurm_bb_setup        pending: record the job and its owner (the only call with the uid)
-  slurm_bb_data_in      pending (BurstBufferStageIn): the stage-in data jobs, as the owner
+  slurm_bb_data_in      pending (BurstBufferStageIn): the planner's whole check, then the
+                        stage-in data jobs, as the owner; a script the planner refuses ends
+                        the job with its reason (sacct -o Comment)
   slurm_bb_real_size    the bytes staged, which Slurm accounts in the "scratch" pool
   slurm_bb_paths        SCRATCHKEEPER_* variables naming the staged files, into the job
   slurm_bb_pre_run      allocated, before start: recoveryd checks and patches the input
@@ -23,13 +26,15 @@ the user: sbatch's error, the job's pending reason, scontrol show bbstat.
                         (an error when df fails: Slurm keeps the pool it has)
   slurm_bb_get_status   scontrol show bbstat [JOBID...]
 
-Three functions run inside slurmctld and must return at once (job_process, pools, paths):
-pools and paths read files only (pools runs df, bounded); job_process reads the script and,
-when it asks for capacity, the pool's size, then runs the planner's check with a 10-second
-bound.
+Three functions run inside slurmctld, under its locks, and must return at once (job_process,
+pools, paths). None starts an interpreter: paths copies a file; pools runs df (bounded, every
+30 s) and keeps what it read in a file; job_process reads the script, the held bytes and that
+file (df itself only when the file is missing or old) and checks the script's directives here,
+in Lua. The planner's whole check (site templates, symbolic links, paths relative to the job's
+directory) runs in data_in, which Slurm runs outside its locks.
 The others run in slurmctld's script daemon, killed after burst_buffer.conf's timeouts.
 
-Install: `make -C slurm-plugins install-burst-buffer` writes the paths below. Lua 5.1.
+Install: `make -C slurm-plugins install` writes the paths below. Lua 5.1.
 --]]
 
 local SCRATCHKEEPER = "/usr/local/bin/scratchkeeper"
@@ -39,8 +44,11 @@ local STATE_DIR = "/var/lib/scratchkeeper/burst-buffer"
 local JOB_SUBMIT_CONF = "/etc/slurm/job_submit_scratchkeeper.conf"
 local POOL = "scratch"
 local GRANULE = 1048576
--- job_process runs inside slurmctld: the planner's check gets this long, then the job is refused
-local CHECK_SECONDS = 10
+-- what slurm_bb_pools read of df, for job_process (in STATE_DIR: "FREE_BYTES EPOCH"), and how
+-- old it may be: Slurm asks for the pools every 30 s
+local FREE_FILE, FREE_SECONDS = "scratch-free", 300
+-- the directive check (installed beside this file)
+local CHECK_SCRIPT = "/etc/slurm/burst_buffer_check.lua"
 -- Slurm 22.05 passes slurm_bb_get_status the words after `bbstat` only; 23.02 and later pass
 -- the caller's uid and gid first (`make install` sets this from `scontrol --version`)
 local STATUS_CALLER = false
@@ -56,17 +64,14 @@ local function quote(word)
   return "'" .. string.gsub(tostring(word), "'", "'\\''") .. "'"
 end
 
--- Run `scratchkeeper bb ARGS...` (killed after `seconds` when given): its exit code (a string,
--- nil when it could not be run) and its output.
-local function run(seconds, ...)
+-- Run `scratchkeeper bb ARGS...`: its exit code (a string, nil when it could not be run) and
+-- its output.
+local function run(...)
   local command = {}
   for _, word in ipairs({ SCRATCHKEEPER, "-c", SITE_CONFIG, "bb", ... }) do
     table.insert(command, quote(word))
   end
   local line = table.concat(command, " ") .. " </dev/null 2>&1"
-  if seconds then
-    line = "timeout -s KILL " .. tostring(seconds) .. " " .. line
-  end
   local pipe = io.popen(line .. "; echo \"scratchkeeper-exit=$?\"")
   if not pipe then return nil, "cannot run " .. SCRATCHKEEPER end
   local output = pipe:read("*a") or ""
@@ -76,16 +81,13 @@ local function run(seconds, ...)
 end
 
 -- slurm.SUCCESS or slurm.ERROR, and the last line of the output (what Slurm shows the user).
-local function bb(seconds, stage, ...)
-  local code, body = run(seconds, stage, ...)
+local function bb(stage, ...)
+  local code, body = run(stage, ...)
   local last = ""
   for text in string.gmatch(body, "[^\n]+") do last = text end
   if code == "0" then
     slurm.log_info("scratchkeeper: bb %s: %s", stage, last)
     return slurm.SUCCESS, last
-  end
-  if code == "137" and seconds then
-    last = "scratchkeeper: " .. stage .. " took longer than " .. tostring(seconds) .. " s"
   end
   slurm.log_error("scratchkeeper: bb %s: exit %s: %s", stage, tostring(code), body)
   return slurm.ERROR, last
@@ -109,16 +111,42 @@ local function read_file(path)
   return text
 end
 
--- The pool's size in granules: free bytes of scratch (df, bounded: a hung file system must not
--- hold slurmctld) + the bytes staged jobs hold (held-bytes, written whole by scratchkeeper);
--- nil when df fails.
-local function pool_granules()
+-- -- The pool ----------------------------------------------------------------------------------
+
+-- Free bytes on scratch (df, bounded: a hung file system must not hold slurmctld); nil when df
+-- fails.
+local function df_free()
   local pipe = io.popen("timeout -s KILL 2 df -P -B1 " .. quote(SCRATCH) .. " 2>/dev/null")
   if not pipe then return nil end
   local text = pipe:read("*a") or ""
   pipe:close()
-  local free = tonumber(string.match(text, "\n%S+%s+%d+%s+%d+%s+(%d+)"))
-  if not free then return nil end
+  return tonumber(string.match(text, "\n%S+%s+%d+%s+%d+%s+(%d+)"))
+end
+
+-- Keep what df said for job_process (replaced whole through a temporary of this call's own:
+-- a reader never sees half a file, two writers never share one). A failure only costs
+-- job_process a df of its own.
+local function remember_free(free)
+  local path = STATE_DIR .. "/" .. FREE_FILE
+  local partial = path .. "." .. (string.match(tostring({}), "0x(%x+)") or tostring(os.time()))
+  local out = io.open(partial, "w")
+  if not out then return end
+  local written = out:write(string.format("%.0f %d\n", free, os.time()))
+  out:close()
+  if not written or not os.rename(partial, path) then os.remove(partial) end
+end
+
+-- What slurm_bb_pools last read of df, if it is recent.
+local function remembered_free()
+  local free, at = string.match(read_file(STATE_DIR .. "/" .. FREE_FILE) or "", "^(%d+) (%d+)\n")
+  local age = at and os.time() - tonumber(at)
+  if age and age >= 0 and age <= FREE_SECONDS then return tonumber(free) end
+  return nil
+end
+
+-- The pool's size in granules: the free bytes of scratch + the bytes staged jobs hold
+-- (held-bytes, written whole by scratchkeeper).
+local function granules_of(free)
   local held = tonumber(read_file(STATE_DIR .. "/held-bytes") or "0") or 0
   return math.floor((free + held) / GRANULE)
 end
@@ -151,55 +179,83 @@ end
 
 -- A job asking more of the pool than it holds would pend (BurstBufferResources) for ever:
 -- refused at sbatch with the pool's size. The error message, or nil.
-local function too_large(job_script)
-  local text = read_file(job_script)
-  local bytes, asked = capacity_asked(text or "")
+local function too_large(text)
+  local bytes, asked = capacity_asked(text)
   if not bytes then return nil end
-  local granules = pool_granules()
-  if not granules then return nil end  -- unknown now: Slurm's pool decides later
+  local free = remembered_free() or df_free()
+  if not free then return nil end  -- unknown now: Slurm's pool decides later
+  local granules = granules_of(free)
   if math.ceil(bytes / GRANULE) <= granules then return nil end
   return string.format("scratchkeeper: #STAGE %s asks %s of the pool %s, which holds %s " ..
                        "(free space on %s and what staged jobs hold): ask for less",
                        asked, gib(math.ceil(bytes / GRANULE)), POOL, gib(granules), SCRATCH)
 end
 
+-- Why the planner would refuse the script (burst_buffer_check.lua, in Lua: no process), or nil.
+-- A check that cannot be loaded or fails is logged and refuses nothing: data_in checks the
+-- script whole and ends a job it refuses with the reason.
+local function directive_problem(text)
+  local chunk, why = loadfile(CHECK_SCRIPT)
+  local loaded, check = false, why
+  if chunk then loaded, check = pcall(chunk) end
+  if not loaded or type(check) ~= "function" then
+    slurm.log_error("scratchkeeper: bb job-process: cannot load %s: %s", CHECK_SCRIPT,
+                    tostring(check))
+    return nil
+  end
+  local ran, problem = pcall(check, text, SCRATCH)
+  if not ran then
+    slurm.log_error("scratchkeeper: bb job-process: the directive check failed (%s); data_in " ..
+                    "checks the script", tostring(problem))
+    return nil
+  end
+  return problem
+end
+
+-- -- Slurm's functions -------------------------------------------------------------------------
+
+-- Runs inside slurmctld under its locks: files and Lua only, no process (df only when what
+-- slurm_bb_pools read is missing or old).
 function slurm_bb_job_process(job_script)
   if not ours() then
     return slurm.ERROR, "scratchkeeper: this cluster runs #STAGEIN/#STAGEOUT through the " ..
                         "chain service, but Slurm's burst buffer took the job: the site must " ..
                         "set staging = \"burst-buffer\" in " .. JOB_SUBMIT_CONF
   end
-  local refused = too_large(job_script)
+  -- unreadable here: data_in reads it again and ends the job with the reason
+  local text = read_file(job_script)
+  local refused = text and (too_large(text) or directive_problem(text))
   if refused then
     slurm.log_info("scratchkeeper: bb job-process: %s", refused)
     return slurm.ERROR, refused
   end
-  return bb(CHECK_SECONDS, "job-process", job_script)
+  return slurm.SUCCESS
 end
 
 function slurm_bb_pools()
-  local granules = pool_granules()
-  if not granules then
+  local free = df_free()
+  if not free then
     -- an error keeps the pool Slurm has; an answer without it would drop the pool, and every
     -- job asking for it would be refused
     slurm.log_error("scratchkeeper: df %s failed: the pool is not updated", SCRATCH)
     return slurm.ERROR, "scratchkeeper: df " .. SCRATCH .. " failed"
   end
+  remember_free(free)
   -- quantity counts granules (here MiB), not bytes
   return slurm.SUCCESS, string.format(
-    '{"pools":[{"id":"%s","quantity":%.0f,"granularity":%d}]}', POOL, granules, GRANULE)
+    '{"pools":[{"id":"%s","quantity":%.0f,"granularity":%d}]}', POOL, granules_of(free), GRANULE)
 end
 
 function slurm_bb_setup(job_id, uid, gid, pool, bb_size, job_script)
-  return bb(nil, "setup", job_id, uid, gid, pool or "", bb_size or "0", job_script or "")
+  return bb("setup", job_id, uid, gid, pool or "", bb_size or "0", job_script or "")
 end
 
 function slurm_bb_data_in(job_id, job_script)
-  return bb(nil, "data-in", job_id, job_script)
+  return bb("data-in", job_id, job_script)
 end
 
 function slurm_bb_real_size(job_id)
-  local rc, size = bb(nil, "real-size", job_id)
+  local rc, size = bb("real-size", job_id)
   if rc ~= slurm.SUCCESS or not string.match(size or "", "^%d+$") then
     return slurm.SUCCESS
   end
@@ -221,11 +277,11 @@ function slurm_bb_paths(job_id, _, path_file)
 end
 
 function slurm_bb_pre_run(job_id, job_script)
-  return bb(nil, "pre-run", job_id, job_script)
+  return bb("pre-run", job_id, job_script)
 end
 
 -- Nothing to do between the job's end and data_out: no command is run for it.
-function slurm_bb_post_run(job_id, job_script)
+function slurm_bb_post_run(_job_id, _job_script)
   return slurm.SUCCESS
 end
 
@@ -233,7 +289,7 @@ end
 -- results are safe on scratch: scratchkeeper records a failed stage-out and answers success;
 -- should it fail itself (not run, killed), the failure is logged (bb) and the job goes on too.
 function slurm_bb_data_out(job_id, job_script)
-  local rc, message = bb(nil, "data-out", job_id, job_script)
+  local rc, message = bb("data-out", job_id, job_script)
   if rc ~= slurm.SUCCESS then
     return slurm.SUCCESS, "stage-out FAILED, results left on scratch: " .. message
   end
@@ -241,7 +297,7 @@ function slurm_bb_data_out(job_id, job_script)
 end
 
 function slurm_bb_job_teardown(job_id, job_script, hurry)
-  return bb(nil, "teardown", job_id, job_script or "", tostring(hurry))
+  return bb("teardown", job_id, job_script or "", tostring(hurry))
 end
 
 -- `scontrol show bbstat WORDS`: the words (job ids) reach scratchkeeper as words, after the
@@ -255,7 +311,7 @@ function slurm_bb_get_status(...)
   end
   table.insert(args, "--")
   for i = first, select("#", ...) do table.insert(args, tostring(given[i])) end
-  local code, body = run(nil, (table.unpack or unpack)(args))
+  local code, body = run((table.unpack or unpack)(args))
   if code ~= "0" then
     slurm.log_error("scratchkeeper: bb status: exit %s: %s", tostring(code), body)
     return slurm.ERROR, "scratchkeeper: status unavailable"

@@ -25,7 +25,8 @@ def register(subparsers) -> None:
                     "states (BurstBufferType=burst_buffer/lua, Directive=STAGE). Root only.")
     stages = group.add_subparsers(dest="bb_stage", metavar="STAGE")
     stages.required = True
-    job_process = stages.add_parser("job-process", help="check a submitted script (sbatch)")
+    job_process = stages.add_parser("job-process", help="the planner's whole check of a script "
+                                    "(data_in runs it; at sbatch, burst_buffer.lua checks in Lua)")
     job_process.add_argument("script")
     setup = stages.add_parser("setup", help="record the job and its owner (pending)")
     for name in ("job_id", "uid", "gid", "pool", "size", "script"):
@@ -54,7 +55,8 @@ def _bb(args) -> int:
     if os.geteuid() != 0:
         raise PermissionDenied("scratchkeeper bb: for slurmctld's burst_buffer.lua (root) only; "
                                "see your chains with `scratchkeeper status`")
-    from ..burst_buffer import lifecycle, records
+    from ..burst_buffer import guarded, lifecycle, records
+    from ..burst_buffer.confirm import confirming_scheduler
     from ..burst_buffer.status import status_text
     from ..planner import records as chains
     from ..state import StateStore
@@ -71,16 +73,17 @@ def _bb(args) -> int:
                         int(args.size) if args.size.isdigit() else 0)
         print(f"job {args.job_id}: set up")
     elif stage == "data-in":
-        chain_id = lifecycle.data_in(config, store, args.job_id, args.script)
+        chain_id = guarded.data_in(config, store, args.job_id, args.script)
         print(f"job {args.job_id}: staged in (chain {chain_id})")
     elif stage == "real-size":
         print(lifecycle.real_size(store, args.job_id))
     elif stage == "pre-run":
         print(f"job {args.job_id}: {lifecycle.pre_run(config, store, args.job_id)}")
     elif stage == "data-out":
-        print(f"job {args.job_id}: {lifecycle.data_out(config, store, args.job_id)}")
+        print(f"job {args.job_id}: {guarded.data_out(config, store, args.job_id)}")
     elif stage == "teardown":
-        cancelled = lifecycle.teardown(config, store, args.job_id, args.hurry == "true")
+        cancelled = lifecycle.teardown(config, store, args.job_id, args.hurry == "true",
+                                       scheduler=confirming_scheduler(config))
         print(f"job {args.job_id}: torn down"
               + (f" (cancelled {', '.join(cancelled)})" if cancelled else ""))
     else:

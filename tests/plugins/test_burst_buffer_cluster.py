@@ -451,3 +451,74 @@ sha256sum {staged} | cut -d' ' -f1 > {result}
     assert rows["stage-in"]["job_id"] != first and rows["stage-in"]["state"] == records.JOB_DONE
     assert work.cluster.wait_for_job(rows["stage-in"]["job_id"]) == "COMPLETED"
     assert records.chain_of_job(store, job_id) == chain_id  # the same chain, reopened
+
+
+# -- issue 46, item 2: job_process off slurmctld's hot path ----------------------------------------
+def children_cpu_ticks(pid: int) -> int:
+    """CPU time, in clock ticks, of the children process ``pid`` has waited for (``cutime`` +
+    ``cstime`` of /proc/PID/stat): every command slurmctld's in-process Lua runs with
+    io.popen, and what that command started, adds to it once it ends."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return int(fields[13]) + int(fields[14])  # fields 16 and 17; fields[0] is field 3
+
+
+def test_job_process_starts_no_process_inside_slurmctld(work):
+    """Ten burst-buffer sbatch: slurmctld's waited-for children used no CPU for them. The
+    planner's Python, which job_process ran before, took about 0.2 s of CPU per sbatch (20
+    ticks); slurm_bb_pools' df every 30 s takes less than one tick. Held jobs: no stage-in
+    (slurmscriptd's children would not count here anyway)."""
+    pid = int((Path(work.cluster.local_dir) / "run" / "slurmctld.pid").read_text())
+    uri, _ = work.source_file("held.bin", 1000)
+    script = work.script("held.sh", f"""#!/bin/bash
+#SBATCH --output=/dev/null
+#STAGEIN {uri} {work.scratch}/held.bin
+#STAGEIN -retry 2
+true
+""")
+    log = Path(work.cluster.log_dir) / "slurmctld.log"
+    offset = log.stat().st_size
+    before = children_cpu_ticks(pid)
+    jobs = [work.sbatch("--hold", str(script)).stdout.strip() for _ in range(10)]
+    used = children_cpu_ticks(pid) - before
+    assert used < 10, f"slurmctld's children used {used} ticks of CPU for 10 sbatch"
+    for job_id in jobs:  # the burst buffer took each one (job_process passed it)
+        shown = subprocess.run(["scontrol", "show", "job", job_id], capture_output=True,
+                               text=True, timeout=30).stdout
+        assert "BurstBuffer=#STAGEIN" in shown, shown
+    with open(log, "rb") as stream:
+        stream.seek(offset)
+        assert b"bb job-process" not in stream.read()  # the planner was never run
+
+
+def pool_jobs() -> str:
+    """What ``scontrol show burst`` lists: the pools and the jobs holding space in them."""
+    return subprocess.run(["scontrol", "show", "burst"], capture_output=True, text=True,
+                          timeout=30).stdout
+
+
+def test_a_script_the_planner_refuses_at_data_in_ends_with_its_reason_and_frees_its_space(work):
+    """A relative destination that leads out of scratch from the job's directory: the Lua check
+    cannot judge it at sbatch (Slurm 22.05 does not tell job_process the directory), so sbatch
+    takes the job; data_in's planner refuses it, and the job ends cancelled with the planner's
+    words in its comment, never run, its reserved share of the pool given back."""
+    uri, _ = work.source_file("escape.bin", 1000)
+    ran = work.scratch / "ran"
+    script = work.script("escape.sh", f"""#!/bin/bash
+#SBATCH --output=/dev/null
+#STAGE pool=scratch capacity=8M
+#STAGEIN {uri} ../../../../../../../../tmp/bb-escape-{work.scratch.name}.bin
+touch {ran}
+""")
+    job_id = work.sbatch(str(script)).stdout.strip()
+    assert work.cluster.wait_for_job(job_id, timeout=180) == "CANCELLED"
+    state, comment = sacct(job_id, "State,Comment")
+    assert comment.startswith(f"scratchkeeper: stage-in failed: {script}:4: #STAGEIN: the "
+                              f"destination /tmp/bb-escape-{work.scratch.name}.bin is outside "
+                              "the scratch root"), comment
+    assert not ran.exists()
+    deadline = time.monotonic() + 120
+    while re.search(rf"JobID={job_id}\b", pool_jobs()):
+        assert time.monotonic() < deadline, f"job {job_id} still holds pool space:\n{pool_jobs()}"
+        time.sleep(1)
+    store = bb_records.open_records(StateStore(str(work.cluster.state_db)))
+    assert bb_records.job(store, job_id)["reason"].startswith("stage-in failed: ")

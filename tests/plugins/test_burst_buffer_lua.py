@@ -1,26 +1,33 @@
-"""slurm-plugins/burst_buffer.lua and job_submit.lua's burst-buffer mode, in Lua 5.1 (lupa).
+"""slurm-plugins/burst_buffer.lua, its directive check (burst_buffer_check.lua) and
+job_submit.lua's burst-buffer mode, in Lua 5.1 (lupa).
 
 The cluster tests prove slurmctld runs them; these cover what the cluster cannot switch or show
 exactly: the command lines burst_buffer.lua builds (every argument one shell word, whatever it
 holds: run through a real sh here), how it reads their exit status and last line, the pool's
-JSON, the env file it copies, and the rule that no job is taken by two paths.
+JSON, the env file it copies, the rule that no job is taken by two paths, and that
+slurm_bb_job_process starts no process and refuses only what the planner refuses, in its words.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import random
 import re
 import subprocess
 from pathlib import Path
 
 import pytest
 
+from scratchkeeper.errors import DirectiveError
+from scratchkeeper.planner.directives import parse_script
+
 lua51 = pytest.importorskip("lupa.lua51")
 
 from .test_job_submit_lua import Slurmctld  # noqa: E402
 
 SCRIPT = Path(__file__).resolve().parents[2] / "slurm-plugins" / "burst_buffer.lua"
+CHECK = SCRIPT.with_name("burst_buffer_check.lua")
 SUCCESS, ERROR = 0, -1
 
 
@@ -29,7 +36,7 @@ class BurstBufferLua:
     line in a real sh (lupa's Lua has no popen) and records it."""
 
     def __init__(self, tmp_path: Path, staging: str = "burst-buffer", *,
-                 status_caller: bool = False):
+                 status_caller: bool = False, check: Path = CHECK):
         self.commands: list[str] = []
         self.logs: list[str] = []
         self.state = tmp_path / "state"
@@ -43,7 +50,7 @@ class BurstBufferLua:
         text = SCRIPT.read_text()
         for name, value in (("SCRATCHKEEPER", self.fake), ("SITE_CONFIG", tmp_path / "site.toml"),
                             ("SCRATCH", self.scratch), ("STATE_DIR", self.state),
-                            ("JOB_SUBMIT_CONF", self.conf)):
+                            ("JOB_SUBMIT_CONF", self.conf), ("CHECK_SCRIPT", check)):
             start = text.index(f"local {name} = ")
             end = text.index("\n", start)
             text = text[:start] + f'local {name} = "{value}"' + text[end:]
@@ -103,12 +110,50 @@ def test_a_failing_stage_returns_an_error_with_its_last_line_and_logs_it(bb):
     assert any(line.startswith("error: scratchkeeper: bb data-in: exit 1:") for line in bb.logs)
 
 
-def test_job_process_is_bounded_and_names_the_bound_when_killed(bb):
-    bb.call("slurm_bb_job_process", "/s/script")
-    assert bb.commands[-1].startswith("timeout -s KILL 10 ")
-    bb.fake.write_text("#!/bin/sh\nkill -KILL $$\n")
-    rc, message = bb.call("slurm_bb_job_process", "/s/script")
-    assert rc == ERROR and message == "scratchkeeper: job-process took longer than 10 s"
+def test_job_process_runs_no_command_for_a_good_script_nor_a_bad_one(bb, tmp_path):
+    """It runs inside slurmctld under its locks: no interpreter is started per sbatch."""
+    good = tmp_path / "good.sh"
+    good.write_bytes(f"#!/bin/bash\n#STAGEIN ftp://h/a {bb.scratch}/a\ntrue\n".encode() + b"\0")
+    assert bb.call("slurm_bb_job_process", str(good)) == SUCCESS
+    bad = tmp_path / "bad.sh"
+    bad.write_bytes(f"#!/bin/bash\n#SBATCH -N1\n#STAGEIN gopher://h/a {bb.scratch}/a\ntrue\n"
+                    .encode() + b"\0")
+    rc, message = bb.call("slurm_bb_job_process", str(bad))
+    assert rc == ERROR
+    assert message == ("scratchkeeper: script:3: #STAGEIN: unknown URI scheme 'gopher://' "
+                       "(supported: gsiftp://, ftp://, http://, https://, file://, scp://, "
+                       "host:path, or a path)")
+    assert bb.commands == []
+    assert bb.logs == [f"info: scratchkeeper: bb job-process: {message}"]
+
+
+def test_a_script_the_check_cannot_judge_passes_to_data_in(bb, tmp_path):
+    """A relative path: the job's directory (which Slurm 22.05 does not hand job_process)
+    decides whether it lies in scratch; data_in's planner judges it."""
+    script = tmp_path / "job.sh"
+    script.write_text("#!/bin/bash\n#STAGEIN ftp://h/a ../../elsewhere/a\ntrue\n")
+    assert bb.call("slurm_bb_job_process", str(script)) == SUCCESS
+    assert bb.commands == []
+
+
+@pytest.mark.parametrize("check_text,logged", [
+    (None, "cannot load"),
+    ('error("a bug")', "cannot load"),
+    ("return 42", "cannot load"),
+    ("return function(text, root) return nil + 1 end", "the directive check failed"),
+])
+def test_a_check_that_cannot_load_or_fails_refuses_nothing_and_is_logged(tmp_path, check_text,
+                                                                         logged):
+    check = tmp_path / "check.lua"
+    if check_text is not None:
+        check.write_text(check_text)
+    bb = BurstBufferLua(tmp_path, check=check)
+    script = tmp_path / "job.sh"
+    script.write_text(f"#!/bin/bash\n#STAGEIN gopher://h/a {bb.scratch}/a\ntrue\n")
+    assert bb.call("slurm_bb_job_process", str(script)) == SUCCESS
+    assert bb.commands == []
+    assert any(line.startswith("error: scratchkeeper: bb job-process: ") and logged in line
+               for line in bb.logs), bb.logs
 
 
 def test_job_process_refuses_when_job_submit_lua_holds_the_same_jobs(tmp_path):
@@ -218,19 +263,210 @@ def test_a_capacity_larger_than_the_pool_is_refused_at_sbatch_with_the_pools_siz
     "#STAGE pool=other capacity=900P",     # another pool: Slurm's to judge
     "#STAGE pool=scratch capacity=9000N",  # nodes, not bytes
 ])
-def test_a_capacity_the_pool_can_give_goes_on_to_the_planners_check(bb, tmp_path, line):
+def test_a_capacity_the_pool_can_give_passes_with_no_planner_run(bb, tmp_path, line):
     script = tmp_path / "job.sh"
-    script.write_text(f"#!/bin/bash\n{line}\n#STAGEIN ftp://h/a /s/a\ntrue\n")
-    assert bb.call("slurm_bb_job_process", str(script)) == (SUCCESS, "ok")
-    assert bb.arguments()[3:] == ["job-process", str(script)]
+    script.write_text(f"#!/bin/bash\n{line}\n#STAGEIN ftp://h/a {bb.scratch}/a\ntrue\n")
+    assert bb.call("slurm_bb_job_process", str(script)) == SUCCESS
+    assert not any("bb" in command.split() for command in bb.commands)
 
 
 def test_a_capacity_line_after_the_first_command_is_not_slurms_and_not_checked(bb, tmp_path):
     script = tmp_path / "job.sh"
-    script.write_text("#!/bin/bash\n#STAGEIN ftp://h/a /s/a\ntrue\n"
+    script.write_text(f"#!/bin/bash\n#STAGEIN ftp://h/a {bb.scratch}/a\ntrue\n"
                       "#STAGE pool=scratch capacity=900P\n")
-    assert bb.call("slurm_bb_job_process", str(script)) == (SUCCESS, "ok")
-    assert not any(command.startswith("timeout -s KILL 2 df") for command in bb.commands)
+    assert bb.call("slurm_bb_job_process", str(script)) == SUCCESS
+    assert bb.commands == []
+
+
+def test_job_process_sizes_the_pool_from_what_pools_read_of_df(bb, tmp_path):
+    """slurm_bb_pools runs df every 30 s and keeps what it read: job_process reads that (and
+    the held bytes), no df of its own, while it is at most FREE_SECONDS old."""
+    (bb.state / "held-bytes").write_text(f"{1 << 30}\n")
+    rc, _ = bb.call("slurm_bb_pools")
+    assert rc == SUCCESS and len(bb.commands) == 1  # its df
+    free, at = (bb.state / "scratch-free").read_text().split()
+    (bb.state / "scratch-free").write_text(f"{2 << 30} {at}\n")  # 2 GiB free, as df said then
+    script = tmp_path / "job.sh"
+    script.write_text(f"#!/bin/bash\n#STAGE pool=scratch capacity=4G\n"
+                      f"#STAGEIN ftp://h/a {bb.scratch}/a\ntrue\n")
+    rc, message = bb.call("slurm_bb_job_process", str(script))
+    assert rc == ERROR and "asks 4.0 GiB of the pool scratch, which holds 3.0 GiB" in message
+    script.write_text(f"#!/bin/bash\n#STAGE pool=scratch capacity=3G\n"
+                      f"#STAGEIN ftp://h/a {bb.scratch}/a\ntrue\n")
+    assert bb.call("slurm_bb_job_process", str(script)) == SUCCESS
+    assert len(bb.commands) == 1  # no df, nothing else
+    # too old: df again
+    (bb.state / "scratch-free").write_text(f"{2 << 30} {int(at) - 301}\n")
+    bb.call("slurm_bb_job_process", str(script))
+    assert len(bb.commands) == 2 and bb.commands[-1].startswith("timeout -s KILL 2 df")
+
+
+# -- the directive check against the planner -----------------------------------------------------
+# burst_buffer_check.lua refuses a script only where data_in's planner (parse_script) refuses it,
+# whatever directory the job runs from, with the planner's words. Names only: the scratch root
+# need not exist (the planner resolves symbolic links, and there are none here).
+ROOT = "/nonexistent-sk/scratch"
+INSIDE, OUTSIDE = f"{ROOT}/me/run", "/home/me"
+HEADER = "#!/bin/bash\n#SBATCH -N1\n"
+
+
+@pytest.fixture(scope="module")
+def check():
+    return lua51.LuaRuntime(unpack_returned_tuples=True).execute(CHECK.read_text())
+
+
+def planner_words(text: str, cwd: str) -> str | None:
+    """What data_in's planner says of the script, as burst_buffer.lua would show it."""
+    try:
+        parse_script(text, "script", cwd=cwd, scratch_root=ROOT)
+    except DirectiveError as err:
+        return f"scratchkeeper: {err}"
+    return None
+
+
+@pytest.mark.parametrize("body", [
+    "#STAGEIN gopher://h/a {root}/a\ntrue\n",
+    "#STAGEIN ftp://h:2811/a /tmp/a\ntrue\n",
+    "#STAGEIN ftp://h:99999/a {root}/a\ntrue\n",
+    "#STAGEIN http:///x {root}/a\ntrue\n",
+    "#STAGEIN http://h {root}/a\ntrue\n",
+    "#STAGEIN http://bad_host-/x {root}/a\ntrue\n",
+    "#STAGEIN file://other/x {root}/a\ntrue\n",
+    "#STAGEIN ~/x {root}/a\ntrue\n",
+    "#STAGEIN h-:x {root}/a\ntrue\n",
+    "#STAGEIN @h:x {root}/a\ntrue\n",
+    "#STAGEIN ftp://h/a {root}\n#STAGEIN ftp://h/b {root}/../etc/b\ntrue\n",
+    "#STAGEIN ftp://h/ {root}/d/\ntrue\n",
+    "#STAGEIN {root}/a {root}/a/\ntrue\n",
+    "#STAGEIN {root}/a ftp://h/a\ntrue\n",
+    "#STAGEOUT ftp://h/a ftp://h/b\ntrue\n",
+    "#STAGEOUT {root} ftp://h/b\ntrue\n",
+    "#STAGEIN\ntrue\n",
+    "  #STAGEIN   # nothing but a comment\ntrue\n",
+    "#STAGEIN ftp://h/a {root}/a extra\ntrue\n",
+    "#STAGEIN (bad)\ntrue\n",
+    "#STAGEIN -bogus\ntrue\n",
+    "#STAGEIN -retry 3 -retry 4\ntrue\n",
+    "#STAGEIN -retry 3\n#STAGEIN -retries=4\ntrue\n",
+    "#STAGEIN -retry 101\ntrue\n",
+    "#STAGEIN -retry-delay 5.\ntrue\n",
+    "#STAGEIN -walltime 2:60:00\ntrue\n",
+    "#STAGEIN -t 1-24\ntrue\n",
+    "#STAGEIN -priority -1025\ntrue\n",
+    "#STAGEIN -qos -x\ntrue\n",
+    "#STAGEIN -dependency afterok\ntrue\n",
+    "#STAGEOUT -start now\ntrue\n",
+    "#STAGEIN -when close\ntrue\n",
+    "#STAGEIN -wait-for-source 8d\ntrue\n",
+    "#STAGEIN -input /tmp/in\ntrue\n",
+    "#STAGEIN -input http://h/x\ntrue\n",
+    "#STAGEIN -retry\ntrue\n",
+    "#STAGEIN -retry 3 hsi get x\ntrue\n",
+    "#STAGEIN ftp://h/a {root}/a \\\n  extra\ntrue\n",
+    "#STAGEIN ftp://h/a \\\n#STAGEIN   {root}/a\n#STAGEIN ftp://h/b {root}/a\ntrue\n",
+    "#STAGEIN ftp://h/a {root}/a \\\n",
+    "#STAGEIN ftp://h/a {root}/d\n#STAGEIN ftp://h/b {root}/d/e\ntrue\n",
+    "#STAGEIN ftp://h/a {root}/d/e\n#DW stage_in source=ftp://h/b/ destination={root}/d "
+    "type=directory\ntrue\n",
+    "#STAGEOUT {root}/r http://h/out/\n#STAGEOUT {root}/s http://H/out/r\ntrue\n",
+    "#DW stage_in source=ftp://h/a destination=/tmp/x type=file\ntrue\n",
+    "#DW stage_in source=ftp://h/a type=file\ntrue\n",
+    "#DW stage_out source={root}/a destination=ftp://h/a type=folder\ntrue\n",
+    "#DW stage_in source=ftp://h/a destination={root}/a type=file bogus=1\ntrue\n",
+    "#STAGEIN ftp://h/a {root}/a\n",
+    "#STAGEIN -parallel\n" + "".join(f"#STAGEIN ftp://h/{n} {{root}}/{n}\n" for n in range(257))
+    + "true\n",
+    "#STAGEIN ftp://h/a {root}/a\r\ntrue\n",
+])
+def test_the_check_refuses_what_the_planner_refuses_in_its_words(check, body):
+    text = HEADER + body.format(root=ROOT)
+    said = check(text, ROOT)
+    assert said is not None
+    assert said == planner_words(text, INSIDE) == planner_words(text, OUTSIDE)
+
+
+@pytest.mark.parametrize("body", [
+    "#STAGEIN ftp://h/a ../../elsewhere/a\n#STAGEIN gopher://h/b {root}/b\ntrue\n",  # relative
+    "#STAGEIN 'ftp://h/a' {root}/a\n#STAGEIN gopher://h/b {root}/b\ntrue\n",  # shell quoting
+    "#STAGEIN -layout auto\n#STAGEIN gopher://h/b {root}/b\ntrue\n",
+    "#STAGEIN -l walltime=1:00\n#STAGEIN gopher://h/b {root}/b\ntrue\n",
+    "#PBS -W stagein=a@h:/b\n#STAGEIN gopher://h/b {root}/b\ntrue\n",
+    "#STAGEIN ftp://h/a%0A {root}/a\ntrue\n",
+    "#STAGEIN ftp://[::1]/a {root}/a\ntrue\n",
+    "#STAGEIN http://h:x/a {root}/a\ntrue\n",
+    "# r\u00e9sum\u00e9\n#STAGEIN gopher://h/b {root}/b\ntrue\n",  # not plain ASCII
+    "#STAGEIN gopher://h/b {root}/b\x0b\ntrue\n",  # a blank to Python, not to Lua
+    # bounds on the time slurmctld holds its locks: 1000 directive lines, 256 KiB
+    "".join(f"#STAGEIN ftp://h/{n} {{root}}/{n}\n" for n in range(1000))
+    + "#STAGEIN gopher://h/b {root}/b\ntrue\n",
+    "# " + "x" * (256 << 10) + "\n#STAGEIN gopher://h/b {root}/b\ntrue\n",
+])
+def test_what_the_check_cannot_judge_it_leaves_to_data_in(check, body):
+    assert check(HEADER + body.format(root=ROOT), ROOT) is None
+
+
+LOCAL = [f"{ROOT}/a", f"{ROOT}/a/b", f"{ROOT}/d/", ROOT, f"{ROOT}/", f"{ROOT}/../x", "/tmp/f",
+         f"/{ROOT}/c", f"{ROOT}/./e/.", f"{ROOT}/e/..", "rel/x", "./y", "~/z", f"file://{ROOT}/f",
+         f"file://localhost{ROOT}/g", "file://h/x", "file:rel"]
+REMOTE = ["ftp://h/a", "ftp://h:2811/a", "gsiftp://data.example.org/run/in.dat", "http://h/",
+          "http://h", "https://u@h/x", "http://h:99999/x", "http://h:x/y", "gopher://h/a",
+          "http://-h/x", "h:path", "u@h:path", "@h:p", "h:", "[::1]:p", "[zz]:p", "http://H/Out/",
+          "scp://h/x", "http://h/a%20b", "http://h/a?q", "ftp://h/dir/", "http://h/.", "http:///x",
+          "h_:x", "a.b.:x", "x@y@z:p"]
+OPTIONS = ["-retry 3", "-retry 101", "-retry x", "-retry-delay 5", "-retry-delay 5.",
+           "-retry-delay 86401", "-walltime 10", "-walltime 0", "-walltime 1-24",
+           "-walltime 2:60:00", "-walltime 99:99", "-t 1:00:00", "-qos normal", "-qos -x",
+           "-A acct", "-priority 5", "-priority -2000", "-p 4294967295", "-name a.b", "-parallel",
+           "-parallel=yes", f"-input {ROOT}/in", "-input /tmp/out", "-input rel",
+           "-input gopher://x/y", "-input http://h/x", "-dependency afterok", "-dependency x",
+           "-start jit", "-start later", "-when close", "-when x", "-wait-for-source 10m",
+           "-wait-for-source 8d", "-wait-for-source 700000", "-layout auto", "-stripe-count 2",
+           "-l walltime=1:00", "-bogus", "--retry=2", "-retry", "-", "--", "retry", "-retry=",
+           "-retries 2", "-J name", "-time 5", "# comment only"]
+COMMANDS = ["hsi get x", "(bad)", "globus-url-copy a b", "a=b", "x;y", "'quoted' thing",
+            "cp a b # c"]
+
+
+def random_line(rng: random.Random) -> str:
+    directive = rng.choice(["#STAGEIN", "#STAGEOUT", "  #STAGEIN", "#STAGEIN\t"])
+    kind = rng.random()
+    if kind < 0.35:
+        if directive.strip() == "#STAGEIN":
+            return f"{directive} {rng.choice(REMOTE + LOCAL)} {rng.choice(LOCAL + REMOTE[:3])}"
+        return f"{directive} {rng.choice(LOCAL + REMOTE[:2])} {rng.choice(REMOTE + LOCAL)}"
+    if kind < 0.6:
+        return f"{directive} " + " ".join(rng.choice(OPTIONS) for _ in range(rng.randint(1, 2)))
+    if kind < 0.7:
+        return f"{directive} {rng.choice(COMMANDS)}"
+    if kind < 0.8:
+        fields = [f"source={rng.choice(REMOTE + LOCAL)}", f"destination={rng.choice(LOCAL + REMOTE)}",
+                  f"type={rng.choice(['file', 'directory', 'x'])}"]
+        rng.shuffle(fields)
+        fields = fields[:rng.randint(1, 3)]
+        if rng.random() < 0.2:
+            fields.append(rng.choice(["bogus=1", "source=x", "novalue", "type="]))
+        return f"#DW {rng.choice(['stage_in', 'stage_out'])} " + " ".join(fields)
+    if kind < 0.85:
+        return f"{directive} {rng.choice(LOCAL)} \\"
+    if kind < 0.9:
+        return rng.choice(["#PBS -W stagein=a@h:b", "#STAGE pool=scratch capacity=1G", "", "  ",
+                           "#STAGEINX a b", directive])
+    return rng.choice(["echo hi", "true", "  # comment"])
+
+
+def test_on_many_scripts_the_check_refuses_only_what_the_planner_refuses_in_its_words(check):
+    rng = random.Random(46)
+    refused = 0
+    for _ in range(1500):
+        lines = ["#!/bin/bash"] + [random_line(rng) for _ in range(rng.randint(1, 6))]
+        if rng.random() < 0.8:
+            lines.append("true")
+        text = "\n".join(lines) + ("\n" if rng.random() < 0.9 else "")
+        said = check(text, ROOT)
+        if said is not None:
+            refused += 1
+            assert said == planner_words(text, INSIDE) == planner_words(text, OUTSIDE), text
+    assert refused > 750  # the check judged most of them itself
 
 
 # job_submit.lua in burst-buffer mode: the scripts Slurm hands to burst_buffer.lua pass, the
