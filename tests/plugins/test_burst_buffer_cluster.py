@@ -416,7 +416,8 @@ def test_a_slurmctld_restart_during_the_stage_in_stages_again_and_the_job_runs_w
     result = work.scratch / "late-sha.txt"
     script = work.script("restart.sh", f"""#!/bin/bash
 #SBATCH --output={work.scratch}/restart.out
-#STAGEIN -wait-for-source 10m {uri} {staged}
+#STAGEIN -wait-for-source 10m
+#STAGEIN {uri} {staged}
 sha256sum {staged} | cut -d' ' -f1 > {result}
 """)
     job_id = work.sbatch(str(script)).stdout.strip()

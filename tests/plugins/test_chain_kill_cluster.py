@@ -159,9 +159,12 @@ def test_thirty_jobs_chained_by_a_service_killed_at_each_step_all_run_with_their
         staged = site.root / "scratch" / "kill" / f"in-{number}.dat"
         result_file = site.root / f"kill-{number}-sha.txt"
         script = site.root / f"kill-{number}.sh"
+        # a stage-out too, so that every one of the six steps happens (and can be killed at)
+        sent = f"{local_cluster.gridftp_url}{local_cluster.sink_dir}/{site.root.name}-kill-{number}"
         script.write_text(reading_script(site, f"killed-{number}",
                                          f"#SBATCH --stage-in={local_cluster.gridftp_url}{path}:"
-                                         f"{staged}", staged, result_file))
+                                         f"{staged}\n#SBATCH --stage-out={staged}:{sent}",
+                                         staged, result_file))
         job_id = jobs.sbatch(str(script), cwd=site.root).stdout.strip()
         assert admin_comment(job_id).startswith(PENDING)
         expected[job_id] = (STEPS[number % len(STEPS)], hashlib.sha256(data).hexdigest(),
