@@ -7,8 +7,9 @@
    alone, without the OST probe), against a plain whole-file ``globus-url-copy`` of the same
    number of bytes from the same server, and against that copy made durable (fsync).
 2. An OST failure under many files, recovered as recoveryd does (its check, its file workers,
-   from the check's start to the last commit), against ``globus-url-copy -f`` of the same lost
-   bytes, plain and followed by an fsync of each copy (durable), in the same repeats.
+   from the check's start to the last request closed), against ``globus-url-copy -f`` of the
+   same lost bytes, plain and followed by an fsync of each copy (durable), in the same repeats,
+   with the batch's timeline (:mod:`benchmarks.recovery.batch`).
 3. Patching 1/k of a 1 GiB file (stripe count k = 2..16, one OST failed) against a durable
    whole-file copy, the fixed cost (a line fitted through bytes and seconds) and a plot
    (``docs/benchmarks/recovery/fraction.png``).
@@ -22,7 +23,6 @@ It reports; it never fails on a speed goal. Raw figures go to benchmarks/results
 from __future__ import annotations
 
 import argparse
-import hashlib
 import os
 import platform
 import shutil
@@ -31,110 +31,22 @@ import sys
 import tempfile
 import threading
 import time
-import uuid
 from dataclasses import replace
 from pathlib import Path
-from types import SimpleNamespace
 
 from benchmarks import harness
+from benchmarks.recovery.batch import batch_report, bench_batch
+from benchmarks.recovery.rig import Bench, MiB, median, spread, summary
 from scratchkeeper import digests
-from scratchkeeper.config import parse_config
-from scratchkeeper.planner import records as planner_records
-from scratchkeeper.recovery import records
-from scratchkeeper.recovery.outcome import PATCHED
 from scratchkeeper.recovery.reconstruct import Recoverer
-from scratchkeeper.recovery.service import RecoveryService
 from scratchkeeper.runner import get_runner
-from scratchkeeper.state import StateStore
-from scratchkeeper.storage import Extent, LayoutRequest, open_backend
-from scratchkeeper.storage.base import XATTR_PREFIX
+from scratchkeeper.storage import Extent
 from scratchkeeper.storage.local import LocalStripedStore
 from scratchkeeper.transfer.buffers import BufferPool
 from scratchkeeper.transfer.ranged import open_ranged
 
 RESULTS_DIR = harness.results_dir("recovery")
 REPORT_DIR = harness.report_dir("recovery")
-MiB = 1 << 20
-
-
-class Bench:
-    """A private store and state; sources in a private folder of the cluster's source dir."""
-
-    def __init__(self, cluster: dict, workdir: Path, *, ost_count: int = 40, extra: str = ""):
-        self.cluster = cluster
-        self.workdir = workdir
-        self.source_dir = Path(cluster["source_dir"]) / f"recovery-bench-{uuid.uuid4().hex[:8]}"
-        self.source_dir.mkdir()
-        os.chmod(self.source_dir, 0o755)
-        (workdir / "scratch").mkdir(parents=True, exist_ok=True)
-        self.config = parse_config(
-            f'[storage]\nbackend = "local"\nscratch_root = "{workdir}/scratch"\n'
-            f'store_root = "{workdir}/store"\nost_count = {ost_count}\n'
-            f'[state]\ndatabase = "{workdir}/state.db"\n'
-            f'[recovery]\nprobe_timeout = 5.0\n{extra}\n')
-        self.backend = open_backend(self.config)
-        self.store = StateStore(self.config.state.database)
-        self._digested: tuple = (None, "", None)  # the last bytes staged, their digests
-
-    def source(self, name: str, size: int) -> tuple[Path, bytes]:
-        data = os.urandom(size)
-        path = self.source_dir / name
-        path.write_bytes(data)
-        os.chmod(path, 0o644)
-        return path, data
-
-    def uri(self, path: Path, scheme: str) -> str:
-        if scheme == "http":
-            return self.cluster["http_source_url"] + str(path.relative_to(self.cluster["source_dir"]))
-        return self.cluster["gridftp_url"] + str(path)
-
-    def stage(self, name: str, data: bytes, uri: str, stripe_count: int, stripe_size: int,
-              with_digests: bool = True, osts: tuple[int, ...] | None = None) -> str:
-        """Stage as ``stage commit`` does (xattrs; block digests unless told otherwise)."""
-        backend = self.backend
-        if backend.exists(name):
-            backend.remove(name)
-        backend.create(name, LayoutRequest(stripe_count=stripe_count, stripe_size=stripe_size,
-                                           ost_list=osts))
-        for offset in range(0, len(data), 16 * MiB):
-            backend.write(name, offset, data[offset:offset + 16 * MiB])
-        # the same bytes are staged again and again: their digests are computed once
-        if self._digested[0] is not data:
-            self._digested = (data, hashlib.sha256(data).hexdigest(),
-                              digests.digest_bytes(data, self.config.recovery.digest_block))
-        _, sha256, blocks = self._digested
-        backend.set_xattr(name, XATTR_PREFIX + "source", uri.encode())
-        backend.set_xattr(name, XATTR_PREFIX + "sha256", sha256.encode())
-        backend.set_xattr(name, XATTR_PREFIX + "size", str(len(data)).encode())
-        # the record recovery trusts (trusted.*, the source's endpoint), as stage commit does
-        planner_records.write_recovery_record(backend, planner_records.open_records(self.store),
-                                              name, source=uri, sha256=sha256, size=len(data))
-        full = backend.paths.resolve(name)
-        if with_digests:
-            digests.record(self.store, full, sha256, blocks)
-        else:
-            digests.forget(self.store, full)
-        return full
-
-    def patch_once(self, path: str, config=None):
-        """Fail one OST of the file, recover it; the outcome."""
-        backend = self.backend
-        failed = backend.layout(path).ost_list[0]
-        backend.fail_ost(failed)
-        try:
-            outcome = Recoverer(backend, config or self.config, store=self.store).recover(path)
-        finally:
-            backend.restore_ost(failed)
-        if outcome.state != PATCHED:
-            raise SystemExit(f"benchmarks.recovery: {path}: {outcome.state}: {outcome.reason}")
-        return outcome
-
-    def cleanup(self) -> None:
-        shutil.rmtree(self.source_dir, ignore_errors=True)
-
-
-def _median(values):
-    return statistics.median(values)
 
 
 DEFAULT = "ftp://, one MODE E transfer, block digests (default)"
@@ -198,15 +110,6 @@ def _fetch_once(bench: Bench, source: Path, data: bytes, lost: int) -> float:
     return elapsed
 
 
-def _spread(median: float, low: float, high: float) -> str:
-    return f"{median:.3f} ({low:.3f}-{high:.3f})"
-
-
-def _summary(times: list[float], size: int) -> dict:
-    return {"seconds": _median(times), "min": min(times), "max": max(times), "bytes": size,
-            "bytes_per_s": size / _median(times), "all": times}
-
-
 def bench_throughput(bench: Bench, sizes: list[int], repeats: int) -> dict:
     """Patch of one OST's share of a 4-stripe file vs whole-file globus-url-copy of that share.
 
@@ -250,147 +153,20 @@ def bench_throughput(bench: Bench, sizes: list[int], repeats: int) -> dict:
         target.unlink(missing_ok=True)
         rows = {}
         for label, *_ in methods:
-            row = _summary(ends[label], lost)
-            row.update({"patch_seconds": _median(patches[label]),
+            row = summary(ends[label], lost)
+            row.update({"patch_seconds": median(patches[label]),
                         "patch_min": min(patches[label]), "patch_max": max(patches[label]),
-                        "patch_bytes_per_s": lost / _median(patches[label]),
+                        "patch_bytes_per_s": lost / median(patches[label]),
                         "verified": verified[label], "all_patch": patches[label]})
             rows[label] = row
         os.unlink(source)
         os.unlink(same_bytes)
         del data
         runs.append({"file_size": size, "stripe_count": 4, "stripe_size": MiB, "rows": rows,
-                     "fetch_only": _summary(fetches, lost),
-                     **{f"baseline_{label}": _summary(copies[label], lost)
+                     "fetch_only": summary(fetches, lost),
+                     **{f"baseline_{label}": summary(copies[label], lost)
                         for label, *_ in BASELINES}})
     return {"runs": runs}
-
-
-class _EmptyQueue:
-    """A scheduler with no queued jobs: recoveryd's check orders nothing before the rest."""
-
-    def snapshot(self):
-        return SimpleNamespace(pending=list)
-
-
-def _recoveryd_batch(bench: Bench, config, paths: list[str], failed: int
-                     ) -> tuple[float, float]:
-    """Fail ``failed`` and recover as recoveryd does: its check finds the failure and queues
-    the files, its file workers (already waiting, as in the daemon) claim and recover them.
-    Seconds to the last request closed (the last commit) from the check's start, and from the
-    report of the failure (the check's probe of every OST answered)."""
-    service = RecoveryService(config, backend=bench.backend, store=bench.store,
-                              scheduler=_EmptyQueue())
-    reported: list[float] = []
-    probe_all = service.recoverer.probe_all
-
-    def timed_probe_all():
-        statuses = probe_all()
-        reported.append(time.monotonic())
-        return statuses
-    service.recoverer.probe_all = timed_probe_all
-    records.open_records(bench.store)
-    bench.backend.fail_ost(failed)
-    threads = []
-    try:
-        # the daemon's workers wait for requests before any failure; each takes the first
-        # file the check queues while the check queues the next
-        for number in range(config.recovery.file_workers):
-            thread = threading.Thread(target=service._work, name=f"recover-{number}")
-            thread.start()
-            threads.append(thread)
-        time.sleep(0.05)  # every worker found the queue empty and waits
-        started = time.monotonic()
-        queued = service.check_cycle()
-
-        def done() -> bool:
-            return all(records.active_request(bench.store, path) is None for path in paths)
-
-        with service.changed:
-            finished = service.changed.wait_for(done, timeout=600)
-        ended = time.monotonic()
-    finally:
-        service.stop.set()
-        service._notify()
-        for thread in threads:
-            thread.join()
-        bench.backend.restore_ost(failed)
-        service.recoverer.readers.close_all()
-    states = {path: (records.file_state(bench.store, path) or {"state": "-"})["state"]
-              for path in paths}
-    if not finished or sorted(queued) != sorted(paths) or set(states.values()) != {"whole"}:
-        raise SystemExit(f"benchmarks.recovery: recoveryd's batch: queued {len(queued)} of "
-                         f"{len(paths)}, states {sorted(set(states.values()))}")
-    return ended - started, ended - reported[0]
-
-
-def _copy_files(listing: Path, targets: list[Path], durable: bool) -> float:
-    """One ``globus-url-copy -f`` of every line of ``listing`` (then an fsync of each target)."""
-    for target in targets:
-        target.unlink(missing_ok=True)
-    started = time.monotonic()
-    get_runner().run(["globus-url-copy", "-f", str(listing)], timeout=600, mutating=False)
-    if durable:
-        for target in targets:
-            harness.fsync_file(target)
-    return time.monotonic() - started
-
-
-def bench_batch(bench: Bench, count: int, size: int, repeats: int) -> dict:
-    """An OST failure under ``count`` files: recovered as recoveryd does, vs copies of them all.
-
-    The files share their four OSTs; one of them fails. recoveryd's periodic check (its probe
-    of every OST) finds it and queues the files; ``recovery.file_workers`` workers recover
-    them (``recovery.patch_streams`` of them patching at once), as configured and with
-    ``probe_reuse = 0`` (a probe of every OST per file). The peers copy files of the same
-    byte counts from the same server with one ``globus-url-copy -f`` (one connection for all,
-    as the Recoverer keeps its connections): into the page cache (plain), and followed by an
-    fsync of each copy (durable: the patch's bytes are on disk before its layout switch).
-    Each repeat runs every variant and both copies once.
-    Throughput is lost bytes over the wall time from the report of the failure (the end of
-    the check's probe of every OST) to the last commit; the rows "from the check's start"
-    include that probe.
-    """
-    osts = (0, 1, 2, 3)
-    files = [bench.source(f"batch-{i}.bin", size) for i in range(count)]
-    lost = size // 4
-    copies = [bench.source(f"batch-copy-{i}.bin", lost)[0] for i in range(count)]
-    listing = bench.workdir / "batch.list"
-    target_dir = bench.workdir / "scratch" / "batch-copies"
-    target_dir.mkdir(exist_ok=True)
-    targets = [target_dir / path.name for path in copies]
-    listing.write_text("".join(f"{bench.uri(path, 'ftp')} file://{target}\n"
-                               for path, target in zip(copies, targets)))
-    variants = (("recoveryd: its check's probe serves the batch (default)", bench.config),
-                ("recoveryd: a probe of every OST per file (probe_reuse = 0)",
-                 replace(bench.config, recovery=replace(bench.config.recovery, probe_reuse=0.0))))
-    times: dict[str, list[float]] = {label: [] for label, _ in variants}
-    from_check: dict[str, list[float]] = {label: [] for label, _ in variants}
-    copy_times: dict[str, list[float]] = {"plain": [], "durable": []}
-    for repeat in range(repeats):
-        print(f"  {count} files, repeat {repeat + 1} of {repeats}", flush=True)
-        for label, config in variants:
-            paths = [bench.stage(f"batch-{i}.bin", data, bench.uri(source, "ftp"), 4, MiB,
-                                 osts=osts) for i, (source, data) in enumerate(files)]
-            os.sync()
-            whole, from_report = _recoveryd_batch(bench, config, paths, osts[1])
-            times[label].append(from_report)
-            from_check[label].append(whole)
-        for key in ("plain", "durable"):
-            os.sync()
-            copy_times[key].append(_copy_files(listing, targets, key == "durable"))
-    shutil.rmtree(target_dir, ignore_errors=True)
-    for path in [source for source, _ in files] + copies:
-        os.unlink(path)
-    total = count * lost
-    return {"files": count, "file_size": size, "lost_per_file": lost,
-            "workers": bench.config.recovery.file_workers,
-            "streams": bench.config.recovery.patch_streams,
-            "rows": {label: _summary(times[label], total) for label, _ in variants},
-            "rows_from_check": {label: _summary(from_check[label], total)
-                                for label, _ in variants},
-            "copy": _summary(copy_times["plain"], total),
-            "durable": _summary(copy_times["durable"], total)}
 
 
 def bench_breakdown(bench: Bench, size: int) -> dict:
@@ -415,7 +191,7 @@ def bench_breakdown(bench: Bench, size: int) -> dict:
         setattr(owner, name, wrapper)
 
     timed(bench.backend, "check_osts", "OST probe (detection)")
-    timed(bench.backend, "begin_rebuild", "begin rebuild (substitute objects)")
+    timed(bench.backend, "begin_rebuilds", "begin rebuild (substitute objects)")
     timed(Recoverer, "_patch_from", "fetch + check + write, until the last write (wall)")
     timed(bench.backend, "write_rebuild_batch", "of which: writes (writer thread)")
     timed(bench.backend, "record_patched", "of which: journal updates (writer thread)")
@@ -459,13 +235,13 @@ def bench_fraction(bench: Bench, size: int, ks: list[int], repeats: int) -> dict
             patches[k].append(outcome.patch_seconds)
             patched[k] = outcome.patched_bytes
     os.unlink(source)
-    copy = _median(copies)
-    rows = [{"k": k, "bytes": patched[k], "seconds": _median(times[k]), "min": min(times[k]),
-             "max": max(times[k]), "patch_seconds": _median(patches[k]), "all": times[k],
-             "ratio": _median(times[k]) / copy} for k in ks]
+    copy = median(copies)
+    rows = [{"k": k, "bytes": patched[k], "seconds": median(times[k]), "min": min(times[k]),
+             "max": max(times[k]), "patch_seconds": median(patches[k]), "all": times[k],
+             "ratio": median(times[k]) / copy} for k in ks]
     slope, fixed = statistics.linear_regression([row["bytes"] for row in rows],
                                                 [row["seconds"] for row in rows])
-    return {"file_size": size, "copy": _summary(copies, size), "rows": rows,
+    return {"file_size": size, "copy": summary(copies, size), "rows": rows,
             "fixed_seconds": fixed, "seconds_per_byte": slope}
 
 
@@ -533,8 +309,8 @@ def bench_detection(workdir: Path, timeout: float, repeats: int) -> dict:
             started = time.monotonic()
             store.check_osts(timeout)
             healthy_times.append(time.monotonic() - started)
-        rows.append({"osts": count, "healthy": _median(healthy_times),
-                     "one_failed": _median(failed_times), "one_dead": _median(hung_times)})
+        rows.append({"osts": count, "healthy": median(healthy_times),
+                     "one_failed": median(failed_times), "one_dead": median(hung_times)})
         shutil.rmtree(root, ignore_errors=True)
     return {"timeout": timeout, "rows": rows}
 
@@ -550,51 +326,6 @@ def _durable_bound(results: dict) -> str:
     return f"here the durable copy reaches {shown} the plain copy."
 
 
-def _batch_report(batch: dict) -> list[str]:
-    copy, durable = batch["copy"], batch["durable"]
-    lines = ["## 2. An OST failure under many files", "",
-             f"{batch['files']} files of {batch['file_size'] / MiB:.0f} MiB on the same four "
-             f"OSTs (stripes of 1 MiB), one of them failed: {batch['lost_per_file'] / MiB:.0f} "
-             "MiB lost per file. Recovered as recoveryd does: its periodic check probes every "
-             "OST, finds the failure and queues the files; its "
-             f"{batch['workers']} file workers, waiting before the failure as the daemon's "
-             "do, claim each file as soon as it is queued and recover it (each file's own OSTs "
-             "probed anew, rebuild, patch, commit, the request closed), the probes, rebuild "
-             "starts and commits of files that reach them together made as one, at most "
-             f"{batch.get('streams', batch['workers'])} files patching at once. Timed from the "
-             "report of the failure (the check's probe of every OST answered: the moment "
-             "recoveryd knows of it, as the issue's goal reads) to the last request closed; "
-             "the rows marked so are timed from the check's start, its probe (detection, "
-             "section 4) included. The peers copy files of the same byte counts "
-             "from the same server with one `globus-url-copy -f` (one connection for all, as "
-             "the Recoverer keeps its connections): into the page cache (plain), and followed "
-             "by an fsync of each copy (durable, the fair peer: a patch's bytes are on disk "
-             "before its layout switch). Each repeat runs every row once.", "",
-             "| how | batch s (min-max) | MB/s | vs durable copy | vs plain copy |",
-             "|---|---|---|---|---|"]
-    for label, row in ((f"`globus-url-copy -f`, {batch['files']} files, then fsync of each "
-                        "(durable)", durable),
-                       (f"`globus-url-copy -f`, {batch['files']} files (plain)", copy),
-                       *batch["rows"].items(),
-                       *((f"{label}, from the check's start", row)
-                         for label, row in batch.get("rows_from_check", {}).items())):
-        lines.append(f"| {label} | {_spread(row['seconds'], row['min'], row['max'])} | "
-                     f"{row['bytes_per_s'] / 1e6:.0f} | "
-                     f"{row['bytes_per_s'] / durable['bytes_per_s']:.2f} | "
-                     f"{row['bytes_per_s'] / copy['bytes_per_s']:.2f} |")
-    row = next(iter(batch["rows"].values()))
-    ratio = row["bytes_per_s"] / durable["bytes_per_s"]
-    lines += ["", f"Goal >= 0.9x the durable copies, medians, from the report of the failure: "
-              f"{ratio:.2f}x (**{'meets' if ratio >= 0.9 else 'misses'}**)"]
-    if batch.get("rows_from_check"):
-        whole = next(iter(batch["rows_from_check"].values()))
-        lines[-1] += (f"; from the check's start: "
-                      f"{whole['bytes_per_s'] / durable['bytes_per_s']:.2f}x")
-    lines[-1] += "."
-    lines.append("")
-    return lines
-
-
 def report(results: dict, quick: bool) -> str:
     """The report (markdown): the run, then one section per measurement."""
     lines = ["# Recovery: patch throughput, partial patches, detection", "",
@@ -604,7 +335,7 @@ def report(results: dict, quick: bool) -> str:
              "loopback; the store on the local disk). Medians of "
              f"{results['repeats']} runs.", ""]
     lines += (_throughput_report(results["throughput"]) + _breakdown_report(results)
-              + _batch_report(results["batch"]) + _fraction_report(results["fraction"])
+              + batch_report(results["batch"]) + _fraction_report(results["fraction"])
               + _detection_report(results["detection"]))
     return "\n".join(lines)
 
@@ -637,22 +368,22 @@ def _throughput_report(throughput: dict) -> list[str]:
                            ("`globus-url-copy` whole file, then fsync (durable)", "durable")):
             row = run[f"baseline_{key}"]
             lines.append(f"| {label} | {'server MD5' if key == 'verify' else '-'} | "
-                         f"{_spread(row['seconds'], row['min'], row['max'])} | "
+                         f"{spread(row['seconds'], row['min'], row['max'])} | "
                          f"{row['bytes_per_s'] / 1e6:.0f} | "
                          f"{row['bytes_per_s'] / base['bytes_per_s']:.2f} | "
                          f"{row['bytes_per_s'] / durable['bytes_per_s']:.2f} | | | |")
         for label, row in run["rows"].items():
             lines.append(f"| {label} | {row['verified']} | "
-                         f"{_spread(row['seconds'], row['min'], row['max'])} | "
+                         f"{spread(row['seconds'], row['min'], row['max'])} | "
                          f"{row['bytes_per_s'] / 1e6:.0f} | "
                          f"{row['bytes_per_s'] / base['bytes_per_s']:.2f} | "
                          f"{row['bytes_per_s'] / durable['bytes_per_s']:.2f} | "
-                         f"{_spread(row['patch_seconds'], row['patch_min'], row['patch_max'])} | "
+                         f"{spread(row['patch_seconds'], row['patch_min'], row['patch_max'])} | "
                          f"{row['patch_bytes_per_s'] / 1e6:.0f} | "
                          f"{row['patch_bytes_per_s'] / base['bytes_per_s']:.2f} |")
         fetch = run["fetch_only"]
         lines.append(f"| {FETCH_ONLY} | blocks | | | | | "
-                     f"{_spread(fetch['seconds'], fetch['min'], fetch['max'])} | "
+                     f"{spread(fetch['seconds'], fetch['min'], fetch['max'])} | "
                      f"{fetch['bytes_per_s'] / 1e6:.0f} | "
                      f"{fetch['bytes_per_s'] / base['bytes_per_s']:.2f} |")
         row = run["rows"][DEFAULT]
@@ -703,14 +434,14 @@ def _fraction_report(f: dict) -> list[str]:
              "failed: 1/k of the file lost. Default method (one MODE E transfer, block "
              "digests), end to end (the file's OST probe included), against the whole file "
              "copied from the same server with `globus-url-copy` and then fsynced, "
-             f"{_spread(copy['seconds'], copy['min'], copy['max'])} s "
+             f"{spread(copy['seconds'], copy['min'], copy['max'])} s "
              f"({copy['bytes_per_s'] / 1e6:.0f} MB/s), in the same repeats "
              f"({len(copy['all'])}). Plot: `fraction.png`.", "",
              "| k | bytes patched | end to end s (min-max) | / durable copy | 1/k | patch s |",
              "|---|---|---|---|---|---|"]
     for row in f["rows"]:
         lines.append(f"| {row['k']} | {row['bytes']} | "
-                     f"{_spread(row['seconds'], row['min'], row['max'])} | "
+                     f"{spread(row['seconds'], row['min'], row['max'])} | "
                      f"{row['ratio']:.3f} | {1 / row['k']:.3f} | {row['patch_seconds']:.3f} |")
     lines += ["", f"Fixed cost (intercept of the least-squares line through bytes patched and "
               f"end-to-end seconds): {f['fixed_seconds'] * 1000:.0f} ms; the bytes then go at "
@@ -761,7 +492,7 @@ def main(argv=None) -> int:
         finally:
             alone.cleanup()
             shutil.rmtree(workdir, ignore_errors=True)
-        print("\n".join(_batch_report(batch)))
+        print("\n".join(batch_report(batch)))
         return 0
     bench = Bench(cluster, workdir)
     try:

@@ -215,6 +215,14 @@ class RecoveryConfig:
                              minimum=1, maximum=1024)
     patch_streams: int = _opt(2, "files patched (transferred, checked and written) at once",
                               minimum=1, maximum=1024)
+    patch_budget: int = _opt(32 << 20, "bytes of lost ranges in flight at once (asked of the "
+                             "sources and not yet written) for all of recoveryd's patches, and "
+                             "so the most memory received bytes waiting for the disk take: the "
+                             "files of a batch (an OST failure's, claimed together) patch as "
+                             "many at once as it holds, each transfer taking at least 16 MiB "
+                             "of it (or its file's lost bytes, if fewer); raise it where the "
+                             "sources and disks gain from more transfers at once",
+                             minimum=1 << 20, maximum=1 << 40)
     chunk_size: int = _opt(4 << 20, "largest piece of a lost range fetched in one request",
                            minimum=65536, maximum=1 << 30)
     ftp_method: str = _opt("eret", "how ftp:// ranges are fetched: 'eret' (one control "

@@ -1,10 +1,12 @@
-"""Work of several recoveries made together: calls gathered into one, probes shared, and the
-patch slots that bound how many files transfer and write at once.
+"""Work of several recoveries made together: calls gathered into one, probes shared, the patch
+slots that bound how many recoveries (a batch of files, or one) patch at once, and the patch
+budget that bounds the bytes their transfers have in flight.
 
 After an OST failure recoveryd has many files to recover at about the same time. Their fixed
 costs (a probe of their OSTs, the start of each rebuild, each layout switch: fsyncs of the
-namespace) are paid once for the files that reach them together, while their transfers, which
-share the network and the disks, run a few at a time.
+namespace) are paid once for the files that reach them together (a batch hands them all in one
+call), while their transfers, which share the network and the disks, go as wide as the patch
+budget lets them.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from typing import Any
 
 from ..errors import RecoveryError
 from ..storage import OstStatus
@@ -28,8 +31,9 @@ class Gathered:
     """Calls made while one runs are made together, as one call, once it ended.
 
     ``run`` takes the items of the calls gathered and returns a result (or exception) for
-    each, in order: each caller gets its own, raised if it is an exception. The first caller
-    runs at once; nothing waits for company.
+    each, in order. A call hands one item (its result returned, an exception raised) or, with
+    :meth:`many`, a batch's items (their results returned, exceptions in their places). The
+    first caller runs at once; nothing waits for company.
     """
 
     def __init__(self, run: Callable[[list], list]):
@@ -39,9 +43,16 @@ class Gathered:
         self._next: list[dict] = []  # the calls that wait for the running one to end
 
     def __call__(self, item):
+        result, = self.many([item])
+        if isinstance(result, BaseException):
+            raise result
+        return result
+
+    def many(self, items: list) -> list:
+        """Results of ``items``, one each, in order: a batch's items in one run."""
         with self._cond:
             batch = self._next
-            slot = {"item": item, "done": False, "result": None}
+            slot: dict[str, Any] = {"items": list(items), "done": False, "results": None}
             batch.append(slot)
             while self._busy and not slot["done"]:
                 self._cond.wait()
@@ -49,18 +60,23 @@ class Gathered:
             if lead:
                 self._busy, self._next = True, []
         if lead:
+            gathered = [item for each in batch for item in each["items"]]
             try:
-                results = self._run([s["item"] for s in batch])
-            except BaseException as err:
-                results = [err] * len(batch)
+                results = list(self._run(gathered))
+                if len(results) != len(gathered):
+                    raise RecoveryError(f"a gathered call answered {len(results)} of "
+                                        f"{len(gathered)} items")
+            except BaseException as err:  # every caller's items fail with it
+                results = [err] * len(gathered)
             with self._cond:
-                for each, result in zip(batch, results, strict=True):
-                    each["result"], each["done"] = result, True
+                position = 0
+                for each in batch:
+                    count = len(each["items"])
+                    each["results"], each["done"] = results[position:position + count], True
+                    position += count
                 self._busy = False
                 self._cond.notify_all()
-        if isinstance(slot["result"], BaseException):
-            raise slot["result"]
-        return slot["result"]
+        return list(slot["results"])
 
 
 class ProbeGroup:
@@ -136,9 +152,10 @@ class _ProbeRound:
 
 
 class PatchSlots:
-    """At most ``count`` patches run at once; the other recoveries in flight wait here, in the
-    order they arrived, while their probes, rebuild starts and switches are made together with
-    the running ones'. A wait ends with :class:`RecoveryInterrupted` once ``stop`` is set."""
+    """At most ``count`` recoveries patch at once (a batch of files holds one slot); the others
+    in flight wait here, in the order they arrived, while their probes, rebuild starts and
+    switches are made together with the running ones'. A wait ends with
+    :class:`RecoveryInterrupted` once ``stop`` is set."""
 
     def __init__(self, count: int, stop: threading.Event):
         self.count = count
@@ -172,3 +189,61 @@ class PatchSlots:
             with self._cond:
                 self._busy -= 1
                 self._cond.notify_all()
+
+
+class PatchBudget:
+    """Bytes of lost ranges in flight (asked of a source and not yet written), shared by every
+    patch of a Recoverer: at most ``total`` (``recovery.patch_budget``).
+
+    A lane takes its bytes before it asks a source for a request's chunks and gives back what
+    did not arrive; the rebuild's writer gives back what it wrote. So every file of a failure
+    patches at once, as wide as the budget allows rather than a number of files, and the
+    received bytes waiting for the disk never hold more memory than the budget. A lane gets at
+    most its share (the budget over the lanes patching), at least the chunk it cannot do
+    without; a chunk larger than the whole budget goes alone, once nothing else is in flight.
+    """
+
+    def __init__(self, total: int):
+        self.total = total
+        self._cond = threading.Condition()
+        self._in_flight = 0
+        self._lanes = 0
+
+    @property
+    def in_flight(self) -> int:
+        with self._cond:
+            return self._in_flight
+
+    @contextlib.contextmanager
+    def lane(self) -> Iterator[None]:
+        """A lane patching (it counts for the share of every lane)."""
+        with self._cond:
+            self._lanes += 1
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._lanes -= 1
+                self._cond.notify_all()
+
+    def take(self, wanted: int, least: int, give_up: Callable[[], bool]) -> int:
+        """Up to ``wanted`` bytes, at least ``least``, once they are free; 0 if ``give_up()``
+        says so first (it is asked at least twice a second while waiting)."""
+        with self._cond:
+            while not give_up():
+                free = self.total - self._in_flight
+                if free >= least or not self._in_flight:
+                    share = max(least, self.total // max(1, self._lanes))
+                    granted = max(least, min(wanted, free, share))
+                    self._in_flight += granted
+                    return granted
+                self._cond.wait(0.5)
+            return 0
+
+    def give(self, amount: int) -> None:
+        """Bytes no longer in flight (written, or never to arrive)."""
+        if amount <= 0:
+            return
+        with self._cond:
+            self._in_flight -= amount
+            self._cond.notify_all()

@@ -33,7 +33,7 @@ from ..storage import Extent, FileLayout, Rebuild, StorageBackend, subtract_exte
 from ..transfer.buffers import BufferPool
 from ..transfer.ranged import RangedReader, ReaderPool, measure, open_ranged
 from . import plan as planning, records, trust
-from .gather import PatchSlots, RecoveryInterrupted
+from .gather import PatchBudget, PatchSlots, RecoveryInterrupted
 from .outcome import Outcome
 from .trust import FileHints
 from .writer import RebuildWriter
@@ -79,8 +79,9 @@ class PatchingMixin:
     buffers: BufferPool
     stop: threading.Event
     slots: PatchSlots
+    budget: PatchBudget
     _lock: threading.Lock
-    _warming: dict[str, threading.Thread]
+    _warming: dict[str, tuple[threading.Thread, float]]
 
     def plan_for(self, rebuild: Rebuild, layout: FileLayout, hints: FileHints,
                  truly_lost: list[Extent], measure_sources: bool = True) -> planning.PatchPlan:
@@ -131,7 +132,7 @@ class PatchingMixin:
         with self._lock:
             warming = self._warming.pop(uri, None)
         if warming is not None:
-            warming.join(self.config.transfer.timeout)
+            warming[0].join(self.config.transfer.timeout)
         return self.readers.take(uri, owner)
 
     def _warm(self, uri: str, owner: Owner | None = None) -> None:
@@ -139,8 +140,10 @@ class PatchingMixin:
 
         A file that lost bytes is patched from its primary source in all but the rarest plans,
         and a GridFTP connection costs tens of ms (the server forks and logs in): begun now, it
-        overlaps the rebuild's start and planning. Only as many are opened ahead as patch slots
-        are free. A failure here is left for the lane to meet (and retry) itself.
+        overlaps the rebuild's start and planning. Only as many are opened ahead as the batches
+        that a free patch slot lets patch next have files (every file of a batch patches at
+        once), and one per URI until a lane takes it. A failure here is left for the lane to
+        meet (and retry) itself.
         """
         def run() -> None:
             reader = self.readers.take(uri, owner)
@@ -154,11 +157,18 @@ class PatchingMixin:
                 self._done(reader, ok)
 
         with self._lock:
-            # one per patch slot that will be free: the files waiting for one take the
-            # connections the running patches hand back
-            if uri not in self._warming and len(self._warming) < self.slots.free():
-                thread = self._warming[uri] = threading.Thread(target=run, daemon=True,
-                                                               name="patch-connect")
+            now = time.monotonic()
+            # one opened ahead that no lane took (its file needed none) is the pool's to close
+            # once idle too long: forgotten here after as long
+            for key, (thread, began) in list(self._warming.items()):
+                if not thread.is_alive() and now - began > self.readers.max_idle:
+                    del self._warming[key]
+            opening = sum(thread.is_alive() for thread, _ in self._warming.values())
+            # the files waiting for a slot take the connections the running patches hand back
+            if uri not in self._warming and \
+                    opening < self.slots.free() * records.BATCH_REQUESTS:
+                thread = threading.Thread(target=run, daemon=True, name="patch-connect")
+                self._warming[uri] = (thread, now)
                 thread.start()  # under the lock: whoever pops it can join it
 
     def _done(self, reader: RangedReader, ok: bool) -> None:
@@ -183,11 +193,13 @@ class PatchingMixin:
     def _patch(self, rebuild: Rebuild, layout: FileLayout, hints: FileHints,
                truly_lost: list[Extent], outcome: Outcome,
                progress: Callable[[int, int], None] | None, measure_sources: bool,
-               checker: _BlockChecker | None = None) -> tuple[bool, list[Extent]]:
+               checker: _BlockChecker | None = None,
+               recorder: records.ProgressRecorder | None = None) -> tuple[bool, list[Extent]]:
         """Fetch and write every missing chunk.
 
         Returns whether every range was server-verified, and the extents written but not yet
-        recorded as patched (the caller hands them to ``commit_rebuild``).
+        recorded as patched (the caller hands them to ``commit_rebuild``). ``recorder``: where
+        the request's progress goes (shared by the files of a batch); by default one of its own.
 
         With block digests (``checker``) each block is checked as it arrives and the servers
         are asked nothing more. Without them and with one source, its whole-file check (a
@@ -197,7 +209,7 @@ class PatchingMixin:
         """
         if checker is not None:
             return self._patch_from(rebuild, layout, hints, truly_lost, outcome, progress,
-                                    measure_sources, checker)
+                                    measure_sources, checker, recorder)
         source_check = None
         checker = concurrent.futures.ThreadPoolExecutor(max_workers=1,
                                                         thread_name_prefix="source-check")
@@ -207,7 +219,7 @@ class PatchingMixin:
             hints = self._usable_sources(hints)
         try:
             patched = self._patch_from(rebuild, layout, hints, truly_lost, outcome, progress,
-                                       measure_sources)
+                                       measure_sources, recorder=recorder)
             if source_check is not None:
                 source_check.result()  # a changed source: the rebuild is aborted, not committed
         finally:
@@ -217,7 +229,9 @@ class PatchingMixin:
     def _patch_from(self, rebuild: Rebuild, layout: FileLayout, hints: FileHints,
                     truly_lost: list[Extent], outcome: Outcome,
                     progress: Callable[[int, int], None] | None, measure_sources: bool,
-                    checker: _BlockChecker | None = None) -> tuple[bool, list[Extent]]:
+                    checker: _BlockChecker | None = None,
+                    recorder: records.ProgressRecorder | None = None
+                    ) -> tuple[bool, list[Extent]]:
         patch_plan = self.plan_for(rebuild, layout, hints, truly_lost, measure_sources)
         outcome.plan = patch_plan
         total = patch_plan.total_bytes
@@ -229,10 +243,10 @@ class PatchingMixin:
         # rebuild's journal already holds are done
         rebuild_total = sum(e.length for e in rebuild.lost)
         patched_before = max(0, rebuild_total - sum(e.length for e in rebuild.missing))
-        recorder = (records.ProgressRecorder(self.store, rebuild.rebuild_id, rebuild_total)
-                    if self.store is not None else None)
-        if recorder is not None:
-            recorder.update(patched_before, force=True)
+        if recorder is None and self.store is not None:
+            recorder = records.ProgressRecorder(self.store)
+        if recorder is not None:  # written with the first group of writes
+            recorder.track(rebuild.rebuild_id, rebuild_total, patched_before)
 
         def written(extent: Extent, was_verified: bool) -> None:
             with lock:
@@ -244,7 +258,7 @@ class PatchingMixin:
             if progress:
                 progress(now, total)
             if recorder is not None:
-                recorder.update(patched_before + now)
+                recorder.update(patched_before + now, rebuild_id=rebuild.rebuild_id)
 
         lanes = []
         for index, source in enumerate(patch_plan.sources):
@@ -258,20 +272,12 @@ class PatchingMixin:
         if not lanes:
             return True, []
         writer = RebuildWriter(self.backend, rebuild, written,
-                                sync_bytes=self.config.recovery.sync_bytes,
-                                interval=self.config.recovery.journal_interval,
-                                buffers=self.buffers)
-        pool = concurrent.futures.ThreadPoolExecutor(max_workers=len(lanes),
-                                                     thread_name_prefix="patch")
-        errors = []
+                               sync_bytes=self.config.recovery.sync_bytes,
+                               interval=self.config.recovery.journal_interval,
+                               buffers=self.buffers, budget=self.budget)
         try:
-            futures = [pool.submit(self._run_lane, rebuild, patch_plan, index, chunks, writer,
-                                   failure, checker, hints.owner) for index, chunks in lanes]
-            for future in concurrent.futures.as_completed(futures):
-                error = future.exception()
-                if error is not None:
-                    failure.set()
-                    errors.append(error)
+            errors = self._run_lanes(rebuild, patch_plan, lanes, writer, failure, checker,
+                                     hints.owner)
             try:
                 pending = writer.drain()
                 if errors:  # what did arrive stays patched for a retry or a resumed rebuild
@@ -279,7 +285,6 @@ class PatchingMixin:
             except Exception as err:  # a substitute that failed on the last writes
                 errors.append(err)
         finally:
-            pool.shutdown(wait=True)
             writer.close()
             for index, source in enumerate(patch_plan.sources):
                 self.load.add(source.name, -sum(c.length for c in patch_plan.chunks_of(index)))
@@ -296,9 +301,33 @@ class PatchingMixin:
         if missing:
             raise StorageError(f"{rebuild.path}: {sum(e.length for e in missing)} bytes still "
                                "missing after patching")
-        if recorder is not None:
-            recorder.update(patched_before + done[0], force=True)
         return verified[0], pending
+
+    def _run_lanes(self, rebuild: Rebuild, patch_plan: planning.PatchPlan,
+                   lanes: list[tuple[int, list[Extent]]], writer: RebuildWriter,
+                   failure: threading.Event, checker: _BlockChecker | None,
+                   owner: Owner | None) -> list[BaseException]:
+        """Run every lane (one in this thread, several in threads of their own) to its end;
+        the errors they met (the first sets ``failure``, which stops the others)."""
+        if len(lanes) == 1:  # most patches: one MODE E transfer carries every range
+            (index, chunks), = lanes
+            try:
+                self._run_lane(rebuild, patch_plan, index, chunks, writer, failure, checker,
+                               owner)
+            except Exception as err:  # noqa: BLE001 - reported as the threads' errors are
+                return [err]
+            return []
+        errors: list[BaseException] = []
+        with concurrent.futures.ThreadPoolExecutor(max_workers=len(lanes),
+                                                   thread_name_prefix="patch") as pool:
+            futures = [pool.submit(self._run_lane, rebuild, patch_plan, index, chunks, writer,
+                                   failure, checker, owner) for index, chunks in lanes]
+            for future in concurrent.futures.as_completed(futures):
+                error = future.exception()
+                if error is not None:
+                    failure.set()
+                    errors.append(error)
+        return errors
 
     def _lanes(self, source: planning.PatchSource, chunks: list[Extent],
                owner: Owner | None = None) -> int:
@@ -311,15 +340,18 @@ class PatchingMixin:
         ``recovery.workers`` caps it.
         """
         share = -(-sum(c.length for c in chunks) // LANE_BYTES)
-        if source.kind == planning.STORE:
-            per_request = BATCH_CHUNKS
-        else:
-            # no connection yet; the first lane takes it
-            reader = self._reader(source.name, owner)
-            per_request = reader.batch_limit
-            self._done(reader, True)
-        requests = -(-len(chunks) // per_request)
+        requests = -(-len(chunks) // self._batch_limit(source, owner))
         return max(1, min(self.config.recovery.workers, len(chunks), share, requests))
+
+    def _batch_limit(self, source: planning.PatchSource, owner: Owner | None) -> int:
+        """Ranges one request to ``source`` carries (a reader's own figure: nothing connects)."""
+        if source.kind == planning.STORE:
+            return BATCH_CHUNKS
+        reader = self._open_reader(source.name, owner)
+        try:
+            return reader.batch_limit
+        finally:
+            reader.close()
 
     def _run_lane(self, rebuild: Rebuild, patch_plan: planning.PatchPlan, source_index: int,
                   chunks: list[Extent], writer: RebuildWriter,
@@ -329,14 +361,23 @@ class PatchingMixin:
 
         Fetching and writing overlap: the writer writes what arrived while lanes fetch more.
         """
+        with self.budget.lane():
+            self._run_lane_within(rebuild, patch_plan, source_index, chunks, writer, failure,
+                                  checker, owner)
+
+    def _run_lane_within(self, rebuild: Rebuild, patch_plan: planning.PatchPlan,
+                         source_index: int, chunks: list[Extent], writer: RebuildWriter,
+                         failure: threading.Event, checker: _BlockChecker | None,
+                         owner: Owner | None) -> None:
         unfetched = list(chunks)
         source = patch_plan.sources[source_index]
         tried: set[int] = {source_index}
         while unfetched:
-            reader = None if source.kind == planning.STORE else self._reader(source.name, owner)
+            connection = _LaneConnection(self, source, owner)
             ok = False
             try:
-                self._fetch_with_retries(reader, rebuild, unfetched, writer, failure, checker)
+                self._fetch_with_retries(connection, rebuild, unfetched, writer, failure,
+                                         checker)
                 ok = True
                 return
             except TransferError as err:
@@ -352,10 +393,9 @@ class PatchingMixin:
                 source = patch_plan.sources[source_index]
                 log.warning("%s: %s; falling back to %s", rebuild.path, err, source.name)
             finally:
-                if reader is not None:
-                    self._done(reader, ok)
+                connection.done(ok)
 
-    def _fetch_with_retries(self, reader: RangedReader | None, rebuild: Rebuild,
+    def _fetch_with_retries(self, connection: _LaneConnection, rebuild: Rebuild,
                             unfetched: list[Extent], writer: RebuildWriter,
                             failure: threading.Event,
                             checker: _BlockChecker | None = None) -> None:
@@ -372,17 +412,7 @@ class PatchingMixin:
             if failure.is_set():
                 raise PatchFailed(f"{rebuild.path}: another lane failed")
             try:
-                limit = reader.batch_limit if reader is not None else BATCH_CHUNKS
-                for piece in self._fetch(reader, rebuild, unfetched[:limit],
-                                         server_checksums=checker is None):
-                    if checker is not None:
-                        checker.check(piece[0], piece[1])
-                    unfetched.remove(piece[0])
-                    writer.add(piece)
-                    if unfetched and self.stop.is_set():  # one transfer may bring a GiB
-                        raise RecoveryInterrupted(f"{rebuild.path}: the service is stopping")
-                    if unfetched and failure.is_set():
-                        raise PatchFailed(f"{rebuild.path}: another lane failed")
+                self._fetch_request(connection, rebuild, unfetched, writer, failure, checker)
                 attempt = 0
             except TransferError as err:
                 attempt += 1
@@ -392,10 +422,49 @@ class PatchingMixin:
                 delay *= random.uniform(0.5, 1.0)  # jitter: lanes do not retry in step
                 log.warning("%s: %s (try %d of %d); retrying in %.1fs", rebuild.path, err,
                             attempt, retry.attempts, delay)
-                if reader is not None:
-                    reader.close()
+                connection.close()
                 if self.stop.wait(delay):
                     raise RecoveryInterrupted(f"{rebuild.path}: the service is stopping") from err
+
+    def _fetch_request(self, connection: _LaneConnection, rebuild: Rebuild,
+                       unfetched: list[Extent], writer: RebuildWriter, failure: threading.Event,
+                       checker: _BlockChecker | None) -> None:
+        """One request of the first chunks of ``unfetched`` (as many as the source takes at
+        once and the patch budget lets in flight), each written as it arrives and removed.
+
+        A request asks for its bytes of the budget first, and at least ``LANE_BYTES`` of them
+        (or what it has left, or the whole budget if smaller): a lane is worth its connection
+        only for that much, so a smaller budget patches fewer files at once instead of every
+        file in slivers. The connection is taken once the bytes are granted.
+        """
+        batch = unfetched[:connection.batch_limit]
+        wanted = sum(c.length for c in batch)
+        least = min(wanted, max(batch[0].length, min(LANE_BYTES, self.budget.total)))
+        granted = self.budget.take(wanted, least,
+                                   lambda: self.stop.is_set() or failure.is_set())
+        if not granted:
+            if self.stop.is_set():
+                raise RecoveryInterrupted(f"{rebuild.path}: the service is stopping")
+            raise PatchFailed(f"{rebuild.path}: another lane failed")
+        fits, taken = 1, batch[0].length
+        while fits < len(batch) and taken + batch[fits].length <= granted:
+            taken += batch[fits].length
+            fits += 1
+        handed = 0  # the writer gives these back once written
+        try:
+            for piece in self._fetch(connection.reader(), rebuild, batch[:fits],
+                                     server_checksums=checker is None):
+                if checker is not None:
+                    checker.check(piece[0], piece[1])
+                unfetched.remove(piece[0])
+                writer.add(piece)
+                handed += piece[0].length
+                if unfetched and self.stop.is_set():  # one transfer may bring a GiB
+                    raise RecoveryInterrupted(f"{rebuild.path}: the service is stopping")
+                if unfetched and failure.is_set():
+                    raise PatchFailed(f"{rebuild.path}: another lane failed")
+        finally:
+            self.budget.give(granted - handed)
 
     def _fetch(self, reader: RangedReader | None, rebuild: Rebuild, batch: list[Extent], *,
                server_checksums: bool = True):
@@ -467,6 +536,34 @@ class _BlockChecker:
         with self.lock:
             return sorted({i for e in extents for i in self.blocks.blocks_over(e)}
                           - self.checked)
+
+
+class _LaneConnection:
+    """A lane's connection to its source, taken from the pool at its first request: a lane
+    waiting for the patch budget holds none another file could use. None for the store's own
+    mirrors (read through the backend)."""
+
+    def __init__(self, patcher: PatchingMixin, source: planning.PatchSource,
+                 owner: Owner | None):
+        self.patcher = patcher
+        self.source = source
+        self.owner = owner
+        self.batch_limit = patcher._batch_limit(source, owner)
+        self._reader: RangedReader | None = None
+
+    def reader(self) -> RangedReader | None:
+        if self._reader is None and self.source.kind != planning.STORE:
+            self._reader = self.patcher._reader(self.source.name, self.owner)
+        return self._reader
+
+    def close(self) -> None:
+        """After a failed request: the next one connects anew."""
+        if self._reader is not None:
+            self._reader.close()
+
+    def done(self, ok: bool) -> None:
+        if self._reader is not None:
+            self.patcher._done(self._reader, ok)
 
 
 def _common_candidates(patch_plan: planning.PatchPlan, pending: list[Extent]) -> list[int]:

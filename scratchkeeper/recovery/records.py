@@ -23,7 +23,9 @@ import json
 import logging
 import os
 import socket
+import threading
 import time
+from dataclasses import dataclass
 
 from ..errors import StateError
 from ..state import StateStore
@@ -201,6 +203,43 @@ def claim_next(store: StateStore, worker: str, *, running_per_uid: int | None = 
     return request(store, request_id)
 
 
+#: the most requests one claim takes (:func:`claim_batch`): the files of one OST failure are
+#: recovered together, a larger failure's by several workers at once
+BATCH_REQUESTS = 32
+
+
+def claim_batch(store: StateStore, worker: str, *, running_per_uid: int | None = None,
+                limit: int = BATCH_REQUESTS) -> list:
+    """Take the next queued request (:func:`claim_next`: users served in turn) and, in the same
+    transaction, that user's other queued requests, oldest first: at most ``limit`` in all, and
+    for a user other than root no more than ``running_per_uid`` running at once. The files of
+    an OST failure, which the periodic check queues together, are so claimed in one
+    transaction and recovered as one batch. The rows claimed ([] when none is queued)."""
+    if not store.query("SELECT 1 FROM recovery_requests WHERE state = ? LIMIT 1", (QUEUED,)):
+        return []  # as claim_next: no write lock for a worker with nothing to take
+    with store.transaction() as conn:
+        first = claim_next(store, worker, running_per_uid=running_per_uid)  # joins this one
+        if first is None:
+            return []
+        uid = first["requested_by"]
+        take = limit - 1
+        if running_per_uid is not None and uid != 0:
+            running = conn.execute("SELECT COUNT(*) FROM recovery_requests WHERE state = ? AND "
+                                   "requested_by = ?", (RUNNING, uid)).fetchone()[0]
+            take = min(take, running_per_uid - running)
+        ids = [r[0] for r in conn.execute(
+            "SELECT request_id FROM recovery_requests WHERE state = ? AND requested_by = ? "
+            "ORDER BY request_id LIMIT ?", (QUEUED, uid, max(0, take))).fetchall()]
+        now = time.time()
+        conn.executemany("UPDATE recovery_requests SET state = ?, worker = ?, updated = ?, "
+                         "started = COALESCE(started, ?) WHERE request_id = ?",
+                         [(RUNNING, worker, now, now, request_id) for request_id in ids])
+        more = {r["request_id"]: r for r in conn.execute(
+            f"SELECT * FROM recovery_requests WHERE request_id IN ({','.join('?' * len(ids))})",
+            ids).fetchall()} if ids else {}
+    return [first] + [more[request_id] for request_id in ids]
+
+
 def claim(store: StateStore, request_id: int, worker: str) -> bool:
     """Take one given request if it is queued (inline recovery by the CLI or the hook)."""
     with store.transaction() as conn:
@@ -217,25 +256,67 @@ def set_rebuild(store: StateStore, request_id: int, rebuild_id: str | None) -> N
                      "WHERE request_id = ?", (rebuild_id, time.time(), request_id))
 
 
+def set_rebuilds(store: StateStore, rebuilds: list[tuple[int, str | None, int, int]]) -> None:
+    """Name the rebuild of each request with the bytes it must patch and those its journal
+    holds already (``(request_id, rebuild_id, total, done)``; a None rebuild is forgotten): the
+    rebuilds of a batch, begun together, recorded in one transaction. The figure done never
+    goes back for the same total (as :func:`record_progress`)."""
+    now = time.time()
+    with store.transaction() as conn:
+        conn.executemany("UPDATE recovery_requests SET rebuild_id = ?, updated = ?, "
+                         "bytes_done = CASE WHEN bytes_total = ? THEN "
+                         "MAX(COALESCE(bytes_done, 0), ?) ELSE ? END, bytes_total = ?, "
+                         "progress_at = ? WHERE request_id = ?",
+                         [(rebuild_id, now, total, done, done, total, now, request_id)
+                          for request_id, rebuild_id, total, done in rebuilds if rebuild_id])
+        conn.executemany("UPDATE recovery_requests SET rebuild_id = NULL, updated = ? "
+                         "WHERE request_id = ?",
+                         [(now, request_id) for request_id, rebuild_id, _, _ in rebuilds
+                          if not rebuild_id])
+
+
 def finish(store: StateStore, request_id: int, *, ok: bool, path: str, file_state: str,
            reason: str = "", outcome: dict | None = None, patched_bytes: int = 0,
            seconds: float = 0.0) -> None:
     """Close a request and set its file's state, in one transaction."""
+    finish_many(store, [Closing(request_id, ok=ok, path=path, file_state=file_state,
+                                reason=reason, outcome=outcome, patched_bytes=patched_bytes,
+                                seconds=seconds)])
+
+
+@dataclass(frozen=True)
+class Closing:
+    """How a request ends (:func:`finish_many`)."""
+
+    request_id: int
+    ok: bool
+    path: str
+    file_state: str
+    reason: str = ""
+    outcome: dict | None = None
+    patched_bytes: int = 0
+    seconds: float = 0.0
+
+
+def finish_many(store: StateStore, closings: list[Closing]) -> None:
+    """Close requests and set their files' states, all in one transaction (a batch's)."""
     now = time.time()
     with store.transaction() as conn:
-        # a patched request did all it had to (a file found whole had nothing to patch)
-        conn.execute("UPDATE recovery_requests SET state = ?, reason = ?, outcome = ?, "
-                     "rebuild_id = NULL, updated = ?, finished = ?, "
-                     "bytes_done = CASE WHEN ? THEN COALESCE(bytes_total, bytes_done) "
-                     "ELSE bytes_done END WHERE request_id = ?",
-                     (DONE if ok else FAILED, reason, json.dumps(outcome or {}), now, now,
-                      ok, request_id))
-        conn.execute("INSERT INTO recovery_files(path, state, reason, patched_bytes, seconds, "
-                     "updated) VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT(path) DO UPDATE SET "
-                     "state = excluded.state, reason = excluded.reason, "
-                     "patched_bytes = excluded.patched_bytes, seconds = excluded.seconds, "
-                     "updated = excluded.updated",
-                     (path, file_state, reason, patched_bytes, seconds, now))
+        for end in closings:
+            # a patched request did all it had to (a file found whole had nothing to patch)
+            conn.execute("UPDATE recovery_requests SET state = ?, reason = ?, outcome = ?, "
+                         "rebuild_id = NULL, updated = ?, finished = ?, "
+                         "bytes_done = CASE WHEN ? THEN COALESCE(bytes_total, bytes_done) "
+                         "ELSE bytes_done END WHERE request_id = ?",
+                         (DONE if end.ok else FAILED, end.reason, json.dumps(end.outcome or {}),
+                          now, now, end.ok, end.request_id))
+            conn.execute("INSERT INTO recovery_files(path, state, reason, patched_bytes, "
+                         "seconds, updated) VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT(path) DO "
+                         "UPDATE SET state = excluded.state, reason = excluded.reason, "
+                         "patched_bytes = excluded.patched_bytes, seconds = excluded.seconds, "
+                         "updated = excluded.updated",
+                         (end.path, end.file_state, end.reason, end.patched_bytes,
+                          end.seconds, now))
 
 
 def record_progress(store: StateStore, rebuild_id: str, done: int, total: int) -> None:
@@ -252,30 +333,47 @@ def record_progress(store: StateStore, rebuild_id: str, done: int, total: int) -
 
 
 class ProgressRecorder:
-    """A rebuild's progress, written for its request at most once every ``interval`` seconds.
+    """The progress of rebuilds (one, or a batch's), written for their requests at most once
+    every ``interval`` seconds: every rebuild's figure in one transaction.
 
-    Called by the thread that writes the patch, after each group of writes: a write to the
+    Called by the threads that write the patches, after each group of writes: a write to the
     state database that fails (a lock held too long) is logged and skipped, never allowed to
     fail the patch; the next one, or the request's end, records the figure.
     """
 
-    def __init__(self, store: StateStore, rebuild_id: str, total: int, *,
+    def __init__(self, store: StateStore, rebuild_id: str | None = None, total: int = 0, *,
                  interval: float = PROGRESS_INTERVAL):
         self.store = store
-        self.rebuild_id = rebuild_id
-        self.total = total
         self.interval = interval
+        self._lock = threading.Lock()
+        self._figures: dict[str, tuple[int, int]] = {}  # rebuild: (done, total)
         self._last = float("-inf")  # monotonic time of the last write
+        if rebuild_id is not None:
+            self.track(rebuild_id, total)
 
-    def update(self, done: int, *, force: bool = False) -> None:
+    def track(self, rebuild_id: str, total: int, done: int = 0) -> None:
+        """Count ``rebuild_id`` too (``done``: what its journal holds already); its figure is
+        written with the next write."""
+        with self._lock:
+            self._figures[rebuild_id] = (done, total)
+
+    def update(self, done: int, *, force: bool = False, rebuild_id: str | None = None) -> None:
+        """``rebuild_id`` (the only one, if not given) has ``done`` bytes in place."""
         now = time.monotonic()
-        if not force and now - self._last < self.interval:
-            return
-        self._last = now
+        with self._lock:
+            key = rebuild_id if rebuild_id is not None else next(iter(self._figures))
+            self._figures[key] = (done, self._figures[key][1])
+            if not force and now - self._last < self.interval:
+                return
+            self._last = now
+            figures = sorted(self._figures.items())
         try:
-            record_progress(self.store, self.rebuild_id, done, self.total)
+            with self.store.transaction():  # the writes below join it: one for all
+                for each, (figure, total) in figures:
+                    record_progress(self.store, each, figure, total)
         except StateError as err:
-            log.warning("rebuild %s: progress not recorded: %s", self.rebuild_id, err)
+            log.warning("rebuild %s: progress not recorded: %s",
+                        ", ".join(each for each, _ in figures), err)
 
 
 def request_view(row, now: float | None = None) -> dict:

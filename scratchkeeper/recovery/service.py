@@ -61,7 +61,7 @@ from .client import (
 from .gather import RecoveryInterrupted
 from .outcome import LOST
 from .patching import SourceLoad
-from .reconstruct import Recoverer
+from .reconstruct import Recoverer, process_batch
 from .remote import RemoteDoor
 from .safety import check_inside_scratch, reaches_own_file
 
@@ -389,29 +389,30 @@ class RecoveryService:
             with self._work_ready:
                 seen = self._work_generation
             try:
-                row = records.claim_next(self.store, self.worker,
-                                         running_per_uid=self.config.recovery.workers_per_uid)
+                rows = records.claim_batch(self.store, self.worker,
+                                           running_per_uid=self.config.recovery.workers_per_uid)
             except ScratchkeeperError as err:
                 log.error("claiming a request: %s", err)
                 self.stop.wait(5.0)
                 continue
-            if row is None:
+            if not rows:
                 with self._work_ready:  # a request queued since the claim has woken nobody
                     if self._work_generation == seen and not self.stop.is_set():
                         self._work_ready.wait(timeout=5.0)
                 continue
             try:
-                result = process_request(self.store, self.recoverer, row)
-                if self.patch_stats is not None:
-                    self.patch_stats.observe(result)
+                for result in process_batch(self.store, self.recoverer, rows):
+                    if self.patch_stats is not None:
+                        self.patch_stats.observe(result)
             except RecoveryInterrupted:
-                log.info("request %d: %s: left for the next start", row["request_id"], row["path"])
+                log.info("requests %s: left for the next start", [r["request_id"] for r in rows])
                 return
-            except Exception:  # a bug must not kill the worker; the request is closed as failed
-                log.exception("request %d: %s", row["request_id"], row["path"])
+            except Exception:  # a bug must not kill the worker; the requests are closed as failed
+                log.exception("requests %s", [r["request_id"] for r in rows])
                 with contextlib.suppress(ScratchkeeperError):
-                    records.finish(self.store, row["request_id"], ok=False, path=row["path"],
-                                   file_state=records.LOST, reason="internal error; see log")
+                    records.finish_many(self.store, [records.Closing(
+                        r["request_id"], ok=False, path=r["path"], file_state=records.LOST,
+                        reason="internal error; see log") for r in rows])
             self._notify()
 
     def check_cycle(self) -> list[str]:

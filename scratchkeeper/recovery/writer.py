@@ -12,6 +12,7 @@ from collections.abc import Callable
 
 from ..storage import Extent, Rebuild, StorageBackend
 from ..transfer.buffers import BufferPool
+from .gather import PatchBudget
 
 WRITE_QUEUE_BYTES = 32 << 20  # most fetched bytes waiting for the writer (then lanes wait)
 WRITE_GROUP_BYTES = 8 << 20  # most bytes the writer takes at once (written in one call)
@@ -30,13 +31,17 @@ class RebuildWriter:
     only while ``2 * sync_bytes`` (at most :data:`WRITE_QUEUE_BYTES`) are queued besides the
     group being written: bounded memory, and with a tiny ``sync_bytes`` the lanes keep in step
     with the writer.
+
+    ``budget``: the bytes in flight of every patch (:class:`~.gather.PatchBudget`); each piece
+    handed over is given back to it once written (or dropped after a failed write).
     """
 
     def __init__(self, backend: StorageBackend, rebuild: Rebuild,
                  written: Callable[[Extent, bool], None], *, sync_bytes: int, interval: float,
-                 buffers: BufferPool | None = None):
+                 buffers: BufferPool | None = None, budget: PatchBudget | None = None):
         self.backend = backend
         self.buffers = buffers  # where written pieces' buffers go back to
+        self.budget = budget
         self.rebuild = rebuild
         self.sync_bytes = sync_bytes
         self.interval = interval
@@ -80,9 +85,13 @@ class RebuildWriter:
                 self.queued_bytes -= size
                 self.cond.notify_all()
             try:
-                self.backend.write_rebuild_batch(
-                    self.rebuild, [(extent.offset, data) for extent, data, _ in group],
-                    record=False)
+                try:
+                    self.backend.write_rebuild_batch(
+                        self.rebuild, [(extent.offset, data) for extent, data, _ in group],
+                        record=False)
+                finally:
+                    if self.budget is not None:
+                        self.budget.give(size)
                 for extent, data, was_verified in group:
                     self.written(extent, was_verified)
                     if self.buffers is not None:
@@ -97,6 +106,8 @@ class RebuildWriter:
             except BaseException as err:
                 with self.cond:
                     self.error = err
+                    if self.budget is not None:  # dropped: they will never be written
+                        self.budget.give(sum(len(data) for _, data, _ in self.queue))
                     self.queue, self.queued_bytes = [], 0
                     self.cond.notify_all()
                 return
