@@ -199,7 +199,8 @@ def test_a_head_whose_service_is_stopped_is_given_up_after_refused_wait(munge_si
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
     start = time.monotonic()
-    with pytest.raises(Unreachable, match=f"127.0.0.1:{port} did not answer within 1s: "
+    # the seconds said are those spent (1 on a quiet machine, more on a busy one)
+    with pytest.raises(Unreachable, match=f"127.0.0.1:{port} did not answer within [0-9]+s: "
                                           "Connection refused"):
         Caller("127.0.0.1", port, Munge(munge_site.socket), connect_timeout=1).call(
             {"op": "list"}, deadline=120, refused_wait=1)

@@ -50,10 +50,13 @@ def records_of_chain(live: dict[str, JobRecord], chain) -> dict[str, JobRecord]:
     """The records that can be the chain's jobs: every job of a chain was submitted before the
     chain's last change of state (SUBMITTED is set after the last submission). A job id that
     the scheduler handed out again since (a reset of slurmctld's state restarts them at 1) is
-    another job: the chain's own is then unknown, and the other one is never cancelled."""
+    another job: the chain's own is then unknown, and the other one is never cancelled. Nor
+    was any job submitted before the chain was made: accounting keeps the record of an
+    earlier job that had the same id, ended long ago (never the chain's job's end)."""
     latest = chain["updated"] + _CLOCK_SLACK
+    earliest = chain["created"] - _CLOCK_SLACK
     return {job_id: record for job_id, record in live.items()
-            if record.submit_time is None or record.submit_time <= latest}
+            if record.submit_time is None or earliest <= record.submit_time <= latest}
 
 
 @dataclass

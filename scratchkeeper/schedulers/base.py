@@ -252,8 +252,9 @@ class Scheduler:
                     raise
                 history = []
             for job_record in history:
-                if job_record.job_id in missing and (job_record.job_id not in found
-                                                     or job_record.state.is_final):
+                if job_record.job_id in missing and (job_record.job_id not in found or (
+                        job_record.state.is_final
+                        and not _older(job_record, found[job_record.job_id]))):
                     found[job_record.job_id] = job_record
         unknown = [j for j in wanted if j not in found]
         if unknown and not missing_ok:
@@ -363,3 +364,11 @@ class Scheduler:
 def _scheduler_message(message: str) -> str:
     lines = [line.strip() for line in message.splitlines() if line.strip()]
     return " / ".join(lines[-3:]) if lines else "failed with no message"
+
+
+def _older(record: JobRecord, queued: JobRecord) -> bool:
+    """Whether accounting's ``record`` is of an earlier job than the one the queue holds under
+    the same id: ids are handed out again (slurmctld's state reset, MaxJobId wrapped), and
+    sacct keeps the earlier job's record, ended long ago. Submit times are whole seconds."""
+    return (record.submit_time is not None and queued.submit_time is not None
+            and record.submit_time < queued.submit_time - 1)

@@ -265,7 +265,10 @@ def build_history(job_ids: Sequence[str]) -> list[str]:
 
 
 def parse_history(stdout: str) -> list[JobRecord]:
-    """Parse ``sacct --parsable2 --noheader --format=HISTORY_FIELDS``; the last line of a job wins."""
+    """Parse ``sacct --parsable2 --noheader --format=HISTORY_FIELDS``. Of the lines of one id
+    the latest submitted wins (the last line of those): an id handed out again (slurmctld's
+    state reset) has the earlier job's line too, and ``--duplicates`` shows a requeued job's
+    earlier runs."""
     records: dict[str, JobRecord] = {}
     for number, line in enumerate(stdout.splitlines(), 1):
         if not line.strip():
@@ -277,7 +280,7 @@ def parse_history(stdout: str) -> list[JobRecord]:
         row = dict(zip(HISTORY_FIELDS, parts))
         native = row["State"].split()[0] if row["State"] else "UNKNOWN"
         code, _, signal = row["ExitCode"].partition(":")
-        records[row["JobID"]] = JobRecord(
+        record = JobRecord(
             job_id=row["JobID"], state=STATES.get(native, JobState.UNKNOWN), native_state=native,
             reason="" if row["Reason"] == "None" else row["Reason"], name=row["JobName"],
             queue=row["Partition"], user=row["User"],
@@ -286,6 +289,9 @@ def parse_history(stdout: str) -> list[JobRecord]:
             exit_signal=int(signal) if signal.isdigit() else None,
             submit_time=_sacct_time(row["Submit"]), start_time=_sacct_time(row["Start"]),
             end_time=_sacct_time(row["End"]))
+        earlier = records.get(record.job_id)
+        if earlier is None or (record.submit_time or 0) >= (earlier.submit_time or 0):
+            records[record.job_id] = record
     return list(records.values())
 
 

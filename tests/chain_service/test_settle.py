@@ -21,6 +21,10 @@ DATA = Path(__file__).resolve().parents[1] / "data"
 IDS = json.loads((DATA / "slurm" / "chain-ends.json").read_text())
 SQUEUE = (DATA / "slurm" / "squeue-chain-ends.json").read_text()
 SACCT = (DATA / "slurm" / "sacct-chain-ends.txt").read_text()
+#: when the captured chains were made: just before their jobs were submitted (a record submitted
+#: before its chain was made is an earlier job that had the same id)
+CAPTURED = min(j["submit_time"] for j in json.loads(SQUEUE)["jobs"]
+               if str(j["job_id"]) in IDS.values()) - 30
 
 
 @pytest.fixture
@@ -31,7 +35,7 @@ def store(tmp_path):
 def add_chain(store, chain_id, stage_in, compute, stage_out=None, *, scheduler="slurm",
               state=records.SUBMITTED, reason="", stage_in_state=records.JOB_SUBMITTED,
               now=None):
-    now = time.time() if now is None else now
+    now = CAPTURED if now is None else now
     jobs = [("stage-in", stage_in, stage_in_state), ("compute", compute, records.JOB_SUBMITTED)]
     if stage_out:
         jobs.append(("stage-out", stage_out, records.JOB_SUBMITTED))
@@ -102,7 +106,10 @@ def test_stage_ins_ended_without_staging_end_their_chains(store, use_runner):
 def test_a_stage_in_whose_node_failed_ends_its_chain(store, use_runner):
     ids = json.loads((DATA / "slurm" / "node-fail.json").read_text())
     squeue = (DATA / "slurm" / "squeue-node-fail.json").read_text()
-    add_chain(store, "node", ids["stage-in node failed"], ids["compute after node failed"])
+    made = min(j["submit_time"] for j in json.loads(squeue)["jobs"]
+               if str(j["job_id"]) in ids.values()) - 30
+    add_chain(store, "node", ids["stage-in node failed"], ids["compute after node failed"],
+              now=made)
     runner = use_runner(ScriptedRunner(slurm_answers(squeue)))
     (end,) = settle.settle_chains(SiteConfig(), store)
     assert runner.ran("scancel") == [("scancel", ids["compute after node failed"])]

@@ -88,3 +88,40 @@ def test_a_stage_in_on_a_failed_node():
     # accounting, a moment later, already has the end (not yet the job's name and partition)
     history = by_id(slurm.parse_history((DATA / "slurm" / "sacct-node-fail.txt").read_text()))
     assert history[ids["stage-in node failed"]].state is JobState.NODE_FAIL
+
+
+#: accounting's record of an earlier job 17, ended a day before the captured one was submitted
+#: (an id handed out again: slurmctld's state reset, MaxJobId wrapped)
+EARLIER_17 = ("17|earlier|batch|root|CANCELLED by 0|0:0|1|2026-11-23T05:00:00|"
+              "2026-11-23T05:00:01|2026-11-23T05:00:02|None\n")
+
+
+def test_an_earlier_job_with_the_same_id_is_not_taken_for_the_queued_one(use_runner):
+    """squeue holds job 17 pending; sacct, asked because a pending job may have just ended,
+    knows only the earlier 17 (the new one not yet in slurmdbd): 17 stays pending. A chain
+    service that took the earlier record's CANCELLED cancelled a chain that was fine."""
+    squeue = (DATA / "slurm" / "squeue-chain-ends.json").read_text()
+    use_runner(ScriptedRunner([(("squeue",), result(("squeue",), squeue)),
+                               (("sacct",), result(("sacct",), EARLIER_17))]))
+    found = Scheduler(slurm).lookup([IDS["compute after cancelled"]])
+    assert found[IDS["compute after cancelled"]].state is JobState.PENDING
+
+
+def test_of_an_ids_lines_in_accounting_the_latest_submitted_wins():
+    current = [line for line in (DATA / "slurm" / "sacct-chain-ends.txt").read_text().splitlines()
+               if line.startswith(IDS["stage-in cancelled"] + "|")]
+    earlier = EARLIER_17.replace("17|", IDS["stage-in cancelled"] + "|", 1).replace(
+        "CANCELLED by 0", "COMPLETED")
+    for text in (current[0] + "\n" + earlier, earlier + current[0] + "\n"):
+        (record,) = slurm.parse_history(text)
+        assert record.state is JobState.CANCELLED and record.name == "si-cancelled"
+
+
+def test_a_record_submitted_before_the_chain_was_made_is_not_the_chains_job():
+    from scratchkeeper.planner.status import records_of_chain
+
+    (earlier,) = slurm.parse_history(EARLIER_17)
+    chain = {"created": earlier.submit_time + 86400, "updated": earlier.submit_time + 86500}
+    assert records_of_chain({"17": earlier}, chain) == {}
+    chain = {"created": earlier.submit_time - 10, "updated": earlier.submit_time + 10}
+    assert records_of_chain({"17": earlier}, chain) == {"17": earlier}
