@@ -4,7 +4,6 @@ tests/data/pbs/ (capture-chain-ends: a stage-in cancelled, one out of walltime, 
 before its `stage fail` could run, each with a compute job waiting on afterok of it)."""
 
 import json
-import time
 from pathlib import Path
 
 import pytest

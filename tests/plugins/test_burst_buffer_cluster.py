@@ -523,3 +523,30 @@ touch {ran}
         time.sleep(1)
     store = bb_records.open_records(StateStore(str(work.cluster.state_db)))
     assert bb_records.job(store, job_id)["reason"].startswith("stage-in failed: ")
+
+
+def test_a_stage_in_whose_data_job_fails_ends_the_job_and_gives_its_space_back(work):
+    """Issue 46 item 4: the data job fails (its source is missing) while data_in waits for it,
+    with 64 MiB reserved. The job ends cancelled with the reason, and its reservation leaves
+    the pool: Slurm's own teardown runs to its end (none is killed by a cancel that races it),
+    so ``scontrol show burst`` stops listing the job and its used space goes back."""
+    missing = f"{work.cluster.gridftp_url}{work.source}/missing.bin"
+    ran = work.scratch / "ran"
+    script = work.script("fails-reserved.sh", f"""#!/bin/bash
+#SBATCH --output=/dev/null
+#STAGE pool=scratch capacity=64M
+#STAGEIN {missing} {work.scratch}/missing.bin
+touch {ran}
+""")
+    job_id = work.sbatch(str(script)).stdout.strip()
+    assert work.cluster.wait_for_job(job_id, timeout=180) == "CANCELLED"
+    state, comment = sacct(job_id, "State,Comment")
+    assert comment.startswith("scratchkeeper: stage-in failed:"), comment
+    assert not ran.exists()
+    deadline = time.monotonic() + 120
+    while re.search(rf"JobID={job_id}\b", pool_jobs()):
+        assert time.monotonic() < deadline, f"job {job_id} still holds pool space:\n{pool_jobs()}"
+        time.sleep(1)
+    # the teardown ran to its end: slurmctld did not cut it short
+    text = (Path(work.cluster.log_dir) / "slurmctld.log").read_text(errors="replace")
+    assert f"teardown for JobId={job_id} terminated by slurmctld" not in text

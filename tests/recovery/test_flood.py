@@ -165,8 +165,9 @@ def test_one_users_flood_leaves_another_users_recover_within_twice_its_idle_time
         flood_service, caplog):
     """Up to 1,500 reports of one user on their own files, from 3 processes of 4 threads:
     another user's ``scratchkeeper recover`` (idle, then under the flood from its start:
-    median of 5 and of 7) takes at most twice as long (or one second more, on a busy machine); the flooder's accepted requests stay within
-    the burst and the rate, its lines in root's log within theirs."""
+    median of 5 and of 7) takes at most twice as long (or one second more, on a busy
+    machine); the flooder's accepted requests stay within the burst and the rate, its
+    lines in root's log within theirs."""
     caplog.set_level(logging.INFO, logger="scratchkeeper.recovery")
     site, service = flood_service
     socket_path = service.config.recovery.socket
