@@ -20,6 +20,8 @@ draws on that trace, see :func:`scratchkeeper.sim.reproduce.seed_draws`):
 * **band** (a range the thesis states: "tens to hundreds of s", "< 1.8 %", "> 60 %"): *yes*
   when the interval lies inside the range, *partly* when inside the range widened by a factor
   10 at each end (one order of magnitude), *no* otherwise.
+* **limit** ("most datasets": fewer than half at risk): *yes* when the interval lies below the
+  limit, *no* when above it, *not shown* when it straddles it.
 * **equal** ("the same", "virtually identical", "on the ideal curve"): per seed the relative
   difference; *yes* when its interval includes 0 and stays within ±20 % (narrow enough to tell),
   *not shown* when it includes 0 but is wider, *partly* when it excludes 0 but lies within ±5 %,
@@ -183,6 +185,17 @@ def band(values: PerSeed, low: float, high: float, digits: int = 0, unit: str = 
     else:
         verdict = NO
     return Grade(verdict, iv.text(digits, unit), iv.n)
+
+
+def below(values: PerSeed, limit: float, digits: int = 0, unit: str = "") -> Grade:
+    """A strict limit ("most jobs": below 50 % at risk): *yes* when the interval lies below
+    ``limit``, *no* when it lies above, *not shown* when it straddles it; no widening, since
+    a majority is not a matter of magnitude."""
+    iv = interval(values.values())
+    if iv.missing:
+        return Grade(MISSING, "-")
+    verdict = YES if iv.high < limit else NO if iv.low >= limit else NOT_SHOWN
+    return Grade(verdict, f"{iv.text(digits, unit)}; limit {_num(limit, digits)}{unit}", iv.n)
 
 
 def value(values: PerSeed, stated: float, rounding: float, digits: int = 0,

@@ -606,6 +606,9 @@ def reproduce(setup: Setup, output: str, work: str = "", workers: int = 1,
     measures = _measured(
         setup, searches[f"utilisation-{LONG_JOBS_UTILISATION:g}"].load_factor,
         os.path.join(work, "measures.json"), report)
+    # Only the tasks of these sweeps: an earlier layout's tasks are not part of this result.
+    current = {f"{run.name}/{index}" for run in runs for index in range(len(run.plan.tasks))}
+    timings = {k: v for k, v in timings.items() if k in current or k.startswith("calibration")}
     outcome = Reproduction(setup, output, searches, results, timings, 0.0, facts=facts,
                            measures=measures, draws=draws)
     outcome.trace_sweeps = {f"replication-{name}": f"{os.path.basename(path)}, model schedule, "

@@ -37,6 +37,8 @@ RULE = [
     "* **band** (a range the thesis states: tens to hundreds of s, < 1.8 %, > 60 %): *yes* "
     "when the interval lies in the range, *partly* when it lies in the range widened tenfold "
     "at each end (one order of magnitude), *no* otherwise.",
+    "* **limit** (most datasets in time: fewer than half at risk): *yes* when the interval "
+    "lies below the limit, *no* when above it, *not shown* when it straddles it.",
     "* **equal** (the same, virtually identical, on the ideal curve): the per-seed relative "
     "difference; *yes* when its interval includes 0 and stays within ±20 %, *not shown* when "
     "it includes 0 but is wider, *partly* when it excludes 0 but stays within ±5 %, *no* "

@@ -251,3 +251,10 @@ def test_a_shortcut_that_replicates_nearly_every_job_is_by_construction(tmp_path
     # alpha = inf is a definition on every trace.
     inf = next(k for k in automatic if "alpha = inf" in k)
     assert measured[inf].verdict == automatic[inf].verdict == g.BY_CONSTRUCTION
+
+
+def test_most_is_a_strict_limit_not_an_order_of_magnitude():
+    # The 83.4 % at risk: "able to replicate most datasets in time" does not hold.
+    assert g.below({1: 83.4}, 50.0, 1).verdict == g.NO
+    assert g.below({s: 30.0 + s for s in range(1, 6)}, 50.0).verdict == g.YES
+    assert g.below({1: 40.0, 2: 60.0, 3: 45.0, 4: 55.0, 5: 50.0}, 50.0).verdict == g.NOT_SHOWN
