@@ -96,6 +96,11 @@ def test_quick_reproduction_lists_every_claim_with_both_values(tmp_path, capsys)
             assert cells[1] in constructed and cells[1] not in differing
         elif cells[6].removesuffix(" (one run)") != YES:
             assert cells[1] in differing
+    # RICC records every job's memory: without failures the seed draws nothing, one run.
+    seeds = report.split("Seeds\n-----", 1)[1].split("Conditions", 1)[0]
+    assert "``replication``: one run; the seed draws nothing" in seeds
+    assert "``recovery-70``: 2 seeds; the seed draws where and when each OST fails" in seeds
+    assert len({r.text("seed") for r in read_results(str(output / "results-replication.csv"))}) == 1
     # The definition at alpha = inf is never counted as reproduced.
     assert any(c[6] == "by construction" and "alpha = inf" in c[1] for c in claims)
     counts = report.split("Counts\n------", 1)[1].split("How every claim", 1)[0]
