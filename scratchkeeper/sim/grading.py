@@ -1,8 +1,8 @@
-"""The one grading rule of ``reproduction.rst``: per-seed values, 95 % intervals, five kinds of claim.
+"""The one grading rule of ``reproduction.rst``: per-seed values, 95 % intervals, kinds of claim.
 
-Every claim of the thesis that the replay grades is one of five kinds, and each kind has one
-test, applied to the per-seed values of the replay (runs that differ only in ``seed``: the
-workload's drawn sizes and stripes and the failures' placement):
+Every claim of the thesis that the replay grades is of one kind, and each kind has one test,
+applied to the per-seed values of the replay (runs that differ only in ``seed``: what the seed
+draws on that trace, see :func:`scratchkeeper.sim.reproduce.seed_draws`):
 
 * **interval**: the mean of the per-seed values ± Student's t (95 %, n - 1 degrees of freedom)
   × SD / sqrt(n). Paired quantities (with/without recovery, one strategy against another) are
@@ -14,17 +14,26 @@ workload's drawn sizes and stripes and the failures' placement):
 * **ratio** ("more than xK", "much less", "dramatically", "significantly"): per seed the ratio
   before/after, interval on the log scale; *yes* when the interval is above K, *partly* when
   above 1 but not above K, *no* otherwise. Words without a number read as K = 2.
-* **band** ("tens to hundreds of s", "< 1.8 %", "> 60 %", "about 100,000 s", a stated value):
-  *yes* when the interval lies inside the band, *partly* when inside the band widened by a
-  factor 10 at each end (one order of magnitude), *no* otherwise. A stated value X is the band
-  X / sqrt(10) .. X x sqrt(10) (its order of magnitude).
-* **equal** ("the same", "virtually identical", "almost flat", "on the ideal curve"): per seed
-  the relative difference; *yes* when its interval is within ±5 %, *partly* within ±20 %,
+* **value** (a number the thesis states: "0.14 %", "about 100,000 s"): *yes* when the interval,
+  widened by half a unit of the thesis's last digit (its rounding), holds the thesis's value,
+  *no* otherwise; the grade says by how far it missed, in the thesis's units.
+* **band** (a range the thesis states: "tens to hundreds of s", "< 1.8 %", "> 60 %"): *yes*
+  when the interval lies inside the range, *partly* when inside the range widened by a factor
+  10 at each end (one order of magnitude), *no* otherwise.
+* **limit** ("most datasets": fewer than half at risk): *yes* when the interval lies below the
+  limit, *no* when above it, *not shown* when it straddles it.
+* **equal** ("the same", "virtually identical", "on the ideal curve"): per seed the relative
+  difference; *yes* when its interval includes 0 and stays within ±20 % (narrow enough to tell),
+  *not shown* when it includes 0 but is wider, *partly* when it excludes 0 but lies within ±5 %,
   *no* otherwise.
+* **flat** ("almost flat"): per seed the curve's range over its mean; *yes* within 5 %,
+  *partly* within 20 %.
 
-With one seed there is no interval: the point is graded and the grade is marked *1 seed*.
-Conditions the reproduction *sets* (a load factor searched to reach a utilisation or a queue
-length) are listed as conditions, never graded as results.
+With one run (one seed, or seeds that drew nothing different) there is no interval: the value
+itself is graded (an equality must then be 0 at the report's precision) and the grade says
+*one run*. A claim true by construction (a definition, a property of the trace) is not graded
+as reproduced: it is counted apart. Conditions the reproduction *sets* (a load factor searched
+to reach a utilisation or a queue length) are listed as conditions, never graded as results.
 """
 
 from __future__ import annotations
@@ -34,6 +43,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 YES, PARTLY, NO, NOT_SHOWN, MISSING = "yes", "partly", "no", "not shown", "no data"
+BY_CONSTRUCTION = "by construction"
+#: How reproduction.rst counts the verdicts.
+TALLY = {YES: "reproduced", PARTLY: "partly", NO: "not reproduced",
+         NOT_SHOWN: "not reproduced", BY_CONSTRUCTION: "by construction",
+         MISSING: "not measurable"}
 #: Student's t, two-sided 95 %, by degrees of freedom (1..30); 1.96 beyond.
 _T95 = [12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179,
         2.160, 2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064,
@@ -63,7 +77,10 @@ class Interval:
         if self.missing:
             return "-"
         if self.n == 1:
-            return f"{_num(self.mean, digits)}{unit} (1 seed)"
+            return f"{_num(self.mean, digits)}{unit} (one run, no interval)"
+        if self.low == self.high:
+            # Seeds that all gave the same value: no spread to show, and no interval claimed.
+            return f"{_num(self.mean, digits)}{unit} ({self.n} seeds, all equal)"
         return (f"{_num(self.mean, digits)}{unit} [{_num(self.low, digits)}, "
                 f"{_num(self.high, digits)}]")
 
@@ -78,9 +95,9 @@ class Grade:
 
     @property
     def shown(self) -> str:
-        """The verdict as the table shows it: a one-seed grade says so."""
-        if self.seeds == 1 and self.verdict not in (MISSING, NOT_SHOWN):
-            return f"{self.verdict} (1 seed)"
+        """The verdict as the table shows it: a grade resting on one run says so."""
+        if self.seeds == 1 and self.verdict not in (MISSING, NOT_SHOWN, BY_CONSTRUCTION):
+            return f"{self.verdict} (one run)"
         return self.verdict
 
 
@@ -157,7 +174,7 @@ def ratio(before: PerSeed, after: PerSeed, k: float, digits: int = 1) -> Grade:
 
 
 def band(values: PerSeed, low: float, high: float, digits: int = 0, unit: str = "") -> Grade:
-    """The value lies in [low, high]; partly when within one order of magnitude of it."""
+    """The value lies in the stated range [low, high]; partly within one order of magnitude."""
     iv = interval(values.values())
     if iv.missing:
         return Grade(MISSING, "-")
@@ -170,27 +187,72 @@ def band(values: PerSeed, low: float, high: float, digits: int = 0, unit: str = 
     return Grade(verdict, iv.text(digits, unit), iv.n)
 
 
-def about(value: float) -> tuple[float, float]:
-    """The band of a stated value: its order of magnitude around it."""
-    return value / math.sqrt(10), value * math.sqrt(10)
+def below(values: PerSeed, limit: float, digits: int = 0, unit: str = "") -> Grade:
+    """A strict limit ("most jobs": below 50 % at risk): *yes* when the interval lies below
+    ``limit``, *no* when it lies above, *not shown* when it straddles it; no widening, since
+    a majority is not a matter of magnitude."""
+    iv = interval(values.values())
+    if iv.missing:
+        return Grade(MISSING, "-")
+    verdict = YES if iv.high < limit else NO if iv.low >= limit else NOT_SHOWN
+    return Grade(verdict, f"{iv.text(digits, unit)}; limit {_num(limit, digits)}{unit}", iv.n)
 
 
-def equal(a: PerSeed, b: PerSeed) -> Grade:
-    """a equals b: the per-seed relative difference (a - b) / b within ±5 % (partly ±20 %)."""
+def value(values: PerSeed, stated: float, rounding: float, digits: int = 0,
+          unit: str = "") -> Grade:
+    """The thesis states ``stated`` (to ``rounding``, half a unit of its last digit): does the
+    interval hold it? With one run the value itself must round to it."""
+    iv = interval(values.values())
+    if iv.missing:
+        return Grade(MISSING, "-")
+    low, high = iv.low - rounding, iv.high + rounding
+    held = low <= stated <= high
+    measured = f"{iv.text(digits, unit)}; the thesis {_num(stated, digits)}{unit}"
+    if not held:
+        miss = stated - iv.high if stated > iv.high else iv.low - stated
+        side = "above" if stated > iv.high else "below"
+        measured += (f", {_num(miss, digits)}{unit} {side} the "
+                     + ("value" if iv.n == 1 else "interval"))
+    return Grade(YES if held else NO, measured, iv.n)
+
+
+def equal(a: PerSeed, b: PerSeed, stated: str = "") -> Grade:
+    """a equals b: the interval of the per-seed relative difference (a - b) / b must hold 0.
+
+    ``stated`` is the difference the thesis gives, shown beside the measured one.
+    """
     seeds = [s for s in paired(a, b) if b[s] != 0]
     iv = interval([(a[s] - b[s]) / abs(b[s]) * 100 for s in seeds])
-    return _equal_grade(iv)
+    grade = _equal_grade(iv)
+    if stated and not iv.missing:
+        return Grade(grade.verdict, f"{grade.measured} (the thesis: {stated})", grade.seeds)
+    return grade
+
+
+#: The report's precision for a relative difference (one decimal of a percent).
+_EQUAL_PRECISION = 0.05
 
 
 def _equal_grade(iv: Interval) -> Grade:
     if iv.missing:
         return Grade(MISSING, "-")
     worst = max(abs(iv.low), abs(iv.high))
-    verdict = (YES if worst <= EQUAL_TOLERANCE * 100 else
-               PARTLY if worst <= EQUAL_PARTLY * 100 else NO)
+    if iv.n == 1:
+        holds_zero = abs(iv.mean) < _EQUAL_PRECISION
+    else:
+        holds_zero = iv.low <= 0 <= iv.high
+    if holds_zero:
+        verdict = YES if worst <= EQUAL_PARTLY * 100 or iv.n == 1 else NOT_SHOWN
+    else:
+        verdict = PARTLY if worst <= EQUAL_TOLERANCE * 100 else NO
     sign = "+" if iv.mean >= 0 else ""
     text = iv.text(1, " %")
     return Grade(verdict, f"{sign}{text} apart", iv.n)
+
+
+def constructed(reason: str, measured: str = "", seeds: int = 0) -> Grade:
+    """A claim true by construction: what the replay shows, counted apart from the results."""
+    return Grade(BY_CONSTRUCTION, f"{measured}; {reason}" if measured else reason, seeds)
 
 
 def flat(curves: Mapping[int, Mapping[float, float]]) -> Grade:
@@ -211,7 +273,7 @@ def flat(curves: Mapping[int, Mapping[float, float]]) -> Grade:
 
 def every(grades: list[Grade], measured: str) -> Grade:
     """A claim that must hold at every point: the worst point's verdict."""
-    order = [MISSING, NO, NOT_SHOWN, PARTLY, YES]
+    order = [MISSING, NO, NOT_SHOWN, PARTLY, YES, BY_CONSTRUCTION]
     if not grades:
         return Grade(MISSING, "-")
     worst = min(grades, key=lambda g: order.index(g.verdict))

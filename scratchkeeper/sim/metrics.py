@@ -47,3 +47,21 @@ def filtered_wait_stats(waits_by_run: Mapping[object, Sequence[float]]) -> dict[
     """Each run's wait statistics over the jobs that waited in at least one of the runs."""
     keep = nonzero_somewhere(waits_by_run)
     return {run: wait_stats([waits[i] for i in keep]) for run, waits in waits_by_run.items()}
+
+
+def discarded_run_seconds(log_time: Sequence[float], log_kind: Sequence[int],
+                          log_job: Sequence[int], start: int, stop: int) -> dict[int, float]:
+    """Per job index, the run time a kill threw away: every run but the last one.
+
+    The replay's event log (time, kind, job) marks each run with a ``start`` and a ``stop``
+    entry; a killed run is stopped and the job starts again later, so all of a job's runs
+    before its last are run time lost to kills. Jobs never killed are left out.
+    """
+    opened: dict[int, float] = {}
+    runs: dict[int, list[float]] = {}
+    for when, kind, job in zip(log_time, log_kind, log_job):
+        if kind == start:
+            opened[job] = when
+        elif kind == stop and job in opened:
+            runs.setdefault(job, []).append(when - opened.pop(job))
+    return {job: math.fsum(lengths[:-1]) for job, lengths in runs.items() if len(lengths) > 1}

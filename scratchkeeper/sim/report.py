@@ -401,6 +401,22 @@ def _metric(key: str, rows: list[Row]) -> str:
     raise ValueError(key)
 
 
+def one_run(rows: list[Row]) -> list[Row]:
+    """``rows`` with one seed only when every setting gave the same metrics under every seed
+    (the seed drew nothing that mattered); ``rows`` unchanged otherwise."""
+    from .sweep import CONFIG_FIELDS, METRIC_FIELDS
+    settings = [f for f in CONFIG_FIELDS if f != "seed"]
+    by_setting: dict[tuple, set[tuple]] = {}
+    for r in rows:
+        key = tuple(r.text(f) for f in settings)
+        by_setting.setdefault(key, set()).add(tuple(r.text(f) for f in METRIC_FIELDS))
+    seeds = {r.text("seed") for r in rows}
+    if len(seeds) < 2 or any(len(metrics) > 1 for metrics in by_setting.values()):
+        return rows
+    first = min(seeds, key=lambda s: float(s) if s else 1.0)
+    return [r for r in rows if r.text("seed") == first]
+
+
 def summary_sections(rows: list[Row]) -> list[tuple[str, list[tuple[str, str, str]]]]:
     """Per results file and per setting that varies in it: (metric, this replay, the thesis's).
 
@@ -411,7 +427,11 @@ def summary_sections(rows: list[Row]) -> list[tuple[str, list[tuple[str, str, st
     for r in rows:
         by_source[r.source].append(r)
     sections = []
-    for source, group in by_source.items():
+    for source, rows_of_source in by_source.items():
+        # Seeds that drew nothing different are one run: their copies make no interval.
+        group = one_run(rows_of_source)
+        copies = len({_seed_of(r) for r in rows_of_source}) if len(group) < len(rows_of_source) \
+            else 0
         varying = [k for k in SETTING_KEYS if len({r.text(k) for r in group}) > 1]
         settings: dict[tuple, list[Row]] = defaultdict(list)
         for r in group:
@@ -422,7 +442,8 @@ def summary_sections(rows: list[Row]) -> list[tuple[str, list[tuple[str, str, st
                 label += ": " + ", ".join(f"{k} {os.path.basename(v) or '(default)'}"
                                           for k, v in zip(varying, values))
             seeds = len({_seed_of(r) for r in members})
-            label += f" ({seeds} seed{'s' if seeds > 1 else ''})"
+            label += (f" (one run: its {copies} seeds gave identical results)" if copies else
+                      f" ({seeds} seeds)" if seeds > 1 else " (one run)")
             sections.append((label, [(text, _metric(key, members), thesis)
                                      for key, text, thesis in SEED_NUMBERS]))
     return sections
@@ -451,7 +472,8 @@ def make_report(results: list[str], output: str) -> list[str]:
     A results file that varies the stripe count gets its own figs. 4.5/4.9-4.12, named by its
     ideal run's utilisation when several files do (``wait_vs_stripe_count_util35.png``).
     """
-    rows = [row for path in results for row in read_results(path)]
+    # Seeds that drew nothing different are one run: drawn without bars, not as n seeds.
+    rows = [row for path in results for row in one_run(read_results(path))]
     os.makedirs(output, exist_ok=True)
     by_source: dict[str, list[Row]] = defaultdict(list)
     for r in rows:

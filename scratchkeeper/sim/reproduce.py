@@ -17,7 +17,7 @@ import os
 import shutil
 import statistics
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from ..errors import InputError, ScratchkeeperError
@@ -49,6 +49,8 @@ JAGUAR_BANDWIDTH = 284e9
 LONG_JOBS_POLICY = "on-the-fly"
 LONG_JOBS_UTILISATION = 70.0
 LONG_JOBS_STRIPE_COUNT = 4
+#: Bumped when the per-job measures gain a field, so a cached measures.json is not reused.
+MEASURES_VERSION = 2
 QUICK_TRACE = os.path.join(DATA_DIR, "RICC-2010-2-first5000.swf.gz")
 QUICK_FAILURES = os.path.join(DATA_DIR, "LA-UR-05-7318-system20.csv.xz")
 
@@ -225,8 +227,46 @@ def _table(name: str, values: dict) -> list[str]:
     return lines + [""]
 
 
-def sweep_files(setup: Setup, searches: dict[str, Search], folder: str) -> dict[str, str]:
-    """The sweep files (TOML text by sweep name) behind every figure; paths relative to ``folder``."""
+def seed_draws(failures: bool, memory_recorded: float) -> list[str]:
+    """What the seed draws that changes a replay's result; empty when nothing does.
+
+    The seed always draws each job's stripe placement and, for a job whose memory the trace
+    does not record, its input size. The placement matters only when OSTs fail (an ideal
+    replay and the replication analyses never read it); the failures are placed by the seed
+    too when they are extrapolated.
+    """
+    draws = []
+    if failures:
+        draws.append("where and when each OST fails and which OSTs each job's stripes are on "
+                      "(so which jobs a failure hits)")
+    if memory_recorded < 1.0:
+        draws.append(f"the input size of the {(1 - memory_recorded) * 100:.1f} % of jobs "
+                     "without recorded memory")
+    return draws
+
+
+def sweep_draws(setup: Setup, facts: dict) -> dict[str, list[str]]:
+    """Per sweep, what its seed draws (:func:`seed_draws`) on its trace."""
+    def recorded(path: str) -> float:
+        return facts.get("traces", {}).get(os.path.basename(path), {}).get("memory_recorded",
+                                                                              0.0)
+    ricc = recorded(setup.trace)
+    draws = {name: seed_draws(True, ricc) for name in ("recovery-35", "recovery-70", "load")}
+    draws.update({name: seed_draws(False, ricc)
+                  for name in ("queue-length", "replication-recorded", "replication")})
+    draws.update({f"replication-{name}": seed_draws(False, recorded(path))
+                  for name, path in setup.other_traces})
+    return draws
+
+
+def sweep_files(setup: Setup, searches: dict[str, Search], folder: str,
+                draws: dict[str, list[str]] | None = None) -> dict[str, str]:
+    """The sweep files (TOML text by sweep name) behind every figure; paths relative to ``folder``.
+
+    A sweep runs every seed of ``setup`` where its seed draws something (``draws``: sweep ->
+    :func:`seed_draws`; every sweep when not given), else once, with seed 1.
+    """
+    draws = draws if draws is not None else {}
     trace = os.path.relpath(setup.trace, folder)
     failures = os.path.relpath(setup.failures, folder)
     replication_grids = [
@@ -236,29 +276,34 @@ def sweep_files(setup: Setup, searches: dict[str, Search], folder: str) -> dict[
          "threshold": [0.01, 0.1], "alpha": list(setup.alphas)},
     ]
 
-    def document(comment: str, replay: dict, grids: list[dict], path: str = trace) -> str:
+    def document(name: str, comment: str, replay: dict, grids: list[dict],
+                 path: str = trace) -> str:
+        drawn = draws.get(name, ["(not known)"])
+        seeds = list(setup.seeds) if drawn else [1]
         lines = [f"# {line}" for line in comment.splitlines()]
+        lines.append("# The seed draws: " + ("; ".join(drawn) if drawn else
+                                             "nothing that changes the result: one run."))
         lines += _table("replay", dict(trace=path, **replay))
         for grid in grids:
             # Every setting with every seed: the grading rule's intervals are across seeds.
             # The ideal run has no failure and its waits do not depend on the seed: one is enough.
-            grid = grid if "seed" in grid else dict(grid, seed=list(setup.seeds))
+            grid = grid if "seed" in grid else dict(grid, seed=seeds)
             lines += ["[[grid]]"] + _table("", grid)[1:]
         return "\n".join(lines)
 
     recovery = {"failures": failures, "failure_mode": "extrapolated", "failure_system": 20,
                 "ost_count": setup.ost_count}
     files = {
-        "replication": document(
+        "replication": document("replication",
             "The thesis's fig. 4.7 on the modelled schedule (EASY): jobs at risk and replica space\n"
             "vs alpha per strategy, with the requested-memory and the peak-memory input model.",
             {"policy": "ideal", "ost_count": setup.ost_count}, replication_grids),
-        "replication-recorded": document(
+        "replication-recorded": document("replication-recorded",
             "The thesis's fig. 4.7 as the thesis did it (§4.7.3): the queue replayed from the\n"
             "submission and dispatch times the trace records.",
             {"policy": "ideal", "schedule": "recorded", "ost_count": setup.ost_count},
             replication_grids),
-        "load": document(
+        "load": document("load",
             "The thesis's fig. 4.6 (§4.7.2, pre-execution recovery): wait mean/SD as the\n"
             "submissions are spread or packed.",
             dict(recovery, stripe_count=4),
@@ -269,7 +314,7 @@ def sweep_files(setup: Setup, searches: dict[str, Search], folder: str) -> dict[
     # 4.9-4.12 (4.7.4) on-the-fly recovery at 70 %: each sweep runs its section's policy.
     for target, policy in zip(UTILISATION_TARGETS, ("pre-execution", "on-the-fly")):
         search = searches[f"utilisation-{target:g}"]
-        files[f"recovery-{target:g}"] = document(
+        files[f"recovery-{target:g}"] = document(f"recovery-{target:g}",
             f"The thesis's {'fig. 4.5' if policy == 'pre-execution' else 'figs. 4.9-4.12'} at "
             f"{target:g} % utilisation (load factor measured by\nscratchkeeper reproduce: "
             f"{search.value:.2f} % at {search.load_factor:.6g}).",
@@ -279,7 +324,7 @@ def sweep_files(setup: Setup, searches: dict[str, Search], folder: str) -> dict[
     month = {"policy": "ideal", "ost_count": setup.ost_count, "input_model": "peak-memory",
              "start_day": setup.month_start_day, "days": setup.month_days}
     factors = [searches[f"queue-{t:g}"].load_factor for t in QUEUE_TARGETS]
-    files["queue-length"] = document(
+    files["queue-length"] = document("queue-length",
         "The thesis's fig. 4.8: jobs at risk per strategy for one month at three loads, the load\n"
         "factors measured to give average queue lengths "
         + ", ".join(f"{t:g}" for t in QUEUE_TARGETS) + ".",
@@ -289,7 +334,7 @@ def sweep_files(setup: Setup, searches: dict[str, Search], folder: str) -> dict[
          {"load_factor": factors, "strategy": ["shortcut"], "threshold": [0.01, 0.1],
           "alpha": [0.2, 0.5, math.inf]}])
     for name, path in setup.other_traces:
-        files[f"replication-{name}"] = document(
+        files[f"replication-{name}"] = document(f"replication-{name}",
             f"The thesis's fig. 4.7 on {os.path.basename(path)} (model schedule, sizes drawn: the\n"
             "trace records no memory): a trace where T = 0.01 and T = 0.1 are not automatic.",
             {"policy": "ideal", "ost_count": setup.ost_count},
@@ -357,7 +402,8 @@ def run_sweeps(runs: list[SweepRun], pool, timings: dict,
 
 def trace_facts(setup: Setup) -> dict:
     """What the disclosures say, counted from the files: system 20's failure records and span,
-    and per job trace the share of jobs asking at most 1 % and 10 % of the machine."""
+    and per job trace the share of jobs asking at most 1 % and 10 % of the machine and the
+    share whose memory the trace records (the others' input size is drawn by the seed)."""
     from . import traces
     failures = traces.read_lanl_failures(setup.failures, strict=False, system=20).records
     starts = sorted(r.started for r in failures)
@@ -370,8 +416,10 @@ def trace_facts(setup: Setup) -> dict:
         procs = [j.allocated_procs if j.allocated_procs > 0 else j.requested_procs
                  for j in trace.jobs]
         procs = [p for p in procs if p > 0]
+        memory = sum(1 for j in trace.jobs if j.used_memory > 0 or j.requested_memory > 0)
         facts["traces"][os.path.basename(path)] = {
             "jobs": len(procs), "max_procs": machine,
+            "memory_recorded": memory / len(trace.jobs) if trace.jobs else 0.0,
             "le1": sum(p <= 0.01 * machine for p in procs) / len(procs),
             "le10": sum(p <= 0.1 * machine for p in procs) / len(procs)}
     return facts
@@ -404,15 +452,20 @@ def job_measures(setup: Setup) -> dict:
     return out
 
 
-def benefit_by_run_time(without: Sequence[SimJob], recovered: Sequence[SimJob]) -> dict | None:
+def benefit_by_run_time(without: Sequence[SimJob], recovered: Sequence[SimJob],
+                        discarded_without: Mapping[int, float] | None = None,
+                        discarded_recovered: Mapping[int, float] | None = None) -> dict | None:
     """What recovery gave each job a failure affected in the run ``without`` it, by run time.
 
-    A job's benefit is its wait (final dispatch - submission, the lost run of a killed job
-    included) without recovery minus its wait in the ``recovered`` run, the same job matched
-    by id and position in the workload; the turnaround (end - submission) is given beside it.
-    The jobs are split at the median run time of the affected jobs: *long* above it, *short*
-    at or below. None when no job was affected.
+    A job's benefit is its wait without recovery minus its wait in the ``recovered`` run, the
+    same job matched by id and position in the workload, measured two ways: *wait* (final
+    dispatch - submission, so a killed job's discarded run counts as wait) and *queue wait*
+    (the same less the run time its kills threw away, ``discarded_*``: job index -> seconds);
+    the turnaround (end - submission) is given beside them, and the share of each group that
+    was killed. The jobs are split at the median run time of the affected jobs: *long* above
+    it, *short* at or below. None when no job was affected.
     """
+    lost_a, lost_b = discarded_without or {}, discarded_recovered or {}
     by_job = {(job.index, job.job_id): job for job in recovered}
     pairs = []
     for job in without:
@@ -432,12 +485,24 @@ def benefit_by_run_time(without: Sequence[SimJob], recovered: Sequence[SimJob]) 
         def mean_of(values: list[float]) -> float:
             return math.fsum(values) / len(values) if values else math.nan
         return {"jobs": len(jobs),
+                "killed_pct": mean_of([100.0 * (a.kills > 0) for a, _ in jobs]),
                 "wait_benefit_s": mean_of([a.start - b.start for a, b in jobs]),
+                "queue_wait_benefit_s": mean_of([(a.start - lost_a.get(a.index, 0.0))
+                                                 - (b.start - lost_b.get(b.index, 0.0))
+                                                 for a, b in jobs]),
                 "turnaround_benefit_s": mean_of([a.end - b.end for a, b in jobs])}
 
     return {"affected": len(pairs), "median_run_time_s": median,
             "long": group([p for p in pairs if p[0].run_time > median]),
             "short": group([p for p in pairs if p[0].run_time <= median])}
+
+
+def _discarded(replayed) -> dict[int, float]:
+    from .metrics import discarded_run_seconds
+    from .scheduler import LOG_START, LOG_STOP
+    schedule = replayed.schedule
+    return discarded_run_seconds(schedule.log_time, schedule.log_kind, schedule.log_job,
+                                 LOG_START, LOG_STOP)
 
 
 def long_job_measures(setup: Setup, load_factor: float) -> dict:
@@ -453,26 +518,28 @@ def long_job_measures(setup: Setup, load_factor: float) -> dict:
         runs = [replay_schedule(setup.base(
             failures=setup.failures, failure_mode="extrapolated", failure_system=20,
             policy=policy, stripe_count=LONG_JOBS_STRIPE_COUNT, load_factor=load_factor,
-            seed=seed)).workload.jobs for policy in ("none", LONG_JOBS_POLICY)]
-        measured = benefit_by_run_time(*runs)
+            seed=seed)) for policy in ("none", LONG_JOBS_POLICY)]
+        measured = benefit_by_run_time(runs[0].workload.jobs, runs[1].workload.jobs,
+                                       _discarded(runs[0]), _discarded(runs[1]))
         if measured is not None:
             out["seeds"][str(seed)] = measured      # JSON keys: the cache holds text
     return out
 
 
 def _measured(setup: Setup, long_jobs_load_factor: float, path: str,
-              report: Callable[[str], None]) -> tuple[dict, dict]:
-    """The facts and measures, cached in ``path`` for the same setup and load factor."""
-    key = f"{setup!r}; long jobs at load factor {long_jobs_load_factor!r}"
+              report: Callable[[str], None]) -> dict:
+    """The per-job measures, cached in ``path`` for the same setup and load factor."""
+    key = (f"{setup!r}; long jobs at load factor {long_jobs_load_factor!r}; "
+           f"measures {MEASURES_VERSION}")
     cached = _read_json(path)
     if cached.get("key") == key:
-        return cached["facts"], cached["measures"]
+        return cached["measures"]
     started = time.monotonic()
-    facts, measures = trace_facts(setup), job_measures(setup)
+    measures = job_measures(setup)
     measures["long_jobs"] = long_job_measures(setup, long_jobs_load_factor)
-    report(f"trace facts and per-job measures in {sweep.format_duration(time.monotonic() - started)}")
-    _write_json(path, {"key": key, "facts": facts, "measures": measures})
-    return facts, measures
+    report(f"per-job measures in {sweep.format_duration(time.monotonic() - started)}")
+    _write_json(path, {"key": key, "measures": measures})
+    return measures
 
 
 @dataclass
@@ -489,6 +556,7 @@ class Reproduction:
     facts: dict = field(default_factory=dict)
     measures: dict = field(default_factory=dict)
     trace_sweeps: dict[str, str] = field(default_factory=dict)   # other traces' sweeps
+    draws: dict[str, list[str]] = field(default_factory=dict)    # sweep -> what its seed draws
 
 
 def reproduce(setup: Setup, output: str, work: str = "", workers: int = 1,
@@ -504,6 +572,8 @@ def reproduce(setup: Setup, output: str, work: str = "", workers: int = 1,
     os.makedirs(work, exist_ok=True)
     timings_path = os.path.join(work, "timings.json")
     timings = _read_json(timings_path)
+    facts = trace_facts(setup)
+    draws = sweep_draws(setup, facts)
     with sweep.worker_pool(workers) as pool:
         searches = calibrate(setup, pool, os.path.join(work, "calibration.json"), report)
         for name, search in searches.items():
@@ -511,7 +581,7 @@ def reproduce(setup: Setup, output: str, work: str = "", workers: int = 1,
         folder = os.path.join(output, "sweeps")
         os.makedirs(folder, exist_ok=True)
         runs = []
-        for name, text in sweep_files(setup, searches, folder).items():
+        for name, text in sweep_files(setup, searches, folder, draws).items():
             path = os.path.join(folder, f"{name}.toml")
             with open(path, "w") as stream:
                 stream.write(text)
@@ -530,14 +600,17 @@ def reproduce(setup: Setup, output: str, work: str = "", workers: int = 1,
                                      f"{', '.join(map(str, missing))}")
         results[run.name] = os.path.join(output, f"results-{run.name}.csv")
         shutil.copyfile(path, results[run.name])
-    from .claims import write_reproduction
     from .report import make_report
+    from .reproduction_rst import write_reproduction
 
-    facts, measures = _measured(
+    measures = _measured(
         setup, searches[f"utilisation-{LONG_JOBS_UTILISATION:g}"].load_factor,
         os.path.join(work, "measures.json"), report)
+    # Only the tasks of these sweeps: an earlier layout's tasks are not part of this result.
+    current = {f"{run.name}/{index}" for run in runs for index in range(len(run.plan.tasks))}
+    timings = {k: v for k, v in timings.items() if k in current or k.startswith("calibration")}
     outcome = Reproduction(setup, output, searches, results, timings, 0.0, facts=facts,
-                           measures=measures)
+                           measures=measures, draws=draws)
     outcome.trace_sweeps = {f"replication-{name}": f"{os.path.basename(path)}, model schedule, "
                             "drawn sizes" for name, path in setup.other_traces}
     outcome.figures = make_report(list(results.values()), output)

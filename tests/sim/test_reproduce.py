@@ -87,12 +87,25 @@ def test_quick_reproduction_lists_every_claim_with_both_values(tmp_path, capsys)
         assert len(cells) == 8, cells
         # Both values there: ours has a number, and the grade is one of the rule's.
         assert re.search(r"\d", cells[4]) or cells[6] == "no data", cells
-        assert cells[6].removesuffix(" (1 seed)") in ("yes", "no", "partly", "not shown",
-                                                      "no data"), cells
+        assert cells[6].removesuffix(" (one run)") in ("yes", "no", "partly", "not shown",
+                                                       "no data", "by construction"), cells
+    constructed = report.split("Claims true by construction", 1)[1].split("Claims not repro", 1)[0]
     differing = report.split("Claims not reproduced", 1)[1].split("Figures", 1)[0]
     for cells in claims:
-        if cells[6].removesuffix(" (1 seed)") != YES:
+        if cells[6] == "by construction":
+            assert cells[1] in constructed and cells[1] not in differing
+        elif cells[6].removesuffix(" (one run)") != YES:
             assert cells[1] in differing
+    # RICC records every job's memory: without failures the seed draws nothing, one run.
+    seeds = report.split("Seeds\n-----", 1)[1].split("Conditions", 1)[0]
+    assert "``replication``: one run; the seed draws nothing" in seeds
+    assert "``recovery-70``: 2 seeds; the seed draws where and when each OST fails" in seeds
+    assert len({r.text("seed") for r in read_results(str(output / "results-replication.csv"))}) == 1
+    # The definition at alpha = inf is never counted as reproduced.
+    assert any(c[6] == "by construction" and "alpha = inf" in c[1] for c in claims)
+    counts = report.split("Counts\n------", 1)[1].split("How every claim", 1)[0]
+    assert re.search(r"\d+ claims: \d+ reproduced, \d+ partly, \d+ not reproduced, "
+                     r"\d+ by construction, \d+ not measurable\.", counts), counts
     for name in ("replication_vs_alpha.png", "replication_vs_alpha_recorded.png",
                  "at_risk_vs_queue_length.png", "wait_vs_load_factor.png"):
         assert (output / name).stat().st_size > 10000
@@ -145,3 +158,28 @@ def test_sweep_files_name_the_measured_load_factors(tmp_path):
     assert {c.input_model for t in replication.tasks for c in t} == {"requested-memory",
                                                                      "peak-memory"}
     assert any(math.isinf(c.alpha) for t in replication.tasks for c in t)
+    assert {c.seed for t in replication.tasks for c in t} == set(setup.seeds)
+
+
+def test_a_sweep_whose_seed_draws_nothing_runs_once(tmp_path):
+    setup = rp.Setup.quick_setup()
+    searches = {f"utilisation-{t:g}": rp.Search("utilisation_pct", t, [(t / 80, t)], t / 80, t)
+                for t in rp.UTILISATION_TARGETS}
+    searches.update({f"queue-{t:g}": rp.Search("queue_length_mean", t, [(t / 50, t)], t / 50, t)
+                     for t in rp.QUEUE_TARGETS})
+    # Every job's memory recorded: without failures the seed draws nothing.
+    draws = rp.sweep_draws(setup, {"traces": {"RICC-2010-2-first5000.swf.gz":
+                                              {"memory_recorded": 1.0}}})
+    assert draws["replication"] == [] and draws["queue-length"] == []
+    assert draws["recovery-70"] and "OST fails" in draws["recovery-70"][0]
+    files = rp.sweep_files(setup, searches, str(tmp_path), draws)
+    for name, seeds in (("replication", {1}), ("queue-length", {1}),
+                        ("recovery-70", set(setup.seeds))):
+        (tmp_path / f"{name}.toml").write_text(files[name])
+        plan = rp.sweep.load_sweep(str(tmp_path / f"{name}.toml"))
+        ran = {c.seed for t in plan.tasks for c in t}
+        assert ran == seeds, name
+    assert "# The seed draws: nothing that changes the result: one run." in files["replication"]
+    # Memory missing for some jobs: the seed draws their sizes, so every seed runs.
+    assert rp.seed_draws(False, 0.9) == ["the input size of the 10.0 % of jobs without "
+                                         "recorded memory"]
