@@ -7,7 +7,10 @@ import csv
 import dataclasses
 import math
 import os
+import re
+import stat
 import sys
+import tempfile
 import time
 
 from ..config import slurm_time_seconds
@@ -162,9 +165,15 @@ def _register_replay(subparsers) -> None:
                         help="also write the result rows to this CSV (settings that do not act "
                              "on a row are blank)")
     replay.add_argument("--jobs-csv", metavar="FILE",
-                        help="also write one row per job and policy (and replication variant): "
-                             "job_id, submit, start, end, wait, affected, kills (seconds from "
-                             "the first submission), and at_risk under the variant")
+                        help="also write the jobs in long form: a row per job and policy "
+                             "(job_id, nodes, submit, run_time, limit, first_start, start, end, "
+                             "wait, recorded_wait, affected, kills; seconds from the first "
+                             "submission), and a row per job and replication variant with its "
+                             "at_risk only. A regular FILE is replaced when the replay is done; "
+                             "a device or FIFO (/dev/stdout) is written in place")
+    replay.add_argument("--core", choices=("c", "python"), default=None,
+                        help="the scheduler and replication cores: c (default when built) or "
+                             "python (the reference model, same per-job output, slower)")
     replay.add_argument("--progress", dest="progress", action="store_true", default=None,
                         help="progress bar even when stderr is not a terminal")
     replay.add_argument("--no-progress", dest="progress", action="store_false",
@@ -209,7 +218,7 @@ class ProgressBar:
     """Progress of a replay on stderr, phase by phase (reading the traces, scheduling, each
     replication pass): one line redrawn at most ten times a second, ended at each phase's end."""
 
-    UNITS = {"reading trace": "bytes", "scheduling": "jobs"}
+    UNITS = {"reading trace": "bytes", "building workload": "jobs", "scheduling": "jobs"}
 
     def __init__(self, label: str, enabled: bool):
         self.label = label
@@ -242,6 +251,7 @@ class ProgressBar:
 def _replay(args) -> int:
     from ..sim.metrics import filtered_wait_stats
     from ..sim.run import ReplayConfig
+    from ..sim.scheduler import using_core
 
     config = site_config(args)
     alphas = args.alpha or [config.replication.alpha]
@@ -275,8 +285,9 @@ def _replay(args) -> int:
               "is the one run without failure, labelled ideal", file=sys.stderr)
     jobs_csv = JobsCsv(args.jobs_csv) if args.jobs_csv else None
     try:
-        table, waits_by_policy = _replay_policies(args, base, policies, alphas, thresholds,
-                                                  show_progress, jobs_csv)
+        with using_core(_core_of(args.core)):
+            table, waits_by_policy = _replay_policies(args, base, policies, alphas,
+                                                      thresholds, show_progress, jobs_csv)
         if jobs_csv is not None:
             jobs_csv.commit()
     finally:
@@ -293,6 +304,14 @@ def _replay(args) -> int:
     return 0
 
 
+def _core_of(option: str | None) -> str:
+    """The scheduler module's name of ``--core`` (``c`` is its ``native``)."""
+    from ..sim.scheduler import default_core
+    if option is None:
+        return default_core()
+    return "native" if option == "c" else option
+
+
 def check_output_file(path: str) -> None:
     """One clear line, before any work, when ``path`` cannot be written: its folder is missing,
     is not a folder or is not writable, or the path is a folder itself."""
@@ -306,46 +325,126 @@ def check_output_file(path: str) -> None:
         raise InputError("cannot write results: permission denied", path=path)
 
 
-class JobsCsv:
-    """``--jobs-csv``: one row per job and policy (and replication variant, when ``--strategy``
-    gives some: ``at_risk`` says whether the job's input was replicated in time under it),
-    written as each policy's replay ends under a temporary name, renamed by :meth:`commit` (a
-    failed replay leaves no half file)."""
+class OutputFile:
+    """A results file written so that a failed replay leaves nothing half-done where it can.
 
-    FIELDS = ("policy", "strategy", "alpha", "threshold", "job_id", "submit", "start", "end",
-              "wait", "affected", "kills", "at_risk")
+    A regular file (or a new name) is written under a temporary name in the same folder and
+    renamed over it by :meth:`commit`, atomically, keeping the replaced file's mode; a symbolic
+    link to a regular file keeps the link, its target is replaced. Anything else (a device such
+    as ``/dev/stdout``, a FIFO, a link to one) is written in place and never replaced: renaming
+    a file over ``/dev/stdout`` would put a regular file where the device was."""
 
     def __init__(self, path: str):
         self.path = path
-        self.stream = open(path + ".tmp", "w", newline="")
-        self.writer = csv.writer(self.stream)
-        self.writer.writerow(self.FIELDS)
-        self.committed = False
-
-    def write(self, policy: str, jobs, at_risk=()) -> None:
-        """The jobs of one policy's replay; ``at_risk``: (variant, flags) per replication
-        variant, each job's row repeated per variant (blank strategy and at_risk without)."""
-        variants = list(at_risk) or [(None, None)]
-        for variant, flags in variants:
-            setting = ("", "", "") if variant is None else (
-                variant.strategy, repr(variant.alpha),
-                repr(variant.threshold) if variant.strategy == "shortcut" else "")
-            for n, job in enumerate(jobs):
-                self.writer.writerow((policy, *setting, job.job_id, repr(job.submit),
-                                      repr(job.start), repr(job.end),
-                                      repr(job.start - job.submit), int(job.affected),
-                                      job.kills, "" if flags is None else flags[n]))
-        self.stream.flush()
+        try:
+            # by the path itself, links followed: /dev/stdout's target may be a pipe, which
+            # has no name to resolve
+            existing: int | None = os.stat(path).st_mode
+        except FileNotFoundError:
+            existing = None
+        self.temporary: str | None = None
+        descriptor = _descriptor_named(path)
+        if descriptor is not None:
+            # /dev/stdout, /dev/fd/N: the process's own descriptor, sharing its offset (a new
+            # open of a redirected stdout would truncate the file and write over the table)
+            sys.stdout.flush()
+            self.stream = os.fdopen(os.dup(descriptor), "w", newline="")
+            return
+        if existing is not None and not stat.S_ISREG(existing):
+            self.stream = open(path, "w", newline="")
+            return
+        self.target = os.path.realpath(path)
+        folder, name = os.path.split(self.target)
+        descriptor, self.temporary = tempfile.mkstemp(prefix=f".{name}.", suffix=".tmp",
+                                                      dir=folder)
+        self.mode = stat.S_IMODE(existing) if existing is not None else 0o666 & ~_umask()
+        self.stream = os.fdopen(descriptor, "w", newline="")
 
     def commit(self) -> None:
+        """The file complete: the temporary one renamed over the path's (regular) file."""
         self.stream.close()
-        os.replace(self.path + ".tmp", self.path)
-        self.committed = True
+        if self.temporary is not None:
+            os.chmod(self.temporary, self.mode)
+            os.replace(self.temporary, self.target)
+            self.temporary = None
+
+    def discard(self) -> None:
+        """Nothing written stays (the temporary file), unless :meth:`commit` came first."""
+        self.stream.close()
+        if self.temporary is not None:
+            os.unlink(self.temporary)
+            self.temporary = None
+
+
+_STANDARD_STREAMS = {"/dev/stdin": 0, "/dev/stdout": 1, "/dev/stderr": 2}
+_DESCRIPTOR_NAME = re.compile(r"/(?:dev/fd|proc/self/fd)/(\d+)")
+
+
+def _descriptor_named(path: str) -> int | None:
+    """The open descriptor ``path`` names (``/dev/stdout``, ``/dev/fd/3``, a link to one), if
+    it names one."""
+    name = os.path.abspath(path)
+    for _ in range(40):         # the kernel's own limit of links followed
+        if name in _STANDARD_STREAMS:
+            return _STANDARD_STREAMS[name]
+        match = _DESCRIPTOR_NAME.fullmatch(name)
+        if match:
+            return int(match.group(1))
+        if not os.path.islink(name):
+            return None
+        name = os.path.normpath(os.path.join(os.path.dirname(name), os.readlink(name)))
+    return None
+
+
+def _umask() -> int:
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+class JobsCsv:
+    """``--jobs-csv``: long form, each job's fields once per policy, each replication variant's
+    verdict in rows of its own.
+
+    A row without ``strategy`` is a job under ``policy``: its processors' scheduling ``nodes``,
+    ``submit``, ``run_time`` (cut at the limit), ``limit``, ``first_start`` (its first dispatch,
+    before any kill), ``start`` and ``end`` (its last run), ``wait`` (last start - submit),
+    ``recorded_wait`` (the trace's, -1 when unknown), ``affected``, ``kills``; times in seconds
+    from the first submission. A row with ``strategy`` (and ``alpha``, ``threshold`` for
+    shortcut) gives only ``job_id`` and ``at_risk`` (1: the job's replica was not ready at its
+    first dispatch) under that variant; the job's other cells are blank, not repeated."""
+
+    FIELDS = ("policy", "strategy", "alpha", "threshold", "job_id", "nodes", "submit",
+              "run_time", "limit", "first_start", "start", "end", "wait", "recorded_wait",
+              "affected", "kills", "at_risk")
+
+    def __init__(self, path: str):
+        self.output = OutputFile(path)
+        self.writer = csv.writer(self.output.stream)
+        self.writer.writerow(self.FIELDS)
+
+    def write(self, policy: str, jobs, at_risk=()) -> None:
+        """The jobs of one policy's replay, then ``at_risk``: (variant, flags) per replication
+        variant, flags in the jobs' order."""
+        for job in jobs:
+            self.writer.writerow((policy, "", "", "", job.job_id, job.nodes, repr(job.submit),
+                                  repr(job.run_time), repr(job.limit), repr(job.first_start),
+                                  repr(job.start), repr(job.end), repr(job.start - job.submit),
+                                  repr(float(job.recorded_wait)), int(job.affected), job.kills,
+                                  ""))
+        blank = ("",) * 11
+        for variant, flags in at_risk:
+            threshold = repr(variant.threshold) if variant.strategy == "shortcut" else ""
+            setting = (policy, variant.strategy, repr(variant.alpha), threshold)
+            for job, flag in zip(jobs, flags):
+                self.writer.writerow((*setting, job.job_id, *blank, flag))
+        self.output.stream.flush()
+
+    def commit(self) -> None:
+        self.output.commit()
 
     def close(self) -> None:
-        if not self.committed:
-            self.stream.close()
-            os.unlink(self.path + ".tmp")
+        self.output.discard()
 
 
 def _replay_policies(args, base: dict, policies: list[str], alphas, thresholds,
@@ -422,13 +521,17 @@ def _print_table(rows) -> None:
 def _write_csv(path: str, rows) -> None:
     from ..sim.run import applicable_settings
     from ..sim.sweep import RESULT_FIELDS, _cell
-    with open(path, "w", newline="") as stream:
-        writer = csv.DictWriter(stream, fieldnames=RESULT_FIELDS + ["seconds"],
+    output = OutputFile(path)
+    try:
+        writer = csv.DictWriter(output.stream, fieldnames=RESULT_FIELDS + ["seconds"],
                                 extrasaction="ignore")
         writer.writeheader()
         for row in rows:
             values = applicable_settings(dict(dataclasses.asdict(row.config), **row.values))
             writer.writerow({k: _cell(v) for k, v in values.items()})
+        output.commit()
+    finally:
+        output.discard()
 
 
 def _sweep(args) -> int:

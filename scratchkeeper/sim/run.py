@@ -286,6 +286,7 @@ def load_trace(config: ReplayConfig, progress: Callable[[int, int], None] | None
 
     ``progress(bytes read, file size)`` as the file is read. A trace of which no job is left
     is an InputError naming the file, the format it was read as and what was skipped."""
+    traces.require_content(config.trace)
     if config.trace_format == "auto":
         kind, how = detect_format(config.trace)
     else:
@@ -341,7 +342,7 @@ def replay_schedule(config: ReplayConfig,
     # The machine's nodes (SWF MaxNodes), else the modelled system's: the aggregate memory.
     try:
         workload = build_workload(trace_jobs, config.workload_params(machine_nodes or 0),
-                                  header_nodes)
+                                  header_nodes, progress=phase("building workload"))
     except InputError as err:
         if err.path is not None:
             raise
