@@ -106,7 +106,9 @@ def _register_replay(subparsers) -> None:
         description="Replay a job trace through FCFS/EASY scheduling with OST failures, "
                     "recovery policies and temporal replication (the thesis, §4.7).")
     replay.add_argument("trace", help="job trace: SWF (the Parallel Workloads Archive's "
-                        "format), Slurm sacct --parsable2 output, a PBS/Torque accounting log, "
+                        "format), Slurm sacct output (TZ=UTC sacct -a -X -P -o JobID,Submit,"
+                        "Start,End,Elapsed,Timelimit,NNodes,NCPUS,State), a PBS/Torque "
+                        "accounting log, "
                         "a LANL job log or a site CSV; .gz/.xz/.bz2 are read as they are")
     replay.add_argument("--format", dest="trace_format", default="auto", choices=TRACE_FORMATS,
                         help="the trace's format (default auto: told from its first lines, "
@@ -146,8 +148,10 @@ def _register_replay(subparsers) -> None:
                         help="processors of one scheduling node (1: schedule processors, or "
                              "nodes for a sacct trace read with NNodes only)")
     replay.add_argument("--system-nodes", type=int, default=0,
-                        help="nodes of the system (default: trace header MaxProcs / procs per "
-                             "node, else the largest job)")
+                        help="nodes of the system (default: SWF header MaxProcs / procs per "
+                             "node; a sacct or PBS history: the machine described by "
+                             "TRACE.sinfo (sinfo -N -h -o '%%N %%c') or TRACE.pbsnodes "
+                             "(pbsnodes -a) beside it, required without; else the largest job)")
     replay.add_argument("--patch-bandwidth", type=parse_size, default=100e6,
                         help="bytes/s of patching a lost stripe from the source (default 1e8; "
                              "K/M/G/T suffixes are binary)")

@@ -295,7 +295,28 @@ def load_trace(config: ReplayConfig, progress: Callable[[int, int], None] | None
     skipped = list(traces.iter_records(report))
     if not any(job.run_time >= 0 and job.procs > 0 for job in jobs):
         raise InputError(no_job_left(kind, how, report, len(jobs)), path=config.trace)
+    if kind in accounting.MACHINE_FILES and not config.system_nodes:
+        machine = site_machine(config.trace, kind)
+        header_nodes = -(-machine.processors // config.procs_per_node)
+        machine_nodes = machine.nodes
+        skipped.append(f"{config.trace}: a machine of {machine.nodes:,} node(s), "
+                       f"{machine.processors:,} processor(s), as {machine.source} says")
     return jobs, header_nodes, machine_nodes, skipped
+
+
+def site_machine(trace: str, kind: str) -> accounting.MachineSize:
+    """The machine a site's history ran on, from its configuration saved beside it; without
+    it an InputError saying how to give it. A history records jobs, not the machine: sized by
+    its largest job, a replay of a busy machine runs on too small a one (a recorded schedule
+    past 100 % utilisation)."""
+    machine = accounting.read_machine_size(trace, kind)
+    if machine is None:
+        suffix, command = accounting.MACHINE_FILES[kind]
+        raise InputError(f"a {kind} history does not say how large the machine is: give "
+                         f"--system-nodes N (with --procs-per-node), or save the output of "
+                         f"`{command}` beside it as {os.path.basename(trace)}{suffix}",
+                         path=trace)
+    return machine
 
 
 def no_job_left(kind: str, how: str, report: traces.ReadReport, records: int) -> str:
@@ -420,6 +441,10 @@ def run_replay(config: ReplayConfig, replications: Sequence[ReplayConfig] = (),
         "queue_length_mean": math.fsum(waits) / span if span > 0 else 0.0,
         "input_mean_bytes": math.fsum(j.input_bytes for j in jobs) / n,
     }
+    if schedule.utilisation > 1.0:
+        skipped.append(f"{config.trace}: warning: utilisation {100.0 * schedule.utilisation:.2f} "
+                       f"% passes 100 %: the jobs need more than the {workload.system_nodes:,} "
+                       "node(s) modelled (give the machine's size: --system-nodes)")
     rows = []
     at_risk = []
     variants = list(replications) or [config]

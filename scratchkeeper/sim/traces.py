@@ -117,6 +117,8 @@ class ReadReport:
     records: int = 0
     skipped: Counter = field(default_factory=Counter)
     first_errors: list[str] = field(default_factory=list)
+    #: what the reader did besides skipping (heterogeneous components merged), for the user
+    notes: list[str] = field(default_factory=list)
 
     @property
     def skipped_total(self) -> int:
@@ -638,8 +640,10 @@ def _csv_rows(reader, report: ReadReport, strict: bool, name: str):
 
 
 def iter_records(report: ReadReport) -> Iterator[str]:
-    """Lines describing what was skipped, for the CLI to print: the count of skipped lines by
-    reason, then the first of them (``FILE:LINE: ...``)."""
+    """Lines describing what was read, for the CLI to print: the reader's notes, the count of
+    skipped lines by reason, then the first of them (``FILE:LINE: ...``)."""
+    for note in report.notes:
+        yield f"{report.path}: {note}"
     if not report.skipped_total:
         return
     reasons = ", ".join(f"{count} {reason}" for reason, count in sorted(report.skipped.items()))

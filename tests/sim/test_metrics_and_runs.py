@@ -206,7 +206,7 @@ def test_a_replay_reports_progress_for_every_phase_each_ending_at_its_total(monk
                 for s in ("fcfs", "dispatch-aware")]
     run_replay(base, variants, progress=lambda phase, done, total:
                seen.setdefault(phase, []).append((done, total)))
-    assert list(seen) == ["reading trace", "reading failures", "scheduling",
+    assert list(seen) == ["reading trace", "building workload", "reading failures", "scheduling",
                           "replication fcfs alpha=0.5", "replication dispatch-aware alpha=0.5"]
     for phase, calls in seen.items():
         dones = [done for done, _ in calls]

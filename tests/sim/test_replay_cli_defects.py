@@ -64,10 +64,12 @@ def test_an_swf_without_extension_is_read_as_swf(tmp_path, capsys):
 def test_a_sites_slurm_and_torque_history_replay(tmp_path, capsys):
     rows = tmp_path / "rows.csv"
     assert main(["replay", str(HERE / "sacct-parsable2.txt"), "--schedule", "recorded",
-                 "--strategy", "fcfs", "--no-progress", "--csv", str(rows)]) == 0
+                 "--system-nodes", "32", "--strategy", "fcfs", "--no-progress",
+                 "--csv", str(rows)]) == 0
     assert "jobs 27  system nodes 32" in capsys.readouterr().out
     assert _rows(rows)[0]["policy"] == "ideal" and _rows(rows)[0]["at_risk_pct"] != ""
-    assert main(["replay", str(HERE / "torque-accounting.log"), "--no-progress"]) == 0
+    assert main(["replay", str(HERE / "torque-accounting.log"), "--system-nodes", "8",
+                 "--no-progress"]) == 0
     assert "jobs 7  system nodes 8" in capsys.readouterr().out
 
 
