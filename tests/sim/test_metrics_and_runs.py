@@ -196,8 +196,10 @@ def test_a_period_of_the_trace_is_replayed_from_its_own_start(tmp_path):
 
 
 def test_a_replay_reports_progress_for_every_phase_each_ending_at_its_total(monkeypatch):
-    from scratchkeeper.sim import replication, traces
+    from scratchkeeper.sim import replication, run, traces
 
+    monkeypatch.setattr(run, "_last_read", {})       # read here, not kept from another test
+    monkeypatch.setattr(run, "_last_columns", {})
     monkeypatch.setattr(traces, "PROGRESS_LINES", 256)
     monkeypatch.setattr(replication, "PROGRESS_EVENTS", 512)
     seen: dict[str, list[tuple[int, int]]] = {}

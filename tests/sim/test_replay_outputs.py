@@ -121,22 +121,37 @@ def test_a_plain_file_named_gz_is_read_as_the_text_it_is(tmp_path, capsys):
     assert "jobs 200  system nodes 8,192" in capsys.readouterr().out
 
 
-def test_progress_goes_on_while_the_workload_is_built():
+@pytest.fixture
+def nothing_kept(monkeypatch):
+    """No trace or workload kept from an earlier test: each phase reports on the way."""
+    from scratchkeeper.sim import run
+    monkeypatch.setattr(run, "_last_read", {})
+    monkeypatch.setattr(run, "_last_columns", {})
+
+
+@pytest.mark.parametrize("core", ["native", "python"])
+def test_progress_goes_on_while_the_workload_is_built(nothing_kept, core):
+    from scratchkeeper.sim.scheduler import using_core
     phases: dict[str, list] = {}
-    run_replay(ReplayConfig(trace=RICC_EXCERPT),
-               progress=lambda phase, done, total: phases.setdefault(phase, []).append(
-                   (done, total)))
+    with using_core(core):
+        run_replay(ReplayConfig(trace=RICC_EXCERPT),
+                   progress=lambda phase, done, total: phases.setdefault(phase, []).append(
+                       (done, total)))
     assert list(phases)[:3] == ["reading trace", "building workload", "scheduling"]
     built = phases["building workload"]
     assert built[0] == (0, 5000) and built[-1] == (5000, 5000) and len(built) >= 2
 
 
-def test_building_progress_is_reported_more_than_once_on_a_long_trace(monkeypatch):
+@pytest.mark.parametrize("core", ["native", "python"])
+def test_building_progress_is_reported_more_than_once_on_a_long_trace(monkeypatch, nothing_kept,
+                                                                      core):
     from scratchkeeper.sim import workload
+    from scratchkeeper.sim.scheduler import using_core
     monkeypatch.setattr(workload, "PROGRESS_JOBS", 1000)
     calls: list = []
-    run_replay(ReplayConfig(trace=RICC_EXCERPT),
-               progress=lambda phase, done, total: calls.append(done)
-               if phase == "building workload" else None)
+    with using_core(core):
+        run_replay(ReplayConfig(trace=RICC_EXCERPT),
+                   progress=lambda phase, done, total: calls.append(done)
+                   if phase == "building workload" else None)
     assert calls == [0, 1000, 2000, 3000, 4000, 5000]
 
