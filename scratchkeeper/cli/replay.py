@@ -318,10 +318,17 @@ def _core_of(option: str | None) -> str:
 
 def check_output_file(path: str) -> None:
     """One clear line, before any work, when ``path`` cannot be written: its folder is missing,
-    is not a folder or is not writable, or the path is a folder itself."""
-    folder = os.path.dirname(os.path.abspath(path))
+    is not a folder or is not writable (a regular file is replaced from a temporary one made
+    there), the path is a folder itself, or a device or FIFO it names is not writable."""
     if os.path.isdir(path):
         raise InputError("cannot write results here: it is a folder", path=path)
+    if os.path.exists(path) and not os.path.isfile(path):
+        # a device, a FIFO, /dev/stdout: written in place, its folder is not written
+        if not os.access(path, os.W_OK):
+            raise InputError("cannot write results: permission denied", path=path)
+        return
+    # a regular file is replaced from a temporary file beside its target (a link's too)
+    folder = os.path.dirname(os.path.realpath(path))
     if not os.path.isdir(folder):
         raise InputError(f"cannot write results: no folder {folder}", path=path)
     if not os.access(folder, os.W_OK | os.X_OK) or \

@@ -155,3 +155,20 @@ def test_building_progress_is_reported_more_than_once_on_a_long_trace(monkeypatc
                    if phase == "building workload" else None)
     assert calls == [0, 1000, 2000, 3000, 4000, 5000]
 
+
+
+def test_a_device_is_checked_for_itself_not_for_its_folder(monkeypatch, tmp_path):
+    from scratchkeeper.cli import replay
+    from scratchkeeper.errors import InputError
+    real_access = os.access
+    # as a user who cannot write /dev (the tests run as root, who can)
+    monkeypatch.setattr(replay.os, "access", lambda path, mode: path != "/dev"
+                        and real_access(path, mode))
+    replay.check_output_file("/dev/null")
+    replay.check_output_file("/dev/stdout")
+    with pytest.raises(InputError, match="permission denied"):
+        replay.check_output_file("/dev/new-results.csv")
+    link = tmp_path / "rows.csv"
+    link.symlink_to("/dev/rows.csv")      # a link to a regular file's name in /dev
+    with pytest.raises(InputError, match="permission denied"):
+        replay.check_output_file(str(link))
