@@ -358,8 +358,11 @@ def _columns_once(config: ReplayConfig, progress: Callable[[int, int], None] | N
     if swf is None:
         return None
     header_nodes, nodes = _swf_machine(swf.header, config.procs_per_node)
+    columns = trace_columns.swf_trace_columns(swf)
+    # the fields no job uses are not kept (a sweep worker holds what is kept between tasks)
+    swf.columns = {"job_id": swf.columns["job_id"]}
     _last_columns.clear()
-    _last_columns[key] = (trace_columns.swf_trace_columns(swf), header_nodes, nodes, swf)
+    _last_columns[key] = (columns, header_nodes, nodes, swf)
     return _last_columns[key]
 
 
