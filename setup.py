@@ -39,8 +39,9 @@ _SIM_NATIVE = "scratchkeeper/sim/native"
 sim_native = Extension(
     "scratchkeeper.sim._native",
     sources=[f"{_SIM_NATIVE}/{name}.c"
-             for name in ("schedule", "replication", "py_jobs", "_native")],
-    depends=[f"{_SIM_NATIVE}/{name}.h" for name in ("schedule", "replication", "py_jobs")],
+             for name in ("schedule", "replication", "py_jobs", "workload", "_native")],
+    depends=[f"{_SIM_NATIVE}/{name}.h"
+             for name in ("schedule", "replication", "py_jobs", "workload")],
     include_dirs=[_SIM_NATIVE],
     # -ffp-contract=off: every time and byte sum rounds as in scratchkeeper/sim/scheduler.py and
     # replication.py, so the C cores and the Python model give bit-identical schedules

@@ -25,8 +25,11 @@ docs/benchmarks/replay_speed/report{,-quick}.md; --quick uses the shipped 5,000-
 from __future__ import annotations
 
 import argparse
+import csv
+import hashlib
 import json
 import math
+import os
 import shutil
 import sys
 import time
@@ -200,13 +203,69 @@ def sweeps(sweep_files: list[Path], work: Path, workers: int) -> dict:
     return row
 
 
+#: the whole replay of issue 41: every recovery policy, every strategy, through the CLI
+CLI_POLICIES = ("ideal", "none", "pre-execution", "on-the-fly")
+CLI_STRATEGIES = ("fcfs", "shortcut", "dispatch-aware")
+GOAL_CLI_RATIO = 10.0
+
+
+def whole_replay(trace: Path, failures: Path, work: Path, jobs_csv: bool) -> dict:
+    """Part 5: ``scratchkeeper replay`` of 4 policies x 3 strategies, ``--core c`` and
+    ``--core python`` one after the other in this run, each a fresh process (trace reading and
+    workload building included): wall and CPU seconds, their ratio, and whether the result
+    rows (and with ``jobs_csv`` the per-job CSVs, written by the same Python code on both
+    cores) are identical."""
+    row: dict = {"policies": len(CLI_POLICIES), "strategies": len(CLI_STRATEGIES),
+                 "jobs_csv": jobs_csv, "load_before": harness.load_average()}
+    outputs = {}
+    for core in ("c", "python"):
+        jobs, rows = work / f"jobs-{core}.csv", work / f"rows-{core}.csv"
+        before = os.times()
+        seconds, _ = _timed(lambda: run(
+            [sys.executable, "-m", "scratchkeeper", "replay", str(trace), "--failures",
+             str(failures), "--policy", *CLI_POLICIES, "--strategy", *CLI_STRATEGIES,
+             "--no-progress", "--core", core, "--csv", str(rows),
+             *(["--jobs-csv", str(jobs)] if jobs_csv else [])],
+            timeout=3600, mutating=False, cwd=str(harness.REPO)))
+        after = os.times()
+        row[f"{core}_s"] = seconds
+        row[f"{core}_cpu_s"] = (after.children_user + after.children_system
+                                - before.children_user - before.children_system)
+        digest = hashlib.md5(jobs.read_bytes()).hexdigest() if jobs_csv else ""
+        outputs[core] = (digest, _rows_without_seconds(rows))
+        row[f"{core}_jobs_csv_md5"] = digest
+        if jobs_csv:
+            row["jobs_csv_bytes"] = jobs.stat().st_size
+            jobs.unlink()
+        print(f"  replay --core {core}: {seconds:.1f} s wall, {row[f'{core}_cpu_s']:.1f} s CPU",
+              flush=True)
+    row["ratio"] = row["python_s"] / row["c_s"]
+    row["cpu_ratio"] = row["python_cpu_s"] / row["c_cpu_s"]
+    row["identical"] = outputs["c"] == outputs["python"]
+    row["load_after"] = harness.load_average()
+    print(f"  whole replay: {row['ratio']:.1f}x, identical {row['identical']}", flush=True)
+    return row
+
+
+def _rows_without_seconds(path: Path) -> list[dict]:
+    """The result rows, but for the column of seconds each run took."""
+    with path.open(newline="") as stream:
+        return [{k: v for k, v in r.items() if k != "seconds"} for r in csv.DictReader(stream)]
+
+
 def report(results: dict, quick: bool) -> str:
-    lines = [f"# Replay speed: C cores against the Python model (issue 34){' (quick)' if quick else ''}",
+    lines: list[str] = [
+        f"# Replay speed: C cores against the Python model (issues 34, 41){' (quick)' if quick else ''}",
              "", f"{results['date']}, {results['machine']}; trace {results['trace']}.",
              f"Load average (1, 5, 15 min) at the start {results['load_start']}, at the end "
              f"{results['load_end']}: {results['others']}", "",
-             "    " + results["command"], "",
-             "## 1. Scheduling core (`simulate`, each core on fresh jobs)", "",
+             "    " + results["command"], ""]
+    for key in ("whole_replay", "whole_replay_jobs_csv"):
+        if key in results:
+            lines += _whole_replay_lines(results[key])
+    if "scheduling" not in results:
+        return "\n".join(lines) + "\n"
+    lines += ["## 1. Scheduling core (`simulate`, each core on fresh jobs)", "",
              "| case | jobs | failures | Python s | C s | ratio | bit-identical |",
              "|---|---:|---:|---:|---:|---:|---|"]
     for r in results["scheduling"]:
@@ -243,6 +302,28 @@ def report(results: dict, quick: bool) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _whole_replay_lines(r: dict) -> list[str]:
+    if r["jobs_csv"]:
+        title = "with `--jobs-csv` (the per-job CSVs compared)"
+        same = f"Per-job CSV ({r['jobs_csv_bytes']:,} bytes) and result rows identical"
+        goal = ("the per-job CSV is written by the same Python code on both cores, so its "
+                "seconds are added to each")
+    else:
+        title = "the result rows only (the issue's measure)"
+        same = "Result rows identical (but for each run's seconds)"
+        goal = (f"goal >= {GOAL_CLI_RATIO:.0f}x: "
+                f"{'met' if r['ratio'] >= GOAL_CLI_RATIO else 'MISSED'}")
+    return [f"## 5. The whole replay through the CLI, {r['policies']} policies x "
+            f"{r['strategies']} strategies with failures, {title}", "",
+            "| core | wall s | CPU s | --jobs-csv md5 |", "|---|---:|---:|---|",
+            f"| python (reference reader, builder and cores) | {r['python_s']:.1f} | "
+            f"{r['python_cpu_s']:.1f} | {r['python_jobs_csv_md5'] or '-'} |",
+            f"| c | {r['c_s']:.1f} | {r['c_cpu_s']:.1f} | {r['c_jobs_csv_md5'] or '-'} |", "",
+            f"Ratio {r['ratio']:.1f}x wall, {r['cpu_ratio']:.1f}x CPU; {goal}. {same}: "
+            f"{r['identical']}. Load average before {r['load_before']}, after "
+            f"{r['load_after']}.", ""]
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.replay_speed",
                                      description=__doc__.split("\n")[0])
@@ -251,6 +332,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workers", type=int, default=2, help="sweep processes (default 2)")
     parser.add_argument("--shipped", action="store_true",
                         help="also time the shipped sweep files as they are (every seed)")
+    parser.add_argument("--whole-replay-only", action="store_true",
+                        help="only part 5, the whole replay through the CLI on both cores "
+                             "(report-whole{,-quick}.md)")
     parser.add_argument("--others", default="not said",
                         help="what else ran on the machine meanwhile, for the report")
     args = parser.parse_args(argv)
@@ -262,12 +346,29 @@ def main(argv: list[str] | None = None) -> int:
     results: dict = {"date": harness.utc_now(), "machine": harness.machine(),
                      "trace": trace.name, "load_start": harness.load_average(),
                      "others": args.others, "command": command}
+    if args.whole_replay_only:
+        command += " --whole-replay-only"
+        results["command"] = command
+        with harness.work_folder(NAME, "sk-replay-speed-") as work:
+            print("the whole replay through the CLI, both cores", flush=True)
+            results["whole_replay"] = whole_replay(trace, failures, work, False)
+            print("the same with --jobs-csv", flush=True)
+            results["whole_replay_jobs_csv"] = whole_replay(trace, failures, work, True)
+        results["load_end"] = harness.load_average()
+        tail = "-whole" + harness.suffix(quick)
+        harness.write_json(harness.results_dir(NAME) / f"results{tail}.json", results)
+        path = harness.report_dir(NAME) / f"report{tail}.md"
+        path.write_text(report(results, quick))
+        print(f"wrote {path}")
+        return 0
     print("scheduling core", flush=True)
     results["scheduling"], easy = scheduling(trace, failures)
     print("replication analysis", flush=True)
     results["replication"] = replication(easy)
     del easy
     with harness.work_folder(NAME, "sk-replay-speed-") as work:
+        print("the whole replay through the CLI, both cores", flush=True)
+        results["whole_replay"] = whole_replay(trace, failures, work, False)
         print("one task of each sweep, both cores", flush=True)
         results["tasks"] = tasks(work, trace)
         sweep_files = [write_sweep(_grid_without_seeds(path, trace), work / path.name)

@@ -7,7 +7,10 @@ import csv
 import dataclasses
 import math
 import os
+import re
+import stat
 import sys
+import tempfile
 import time
 
 from ..config import slurm_time_seconds
@@ -103,7 +106,9 @@ def _register_replay(subparsers) -> None:
         description="Replay a job trace through FCFS/EASY scheduling with OST failures, "
                     "recovery policies and temporal replication (the thesis, §4.7).")
     replay.add_argument("trace", help="job trace: SWF (the Parallel Workloads Archive's "
-                        "format), Slurm sacct --parsable2 output, a PBS/Torque accounting log, "
+                        "format), Slurm sacct output (TZ=UTC sacct -a -X -P -o JobID,Submit,"
+                        "Start,End,Elapsed,Timelimit,NNodes,NCPUS,State), a PBS/Torque "
+                        "accounting log, "
                         "a LANL job log or a site CSV; .gz/.xz/.bz2 are read as they are")
     replay.add_argument("--format", dest="trace_format", default="auto", choices=TRACE_FORMATS,
                         help="the trace's format (default auto: told from its first lines, "
@@ -143,8 +148,10 @@ def _register_replay(subparsers) -> None:
                         help="processors of one scheduling node (1: schedule processors, or "
                              "nodes for a sacct trace read with NNodes only)")
     replay.add_argument("--system-nodes", type=int, default=0,
-                        help="nodes of the system (default: trace header MaxProcs / procs per "
-                             "node, else the largest job)")
+                        help="nodes of the system (default: SWF header MaxProcs / procs per "
+                             "node; a sacct or PBS history: the machine described by "
+                             "TRACE.sinfo (sinfo -N -h -o '%%N %%c') or TRACE.pbsnodes "
+                             "(pbsnodes -a) beside it, required without; else the largest job)")
     replay.add_argument("--patch-bandwidth", type=parse_size, default=100e6,
                         help="bytes/s of patching a lost stripe from the source (default 1e8; "
                              "K/M/G/T suffixes are binary)")
@@ -162,9 +169,15 @@ def _register_replay(subparsers) -> None:
                         help="also write the result rows to this CSV (settings that do not act "
                              "on a row are blank)")
     replay.add_argument("--jobs-csv", metavar="FILE",
-                        help="also write one row per job and policy (and replication variant): "
-                             "job_id, submit, start, end, wait, affected, kills (seconds from "
-                             "the first submission), and at_risk under the variant")
+                        help="also write the jobs in long form: a row per job and policy "
+                             "(job_id, nodes, submit, run_time, limit, first_start, start, end, "
+                             "wait, recorded_wait, affected, kills; seconds from the first "
+                             "submission), and a row per job and replication variant with its "
+                             "at_risk only. A regular FILE is replaced when the replay is done; "
+                             "a device or FIFO (/dev/stdout) is written in place")
+    replay.add_argument("--core", choices=("c", "python"), default=None,
+                        help="the scheduler and replication cores: c (default when built) or "
+                             "python (the reference model, same per-job output, slower)")
     replay.add_argument("--progress", dest="progress", action="store_true", default=None,
                         help="progress bar even when stderr is not a terminal")
     replay.add_argument("--no-progress", dest="progress", action="store_false",
@@ -209,7 +222,7 @@ class ProgressBar:
     """Progress of a replay on stderr, phase by phase (reading the traces, scheduling, each
     replication pass): one line redrawn at most ten times a second, ended at each phase's end."""
 
-    UNITS = {"reading trace": "bytes", "scheduling": "jobs"}
+    UNITS = {"reading trace": "bytes", "building workload": "jobs", "scheduling": "jobs"}
 
     def __init__(self, label: str, enabled: bool):
         self.label = label
@@ -242,6 +255,7 @@ class ProgressBar:
 def _replay(args) -> int:
     from ..sim.metrics import filtered_wait_stats
     from ..sim.run import ReplayConfig
+    from ..sim.scheduler import using_core
 
     config = site_config(args)
     alphas = args.alpha or [config.replication.alpha]
@@ -275,8 +289,9 @@ def _replay(args) -> int:
               "is the one run without failure, labelled ideal", file=sys.stderr)
     jobs_csv = JobsCsv(args.jobs_csv) if args.jobs_csv else None
     try:
-        table, waits_by_policy = _replay_policies(args, base, policies, alphas, thresholds,
-                                                  show_progress, jobs_csv)
+        with using_core(_core_of(args.core)):
+            table, waits_by_policy = _replay_policies(args, base, policies, alphas,
+                                                      thresholds, show_progress, jobs_csv)
         if jobs_csv is not None:
             jobs_csv.commit()
     finally:
@@ -293,12 +308,27 @@ def _replay(args) -> int:
     return 0
 
 
+def _core_of(option: str | None) -> str:
+    """The scheduler module's name of ``--core`` (``c`` is its ``native``)."""
+    from ..sim.scheduler import default_core
+    if option is None:
+        return default_core()
+    return "native" if option == "c" else option
+
+
 def check_output_file(path: str) -> None:
     """One clear line, before any work, when ``path`` cannot be written: its folder is missing,
-    is not a folder or is not writable, or the path is a folder itself."""
-    folder = os.path.dirname(os.path.abspath(path))
+    is not a folder or is not writable (a regular file is replaced from a temporary one made
+    there), the path is a folder itself, or a device or FIFO it names is not writable."""
     if os.path.isdir(path):
         raise InputError("cannot write results here: it is a folder", path=path)
+    if os.path.exists(path) and not os.path.isfile(path):
+        # a device, a FIFO, /dev/stdout: written in place, its folder is not written
+        if not os.access(path, os.W_OK):
+            raise InputError("cannot write results: permission denied", path=path)
+        return
+    # a regular file is replaced from a temporary file beside its target (a link's too)
+    folder = os.path.dirname(os.path.realpath(path))
     if not os.path.isdir(folder):
         raise InputError(f"cannot write results: no folder {folder}", path=path)
     if not os.access(folder, os.W_OK | os.X_OK) or \
@@ -306,46 +336,126 @@ def check_output_file(path: str) -> None:
         raise InputError("cannot write results: permission denied", path=path)
 
 
-class JobsCsv:
-    """``--jobs-csv``: one row per job and policy (and replication variant, when ``--strategy``
-    gives some: ``at_risk`` says whether the job's input was replicated in time under it),
-    written as each policy's replay ends under a temporary name, renamed by :meth:`commit` (a
-    failed replay leaves no half file)."""
+class OutputFile:
+    """A results file written so that a failed replay leaves nothing half-done where it can.
 
-    FIELDS = ("policy", "strategy", "alpha", "threshold", "job_id", "submit", "start", "end",
-              "wait", "affected", "kills", "at_risk")
+    A regular file (or a new name) is written under a temporary name in the same folder and
+    renamed over it by :meth:`commit`, atomically, keeping the replaced file's mode; a symbolic
+    link to a regular file keeps the link, its target is replaced. Anything else (a device such
+    as ``/dev/stdout``, a FIFO, a link to one) is written in place and never replaced: renaming
+    a file over ``/dev/stdout`` would put a regular file where the device was."""
 
     def __init__(self, path: str):
         self.path = path
-        self.stream = open(path + ".tmp", "w", newline="")
-        self.writer = csv.writer(self.stream)
-        self.writer.writerow(self.FIELDS)
-        self.committed = False
-
-    def write(self, policy: str, jobs, at_risk=()) -> None:
-        """The jobs of one policy's replay; ``at_risk``: (variant, flags) per replication
-        variant, each job's row repeated per variant (blank strategy and at_risk without)."""
-        variants = list(at_risk) or [(None, None)]
-        for variant, flags in variants:
-            setting = ("", "", "") if variant is None else (
-                variant.strategy, repr(variant.alpha),
-                repr(variant.threshold) if variant.strategy == "shortcut" else "")
-            for n, job in enumerate(jobs):
-                self.writer.writerow((policy, *setting, job.job_id, repr(job.submit),
-                                      repr(job.start), repr(job.end),
-                                      repr(job.start - job.submit), int(job.affected),
-                                      job.kills, "" if flags is None else flags[n]))
-        self.stream.flush()
+        try:
+            # by the path itself, links followed: /dev/stdout's target may be a pipe, which
+            # has no name to resolve
+            existing: int | None = os.stat(path).st_mode
+        except FileNotFoundError:
+            existing = None
+        self.temporary: str | None = None
+        descriptor = _descriptor_named(path)
+        if descriptor is not None:
+            # /dev/stdout, /dev/fd/N: the process's own descriptor, sharing its offset (a new
+            # open of a redirected stdout would truncate the file and write over the table)
+            sys.stdout.flush()
+            self.stream = os.fdopen(os.dup(descriptor), "w", newline="")
+            return
+        if existing is not None and not stat.S_ISREG(existing):
+            self.stream = open(path, "w", newline="")
+            return
+        self.target = os.path.realpath(path)
+        folder, name = os.path.split(self.target)
+        descriptor, self.temporary = tempfile.mkstemp(prefix=f".{name}.", suffix=".tmp",
+                                                      dir=folder)
+        self.mode = stat.S_IMODE(existing) if existing is not None else 0o666 & ~_umask()
+        self.stream = os.fdopen(descriptor, "w", newline="")
 
     def commit(self) -> None:
+        """The file complete: the temporary one renamed over the path's (regular) file."""
         self.stream.close()
-        os.replace(self.path + ".tmp", self.path)
-        self.committed = True
+        if self.temporary is not None:
+            os.chmod(self.temporary, self.mode)
+            os.replace(self.temporary, self.target)
+            self.temporary = None
+
+    def discard(self) -> None:
+        """Nothing written stays (the temporary file), unless :meth:`commit` came first."""
+        self.stream.close()
+        if self.temporary is not None:
+            os.unlink(self.temporary)
+            self.temporary = None
+
+
+_STANDARD_STREAMS = {"/dev/stdin": 0, "/dev/stdout": 1, "/dev/stderr": 2}
+_DESCRIPTOR_NAME = re.compile(r"/(?:dev/fd|proc/self/fd)/(\d+)")
+
+
+def _descriptor_named(path: str) -> int | None:
+    """The open descriptor ``path`` names (``/dev/stdout``, ``/dev/fd/3``, a link to one), if
+    it names one."""
+    name = os.path.abspath(path)
+    for _ in range(40):         # the kernel's own limit of links followed
+        if name in _STANDARD_STREAMS:
+            return _STANDARD_STREAMS[name]
+        match = _DESCRIPTOR_NAME.fullmatch(name)
+        if match:
+            return int(match.group(1))
+        if not os.path.islink(name):
+            return None
+        name = os.path.normpath(os.path.join(os.path.dirname(name), os.readlink(name)))
+    return None
+
+
+def _umask() -> int:
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+class JobsCsv:
+    """``--jobs-csv``: long form, each job's fields once per policy, each replication variant's
+    verdict in rows of its own.
+
+    A row without ``strategy`` is a job under ``policy``: its processors' scheduling ``nodes``,
+    ``submit``, ``run_time`` (cut at the limit), ``limit``, ``first_start`` (its first dispatch,
+    before any kill), ``start`` and ``end`` (its last run), ``wait`` (last start - submit),
+    ``recorded_wait`` (the trace's, -1 when unknown), ``affected``, ``kills``; times in seconds
+    from the first submission. A row with ``strategy`` (and ``alpha``, ``threshold`` for
+    shortcut) gives only ``job_id`` and ``at_risk`` (1: the job's replica was not ready at its
+    first dispatch) under that variant; the job's other cells are blank, not repeated."""
+
+    FIELDS = ("policy", "strategy", "alpha", "threshold", "job_id", "nodes", "submit",
+              "run_time", "limit", "first_start", "start", "end", "wait", "recorded_wait",
+              "affected", "kills", "at_risk")
+
+    def __init__(self, path: str):
+        self.output = OutputFile(path)
+        self.writer = csv.writer(self.output.stream)
+        self.writer.writerow(self.FIELDS)
+
+    def write(self, policy: str, jobs, at_risk=()) -> None:
+        """The jobs of one policy's replay, then ``at_risk``: (variant, flags) per replication
+        variant, flags in the jobs' order."""
+        for job in jobs:
+            self.writer.writerow((policy, "", "", "", job.job_id, job.nodes, repr(job.submit),
+                                  repr(job.run_time), repr(job.limit), repr(job.first_start),
+                                  repr(job.start), repr(job.end), repr(job.start - job.submit),
+                                  repr(float(job.recorded_wait)), int(job.affected), job.kills,
+                                  ""))
+        blank = ("",) * 11
+        for variant, flags in at_risk:
+            threshold = repr(variant.threshold) if variant.strategy == "shortcut" else ""
+            setting = (policy, variant.strategy, repr(variant.alpha), threshold)
+            for job, flag in zip(jobs, flags):
+                self.writer.writerow((*setting, job.job_id, *blank, flag))
+        self.output.stream.flush()
+
+    def commit(self) -> None:
+        self.output.commit()
 
     def close(self) -> None:
-        if not self.committed:
-            self.stream.close()
-            os.unlink(self.path + ".tmp")
+        self.output.discard()
 
 
 def _replay_policies(args, base: dict, policies: list[str], alphas, thresholds,
@@ -422,13 +532,17 @@ def _print_table(rows) -> None:
 def _write_csv(path: str, rows) -> None:
     from ..sim.run import applicable_settings
     from ..sim.sweep import RESULT_FIELDS, _cell
-    with open(path, "w", newline="") as stream:
-        writer = csv.DictWriter(stream, fieldnames=RESULT_FIELDS + ["seconds"],
+    output = OutputFile(path)
+    try:
+        writer = csv.DictWriter(output.stream, fieldnames=RESULT_FIELDS + ["seconds"],
                                 extrasaction="ignore")
         writer.writeheader()
         for row in rows:
             values = applicable_settings(dict(dataclasses.asdict(row.config), **row.values))
             writer.writerow({k: _cell(v) for k, v in values.items()})
+        output.commit()
+    finally:
+        output.discard()
 
 
 def _sweep(args) -> int:

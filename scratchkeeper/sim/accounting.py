@@ -6,7 +6,7 @@ line accounting as the SWF reader (:class:`~scratchkeeper.sim.traces.ReadReport`
 is not a finished job is counted under its reason (``job step``, ``never started``, ...), a
 corrupt one raises :class:`TraceError` naming file and line with ``strict``.
 
-Slurm, ``sacct -a -X -P -o JobID,Submit,Start,End,Elapsed,Timelimit,NNodes,NCPUS,State``
+Slurm, ``TZ=UTC sacct -a -X -P -S START -E END -o JobID,Submit,Start,End,Elapsed,...`` (:data:`SACCT_COMMAND`)
     A header line names the fields, ``|`` between them (``--parsable2``; ``--parsable`` adds a
     trailing ``|``, also read). Needed: ``JobID``, ``Submit``, ``Start``, ``End`` and one of
     ``NCPUS``/``AllocCPUS`` (processors) or ``NNodes`` (nodes, for ``--procs-per-node 1``);
@@ -17,14 +17,18 @@ Slurm, ``sacct -a -X -P -o JobID,Submit,Start,End,Elapsed,Timelimit,NNodes,NCPUS
     ``UNLIMITED``, ``Partition_Limit`` and ``INVALID`` are an unknown limit (the job's run time
     is its limit). Job steps (``123.batch``, ``123.0``, present without ``-X``) and jobs that
     never started (``Start`` ``None``/``Unknown``, e.g. cancelled while pending) or have not
-    ended (``End`` ``Unknown``) are skipped and counted.
+    ended (``End`` ``Unknown``) are skipped and counted. The components of a heterogeneous job
+    (``123+0``, ``123+1``) are one job ``123``: the processors summed, from the first
+    submission and start to the last end, the longest limit (unknown if one is).
 PBS/Torque, ``server_priv/accounting/YYYYMMDD``
     ``MM/DD/YYYY HH:MM:SS;E;JOBID;key=value ...``: only the ``E`` (exit) records are jobs;
     ``Q``, ``S``, ``D``, ``A``... records are counted as ``not an exit record``. Times are the
     record's ``qtime`` (else ``ctime``), ``start`` and ``end`` (Unix seconds, as Torque writes
     them); the limit is ``Resource_List.walltime`` (``HH:MM:SS`` or seconds); processors are
     ``total_execution_slots``, else counted from ``exec_host`` (``n1/0-3+n2/0`` is 5), else
-    ``Resource_List.ncpus``, else ``Resource_List.nodect``. An exit record without a ``start``
+    ``Resource_List.nodes`` with ``ppn`` (``2:ppn=8`` is 16, ``2:ppn=8+n7:ppn=4`` 20), else
+    ``Resource_List.ncpus``, else ``Resource_List.nodes`` as a count, else
+    ``Resource_List.nodect``. An exit record without a ``start``
     (a job deleted while queued) is ``never started``. A ``YYYYMMDD:`` prefix, as ``grep``
     over the daily files writes it, is allowed.
 
@@ -43,6 +47,10 @@ from ..config import slurm_time_seconds
 from ..errors import TraceError
 from .traces import VALUE_LIMIT, ReadReport, fail_or_skip, open_text, read_lines
 
+#: The history the Slurm reader expects, every job of every user (``-a``), one line a job
+#: (``-X``: no steps), dates in UTC (``TZ=UTC``: no daylight-saving shift).
+SACCT_COMMAND = ("TZ=UTC sacct -a -X -P -S START -E END "
+                 "-o JobID,Submit,Start,End,Elapsed,Timelimit,NNodes,NCPUS,State")
 #: Formats :func:`sniff_format` tells apart.
 SNIFFED = ("swf", "sacct", "pbs", "site-csv", "lanl-jobs")
 #: Lines :func:`sniff_format` looks at before giving up.
@@ -95,9 +103,8 @@ def _sacct_columns(header: list[str], name: str) -> dict[str, int]:
     if not any(p in columns for p in _SACCT_PROCS):
         missing.append("NCPUS or NNodes")
     if missing:
-        raise TraceError(f"sacct header lacks field(s) {', '.join(missing)} (run sacct -P -o "
-                         "JobID,Submit,Start,End,Elapsed,Timelimit,NNodes,NCPUS,State)",
-                         path=name, line=1)
+        raise TraceError(f"sacct header lacks field(s) {', '.join(missing)} (run "
+                         f"{SACCT_COMMAND})", path=name, line=1)
     return columns
 
 
@@ -170,8 +177,51 @@ def read_sacct(path: str | os.PathLike, *, strict: bool = True,
             report.records += 1
     if col is None:
         raise TraceError("empty sacct output (no header line)", path=name, line=1)
+    jobs = merge_heterogeneous(jobs, report)
     jobs.sort(key=lambda j: j.submit_time)
     return jobs, report
+
+
+#: a heterogeneous job's component: ``123+0`` (an array task's component ``123_4+1`` too)
+_HET_COMPONENT = re.compile(r"(.+)\+(\d+)")
+
+
+def merge_heterogeneous(jobs: list[AccountingJob], report: ReadReport) -> list[AccountingJob]:
+    """Each heterogeneous job's components (``123+0``, ``123+1``, one sacct line each) as one
+    job ``123``: Slurm starts them together, so the scheduler model places them together.
+    Processors are summed; submit and start are the earliest, end the latest (run time end -
+    start); the limit is the longest, unknown when one component's is. The count of merged
+    lines goes to the report's notes."""
+    groups: dict[str, list[AccountingJob]] = {}
+    out: list[AccountingJob | str] = []
+    for job in jobs:
+        match = _HET_COMPONENT.fullmatch(job.job_id)
+        if match is None:
+            out.append(job)
+            continue
+        base = match.group(1)
+        if base not in groups:
+            groups[base] = []
+            out.append(base)        # the merged job takes its first component's place
+        groups[base].append(job)
+    if not groups:
+        return jobs
+    merged: list[AccountingJob] = []
+    for item in out:
+        if isinstance(item, AccountingJob):
+            merged.append(item)
+            continue
+        parts = groups[item]
+        start, end = min(p.start_time for p in parts), max(p.end_time for p in parts)
+        limits = [p.requested_time for p in parts]
+        merged.append(AccountingJob(item, min(p.submit_time for p in parts), start, end,
+                                    end - start, sum(p.procs for p in parts),
+                                    -1.0 if min(limits) < 0 else max(limits)))
+    components = sum(len(parts) for parts in groups.values())
+    report.records -= components - len(groups)
+    report.notes.append(f"{components:,} heterogeneous job component(s) (JOBID+N) read as "
+                        f"{len(groups):,} job(s)")
+    return merged
 
 
 # ---------------------------------------------------------------------------------------------
@@ -222,17 +272,51 @@ def _pbs_count(fields: dict[str, str], key: str) -> int:
     return int(text)
 
 
+def nodes_spec_processors(text: str) -> int:
+    """Processors of a Torque ``Resource_List.nodes`` request: ``2:ppn=8`` is 16,
+    ``n1:ppn=4+2:ppn=2`` 8 (a host name is one node), ``3`` 3, ``2:gpus=1`` 2."""
+    total = 0
+    for part in text.split("+"):
+        first, *properties = part.split(":")
+        if first.isascii() and first.isdigit():
+            count = int(first)
+        elif first and first[0].isalpha():
+            count = 1                       # a named host
+        else:
+            raise ValueError(f"Resource_List.nodes {text[:40]!r} is not N[:ppn=M][+...]")
+        per_node = 1
+        for prop in properties:
+            key, equals, value = prop.partition("=")
+            if key == "ppn":
+                if not (equals and value.isascii() and value.isdigit() and int(value) > 0):
+                    raise ValueError(f"Resource_List.nodes {text[:40]!r}: ppn={value!r} is not "
+                                     "a count >= 1")
+                per_node = int(value)
+        total += count * per_node
+    if not 0 < total <= VALUE_LIMIT:
+        raise ValueError(f"Resource_List.nodes {text[:40]!r} asks for no processor")
+    return total
+
+
 def _pbs_procs(fields: dict[str, str]) -> int:
-    """Processors of an exit record, from the most direct field the record has."""
+    """Processors of an exit record, from the most direct field the record has: what ran
+    (slots, ``exec_host``), else what was asked (``nodes=N:ppn=M``, ``ncpus``, a node count)."""
     if fields.get("total_execution_slots"):
         return _pbs_count(fields, "total_execution_slots")
     if fields.get("exec_host"):
         return exec_host_slots(fields["exec_host"])
-    for key in ("Resource_List.ncpus", "Resource_List.nodect"):
-        if fields.get(key):
-            return _pbs_count(fields, key)
-    raise ValueError("no total_execution_slots, exec_host, Resource_List.ncpus or "
-                     "Resource_List.nodect: the job's processors are unknown")
+    nodes = fields.get("Resource_List.nodes", "")
+    if "ppn=" in nodes:
+        return nodes_spec_processors(nodes)
+    if fields.get("Resource_List.ncpus"):
+        return _pbs_count(fields, "Resource_List.ncpus")
+    if nodes:
+        return nodes_spec_processors(nodes)
+    if fields.get("Resource_List.nodect"):
+        return _pbs_count(fields, "Resource_List.nodect")
+    raise ValueError("no total_execution_slots, exec_host, Resource_List.nodes, "
+                     "Resource_List.ncpus or Resource_List.nodect: the job's processors are "
+                     "unknown")
 
 
 def _pbs_job(job_id: str, message: str) -> AccountingJob | str:
@@ -291,6 +375,98 @@ def read_pbs_accounting(path: str | os.PathLike, *, strict: bool = True,
             report.records += 1
     jobs.sort(key=lambda j: j.submit_time)
     return jobs, report
+
+
+# ---------------------------------------------------------------------------------------------
+# The machine's size, from its own configuration saved beside the history
+
+#: what to save beside a history, per format: (the file's suffix, the command that writes it)
+MACHINE_FILES = {
+    "sacct": (".sinfo", "sinfo -N -h -o '%N %c'"),
+    "pbs": (".pbsnodes", "pbsnodes -a"),
+}
+#: longest machine description read, in bytes (a node is a line or a few dozen)
+MACHINE_FILE_LIMIT = 64 << 20
+
+
+@dataclass(frozen=True)
+class MachineSize:
+    """A machine's nodes and processors, and the file they were read from."""
+
+    nodes: int
+    processors: int
+    source: str
+
+
+def machine_file(trace: str, kind: str) -> str | None:
+    """The name of the machine description of a ``kind`` history (``TRACE.sinfo`` for sacct,
+    ``TRACE.pbsnodes`` for PBS), None for a format that has none."""
+    suffix = MACHINE_FILES.get(kind)
+    return trace + suffix[0] if suffix else None
+
+
+def read_machine_size(trace: str, kind: str) -> MachineSize | None:
+    """The machine of a site history from its configuration saved beside it, if it is there.
+
+    sacct: ``TRACE.sinfo``, the output of ``sinfo -N -h -o '%N %c'`` (node name, CPUs; a node
+    listed in several partitions counts once). PBS/Torque: ``TRACE.pbsnodes``, the output of
+    ``pbsnodes -a`` (blocks of ``name`` then ``attribute = value`` lines; Torque's ``np`` or PBS
+    Pro's ``resources_available.ncpus`` is the node's processors). A file that says no node
+    is a TraceError naming it."""
+    path = machine_file(trace, kind)
+    if path is None or not os.path.exists(path):
+        return None
+    with open_text(path) as stream:
+        lines = list(read_lines(stream, path))
+    cpus = _sinfo_cpus(lines, path) if kind == "sacct" else _pbsnodes_cpus(lines, path)
+    if not cpus:
+        raise TraceError(f"no node in the machine description (expected the output of "
+                         f"{MACHINE_FILES[kind][1]})", path=path)
+    return MachineSize(len(cpus), sum(cpus.values()), path)
+
+
+def _sinfo_cpus(lines: list[str], path: str) -> dict[str, int]:
+    cpus: dict[str, int] = {}
+    for number, line in enumerate(lines, 1):
+        parts = line.split()
+        if not parts:
+            continue
+        if len(parts) != 2 or not (parts[1].isascii() and parts[1].isdigit()
+                                   and 0 < int(parts[1]) <= NODE_CPU_LIMIT):
+            raise TraceError("not a line of sinfo -N -h -o '%N %c' (a node name and its CPUs)",
+                             path=path, line=number)
+        cpus[parts[0]] = int(parts[1])
+    return cpus
+
+
+def _pbsnodes_cpus(lines: list[str], path: str) -> dict[str, int]:
+    cpus: dict[str, int] = {}
+    node = None
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        if not line[0].isspace():
+            node = line.strip()
+            cpus.setdefault(node, 0)
+            continue
+        key, equals, value = line.strip().partition("=")
+        if not equals or key.strip() not in ("np", "resources_available.ncpus"):
+            continue
+        value = value.strip()
+        if node is None or not (value.isascii() and value.isdigit()
+                                and 0 < int(value) <= NODE_CPU_LIMIT):
+            raise TraceError(f"not pbsnodes -a output: {key.strip()} {value!r} outside a node "
+                             "or not a count >= 1", path=path, line=number)
+        cpus[node] = int(value)
+    empty = [name for name, count in cpus.items() if not count]
+    if empty:
+        raise TraceError(f"node {empty[0]} has no np or resources_available.ncpus: not pbsnodes "
+                         "-a output", path=path)
+    return cpus
+
+
+#: most processors of one node a machine description may give
+NODE_CPU_LIMIT = 1 << 20
 
 
 # ---------------------------------------------------------------------------------------------

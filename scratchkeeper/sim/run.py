@@ -17,11 +17,11 @@ from dataclasses import dataclass, field
 from functools import lru_cache, partial
 
 from ..errors import InputError, TraceError
-from . import accounting, traces
+from . import accounting, trace_columns, traces
 from .metrics import wait_stats
 from .outages import extrapolated_outages, failure_stats, replayed_outages
 from .replication import STRATEGIES, ReplicationParams, replay_replication
-from .scheduler import POLICIES, RecoveryParams, Schedule, recorded_schedule, simulate
+from .scheduler import POLICIES, RecoveryParams, Schedule, default_core, recorded_schedule, simulate
 from .workload import TraceJob, Workload, WorkloadParams, build_workload, from_lanl, from_site, from_swf
 
 TRACE_FORMATS = ("auto", "swf", "sacct", "pbs", "lanl-jobs", "site-csv")
@@ -240,15 +240,8 @@ def _read_trace(config: ReplayConfig, kind: str, progress: Callable[[int, int], 
     if kind == "swf":
         trace = traces.read_swf(config.trace, strict=config.strict, limit=first,
                                 progress=progress)
-        jobs = from_swf(trace.jobs)
-        procs = trace.header.max_procs
-        nodes = trace.header.max_nodes
-        header_nodes = None
-        if procs:
-            header_nodes = -(-procs // config.procs_per_node)
-        elif nodes and config.procs_per_node > 1:
-            header_nodes = nodes
-        return jobs, header_nodes, nodes, trace.report
+        header_nodes, nodes = _swf_machine(trace.header, config.procs_per_node)
+        return from_swf(trace.jobs), header_nodes, nodes, trace.report
     if kind in ("sacct", "pbs"):
         reader = accounting.read_sacct if kind == "sacct" else accounting.read_pbs_accounting
         records, report = reader(config.trace, strict=config.strict, progress=progress)
@@ -261,23 +254,36 @@ def _read_trace(config: ReplayConfig, kind: str, progress: Callable[[int, int], 
     return from_site(site[:first]), None, None, report
 
 
+def _swf_machine(header: traces.SwfHeader, procs_per_node: int) -> tuple[int | None, int | None]:
+    """The system in scheduling nodes an SWF header declares (MaxProcs / procs per node, or
+    MaxNodes when a node has several processors), and the machine's nodes (MaxNodes)."""
+    procs, nodes = header.max_procs, header.max_nodes
+    if procs:
+        return -(-procs // procs_per_node), nodes
+    if nodes and procs_per_node > 1:
+        return nodes, nodes
+    return None, nodes
+
+
 #: the last trace read without progress: a sweep worker's tasks read the same file (issue 34)
 _last_read: dict = {}
 
 
 def _read_trace_once(config: ReplayConfig, kind: str, progress: Callable[[int, int], None] | None):
-    """:func:`_read_trace`, the last result kept while the file (path, size, mtime) is the same."""
+    """:func:`_read_trace`, the last result kept while the file (path, size, mtime) is the same
+    (the policies of one replay, a sweep worker's tasks); a kept one is reported read at once."""
     try:
         stat = os.stat(config.trace)
     except OSError:
-        stat = None
-    if progress is not None or stat is None:
         return _read_trace(config, kind, progress)
     key = (os.path.abspath(config.trace), stat.st_size, stat.st_mtime_ns, kind, config.strict,
            config.limit, config.procs_per_node)
-    if key not in _last_read:
+    if key in _last_read:
+        if progress is not None:
+            progress(stat.st_size, stat.st_size)
+    else:
         _last_read.clear()
-        _last_read[key] = _read_trace(config, kind, None)
+        _last_read[key] = _read_trace(config, kind, progress)
     return _last_read[key]
 
 
@@ -286,15 +292,34 @@ def load_trace(config: ReplayConfig, progress: Callable[[int, int], None] | None
 
     ``progress(bytes read, file size)`` as the file is read. A trace of which no job is left
     is an InputError naming the file, the format it was read as and what was skipped."""
-    if config.trace_format == "auto":
-        kind, how = detect_format(config.trace)
-    else:
-        kind, how = config.trace_format, "as --format says"
+    traces.require_content(config.trace)
+    kind, how = _trace_kind(config)
     jobs, header_nodes, machine_nodes, report = _read_trace_once(config, kind, progress)
     skipped = list(traces.iter_records(report))
     if not any(job.run_time >= 0 and job.procs > 0 for job in jobs):
         raise InputError(no_job_left(kind, how, report, len(jobs)), path=config.trace)
+    if kind in accounting.MACHINE_FILES and not config.system_nodes:
+        machine = site_machine(config.trace, kind)
+        header_nodes = -(-machine.processors // config.procs_per_node)
+        machine_nodes = machine.nodes
+        skipped.append(f"{config.trace}: a machine of {machine.nodes:,} node(s), "
+                       f"{machine.processors:,} processor(s), as {machine.source} says")
     return jobs, header_nodes, machine_nodes, skipped
+
+
+def site_machine(trace: str, kind: str) -> accounting.MachineSize:
+    """The machine a site's history ran on, from its configuration saved beside it; without
+    it an InputError saying how to give it. A history records jobs, not the machine: sized by
+    its largest job, a replay of a busy machine runs on too small a one (a recorded schedule
+    past 100 % utilisation)."""
+    machine = accounting.read_machine_size(trace, kind)
+    if machine is None:
+        suffix, command = accounting.MACHINE_FILES[kind]
+        raise InputError(f"a {kind} history does not say how large the machine is: give "
+                         f"--system-nodes N (with --procs-per-node), or save the output of "
+                         f"`{command}` beside it as {os.path.basename(trace)}{suffix}",
+                         path=trace)
+    return machine
 
 
 def no_job_left(kind: str, how: str, report: traces.ReadReport, records: int) -> str:
@@ -304,6 +329,75 @@ def no_job_left(kind: str, how: str, report: traces.ReadReport, records: int) ->
             if records else "no job record read")
     return (f"no job left to replay: read as {kind} ({how}); {kept}; skipped "
             f"{report.skipped_total:,} line(s){' (' + reasons + ')' if reasons else ''}")
+
+
+#: the last trace read by the C parser, as :data:`_last_read`, and (key ``"workload"``) the
+#: last workload built from it with its (params, header nodes)
+_last_columns: dict = {}
+
+
+def _trace_kind(config: ReplayConfig) -> tuple[str, str]:
+    if config.trace_format == "auto":
+        return detect_format(config.trace)
+    return config.trace_format, "as --format says"
+
+
+def _columns_once(config: ReplayConfig, progress: Callable[[int, int], None] | None):
+    """The SWF trace read into columns by the C parser, kept while the file is the same (the
+    policies of one replay, a sweep worker's tasks); None when the C parser does not read it."""
+    stat = os.stat(config.trace)
+    key = (os.path.abspath(config.trace), stat.st_size, stat.st_mtime_ns, config.limit,
+           config.procs_per_node)
+    if key in _last_columns:
+        if progress is not None:
+            progress(stat.st_size, stat.st_size)
+        return _last_columns[key]
+    # another file: neither its columns nor the workload built from them are kept
+    swf = trace_columns.read_swf_columns(config.trace, limit=config.limit or None,
+                                         progress=progress)
+    if swf is None:
+        return None
+    header_nodes, nodes = _swf_machine(swf.header, config.procs_per_node)
+    columns = trace_columns.swf_trace_columns(swf)
+    # the fields no job uses are not kept (a sweep worker holds what is kept between tasks)
+    swf.columns = {"job_id": swf.columns["job_id"]}
+    _last_columns.clear()
+    _last_columns[key] = (columns, header_nodes, nodes, swf)
+    return _last_columns[key]
+
+
+def _native_workload(config: ReplayConfig, phase) -> tuple[Workload, int | None, list[str]] | None:
+    """The workload read and built by the C path (an SWF trace), with the machine's nodes and
+    what was skipped; None when the reference path must do it."""
+    traces.require_content(config.trace)
+    kind, how = _trace_kind(config)
+    if kind != "swf":
+        return None
+    read = _columns_once(config, phase("reading trace"))
+    if read is None:
+        return None
+    columns, header_nodes, machine_nodes, swf = read
+    if not any(r >= 0 and p > 0 for r, p in zip(columns.run_time, columns.procs)):
+        raise InputError(no_job_left(kind, how, swf.report, len(swf)), path=config.trace)
+    params = config.workload_params(machine_nodes or 0)
+    built = _last_columns.get("workload")
+    progress = phase("building workload")
+    if built is not None and built[0] == (params, header_nodes):
+        kept = built[1]
+        if progress is not None:
+            progress(len(kept.workload.jobs), len(kept.workload.jobs))
+    else:
+        try:
+            workload = trace_columns.build_workload_columns(columns, params, header_nodes,
+                                                            progress=progress)
+        except InputError as err:
+            raise InputError(f"{err.message} ({len(swf):,} job(s) read from the trace)",
+                             path=config.trace) from err
+        if workload is None:
+            return None
+        kept = trace_columns.KeptWorkload.keep(workload)
+        _last_columns["workload"] = ((params, header_nodes), kept)
+    return kept.fresh_copy(), machine_nodes, list(traces.iter_records(swf.report))
 
 
 @lru_cache(maxsize=4)
@@ -316,6 +410,22 @@ def _failure_trace(path: str, system: int, strict: bool) -> traces.FailureTrace:
 
 def _failure_records(path: str, system: int, strict: bool):
     return _failure_trace(path, system, strict).records
+
+
+def _reference_workload(config: ReplayConfig, phase) -> tuple[Workload, int | None, list[str]]:
+    """The workload read and built in Python (the reference, and every format but SWF)."""
+    trace_jobs, header_nodes, machine_nodes, skipped = load_trace(config, phase("reading trace"))
+    try:
+        workload = build_workload(trace_jobs, config.workload_params(machine_nodes or 0),
+                                  header_nodes, progress=phase("building workload"))
+    except InputError as err:
+        if err.path is not None:
+            raise
+        # No job left after the workload's own choices (a period, the system size): name the
+        # trace, and how many jobs it gave.
+        raise InputError(f"{err.message} ({len(trace_jobs):,} job(s) read from the trace)",
+                         path=config.trace) from err
+    return workload, machine_nodes, skipped
 
 
 @dataclass
@@ -337,20 +447,13 @@ def replay_schedule(config: ReplayConfig,
     def phase(name: str) -> Callable[[int, int], None] | None:
         return None if progress is None else partial(progress, name)
 
-    trace_jobs, header_nodes, machine_nodes, skipped = load_trace(config, phase("reading trace"))
+    built = _native_workload(config, phase) if default_core() == "native" else None
+    if built is not None:
+        workload, machine_nodes, skipped = built
+    else:
+        workload, machine_nodes, skipped = _reference_workload(config, phase)
     # The machine's nodes (SWF MaxNodes), else the modelled system's: the aggregate memory.
-    try:
-        workload = build_workload(trace_jobs, config.workload_params(machine_nodes or 0),
-                                  header_nodes)
-    except InputError as err:
-        if err.path is not None:
-            raise
-        # No job left after the workload's own choices (a period, the system size): name the
-        # trace, and how many jobs it gave.
-        raise InputError(f"{err.message} ({len(trace_jobs):,} job(s) read from the trace)",
-                         path=config.trace) from err
     machine_nodes = machine_nodes or workload.system_nodes
-    del trace_jobs
     for reason, count in sorted(workload.dropped.items()):
         skipped.append(f"{config.trace}: left out {count} job(s): {reason}")
     jobs = workload.jobs
@@ -419,6 +522,10 @@ def run_replay(config: ReplayConfig, replications: Sequence[ReplayConfig] = (),
         "queue_length_mean": math.fsum(waits) / span if span > 0 else 0.0,
         "input_mean_bytes": math.fsum(j.input_bytes for j in jobs) / n,
     }
+    if schedule.utilisation > 1.0:
+        skipped.append(f"{config.trace}: warning: utilisation {100.0 * schedule.utilisation:.2f} "
+                       f"% passes 100 %: the jobs need more than the {workload.system_nodes:,} "
+                       "node(s) modelled (give the machine's size: --system-nodes)")
     rows = []
     at_risk = []
     variants = list(replications) or [config]

@@ -117,6 +117,8 @@ class ReadReport:
     records: int = 0
     skipped: Counter = field(default_factory=Counter)
     first_errors: list[str] = field(default_factory=list)
+    #: what the reader did besides skipping (heterogeneous components merged), for the user
+    notes: list[str] = field(default_factory=list)
 
     @property
     def skipped_total(self) -> int:
@@ -154,9 +156,43 @@ class TraceText(io.TextIOWrapper):
             self._raw.close()   # the decompressors do not close a file object they were given
 
 
+#: compressions a trace may come in: its name's suffix, its first bytes, how to uncompress it
+COMPRESSIONS = ((".gz", b"\x1f\x8b", "gzip"), (".xz", b"\xfd7zXZ\x00", "xz"),
+                (".bz2", b"BZh", "bzip2"))
+#: bytes of the file's start that tell plain text from compressed data
+_SNIFF_BYTES = 4096
+
+
+def compression_of(name: str, start: bytes) -> str | None:
+    """``gzip``, ``xz``, ``bzip2`` or None (plain text), told by the first bytes of the file.
+
+    Archives' files often come without their extension, and a plain file is sometimes named
+    ``.gz``: the content decides. A file named as compressed that is neither compressed nor
+    text (a corrupt download) is a TraceError saying so, not a failed read "after line 0"."""
+    for _, magic, kind in COMPRESSIONS:
+        if start.startswith(magic):
+            return kind
+    named = next(((s, k) for s, _, k in COMPRESSIONS if name.endswith(s)), None)
+    if named is not None and start and not _looks_like_text(start):
+        raise TraceError(f"named {named[0]} but not {named[1]}-compressed (its first bytes are "
+                         f"{start[:6].hex(' ')}) nor plain text: a corrupt or mislabelled file",
+                         path=name)
+    return None
+
+
+def _looks_like_text(start: bytes) -> bool:
+    if b"\0" in start:
+        return False
+    try:
+        start.decode("utf-8")
+    except UnicodeDecodeError as err:
+        return err.start >= len(start) - 3     # a character cut at the block's end
+    return True
+
+
 def open_text(path: str | os.PathLike) -> TraceText:
-    """Open a trace, uncompressing gzip, xz and bzip2 (told by the name's ``.gz``, ``.xz``,
-    ``.bz2`` or by the first bytes) on the fly; a regular file only.
+    """Open a trace, uncompressing gzip, xz and bzip2 (told by the first bytes, see
+    :func:`compression_of`) on the fly; a regular file only.
 
     Iterate over it with :func:`read_lines`, which turns a truncated or corrupt compressed file
     into one :class:`TraceError`."""
@@ -166,14 +202,14 @@ def open_text(path: str | os.PathLike) -> TraceText:
     except OSError as err:
         raise TraceError(f"cannot open trace: {err.strerror or err}", path=name) from err
     try:
-        # By name or by magic number: archives' files often come without their extension.
-        magic = raw.read(6) or b""
+        start = raw.read(_SNIFF_BYTES) or b""
         raw.seek(0)
-        if name.endswith(".gz") or magic.startswith(b"\x1f\x8b"):
+        kind = compression_of(name, start)
+        if kind == "gzip":
             binary = gzip.GzipFile(fileobj=raw, mode="rb")
-        elif name.endswith(".xz") or magic == b"\xfd7zXZ\x00":
+        elif kind == "xz":
             binary = lzma.LZMAFile(raw)
-        elif name.endswith(".bz2") or magic.startswith(b"BZh"):
+        elif kind == "bzip2":
             binary = bz2.BZ2File(raw)
         else:
             binary = io.BufferedReader(cast(io.RawIOBase, raw))  # buffering=0: a raw file
@@ -216,6 +252,23 @@ def read_lines(stream: TraceText, name: str,
         what = ("truncated: the compressed data ends early" if isinstance(err, EOFError)
                 else f"corrupt or unreadable ({err})")
         raise TraceError(f"cannot read trace: {what}, after line {count}", path=name) from err
+
+
+def require_content(path: str | os.PathLike) -> None:
+    """A TraceError ``empty`` unless the trace (uncompressed) has a line that is not blank:
+    an empty file is said to be empty, not to "match no format" or to hold "no job"."""
+    name = os.fspath(path)
+    with open_text(name) as stream:
+        for line in read_lines(stream, name):
+            if line.strip():
+                return
+    compressed = " once uncompressed" if compression_of(name, _start_of(name)) else ""
+    raise TraceError(f"empty trace: the file has no line to read{compressed}", path=name)
+
+
+def _start_of(name: str) -> bytes:
+    with open_regular(name, "rb") as stream:
+        return stream.read(_SNIFF_BYTES)
 
 
 def finite_number(text: str) -> float:
@@ -587,8 +640,10 @@ def _csv_rows(reader, report: ReadReport, strict: bool, name: str):
 
 
 def iter_records(report: ReadReport) -> Iterator[str]:
-    """Lines describing what was skipped, for the CLI to print: the count of skipped lines by
-    reason, then the first of them (``FILE:LINE: ...``)."""
+    """Lines describing what was read, for the CLI to print: the reader's notes, the count of
+    skipped lines by reason, then the first of them (``FILE:LINE: ...``)."""
+    for note in report.notes:
+        yield f"{report.path}: {note}"
     if not report.skipped_total:
         return
     reasons = ", ".join(f"{count} {reason}" for reason, count in sorted(report.skipped.items()))

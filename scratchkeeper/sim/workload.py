@@ -23,6 +23,7 @@ from __future__ import annotations
 import math
 import random
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from ..errors import InputError
@@ -166,11 +167,17 @@ def from_site(records: list[SiteJob]) -> list[TraceJob]:
     return out
 
 
+#: trace jobs between two progress reports while the workload is built
+PROGRESS_JOBS = 1 << 15
+
+
 def build_workload(trace_jobs: list[TraceJob], params: WorkloadParams,
-                   header_nodes: int | None = None) -> Workload:
+                   header_nodes: int | None = None,
+                   progress: Callable[[int, int], None] | None = None) -> Workload:
     """Jobs for the scheduler model; records it cannot run (unknown run time, too big) are dropped.
 
     ``header_nodes`` is the machine size the trace declares (SWF ``MaxProcs`` / procs per node).
+    ``progress(trace jobs done, trace jobs)`` as the jobs are drawn, and once at the end.
     """
     dropped: Counter = Counter()
     rng = random.Random(params.seed)
@@ -196,7 +203,9 @@ def build_workload(trace_jobs: list[TraceJob], params: WorkloadParams,
     ost_range = range(params.ost_count)
     jobs: list[SimJob] = []
     sizes: list[tuple[float, float]] = []     # (known input, recorded memory or drawn size)
-    for t, nodes in zip(usable, nodes_of):
+    for done, (t, nodes) in enumerate(zip(usable, nodes_of)):
+        if progress is not None and done % PROGRESS_JOBS == 0:
+            progress(done, len(usable))
         # Draw every random value for every job, kept or not, so a job's stripes and size do
         # not depend on which other jobs were dropped.
         fallback = rng.lognormvariate(log_median, params.input_sigma)
@@ -226,6 +235,8 @@ def build_workload(trace_jobs: list[TraceJob], params: WorkloadParams,
         used = max(1, min(params.stripe_count, math.ceil(job.input_bytes / params.stripe_size)))
         job.osts = job.osts[:used]
     span = jobs[-1].submit - jobs[0].submit
+    if progress is not None:
+        progress(len(usable), len(usable))
     return Workload(jobs, system_nodes, params, dropped, span)
 
 

@@ -196,8 +196,10 @@ def test_a_period_of_the_trace_is_replayed_from_its_own_start(tmp_path):
 
 
 def test_a_replay_reports_progress_for_every_phase_each_ending_at_its_total(monkeypatch):
-    from scratchkeeper.sim import replication, traces
+    from scratchkeeper.sim import replication, run, traces
 
+    monkeypatch.setattr(run, "_last_read", {})       # read here, not kept from another test
+    monkeypatch.setattr(run, "_last_columns", {})
     monkeypatch.setattr(traces, "PROGRESS_LINES", 256)
     monkeypatch.setattr(replication, "PROGRESS_EVENTS", 512)
     seen: dict[str, list[tuple[int, int]]] = {}
@@ -206,7 +208,7 @@ def test_a_replay_reports_progress_for_every_phase_each_ending_at_its_total(monk
                 for s in ("fcfs", "dispatch-aware")]
     run_replay(base, variants, progress=lambda phase, done, total:
                seen.setdefault(phase, []).append((done, total)))
-    assert list(seen) == ["reading trace", "reading failures", "scheduling",
+    assert list(seen) == ["reading trace", "building workload", "reading failures", "scheduling",
                           "replication fcfs alpha=0.5", "replication dispatch-aware alpha=0.5"]
     for phase, calls in seen.items():
         dones = [done for done, _ in calls]

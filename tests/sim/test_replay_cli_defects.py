@@ -64,10 +64,12 @@ def test_an_swf_without_extension_is_read_as_swf(tmp_path, capsys):
 def test_a_sites_slurm_and_torque_history_replay(tmp_path, capsys):
     rows = tmp_path / "rows.csv"
     assert main(["replay", str(HERE / "sacct-parsable2.txt"), "--schedule", "recorded",
-                 "--strategy", "fcfs", "--no-progress", "--csv", str(rows)]) == 0
+                 "--system-nodes", "32", "--strategy", "fcfs", "--no-progress",
+                 "--csv", str(rows)]) == 0
     assert "jobs 27  system nodes 32" in capsys.readouterr().out
     assert _rows(rows)[0]["policy"] == "ideal" and _rows(rows)[0]["at_risk_pct"] != ""
-    assert main(["replay", str(HERE / "torque-accounting.log"), "--no-progress"]) == 0
+    assert main(["replay", str(HERE / "torque-accounting.log"), "--system-nodes", "8",
+                 "--no-progress"]) == 0
     assert "jobs 7  system nodes 8" in capsys.readouterr().out
 
 
@@ -77,13 +79,19 @@ def test_jobs_csv_has_a_row_per_job_and_policy(tmp_path):
                  "--failure-mode", "replayed", "--policy", "ideal", "none", "--no-progress",
                  "--jobs-csv", str(jobs), "--csv", str(rows)]) == 0
     per_job = _rows(jobs)
-    assert list(per_job[0]) == ["policy", "strategy", "alpha", "threshold", "job_id", "submit",
-                                "start", "end", "wait", "affected", "kills", "at_risk"]
+    assert list(per_job[0]) == ["policy", "strategy", "alpha", "threshold", "job_id", "nodes",
+                                "submit", "run_time", "limit", "first_start", "start", "end",
+                                "wait", "recorded_wait", "affected", "kills", "at_risk"]
     assert all(r["strategy"] == r["at_risk"] == "" for r in per_job)  # no replication asked
     assert len(per_job) == 800 and [r["policy"] for r in per_job[::400]] == ["ideal", "none"]
     for row in per_job:
         assert float(row["wait"]) == float(row["start"]) - float(row["submit"]) >= 0
-        assert float(row["end"]) >= float(row["start"])
+        assert float(row["end"]) >= float(row["start"]) >= float(row["first_start"]) >= 0
+        assert 0 <= float(row["run_time"]) <= float(row["limit"]) and int(row["nodes"]) >= 1
+    # the trace's own columns: RICC's first job ran 222 s of 14,400 on 80 processors, no wait
+    first = per_job[0]
+    assert (first["job_id"], first["nodes"], first["run_time"], first["limit"],
+            first["recorded_wait"]) == ("1", "80", "222.0", "14400.0", "0.0")
     summary = {r["policy"]: r for r in _rows(rows)}
     for policy in ("ideal", "none"):
         hit = sum(int(r["affected"]) for r in per_job if r["policy"] == policy)
@@ -249,11 +257,15 @@ def test_jobs_csv_says_which_jobs_were_at_risk_under_each_replication_variant(tm
                  "--csv", str(rows)]) == 0
     per_job = _rows(jobs)
     summary = _rows(rows)
-    assert len(per_job) == 400 * len(summary) == 400 * 4
+    # long form: each job's fields once, then a row per job and variant with its at_risk only
+    assert len(per_job) == 400 + 400 * len(summary) == 400 * 5
+    assert all(r["strategy"] == "" and r["submit"] != "" for r in per_job[:400])
+    assert all(r["strategy"] != "" and r["submit"] == r["nodes"] == "" for r in per_job[400:])
     for row in summary:
         mine = [r for r in per_job if (r["strategy"], r["alpha"]) ==
                 (row["strategy"], repr(float(row["alpha"])))]
         assert len(mine) == 400
+        assert [r["job_id"] for r in mine] == [r["job_id"] for r in per_job[:400]]
         at_risk = sum(int(r["at_risk"]) for r in mine)
         assert abs(100.0 * at_risk / 400 - float(row["at_risk_pct"])) < 1e-9
         assert all((r["threshold"] != "") == (r["strategy"] == "shortcut") for r in mine)

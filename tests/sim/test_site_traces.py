@@ -170,3 +170,135 @@ def test_unknown_content_falls_back_to_the_name_or_asks_for_format(tmp_path):
         detect_format(str(unnamed))
     with pytest.raises(TraceError, match=r"not a job trace: give it with --failures"):
         detect_format(LANL_EXCERPT)
+
+
+# ---------------------------------------------------------------------------------------------
+# Issue 41: the machine's size, nodes=N:ppn=M, heterogeneous jobs, the sacct command
+
+def _history(tmp_path, name="history.txt") -> Path:
+    trace = tmp_path / name
+    shutil.copy(SACCT, trace)
+    return trace
+
+
+def test_a_site_history_without_the_machines_size_asks_for_it(tmp_path, capsys):
+    from scratchkeeper.cli import main
+    for trace, hint in ((_history(tmp_path), "`sinfo -N -h -o '%N %c'` beside it as "
+                                             "history.txt.sinfo"),
+                        (tmp_path / "acct.log", "`pbsnodes -a` beside it as acct.log.pbsnodes")):
+        if not trace.exists():
+            shutil.copy(TORQUE, trace)
+        assert main(["replay", str(trace), "--no-progress"]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and err.startswith(f"{trace}: a ") and hint in err
+        assert "give --system-nodes N" in err
+
+
+def test_the_machine_is_read_from_sinfo_saved_beside_the_history(tmp_path, capsys):
+    from scratchkeeper.cli import main
+    trace = _history(tmp_path)
+    # sinfo -N lists a node once per partition: each node counts once
+    (tmp_path / "history.txt.sinfo").write_text(
+        "".join(f"c{n} 8\n" for n in range(1, 9)) + "c1 8\nbig1 64\n")
+    assert main(["replay", str(trace), "--no-progress"]) == 0
+    captured = capsys.readouterr()
+    assert "jobs 27  system nodes 128" in captured.out
+    assert (f"{trace}: a machine of 9 node(s), 128 processor(s), as {trace}.sinfo says"
+            in captured.err)
+    assert main(["replay", str(trace), "--procs-per-node", "8", "--no-progress"]) == 0
+    assert "system nodes 16" in capsys.readouterr().out        # 128 processors / 8
+    assert main(["replay", str(trace), "--system-nodes", "40", "--no-progress"]) == 0
+    assert "system nodes 40" in capsys.readouterr().out        # the option wins
+
+
+def test_a_machine_file_that_is_not_one_is_named_with_its_line(tmp_path, capsys):
+    from scratchkeeper.cli import main
+    trace = _history(tmp_path)
+    (tmp_path / "history.txt.sinfo").write_text("c1 8\nPARTITION AVAIL TIMELIMIT\n")
+    assert main(["replay", str(trace), "--no-progress"]) == 2
+    assert capsys.readouterr().err == (f"{trace}.sinfo:2: not a line of sinfo -N -h -o '%N %c' "
+                                       "(a node name and its CPUs)\n")
+
+
+def test_pbsnodes_gives_a_torque_or_pbs_pro_machine(tmp_path):
+    from scratchkeeper.sim.accounting import read_machine_size
+    trace = tmp_path / "acct.log"
+    shutil.copy(TORQUE, trace)
+    (tmp_path / "acct.log.pbsnodes").write_text(
+        "node01\n     state = free\n     np = 16\n     ntype = cluster\n\n"
+        "node02\n     state = job-exclusive\n     np = 16\n\n"
+        "pbspro1\n     Mom = pbspro1\n     resources_available.ncpus = 32\n")
+    machine = read_machine_size(str(trace), "pbs")
+    assert machine is not None and (machine.nodes, machine.processors) == (3, 64)
+    (tmp_path / "acct.log.pbsnodes").write_text("node01\n     state = free\n")
+    with pytest.raises(TraceError, match="node node01 has no np"):
+        read_machine_size(str(trace), "pbs")
+
+
+def test_utilisation_past_100_percent_is_warned(tmp_path, capsys):
+    from scratchkeeper.cli import main
+    trace = tmp_path / "busy.txt"
+    trace.write_text("JobID|Submit|Start|End|NCPUS\n" + "".join(
+        f"{n}|2024-01-01T00:00:00|2024-01-01T00:00:00|2024-01-01T01:00:00|4\n"
+        for n in range(1, 5)))
+    assert main(["replay", str(trace), "--schedule", "recorded", "--system-nodes", "8",
+                 "--no-progress"]) == 0
+    captured = capsys.readouterr()
+    assert f"{trace}: warning: utilisation 200.00 % passes 100 %" in captured.err
+    assert main(["replay", str(trace), "--schedule", "recorded", "--system-nodes", "16",
+                 "--no-progress"]) == 0
+    assert "passes 100 %" not in capsys.readouterr().err
+
+
+def test_torque_nodes_with_ppn_are_nodes_times_ppn(tmp_path):
+    from scratchkeeper.sim.accounting import nodes_spec_processors
+    assert nodes_spec_processors("2:ppn=8") == 16
+    assert nodes_spec_processors("n7:ppn=4+2:ppn=2") == 8
+    assert nodes_spec_processors("3") == 3 and nodes_spec_processors("2:gpus=1") == 2
+    for bad in ("2:ppn=0", ":ppn=4", "2:ppn=x"):
+        with pytest.raises(ValueError, match="Resource_List.nodes"):
+            nodes_spec_processors(bad)
+    # an exit record with a request and no exec_host (as when the MOM did not report it)
+    record = TORQUE.read_text().splitlines()[5]
+    no_host = (record.replace(" exec_host=lcg1277.gridpp.rl.ac.uk/5", "")
+               .replace("Resource_List.opsys", "Resource_List.nodes=2:ppn=8 Resource_List.opsys"))
+    ncpus = record.replace(" exec_host=lcg1277.gridpp.rl.ac.uk/5", " Resource_List.ncpus=6")
+    path = tmp_path / "acct.log"
+    path.write_text(no_host + "\n" + ncpus + "\n")
+    jobs, _ = read_pbs_accounting(path)
+    assert sorted(j.procs for j in jobs) == [6, 16]
+
+
+def test_heterogeneous_components_are_one_job(tmp_path):
+    path = tmp_path / "het.txt"
+    path.write_text(
+        "JobID|Submit|Start|End|Elapsed|Timelimit|NCPUS|State\n"
+        "70+0|2024-01-01T00:00:00|2024-01-01T00:10:00|2024-01-01T01:00:00|00:50:00|02:00:00|8|"
+        "COMPLETED\n"
+        "70+1|2024-01-01T00:00:00|2024-01-01T00:10:00|2024-01-01T01:10:00|01:00:00|03:00:00|4|"
+        "COMPLETED\n"
+        "71|2024-01-01T00:05:00|2024-01-01T00:06:00|2024-01-01T00:07:00|00:01:00|01:00:00|1|"
+        "COMPLETED\n"
+        "72+0|2024-01-01T00:20:00|2024-01-01T00:30:00|2024-01-01T00:40:00|00:10:00|UNLIMITED|2|"
+        "COMPLETED\n"
+        "72+1|2024-01-01T00:20:00|2024-01-01T00:30:00|2024-01-01T00:40:00|00:10:00|01:00:00|2|"
+        "COMPLETED\n")
+    jobs, report = read_sacct(path)
+    assert [(j.job_id, j.procs, j.run_time, j.requested_time, j.wait_time) for j in jobs] == [
+        ("70", 12, 3600.0, 3 * HOUR, 600.0), ("71", 1, 60.0, HOUR, 60.0),
+        ("72", 4, 600.0, -1.0, 600.0)]
+    assert report.records == 3
+    assert list(iter_records(report)) == [
+        f"{path}: 4 heterogeneous job component(s) (JOBID+N) read as 2 job(s)"]
+
+
+def test_the_suggested_sacct_command_is_complete(tmp_path):
+    from scratchkeeper.sim.accounting import SACCT_COMMAND
+    assert SACCT_COMMAND.startswith("TZ=UTC sacct -a -X -P ")
+    path = tmp_path / "short.txt"
+    path.write_text("JobID|Start|End\n1|2024-01-01T00:00:00|2024-01-01T00:01:00\n")
+    with pytest.raises(TraceError) as caught:
+        read_sacct(path)
+    assert f"(run {SACCT_COMMAND})" in str(caught.value)
+    docs = (Path(__file__).parents[2] / "docs" / "replay.rst").read_text()
+    assert "TZ=UTC sacct -a -X -P -S 2024-01-01" in docs

@@ -10,10 +10,12 @@
 
 #include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "py_jobs.h"
 #include "replication.h"
 #include "schedule.h"
+#include "workload.h"
 
 static int _call_progress(void *context, int64_t done, int64_t total)
 {
@@ -217,6 +219,84 @@ release:
     return answer;
 }
 
+/* parse_swf(text, limit): None when the text is not plain SWF (the Python reader's), else
+ * (ints int64 bytes, floats float64 bytes, header offsets and lengths int64 bytes, records) */
+static PyObject *_parse_swf(PyObject *self, PyObject *args)
+{
+    (void)self;
+    Py_buffer text;
+    long long limit;
+    if (!PyArg_ParseTuple(args, "y*L", &text, &limit))
+        return NULL;
+    struct sk_swf swf;
+    int status;
+    Py_BEGIN_ALLOW_THREADS
+    status = sk_parse_swf(text.buf, (size_t)text.len, (int64_t)limit, &swf);
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&text);
+    PyObject *answer = NULL;
+    if (status == SK_SWF_E_MEMORY)
+        PyErr_NoMemory();
+    else if (status == SK_SWF_NOT_PLAIN)
+        answer = Py_NewRef(Py_None);
+    else
+        /* y# makes None of a NULL buffer: none is NULL here (an empty one is "") */
+        answer = Py_BuildValue(
+            "y#y#y#L", swf.ints ? (const char *)swf.ints : "",
+            (Py_ssize_t)((size_t)swf.records * SK_SWF_FIELDS * sizeof *swf.ints),
+            swf.floats ? (const char *)swf.floats : "",
+            (Py_ssize_t)((size_t)swf.records * 2 * sizeof *swf.floats),
+            swf.headers ? (const char *)swf.headers : "",
+            (Py_ssize_t)((size_t)swf.header_lines * 2 * sizeof *swf.headers),
+            (long long)swf.records);
+    sk_swf_free(&swf);
+    return answer;
+}
+
+/* draw_inputs(words, index, count, mu, sigma, n, k, setsize): (fallback float64 bytes, osts
+ * int32 bytes) as random.Random with that state draws them */
+static PyObject *_draw_inputs(PyObject *self, PyObject *args)
+{
+    (void)self;
+    Py_buffer words;
+    int index, k;
+    long long count, n, setsize;
+    double mu, sigma;
+    if (!PyArg_ParseTuple(args, "y*iLddLiL", &words, &index, &count, &mu, &sigma, &n, &k,
+                          &setsize))
+        return NULL;
+    struct sk_mt mt;
+    if (_sized(&words, SK_MT_WORDS, sizeof(uint32_t), "words") || index < 0
+        || index > SK_MT_WORDS || count < 0 || n < 1 || n >= (1LL << 31) || k < 1 || k > n) {
+        if (!PyErr_Occurred())
+            PyErr_SetString(PyExc_ValueError, "draw_inputs: index, count, n or k out of range");
+        PyBuffer_Release(&words);
+        return NULL;
+    }
+    memcpy(mt.words, words.buf, sizeof mt.words);
+    mt.index = index;
+    PyBuffer_Release(&words);
+    double *fallback = malloc((size_t)(count ? count : 1) * sizeof *fallback);
+    int32_t *osts = malloc((size_t)(count ? count : 1) * (size_t)k * sizeof *osts);
+    PyObject *answer = NULL;
+    int status = -1;
+    if (fallback && osts) {
+        Py_BEGIN_ALLOW_THREADS
+        status = sk_draw_inputs(&mt, count, mu, sigma, n, k, setsize, fallback, osts);
+        Py_END_ALLOW_THREADS
+    }
+    if (status)
+        PyErr_NoMemory();
+    else
+        answer = Py_BuildValue("y#y#", (const char *)fallback,
+                               (Py_ssize_t)((size_t)count * sizeof *fallback),
+                               (const char *)osts,
+                               (Py_ssize_t)((size_t)count * (size_t)k * sizeof *osts));
+    free(fallback);
+    free(osts);
+    return answer;
+}
+
 static PyMethodDef _methods[] = {
     {"simulate", (PyCFunction)(void (*)(void))_simulate, METH_VARARGS | METH_KEYWORDS,
      "Replay the jobs' columns (schedule.h); returns (log times, kinds, jobs as bytes, busy "
@@ -232,6 +312,12 @@ static PyMethodDef _methods[] = {
     {"read_int_lists", sk_read_int_lists, METH_VARARGS,
      "read_int_lists(jobs, name): every job's sequence of int32 attribute name flattened: "
      "(offsets int64 bytes, values int32 bytes, lowest, highest), None for both without values."},
+    {"parse_swf", _parse_swf, METH_VARARGS,
+     "parse_swf(text, limit): an SWF text's records as columns (workload.h), None when a "
+     "line is not plain SWF."},
+    {"draw_inputs", _draw_inputs, METH_VARARGS,
+     "draw_inputs(words, index, count, mu, sigma, n, k, setsize): build_workload's random "
+     "sizes and stripes as random.Random with that state draws them."},
     {NULL, NULL, 0, NULL},
 };
 
