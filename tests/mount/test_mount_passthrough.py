@@ -20,11 +20,19 @@ import time
 from pathlib import Path
 
 import pytest
+from test_mount_recovery import (
+    fail_ost,
+    failed_osts,
+    file_source,
+    finish,
+    layout_of,
+    pattern,
+    recoveryd,
+    stage,
+    start_reader,
+)
 
 from waiting import wait_for
-
-from test_mount_recovery import (failed_osts, fail_ost, file_source, finish, layout_of,
-                                 pattern, recoveryd, stage, start_reader)
 
 MiB = 1 << 20
 STATS = "user.scratchkeeper.passthrough"
@@ -120,6 +128,8 @@ def test_a_writer_beside_passed_through_readers_is_passed_through_and_recorded(m
             writer.seek(50_000)
             writer.write(b"b" * 100_000)            # past the old end
             assert os.stat(path).st_size == 150_000
+            with open(path, "r+b", buffering=0) as second:  # the sizes differ meanwhile
+                assert second.read(1) == b"a"
             writer.truncate(300_000)                # larger, through the mount: zeros
             assert os.pread(reader.fileno(), 400_000, 0) == (
                 b"a" * 50_000 + b"b" * 100_000 + bytes(150_000))

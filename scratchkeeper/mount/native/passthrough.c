@@ -68,7 +68,7 @@ void passthrough_init(struct fuse_conn_info *conn)
     /* the objects are on a plain file system: one stacked over this mount stays possible */
     conn->max_backing_stack_depth = FUSE_BACKING_STACKED_UNDER;
     fs.passthrough = true;
-    logmsg("passthrough: on for read-only opens of one-object files; libfuse %d.%d",
+    logmsg("passthrough: on for files whose bytes are one object; libfuse %d.%d",
            FUSE_MAJOR_VERSION, FUSE_MINOR_VERSION);
 #else
     (void)conn;
@@ -131,8 +131,15 @@ void passthrough_choose(fuse_req_t req, struct sk_file *fh, int flags, struct fu
 #if SK_HAVE_PASSTHROUGH
     struct sk_view *v = NULL;
     const struct sk_obj *obj = NULL;
-    if (fs.passthrough && view_get(fh, &v) == 0)
-        obj = single_object(fh, v);
+    if (fs.passthrough) {
+        /* what a passed-through writer wrote past the MDT's end is the file's: the object and
+         * the file have one size again */
+        pthread_mutex_lock(&in->lock);
+        passthrough_sync_size(in, fh->fd);
+        pthread_mutex_unlock(&in->lock);
+        if (view_get(fh, &v) == 0)
+            obj = single_object(fh, v);
+    }
 #else
     (void)req;
 #endif
