@@ -142,6 +142,8 @@ void passthrough_choose(fuse_req_t req, struct sk_file *fh, int flags, struct fu
     }
 #else
     (void)req;
+    (void)fi;
+    (void)writable;
 #endif
     pthread_mutex_lock(&fs.table_lock);
 #if SK_HAVE_PASSTHROUGH
