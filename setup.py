@@ -51,19 +51,49 @@ sim_native = Extension(
 _MOUNT_NATIVE = "scratchkeeper/mount/native"
 
 
+# scripts/bootstrap builds a libfuse that can ask for kernel passthrough (>= 3.16) into a prefix
+# of the project's own (docs/mount.rst "Passthrough"); without one the system's libfuse3 is used.
+_LIBFUSE_PREFIXES = "/opt/scratchkeeper/libfuse-*"
+
+
+def _libfuse_prefix() -> str | None:
+    """The newest finished prefix scripts/bootstrap built (SCRATCHKEEPER_LIBFUSE=system: none)."""
+    import glob
+    import os
+
+    if os.environ.get("SCRATCHKEEPER_LIBFUSE") == "system":
+        return None
+    built = [os.path.dirname(stamp) for stamp in glob.glob(f"{_LIBFUSE_PREFIXES}/.built")]
+    return max(built, key=lambda prefix: [int(part) if part.isdigit() else part for part in
+                                          prefix.replace("-", ".").split(".")], default=None)
+
+
 def _pkg_config(*flags: str) -> list[str]:
-    """``pkg-config fuse3`` flags (the scratch mount's libfuse3)."""
+    """``pkg-config fuse3`` flags (the scratch mount's libfuse3: the project's own when built,
+    linked with an rpath to it, else the system's)."""
+    import os
     import subprocess
 
-    return subprocess.run(["pkg-config", *flags, "fuse3"], check=True, capture_output=True,
-                          text=True).stdout.split()
+    env = dict(os.environ)
+    prefix = _libfuse_prefix()
+    if prefix:
+        env["PKG_CONFIG_PATH"] = f"{prefix}/lib/pkgconfig"
+    out = subprocess.run(["pkg-config", *flags, "fuse3"], check=True, capture_output=True,
+                         text=True, env=env, timeout=60).stdout.split()
+    if prefix and "--libs" in flags:
+        # the library by its path: Python's own link flags name the system's library folder
+        # first, where -lfuse3 would find Debian's
+        out = [f"{prefix}/lib/libfuse3.so" if flag == "-lfuse3" else flag for flag in out]
+        out.append(f"-Wl,-rpath,{prefix}/lib")
+    return out
 
 
 mount_native = Extension(
     "scratchkeeper.mount._fuse",
     sources=[f"{_MOUNT_NATIVE}/{name}.c"
              for name in ("lov", "skfs", "inode", "namespace", "layout", "data", "change", "dispatch",
-                          "wait", "reads", "qos", "hybrid", "access", "logs", "fds", "_fuse")]
+                          "wait", "reads", "qos", "hybrid", "access", "logs", "fds", "passthrough",
+                          "_fuse")]
     # read dispatch calls the replica-selection solver's C core directly (docs/mount.rst)
     + [f"{_SOLVER_NATIVE}/{name}.c"
        for name in ("replica_select", "replica_bounds", "replica_flow", "replica_slotsearch")],

@@ -29,6 +29,7 @@ BENCHMARKS = (
     ("load", False, True),
     ("hosts", False, True),
     ("mount", True, False),
+    ("mount.passthrough", True, False),
     ("dispatch", True, False),
     ("mount_recovery", True, True),
     ("qos", True, False),

@@ -247,8 +247,9 @@ def site_config(base: Path, *, ost_count: int = 8, stripe_count: int = 4,
 
 
 @contextlib.contextmanager
-def scratch_mount(base: Path, **layout):
-    """scratchkeeper mount base/scratch -c base/site.toml, in the foreground as a child."""
+def scratch_mount(base: Path, env: dict | None = None, **layout):
+    """scratchkeeper mount base/scratch -c base/site.toml, in the foreground as a child (with
+    ``env`` added to its environment: SK_MOUNT_PASSTHROUGH=0, SK_MOUNT_DISPATCH=...)."""
     if not mount_available():
         raise RuntimeError("scratchkeeper has no mount yet (no package scratchkeeper.mount)")
     mount_point = base / "scratch"
@@ -261,7 +262,8 @@ def scratch_mount(base: Path, **layout):
         with open(log, "w") as err:
             # its own session: a ^C to the benchmark must not kill it before its unmount
             process = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=err, stderr=err,
-                                       cwd=REPO, start_new_session=True)
+                                       cwd=REPO, start_new_session=True,
+                                       env=dict(os.environ, **(env or {})))
         entry = wait_mounted(mount_point, process, log)
         shown = ", ".join(f"{k} = {v}" for k, v in _layout(layout).items())
         yield Target("mount", mount_point, f"scratchkeeper mount {mount_point} -c {config} "

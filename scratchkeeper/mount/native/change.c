@@ -227,6 +227,7 @@ out:
 static int truncate_once(struct sk_inode *in, int fd, off_t size, uid_t uid)
 {
     struct stat st;
+    passthrough_sync_size(in, fd);  /* what the kernel wrote past the MDT's end is the file's */
     if (fstat(fd, &st) < 0)
         return -errno;
     char *raw;
@@ -243,8 +244,10 @@ static int truncate_once(struct sk_inode *in, int fd, off_t size, uid_t uid)
     }
     if (size < st.st_size)
         rc = shrink(in, fd, raw, len, &lov, (uint64_t)st.st_size, (uint64_t)size, uid);
-    else if ((rc = cut_tails(&lov, NULL, NULL, (uint64_t)st.st_size, (uint64_t)size, in)) == 0)
-        rc = ftruncate(fd, size) < 0 ? -errno : 0;  /* a larger size changes no object */
+    else if ((rc = cut_tails(&lov, NULL, NULL, (uint64_t)st.st_size, (uint64_t)size, in)) == 0 &&
+             (rc = passthrough_grown(in, (uint64_t)size)) == 0)
+        /* a larger size changes no object (but the one the kernel reads, passthrough.c) */
+        rc = ftruncate(fd, size) < 0 ? -errno : 0;
     sk_lov_free(&lov);
     free(raw);
     return rc;
@@ -595,6 +598,7 @@ static void unreserve(const struct reserved *r, unsigned n)
  * this changes not), then the size grown. Whether the size changed, or -errno. */
 static int fallocate_locked(struct sk_file *fh, int mode, uint64_t lo, uint64_t hi)
 {
+    passthrough_sync_size(fh->inode, fh->fd);
     struct sk_inode *in = fh->inode;
     struct stat st;
     if (fstat(fh->fd, &st) < 0)

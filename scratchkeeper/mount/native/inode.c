@@ -101,6 +101,7 @@ static struct sk_inode *table_add(const struct stat *st, struct file_handle *h)
         return NULL;
     in->handle = h;
     in->fd = -1;
+    in->backing_fd = -1;
     in->dev = st->st_dev;
     in->ino = st->st_ino;
     in->type = st->st_mode & S_IFMT;
@@ -147,6 +148,7 @@ int do_lookup(fuse_ino_t parent, const char *name, struct fuse_entry_param *e)
     }
     pthread_mutex_unlock(&fs.table_lock);
     inode_fd_adopt(in, fd);  /* the kernel holds a lookup of it: not freed meanwhile */
+    passthrough_attr(in, &e->attr);
     e->ino = (fuse_ino_t)(uintptr_t)in;
     return 0;
 }
@@ -207,6 +209,8 @@ void sk_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
     fix_attr(&st);
     if (ino == FUSE_ROOT_ID)
         root_attr(&st);
+    else
+        passthrough_attr(in, &st);
     fuse_reply_attr(req, &st, fs.cfg.attr_timeout);
 }
 
@@ -401,12 +405,14 @@ static int file_open(fuse_req_t req, struct sk_inode *in, int fd, int flags,
     pthread_mutex_unlock(&fs.table_lock);
     fi->fh = (uint64_t)(uintptr_t)fh;
     fi->keep_cache = 0;
+    passthrough_choose(req, fh, flags, fi);
     return 0;
 }
 
-static void file_close(struct sk_file *fh)
+static void file_close(fuse_req_t req, struct sk_file *fh)
 {
     struct sk_inode *in = fh->inode;
+    passthrough_release(req, fh);
     view_put(fh->view);
     close(fh->fd);
     fds_release(fh->opener, 1);
@@ -453,7 +459,7 @@ static void create_existing(fuse_req_t req, fuse_ino_t parent, const char *name,
         return;
     }
     if (fuse_reply_create(req, &e, fi) == -ENOENT) {
-        file_close((struct sk_file *)(uintptr_t)fi->fh);
+        file_close(req, (struct sk_file *)(uintptr_t)fi->fh);
         forget_one(e.ino, 1);
     }
 }
@@ -494,7 +500,7 @@ void sk_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode,
     }
     if (fuse_reply_create(req, &e, fi) == -ENOENT) {
         /* the caller was interrupted: nobody holds this handle */
-        file_close((struct sk_file *)(uintptr_t)fi->fh);
+        file_close(req, (struct sk_file *)(uintptr_t)fi->fh);
         forget_one(e.ino, 1);
     }
 }
@@ -573,16 +579,17 @@ void sk_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
         return;
     }
     if (fuse_reply_open(req, fi) == -ENOENT)
-        file_close((struct sk_file *)(uintptr_t)fi->fh);
+        file_close(req, (struct sk_file *)(uintptr_t)fi->fh);
 }
 
 void sk_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
     (void)ino;
     struct sk_file *fh = (struct sk_file *)(uintptr_t)fi->fh;
+    passthrough_settle(fh);
     if (atomic_load(&fh->written))
         close_record(fh);
-    file_close(fh);
+    file_close(req, fh);
     fuse_reply_err(req, 0);
 }
 

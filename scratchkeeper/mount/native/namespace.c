@@ -435,14 +435,15 @@ void sk_statfs(fuse_req_t req, fuse_ino_t ino)
         fuse_reply_statfs(req, &sv);
 }
 
-/* The read dispatch (dispatch.c), read QoS (qos.c), hybrid replica (hybrid.c), log (logs.c)
- * and descriptor (fds.c) counters, answered by the mount on its root, read-only. */
+/* The read dispatch (dispatch.c), read QoS (qos.c), hybrid replica (hybrid.c), log (logs.c),
+ * descriptor (fds.c) and passthrough (passthrough.c) counters, answered by the mount on its
+ * root, read-only. */
 static bool stats_xattr(fuse_ino_t ino, const char *name)
 {
     return ino == FUSE_ROOT_ID &&
            (strcmp(name, SK_DISPATCH_XATTR) == 0 || strcmp(name, SK_QOS_XATTR) == 0 ||
             strcmp(name, SK_HYBRID_XATTR) == 0 || strcmp(name, SK_LOGS_XATTR) == 0 ||
-            strcmp(name, SK_FDS_XATTR) == 0);
+            strcmp(name, SK_FDS_XATTR) == 0 || strcmp(name, SK_PASSTHROUGH_XATTR) == 0);
 }
 
 /* Whether the caller may change the layout of the inode `st` or the default layout of a
@@ -560,6 +561,7 @@ static void get_stats(fuse_req_t req, const char *name, size_t size)
              : strcmp(name, SK_HYBRID_XATTR) == 0 ? hybrid_stats(&text, &len)
              : strcmp(name, SK_LOGS_XATTR) == 0   ? logs_stats(caller, &text, &len)
              : strcmp(name, SK_FDS_XATTR) == 0    ? fds_stats(caller, &text, &len)
+             : strcmp(name, SK_PASSTHROUGH_XATTR) == 0 ? passthrough_stats(&text, &len)
                                                   : dispatch_stats(&text, &len);
     reply_stats(req, size, rc, text, len);
 }

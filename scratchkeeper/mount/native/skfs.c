@@ -78,6 +78,7 @@ static void sk_init(void *userdata, struct fuse_conn_info *conn)
     unsigned background = fs.cfg.threads < 12 ? 12 : fs.cfg.threads;
     conn->max_background = background > 65535 ? 65535 : background;
     conn->congestion_threshold = conn->max_background * 3 / 4;
+    passthrough_init(conn);
 }
 
 static const struct fuse_lowlevel_ops ops = {

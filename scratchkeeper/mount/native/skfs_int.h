@@ -11,6 +11,7 @@
  *   access.c     the root's shown mode, new inodes' modes under default ACLs, xattr names
  *   logs.c       closes.log and reads.log appended within bounds, CLOSE records
  *   fds.c        the open-file limit: inodes' descriptors cached within a bound, users' shares
+ *   passthrough.c  kernel FUSE passthrough of read-only opens of one-object files
  *
  * Every symbol here is hidden in the extension (-fvisibility=hidden).
  */
@@ -28,6 +29,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 #include <sys/types.h>
+#include <time.h>
 
 #define NBUCKETS (1u << 16)
 #define NEED_RECOVERY 1
@@ -50,6 +52,12 @@ struct sk_inode {
     mode_t type;            /* S_IFMT bits */
     uint64_t nlookup;       /* table_lock */
     uint64_t nopen;         /* table_lock: open handles */
+    unsigned pt_opens;      /* table_lock: handles the kernel reads through passthrough.c */
+    unsigned cached_opens;  /* table_lock: handles the kernel opened with its page cache */
+    unsigned pt_writers;    /* table_lock: of which opened for writing */
+    int backing_id;         /* table_lock: the backing id of pt_opens' object (0: none) */
+    int backing_fd;         /* table_lock: that object, open read-write (-1: none) */
+    char backing_obj[SK_OBJID_LEN + 1];  /* table_lock: its id */
     char *doomed;           /* table_lock: layout of objects to delete at the last release */
     size_t doomed_len;
     pthread_mutex_t lock;   /* data, size and layout changes of a regular file, one at a time */
@@ -74,8 +82,13 @@ struct sk_view {
     int **fds;              /* [component][position], -1 when the object could not be opened */
 };
 
+/* How the kernel was told to do a handle's I/O (passthrough.c) */
+enum sk_io { SK_IO_NONE, SK_IO_CACHED, SK_IO_PASSTHROUGH };
+
 struct sk_file {
     struct sk_inode *inode;
+    enum sk_io io;          /* set by passthrough_choose at the open */
+    struct timespec pt_mtime;  /* passed through for writing: the object's mtime at the open */
     int fd;                 /* the MDT inode opened O_RDWR: size, times, layout */
     uid_t opener;           /* the caller of the open: its CLOSE record counts against it */
     bool writable;
@@ -106,6 +119,7 @@ struct skfs_state {
     int inotify_fd;
     int stop_pipe[2];
     struct fuse_session *se;
+    bool passthrough;       /* the kernel passes one-object files through (passthrough.c) */
     /* what the mount's root shows (access.c): the MDT directory itself is root's, 0700 */
     pthread_mutex_t root_lock;
     mode_t root_mode;       /* permission bits, set-id and sticky */
@@ -140,6 +154,31 @@ void inode_fd_drop(struct sk_inode *in);
 int fds_charge(uid_t uid, unsigned n);
 void fds_release(uid_t uid, unsigned n);
 int fds_stats(uid_t caller, char **out, size_t *len);
+
+/* passthrough.c: kernel FUSE passthrough (docs/mount.rst "Passthrough") */
+#define SK_PASSTHROUGH_XATTR "user.scratchkeeper.passthrough"  /* read-only, on the mount's root */
+/* At init: ask for passthrough where libfuse and the kernel have it; say which, once. */
+void passthrough_init(struct fuse_conn_info *conn);
+/* At an open (`flags` its open flags), the handle `fh` counted on its inode: pass it through
+ * (fi's backing id), or open it direct-I/O (the inode has passthrough handles) or cached. */
+void passthrough_choose(fuse_req_t req, struct sk_file *fh, int flags, struct fuse_file_info *fi);
+/* The handle is closed: the inode's counts, and its backing closed with its last user. */
+void passthrough_release(fuse_req_t req, struct sk_file *fh);
+/* Before the close record of a handle passed through for writing: the MDT inode takes the
+ * object's size; the handle counts as written if the object changed. */
+void passthrough_settle(struct sk_file *fh);
+/* While the kernel writes the object of `in` (its MDT inode open as `fd`): the MDT inode takes
+ * the object's size where it is larger, before the mount changes the size itself. Caller holds
+ * the inode lock. */
+void passthrough_sync_size(struct sk_inode *in, int fd);
+/* The attributes of `in` as getattr shows them: the object's size while the kernel writes it. */
+void passthrough_attr(struct sk_inode *in, struct stat *st);
+/* The file `in` grows to `size` by a truncate: the object its passthrough handles read grows
+ * too, so that the kernel reads the new bytes (zeros). Caller holds the inode lock. 0 or
+ * -errno. */
+int passthrough_grown(struct sk_inode *in, uint64_t size);
+/* The counters as JSON text (malloc'd). */
+int passthrough_stats(char **out, size_t *len);
 
 /* inode.c: the inode table and the requests on inodes (the operation table's in skfs.c) */
 struct sk_inode *get_inode(fuse_ino_t ino);
@@ -329,6 +368,8 @@ struct sk_wait {
     bool reported;          /* recoveryd was told */
 };
 double monotonic(void);
+/* Whether recoveryd marked the file (its MDT inode open as `fd`) lost. */
+bool marked_lost(int fd);
 /* The scratch path of the MDT inode open as `fd` (for recoveryd and the logs), or false. */
 bool scratch_path(int fd, char *out, size_t outlen);
 /* qos.c: read QoS admission and online retrieval */

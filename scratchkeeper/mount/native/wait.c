@@ -42,7 +42,7 @@ bool scratch_path(int fd, char *out, size_t outlen)
  * else that leaves the stripe unreadable: a timeout, recoveryd not running, an error). */
 #define EARLY_ANSWER 0.125
 
-static bool marked_lost(int fd)
+bool marked_lost(int fd)
 {
     return fgetxattr(fd, LOST_XATTR, NULL, 0) >= 0;
 }
