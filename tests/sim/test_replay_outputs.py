@@ -98,11 +98,11 @@ def test_core_option_refuses_another_name(capsys):
 @pytest.mark.parametrize("name, content, message", [
     ("empty.swf", b"", "empty trace: the file has no line to read"),
     ("blank.swf", b"\n  \n\n", "empty trace: the file has no line to read"),
-    ("empty.swf.gz", gzip.compress(b""), "empty trace: the file has no line to read once "
+    ("empty.swf.gz", gzip.compress(b"", mtime=0), "empty trace: the file has no line to read once "
                                          "uncompressed"),
     ("noise.swf.gz", bytes(range(256)) * 4, "named .gz but not gzip-compressed (its first bytes "
                                             "are 00 01 02 03 04 05) nor plain text"),
-])
+], ids=["empty", "blank", "empty-gz", "noise-gz"])
 @pytest.mark.parametrize("trace_format", ["auto", "swf"])
 def test_an_empty_or_mislabelled_trace_is_one_clear_line(tmp_path, capsys, name, content,
                                                          message, trace_format):
