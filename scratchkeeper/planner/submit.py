@@ -17,7 +17,7 @@ from ..structs import record
 from .directives import ParsedScript, confine, parse_script
 from .plan import COMPUTE, Plan, PlannedJob, build_plan
 from .render import render_plan
-from .spool import output_path, script_path, spool_dir, write_script
+from .spool import make_spool, output_path, script_path, spool_dir, write_script
 
 if TYPE_CHECKING:
     from ..state import StateStore
@@ -66,10 +66,7 @@ def spool_data_jobs(plan: Plan, config: SiteConfig, owner: tuple[int, int] | Non
     """Write the data jobs' scripts into the chain's spool folder (root's files, read by the
     data jobs); ``owner`` (uid, gid), when root plans for a user, gets the folder, where the
     data jobs, running as that user, write their logs. Each data job's log path."""
-    spool = spool_dir(config, plan.chain_id)
-    spool.mkdir(parents=True, exist_ok=True)
-    if owner is not None:
-        os.chown(spool, *owner)
+    spool = make_spool(config, plan.chain_id, owner)
     log_paths = {}
     for planned in plan.jobs:
         if planned.role != COMPUTE:
@@ -146,8 +143,7 @@ def submit_plan(plan: Plan, config: SiteConfig, store: StateStore | None,
         # here, not at the top: `plan --dry-run` must not load sqlite3 (tests/test_cli_imports.py)
         from . import records
 
-        spool = spool_dir(config, plan.chain_id)
-        spool.mkdir(parents=True, exist_ok=True)
+        spool = make_spool(config, plan.chain_id)
         for job in plan.jobs:
             write_script(spool, job.key, job.script, 0o700)
         records.record_plan(store, plan, os.getuid() if owner_uid is None else owner_uid,
