@@ -1,6 +1,7 @@
 """Load benchmark on the local cluster: many users' chains at once (issue 14, "Under load").
 
     .venv/bin/python -m benchmarks.load [--chains 200] [--users 4] [--payload BYTES]
+                                        [--path chain-service|spank|submit|burst-buffer]
 
 As root, on a cluster `scripts/local-cluster up` started (recoveryd and the chain service
 running). Users ``skload1``..``skloadN`` (created when missing, as the tests' plain user is)
@@ -10,7 +11,18 @@ site's users do: job_submit.lua holds each job, the cluster's chain service chai
 (a small ``file://`` input the user owns), the data job runs as the user and records what it
 staged through recoveryd. Every chain must complete with its file recorded and no log may
 mention a locked database; it reports chains per minute and the slowest commit (each data
-job's ``stage commit`` prints how long recording took, lock waits included).
+job's ``stage commit`` prints how long recording took, lock waits included). Each compute job
+reads its staged input with ``sha256sum``: the data are verified where the job reads them.
+
+``--path`` chooses the way in (issue 46: 200 chains from 4 users through each path):
+``chain-service`` (default) hands a checked script with #STAGEIN lines to ``sbatch`` as
+``scratchkeeper submit`` does under ``submit_via = "chain-service"``; ``spank`` puts the
+stage-in in the script's ``#SBATCH --stage-in=SRC:DST`` (the SPANK plugin's option); both are
+held by job_submit.lua and chained by the chain service. ``submit`` runs the whole
+``scratchkeeper submit`` per chain with ``submit_via = "direct"`` (the command submits the data
+jobs itself, as the user). ``burst-buffer`` switches the cluster to Slurm's burst-buffer path
+(``local-cluster burst-buffer on``, back off at the end) and submits the #STAGEIN script with
+plain ``sbatch``: Slurm stages it in while the job pends.
 
 It reports; a chain that fails or a lock error makes the run exit 1 and is written in the
 report as such. Raw figures go to benchmarks/results/load/ (git-ignored), the report to
@@ -54,8 +66,19 @@ COMMITTED = re.compile(r"^committed (\d+) file\(s\) in ([0-9.]+)s$", re.M)
 ACTIVE = frozenset({"PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "REQUEUED", "RESIZING",
                     "SUSPENDED", "REQUEUE_HOLD", "REQUEUE_FED", "SIGNALING", "STAGE_OUT"})
 DAEMON_LOGS = ("recoveryd", "spank-chain", "replicad")
-VIA = {"sbatch": "with `sbatch` as `scratchkeeper submit` hands a checked script over",
-       "cli": "with `scratchkeeper submit`"}
+PATHS = {
+    "chain-service": "with `sbatch` as `scratchkeeper submit` hands a checked script with "
+                     "#STAGEIN lines over, held by job_submit.lua, chained by the cluster's chain "
+                     "service",
+    "spank": "with `sbatch` and the SPANK plugin's `#SBATCH --stage-in=SRC:DST`, held by "
+             "job_submit.lua, chained by the cluster's chain service",
+    "submit": "with the whole `scratchkeeper submit` (`submit_via = \"direct\"`: the command "
+              "submits the data jobs itself)",
+    "burst-buffer": "with plain `sbatch` of the #STAGEIN script on Slurm's burst-buffer path "
+                    "(burst_buffer.lua: Slurm stages in while the job pends)",
+}
+#: earlier runs' ``via`` (before ``--path``), as the path they took
+OLD_VIA = {"sbatch": "chain-service", "cli": "submit (chain-service)"}
 
 
 @dataclass
@@ -74,6 +97,8 @@ class Chain:
     #: sacct's Submit and Start of each role (epoch seconds), once the job ended
     times: dict[str, tuple[float | None, float | None]] = field(default_factory=dict)
     commit_seconds: float | None = None
+    #: the compute job's sha256sum of its staged input was the source's
+    verified: bool = False
     problems: list[str] = field(default_factory=list)
 
 
@@ -99,7 +124,7 @@ def owned_dir(path: Path, account: pwd.struct_passwd) -> Path:
 
 
 def prepare(status: dict, run_id: str, users: int, chains: int, payload: int,
-            work: Path) -> list[Chain]:
+            work: Path, path: str) -> list[Chain]:
     """Users, their inputs, scratch folders and scripts; the chains in submission order."""
     source_root = Path(status["source_dir"]) / run_id
     scratch_root = Path(status["scratch_root"])
@@ -117,12 +142,12 @@ def prepare(status: dict, run_id: str, users: int, chains: int, payload: int,
             os.chown(source_file, account.pw_uid, account.pw_gid)
             staged = scratch / f"in{index}.dat"
             script = home / f"chain{index}.sh"
+            stage = (f"#SBATCH --stage-in=file://{source_file}:{staged}\n" if path == "spank"
+                     else f"#STAGEIN -retry 1\n#STAGEIN file://{source_file} {staged}\n")
             script.write_text(f"""#!/bin/bash
 #SBATCH --job-name={run_id}-{index}
 #SBATCH --output={home}/compute-{index}.out
-#STAGEIN -retry 1
-#STAGEIN file://{source_file} {staged}
-echo computed {index}
+{stage}sha256sum {staged}
 """)
             os.chown(script, account.pw_uid, account.pw_gid)
             made.append(Chain(name, index, script, staged, hashlib.sha256(data).hexdigest()))
@@ -131,21 +156,44 @@ echo computed {index}
     return made
 
 
-def submit(chain: Chain, command: list[str], users_config: str, via: str) -> None:
-    """Submit as the chain's user, from its folder: ``scratchkeeper submit`` (``cli``), or what
-    it runs once it has checked the script (``sbatch``: plain sbatch with SUBMIT_ENV set, which
-    job_submit.lua holds for the chain service), without an interpreter start per chain."""
-    if via == "cli":
+def submit(chain: Chain, command: list[str], users_config: str, path: str) -> None:
+    """Submit as the chain's user, from its folder, by ``path`` (see the module's text):
+    ``scratchkeeper submit`` (``submit``, with ``users_config``), or plain sbatch (with
+    SUBMIT_ENV set on the chain service's path, as ``submit`` hands a checked script over),
+    without an interpreter start per chain."""
+    if path == "submit":
         argv = [*command, "-c", users_config, "submit", str(chain.script), "--json"]
-    else:
+    elif path == "chain-service":
         argv = ["env", f"{SUBMIT_ENV}=chain-service", "sbatch", "--parsable", str(chain.script)]
+    else:
+        argv = ["sbatch", "--parsable", str(chain.script)]
     result = run(["runuser", "-u", chain.user, "--", *argv], timeout=300, cwd=chain.script.parent)
     chain.submitted_at = time.monotonic()
     if result.returncode != 0:
         chain.problems.append(f"submit exit {result.returncode}: {result.stderr.strip()}")
         return
-    chain.job_id = json.loads(result.stdout)["job_id"] if via == "cli" else \
+    chain.job_id = json.loads(result.stdout)["job_id"] if path == "submit" else \
         result.stdout.strip().split(";")[0]
+
+
+def direct_config(users_config: str, work: Path) -> str:
+    """The users' configuration with ``submit_via = "direct"`` (the local cluster's says
+    "chain-service"), in the run's folder, readable by the benchmark users."""
+    text = Path(users_config).read_text()
+    changed = re.sub(r'(?m)^submit_via\s*=.*$', 'submit_via = "direct"', text)
+    if changed == text:
+        raise SystemExit(f"benchmark: {users_config}: no submit_via line to change")
+    path = work / "site-direct.toml"
+    path.write_text(changed)
+    path.chmod(0o644)
+    return str(path)
+
+
+def local_cluster(*args: str) -> None:
+    """``scripts/local-cluster ARGS`` (the burst-buffer path on or off); stops the run on error."""
+    result = run([sys.executable, str(ROOT / "scripts" / "local-cluster"), *args], timeout=600)
+    if result.returncode != 0:
+        raise SystemExit(f"benchmark: local-cluster {' '.join(args)}: {result.stderr.strip()}")
 
 
 def _epoch(text: str) -> float | None:
@@ -190,8 +238,12 @@ def wait(chains: list[Chain], store: StateStore, timeout: float) -> float:
         if not pending:
             return time.monotonic()
         print(f"  {len(chains) - len(pending)}/{len(chains)} chains ended", flush=True)
+        if time.monotonic() + 10 >= deadline:
+            for chain in pending:  # stuck: reported as such, the run fails
+                chain.problems.append(f"not ended after {timeout:g}s (ended: {chain.states})")
+            return time.monotonic()
         time.sleep(10)
-    raise SystemExit(f"benchmark: chains still running after {timeout:g}s")
+    return time.monotonic()
 
 
 def check(chains: list[Chain], config, store: StateStore) -> None:
@@ -219,8 +271,11 @@ def check(chains: list[Chain], config, store: StateStore) -> None:
             continue
         output = chain.script.parent / f"compute-{chain.index}.out"
         try:
-            if output.read_text(errors="replace") != f"computed {chain.index}\n":
-                chain.problems.append(f"{output}: not the compute job's output")
+            if output.read_text(errors="replace") != f"{chain.digest}  {chain.staged}\n":
+                chain.problems.append(f"{output}: not the staged bytes' sha256 (the compute "
+                                      "job's sha256sum of its input)")
+            else:
+                chain.verified = True
         except OSError as err:
             chain.problems.append(f"compute output: {err}")
         info = backend.stat(str(chain.staged))
@@ -266,7 +321,7 @@ def chaining_delays(chains: list[Chain]) -> dict[str, list[float]]:
 
 
 def paced_submit(chains: list[Chain], rate: float, submitters: int, command: list[str],
-                 users_config: str, via: str) -> None:
+                 users_config: str, path: str) -> None:
     """Submit every chain; with ``rate`` (chains per minute), chain i not before i * 60 / rate
     seconds after the first, as a site's users submit over time rather than in one burst."""
     start = time.monotonic()
@@ -275,7 +330,7 @@ def paced_submit(chains: list[Chain], rate: float, submitters: int, command: lis
         if rate > 0:
             due = start + chain.index * 60.0 / rate
             time.sleep(max(0.0, due - time.monotonic()))
-        submit(chain, command, users_config, via)
+        submit(chain, command, users_config, path)
 
     with concurrent.futures.ThreadPoolExecutor(max_workers=submitters) as pool:
         list(pool.map(one, chains))
@@ -294,9 +349,8 @@ def main() -> int:
     parser.add_argument("--payload", type=int, default=64 << 10, help="bytes of each input")
     parser.add_argument("--submitters", type=int, default=12,
                         help="submissions in flight at once (all users together)")
-    parser.add_argument("--via", choices=("sbatch", "cli"), default="sbatch",
-                        help="how users submit: sbatch as `scratchkeeper submit` hands the script "
-                             "over (default), or the whole `scratchkeeper submit` per chain")
+    parser.add_argument("--path", choices=tuple(PATHS), default="chain-service",
+                        help="the way in (default chain-service; see the module's text)")
     parser.add_argument("--rate", type=float, default=0.0, metavar="PER_MINUTE",
                         help="submit at this many chains per minute (default 0: all at once, "
                              "as fast as the submitters go)")
@@ -318,17 +372,25 @@ def main() -> int:
     # on /var/tmp, which every host of the cluster shares (each has a /tmp of its own)
     work = Path(tempfile.mkdtemp(prefix=f"sk-{run_id}-", dir="/var/tmp"))
     work.chmod(0o755)
-    chains = prepare(status, run_id, args.users, args.chains, args.payload, work)
+    chains = prepare(status, run_id, args.users, args.chains, args.payload, work, args.path)
+    if args.path == "submit":
+        users_config = direct_config(users_config, work)
     print(f"{run_id}: {len(chains)} chains from {args.users} users, {args.payload} B inputs; "
           f"runtime {status['runtime']['release']} (fix in it: {runtime_has_the_fix(status)})",
           flush=True)
     since = log_sizes(log_dir)
-    started = time.monotonic()
-    paced_submit(chains, args.rate, args.submitters, command, users_config, args.via)
-    submitted = time.monotonic()
-    print(f"  submitted in {submitted - started:.1f}s", flush=True)
-    finished = wait(chains, store, args.timeout)
-    check(chains, config, store)
+    if args.path == "burst-buffer":
+        local_cluster("burst-buffer", "on")
+    try:
+        started = time.monotonic()
+        paced_submit(chains, args.rate, args.submitters, command, users_config, args.path)
+        submitted = time.monotonic()
+        print(f"  submitted in {submitted - started:.1f}s", flush=True)
+        finished = wait(chains, store, args.timeout)
+        check(chains, config, store)
+    finally:
+        if args.path == "burst-buffer":
+            local_cluster("burst-buffer", "off")
 
     locked_lines = daemon_log_lines(log_dir, since, LOCKED)
     retried_lines = daemon_log_lines(log_dir, since, RETRIED)
@@ -339,9 +401,10 @@ def main() -> int:
     slowest = max(chains, key=lambda c: c.commit_seconds or -1.0)
     results = {
         "run": run_id, "chains": len(chains), "users": args.users, "payload_bytes": args.payload,
-        "submitters": args.submitters, "via": args.via, "submit_seconds": submitted - started,
+        "submitters": args.submitters, "path": args.path, "submit_seconds": submitted - started,
         "makespan_seconds": makespan, "chains_per_minute": len(chains) / makespan * 60,
         "completed": len(chains) - len(failed),
+        "verified": sum(c.verified for c in chains),
         "failed": [{"user": c.user, "index": c.index, "job": c.job_id, "chain": c.chain_id,
                     "problems": c.problems} for c in failed],
         "commit_seconds": {"measured": len(commits),
@@ -373,6 +436,11 @@ def main() -> int:
     return 0 if ok else 1
 
 
+def path_of(results: dict) -> str:
+    """The run's way in (runs before ``--path`` recorded ``via``)."""
+    return results.get("path") or OLD_VIA.get(results.get("via", "cli"), "submit (chain-service)")
+
+
 def write_report(results: dict) -> None:
     commit = results["commit_seconds"]
     locks = sum(len(v) for v in results["lock_errors_in_daemon_logs"].values())
@@ -383,6 +451,7 @@ def write_report(results: dict) -> None:
         "# Load benchmark",
         "",
         "Command: `.venv/bin/python -m benchmarks.load"
+        + (f" --path {path_of(results)}" if path_of(results) != "chain-service" else "")
         + (f" --rate {results['rate_per_minute']:g}" if results.get("rate_per_minute") else "")
         + "` (as root) on the local cluster "
         f"({results['machine']['nodes']} slurmd on this {results['machine']['cpus']}-core "
@@ -390,10 +459,10 @@ def write_report(results: dict) -> None:
         f"runtime {Path(results['runtime']['release']).name}.",
         "",
         f"{results['chains']} chains from {results['users']} users (`skload1`..), each a "
-        f"{results['payload_bytes'] // 1024} KiB `file://` stage-in and a one-line compute job, "
-        f"submitted as their users {VIA[results['via']]} ({results['submitters']} "
-        "submissions in flight), held by job_submit.lua, chained by the cluster's chain "
-        "service, staged as the user and recorded through recoveryd.",
+        f"{results['payload_bytes'] // 1024} KiB `file://` stage-in and a compute job that "
+        f"reads it with `sha256sum`, submitted as their users "
+        f"{PATHS.get(path_of(results), path_of(results))} ({results['submitters']} "
+        "submissions in flight), staged as the user and recorded through recoveryd.",
         "",
         "| measure | value |",
         "|---|---|",
@@ -406,6 +475,8 @@ def write_report(results: dict) -> None:
         f"| all chains ended after | {results['makespan_seconds']:.0f} s |",
         f"| **chains per minute** | **{results['chains_per_minute']:.1f}** |",
         f"| chains completed, file recorded | {results['completed']} of {results['chains']} |",
+        f"| **data verified** (the compute job's sha256sum of its input is the source's) | "
+        f"**{results.get('verified', 'not measured')} of {results['chains']}** |",
         f"| **slowest commit** (`stage commit`, lock waits included) | "
         f"**{seconds(commit['slowest'])}** |",
         f"| median / p95 commit | {seconds(commit['median'])} / {seconds(commit['p95'])} |",
@@ -421,9 +492,10 @@ def write_report(results: dict) -> None:
                   f"{'; '.join(f['problems'])}" for f in results["failed"][:20]]
         lines.append("")
     lines += ["Every run kept in benchmarks/results/load/ (of at least 50 chains):", "",
-              "| run | submitted by | chains | submitted in | chaining delay p95: to stage-in "
-              "submitted / started | chains/min | slowest commit | completed | lock errors |",
-              "|---|---|---|---|---|---|---|---|---|"]
+              "| run | path | chains | submitted in | chaining delay p95: to stage-in "
+              "submitted / started | chains/min | slowest commit | completed | data verified "
+              "| lock errors |",
+              "|---|---|---|---|---|---|---|---|---|---|"]
     for raw in sorted(RESULTS.glob("*.json")):
         past = json.loads(raw.read_text())
         if past["chains"] < 50:
@@ -432,19 +504,23 @@ def write_report(results: dict) -> None:
         p95 = " / ".join(seconds(delay.get(what, {}).get("p95")) for what in
                          ("to stage-in submitted", "to stage-in started")) if delay else "-"
         lines.append(
-            f"| {past['run']} | {past.get('via', 'cli')} | {past['chains']} | "
+            f"| {past['run']} | {path_of(past)} | {past['chains']} | "
             f"{past['submit_seconds']:.0f} s"
             + (f" ({past['rate_per_minute']:g}/min)" if past.get("rate_per_minute") else "")
             + f" | {p95} | {past['chains_per_minute']:.1f} | "
             f"{seconds(past['commit_seconds']['slowest'])} | {past['completed']} | "
+            f"{past.get('verified', 'not measured')} | "
             f"{sum(len(v) for v in past['lock_errors_in_daemon_logs'].values())} |")
     lines += [
         "",
         "`scratchkeeper submit` costs an interpreter start and its imports per chain (about 1 s "
         "of CPU here): with 12 in flight on 2 shared cores, 200 take over 3 minutes, so the "
-        "default run submits the way it hands a checked script over (`sbatch` with "
-        f"`{SUBMIT_ENV}=chain-service`, the same hold and chaining); `--via cli` runs the "
-        "whole command per chain.",
+        "chain service's run submits the way it hands a checked script over (`sbatch` with "
+        f"`{SUBMIT_ENV}=chain-service`, the same hold and chaining); `--path submit` runs the "
+        "whole command per chain (direct: no hold, the data jobs submitted by the command, so "
+        "its chaining delay is negative), `--path spank` and `--path burst-buffer` plain "
+        "`sbatch`. Runs before `--path` existed show `submit (chain-service)` for the whole "
+        "command handing over to the chain service.",
         "",
         "The chaining delay runs from a compute job's submission to its stage-in's (the chain "
         "service's part: holding, planning, submitting the data jobs, releasing; one sweep "

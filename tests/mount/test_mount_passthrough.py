@@ -51,6 +51,20 @@ def needs_passthrough(mnt) -> None:
             (line for line in mnt.log.read_text().splitlines() if "passthrough:" in line), ""))
 
 
+def write_settled(mnt, path: Path, data: bytes) -> None:
+    """Write ``path`` through the mount, then wait for the kernel's RELEASE of the writer's
+    handle: it comes after close(2) returned, and until the mount has it an open of the same
+    file is served by the mount, not passed through (a busy machine showed it)."""
+    path.write_bytes(data)
+    settled(mnt)
+
+
+def settled(mnt) -> None:
+    """Wait until the mount serves no handle itself (every RELEASE of a closed one arrived)."""
+    wait_for(lambda: stats(mnt)["served_open"] == 0, "the release of the closed handles",
+             timeout=10)
+
+
 def one_stripe_dir(mnt, name: str = "one") -> Path:
     folder = mnt.root / name
     folder.mkdir()
@@ -87,7 +101,7 @@ def test_a_one_stripe_file_is_read_by_the_kernel_with_the_mount_stopped(mnt):
     needs_passthrough(mnt)
     data = pattern(3 * MiB, 1)
     path = one_stripe_dir(mnt) / "f"
-    path.write_bytes(data)
+    write_settled(mnt, path, data)
     before = stats(mnt)["opens"]
     fd = os.open(path, os.O_RDONLY)
     try:
@@ -102,7 +116,7 @@ def test_a_striped_file_is_served_by_the_mount(mnt):
     needs_passthrough(mnt)
     data = pattern(1 * MiB, 2)
     path = mnt.root / "striped"           # the mount's default: 2 stripes
-    path.write_bytes(data)
+    write_settled(mnt, path, data)
     before = stats(mnt)["opens"]
     fd = os.open(path, os.O_RDONLY)
     try:
@@ -119,7 +133,7 @@ def test_a_writer_beside_passed_through_readers_is_passed_through_and_recorded(m
     and closes.log (offload at close)."""
     needs_passthrough(mnt)
     path = one_stripe_dir(mnt) / "f"
-    path.write_bytes(b"a" * 100_000)
+    write_settled(mnt, path, b"a" * 100_000)
     before = stats(mnt)
     with open(path, "rb", buffering=0) as reader:
         assert stats(mnt)["opens"] == before["opens"] + 1
@@ -143,7 +157,7 @@ def test_a_writer_beside_passed_through_readers_is_passed_through_and_recorded(m
 def test_a_reader_beside_a_passed_through_writer_without_writes_records_no_close(mnt):
     needs_passthrough(mnt)
     path = one_stripe_dir(mnt) / "g"
-    path.write_bytes(b"c" * 1000)
+    write_settled(mnt, path, b"c" * 1000)
     log = mnt.store / "closes.log"
 
     def recorded() -> int:
@@ -161,13 +175,14 @@ def test_a_reader_beside_a_passed_through_writer_without_writes_records_no_close
 def test_a_file_open_with_the_page_cache_is_not_passed_through_then(mnt):
     needs_passthrough(mnt)
     path = one_stripe_dir(mnt) / "f"
-    path.write_bytes(b"x" * 10_000)
+    write_settled(mnt, path, b"x" * 10_000)
     before = stats(mnt)["opens"]
     with open(path, "r+b", buffering=0) as writer:  # cached: the kernel takes no passthrough
         with open(path, "rb", buffering=0) as reader:
             assert stats(mnt)["opens"] == before
             writer.write(b"y" * 10)
             assert reader.read() == b"y" * 10 + b"x" * 9_990
+    settled(mnt)
     with open(path, "rb") as reader:                # alone again: passed through
         assert reader.read(10) == b"y" * 10
         assert stats(mnt)["opens"] == before + 1
@@ -178,7 +193,7 @@ def test_permissions_and_acls_hold_for_passed_through_files(mnt):
     folder = one_stripe_dir(mnt)
     os.chmod(folder, 0o755)
     path = folder / "private"
-    path.write_bytes(b"secret" * 1000)
+    write_settled(mnt, path, b"secret" * 1000)
     os.chmod(path, 0o600)
 
     def cat(user: int) -> subprocess.CompletedProcess:
@@ -200,7 +215,7 @@ def test_read_records_count_opens_of_passed_through_files(make_mount):
     mnt = make_mount(mount_extra="read_log_interval = 0.2")
     needs_passthrough(mnt)
     path = one_stripe_dir(mnt) / "hot"
-    path.write_bytes(b"z" * 200_000)
+    write_settled(mnt, path, b"z" * 200_000)
     before = stats(mnt)["opens"]
     for _ in range(3):
         assert path.read_bytes() == b"z" * 200_000
@@ -222,7 +237,7 @@ def test_a_file_on_a_failed_ost_is_not_passed_through(make_mount):
     needs_passthrough(mnt)
     data = pattern(1 * MiB, 3)
     path = one_stripe_dir(mnt) / "f"
-    path.write_bytes(data)
+    write_settled(mnt, path, data)
     ost = layout_of(mnt, "one/f").components[0].objects[0].ost_index
     before = stats(mnt)["opens"]
     with failed_osts(mnt):
@@ -238,7 +253,7 @@ def test_a_stale_or_lost_file_is_not_passed_through(make_mount):
     needs_passthrough(mnt)
     folder = one_stripe_dir(mnt)
     for name in ("lost", "stale"):
-        (folder / name).write_bytes(b"q" * 70_000)
+        write_settled(mnt, folder / name, b"q" * 70_000)
     os.setxattr(mnt.mdt / "one" / "lost", "user.scratchkeeper.lost", b"1")
     lov = os.getxattr(mnt.mdt / "one" / "stale", "security.scratchkeeper.lov")
     assert b"init" in lov
@@ -258,7 +273,7 @@ def test_a_mirrored_file_is_not_passed_through(make_mount):
     mnt = make_mount(ost_count=4)
     needs_passthrough(mnt)
     path = one_stripe_dir(mnt) / "m"
-    path.write_bytes(b"m" * 200_000)
+    write_settled(mnt, path, b"m" * 200_000)
     mnt.add_mirror("one/m")
     before = stats(mnt)["opens"]
     assert path.read_bytes() == b"m" * 200_000

@@ -47,6 +47,10 @@ static struct {
     atomic_uint_fast64_t writers;   /* of which opened for writing */
     atomic_uint_fast64_t direct;    /* opens not passed through beside passed-through ones */
     atomic_uint_fast64_t refused;   /* backing files the kernel refused */
+    atomic_uint_fast64_t served;    /* handles open now that the mount serves (not passed
+                                     * through): the kernel's RELEASE of a closed file comes
+                                     * after close(2) returned, and until it does an open of
+                                     * the same inode is not passed through */
 } pt;
 
 void passthrough_init(struct fuse_conn_info *conn)
@@ -171,6 +175,7 @@ void passthrough_choose(fuse_req_t req, struct sk_file *fh, int flags, struct fu
     if (fh->io != SK_IO_PASSTHROUGH) {
         fh->io = SK_IO_CACHED;
         in->cached_opens++;
+        atomic_fetch_add(&pt.served, 1);
         /* the kernel refuses this open (EIO) of an inode open for passthrough: only when its
          * layout changed under its passthrough handles, or the object cannot be opened */
         if (in->pt_opens > 0)
@@ -236,8 +241,10 @@ void passthrough_release(fuse_req_t req, struct sk_file *fh)
     struct sk_inode *in = fh->inode;
     int close_id = 0, close_fd = -1;
     pthread_mutex_lock(&fs.table_lock);
-    if (fh->io == SK_IO_CACHED)
+    if (fh->io == SK_IO_CACHED) {
         in->cached_opens--;
+        atomic_fetch_sub(&pt.served, 1);
+    }
     else if (fh->io == SK_IO_PASSTHROUGH) {
         if (fh->writable)
             in->pt_writers--;
@@ -276,14 +283,16 @@ int passthrough_grown(struct sk_inode *in, uint64_t size)
 
 int passthrough_stats(char **out, size_t *len)
 {
-    char *text = malloc(256);
+    char *text = malloc(320);
     if (!text)
         return -ENOMEM;
-    int n = snprintf(text, 256,
+    int n = snprintf(text, 320,
                      "{\"on\": %s, \"opens\": %" PRIuFAST64 ", \"writers\": %" PRIuFAST64
-                     ", \"refused_beside\": %" PRIuFAST64 ", \"refused\": %" PRIuFAST64 "}\n",
+                     ", \"refused_beside\": %" PRIuFAST64 ", \"refused\": %" PRIuFAST64
+                     ", \"served_open\": %" PRIuFAST64 "}\n",
                      fs.passthrough ? "true" : "false", atomic_load(&pt.opens),
-                     atomic_load(&pt.writers), atomic_load(&pt.direct), atomic_load(&pt.refused));
+                     atomic_load(&pt.writers), atomic_load(&pt.direct), atomic_load(&pt.refused),
+                     atomic_load(&pt.served));
     *out = text;
     *len = (size_t)n;
     return 0;
