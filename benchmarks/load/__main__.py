@@ -19,8 +19,9 @@ reads its staged input with ``sha256sum``: the data are verified where the job r
 ``scratchkeeper submit`` does under ``submit_via = "chain-service"``; ``spank`` puts the
 stage-in in the script's ``#SBATCH --stage-in=SRC:DST`` (the SPANK plugin's option); both are
 held by job_submit.lua and chained by the chain service. ``submit`` runs the whole
-``scratchkeeper submit`` per chain with ``submit_via = "direct"`` (the command submits the data
-jobs itself, as the user). ``burst-buffer`` switches the cluster to Slurm's burst-buffer path
+``scratchkeeper submit`` per chain with the users' configuration (it checks the script and hands
+it to the chain service; the local cluster's users cannot submit ``direct``: the spool and the
+state database are the head's). ``burst-buffer`` switches the cluster to Slurm's burst-buffer path
 (``local-cluster burst-buffer on``, back off at the end) and submits the #STAGEIN script with
 plain ``sbatch``: Slurm stages it in while the job pends.
 
@@ -72,8 +73,8 @@ PATHS = {
                      "service",
     "spank": "with `sbatch` and the SPANK plugin's `#SBATCH --stage-in=SRC:DST`, held by "
              "job_submit.lua, chained by the cluster's chain service",
-    "submit": "with the whole `scratchkeeper submit` (`submit_via = \"direct\"`: the command "
-              "submits the data jobs itself)",
+    "submit": "with the whole `scratchkeeper submit` per chain (the users' configuration: it "
+              "checks the script and hands it to the chain service)",
     "burst-buffer": "with plain `sbatch` of the #STAGEIN script on Slurm's burst-buffer path "
                     "(burst_buffer.lua: Slurm stages in while the job pends)",
 }
@@ -174,19 +175,6 @@ def submit(chain: Chain, command: list[str], users_config: str, path: str) -> No
         return
     chain.job_id = json.loads(result.stdout)["job_id"] if path == "submit" else \
         result.stdout.strip().split(";")[0]
-
-
-def direct_config(users_config: str, work: Path) -> str:
-    """The users' configuration with ``submit_via = "direct"`` (the local cluster's says
-    "chain-service"), in the run's folder, readable by the benchmark users."""
-    text = Path(users_config).read_text()
-    changed = re.sub(r'(?m)^submit_via\s*=.*$', 'submit_via = "direct"', text)
-    if changed == text:
-        raise SystemExit(f"benchmark: {users_config}: no submit_via line to change")
-    path = work / "site-direct.toml"
-    path.write_text(changed)
-    path.chmod(0o644)
-    return str(path)
 
 
 def local_cluster(*args: str) -> None:
@@ -373,8 +361,6 @@ def main() -> int:
     work = Path(tempfile.mkdtemp(prefix=f"sk-{run_id}-", dir="/var/tmp"))
     work.chmod(0o755)
     chains = prepare(status, run_id, args.users, args.chains, args.payload, work, args.path)
-    if args.path == "submit":
-        users_config = direct_config(users_config, work)
     print(f"{run_id}: {len(chains)} chains from {args.users} users, {args.payload} B inputs; "
           f"runtime {status['runtime']['release']} (fix in it: {runtime_has_the_fix(status)})",
           flush=True)
@@ -517,8 +503,7 @@ def write_report(results: dict) -> None:
         "of CPU here): with 12 in flight on 2 shared cores, 200 take over 3 minutes, so the "
         "chain service's run submits the way it hands a checked script over (`sbatch` with "
         f"`{SUBMIT_ENV}=chain-service`, the same hold and chaining); `--path submit` runs the "
-        "whole command per chain (direct: no hold, the data jobs submitted by the command, so "
-        "its chaining delay is negative), `--path spank` and `--path burst-buffer` plain "
+        "whole command per chain, `--path spank` and `--path burst-buffer` plain "
         "`sbatch`. Runs before `--path` existed show `submit (chain-service)` for the whole "
         "command handing over to the chain service.",
         "",
