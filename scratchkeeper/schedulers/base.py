@@ -15,7 +15,7 @@ import logging
 import random
 import re
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import field
 from types import ModuleType
 
@@ -156,6 +156,14 @@ _TRANSIENT = re.compile(r"Socket timed out|Resource temporarily unavailable|Unab
                         r"|communication failure|timed out", re.IGNORECASE)
 
 
+#: which failures of writing a cancel reason are retried (it is idempotent): not Slurm 22.05's
+#: "the DB index is being set", which slurmctld answers after holding the request 5 s, and which
+#: lasts for a job started just before slurmctld restarted until that job ends: retrying it held
+#: a teardown for a minute and more, the cancel it was there to explain waiting behind it
+def _annotate_retried(message: str) -> bool:
+    return "DB index" not in message
+
+
 #: a will-run answer at most this many seconds ahead means "the resources are free now"
 WILL_RUN_NOW = 65.0
 
@@ -175,7 +183,10 @@ class Scheduler:
         self._snapshot_order: tuple[list, tuple] = ([], ())
 
     # -- running -------------------------------------------------------------------------
-    def _run(self, argv: list[str], *, mutating: bool, retry: bool = True) -> str:
+    def _run(self, argv: list[str], *, mutating: bool,
+             retry: bool | Callable[[str], bool] = True) -> str:
+        """Run ``argv``; ``retry``: whether transient failures are retried, or which (a test of
+        the failure's message)."""
         attempt = 0
         while True:
             try:
@@ -183,6 +194,8 @@ class Scheduler:
             except CommandError as err:
                 message = (err.stderr or err.stdout or str(err)).strip()
                 transient = err.returncode is None or bool(_TRANSIENT.search(message))
+                if callable(retry):
+                    transient = transient and retry(message)
                 if retry and transient and attempt < self.retries:
                     attempt += 1
                     pause = self.retry_delay * (2 ** (attempt - 1)) * (1 + random.random() / 2)
@@ -292,7 +305,7 @@ class Scheduler:
         if argv is None or not job_ids:
             return False
         try:
-            self._run(argv, mutating=True)  # idempotent: a transient failure is retried
+            self._run(argv, mutating=True, retry=_annotate_retried)
         except SchedulerError as err:
             log.warning("writing the cancel reason of %s: %s", ", ".join(job_ids), err)
             return False

@@ -193,6 +193,25 @@ def test_a_reason_that_cannot_be_written_does_not_stop_the_cancel(scripted):
     assert [argv[0] for argv in runner.recorded] == ["scontrol", "scancel"]
 
 
+def test_a_reason_slurm_cannot_take_before_the_jobs_db_index_is_not_retried(scripted):
+    """Slurm 22.05 holds the update 5 s, then refuses it, for as long as a job started just
+    before slurmctld restarted has no DB index: the cancel goes on at once. A socket timeout
+    of the same update is retried."""
+    no_index = CommandError("scontrol failed", argv=["scontrol"], returncode=1, stderr=(
+        "Job update not available right now, the DB index is being set, try again in a bit "
+        "for job 11"))
+    runner = scripted([(("scontrol",), no_index),
+                       (("scancel",), CommandResult(("scancel",), 0, "", "", 0.1))])
+    Scheduler(slurm, retries=2, retry_delay=0.01).cancel(["11"], reason="x")
+    assert [argv[0] for argv in runner.recorded] == ["scontrol", "scancel"]
+    timeout = CommandError("scontrol failed", argv=["scontrol"], returncode=1,
+                           stderr="slurm_update error: Socket timed out on send/recv operation")
+    runner = scripted([(("scontrol",), timeout),
+                       (("scancel",), CommandResult(("scancel",), 0, "", "", 0.1))])
+    Scheduler(slurm, retries=2, retry_delay=0.01).cancel(["11"], reason="x")
+    assert [argv[0] for argv in runner.recorded] == ["scontrol"] * 3 + ["scancel"]
+
+
 def test_pbs_has_no_comment_to_write_and_a_long_reason_is_cut(scripted):
     runner = scripted([(("qdel",), CommandResult(("qdel",), 0, "", "", 0.1))])
     Scheduler(pbs).cancel(["7"], reason="anything")
