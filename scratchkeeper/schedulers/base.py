@@ -255,7 +255,10 @@ class Scheduler:
             # squeue -j with an id it forgot fails outright; accounting still knows it
             if not self.backend.is_unknown_job_error(str(err)):
                 raise
-        missing = [j for j in wanted if j not in found or not found[j].state.is_final]
+        # accounting for the jobs still live, and for the ended ones the queue gave without
+        # their exit status (Slurm's query of a few jobs asks for fewer fields)
+        missing = [j for j in wanted if j not in found or not found[j].state.is_final
+                   or found[j].exit_code is None]
         if missing:
             try:
                 history = self.history(missing)

@@ -158,6 +158,27 @@ def test_lookup_falls_back_to_accounting_and_names_unknown_ids(scripted):
         scheduler.lookup(["999999"])
 
 
+def test_a_lookup_asks_the_queue_for_its_jobs_alone_and_accounting_for_exit_codes(scripted):
+    """``squeue --json`` of 22.05 packs the whole queue whatever ``--jobs`` says: a lookup asks
+    for its jobs in the snapshot's fields (one job: one job's RPC), which carry no exit status,
+    so an ended job's comes from sacct. data/squeue-jobs.txt: a job running (a ``|`` in its
+    name) and one that failed with exit 3, captured with this argv."""
+    argv = slurm.build_query(["9038", "9039"])
+    assert argv == ["squeue", "-a", "-t", "all", "--jobs=9038,9039", "-o", slurm.SNAPSHOT_FORMAT]
+    squeue = (DATA / "squeue-jobs.txt").read_text()
+    records = by_id(slurm.parse_query(squeue))
+    assert records["9038"].state is JobState.RUNNING and records["9038"].name == "run|ning"
+    assert records["9039"].state is JobState.FAILED and records["9039"].exit_code is None
+    sacct = "9039|failed|batch|root|FAILED|3:0|1|2026-12-06T00:17:01|2026-12-06T00:17:02|" \
+            "2026-12-06T00:17:02|NonZeroExitCode\n"
+    runner = scripted([(("squeue",), CommandResult(("squeue",), 0, squeue, "", 0.1)),
+                       (("sacct",), CommandResult(("sacct",), 0, sacct, "", 0.1))])
+    found = Scheduler(slurm).lookup(["9038", "9039"])
+    assert found["9039"].state is JobState.FAILED and found["9039"].exit_code == 3
+    assert found["9038"].state is JobState.RUNNING
+    assert [argv[0] for argv in runner.recorded] == ["squeue", "sacct"]
+
+
 def test_transient_errors_are_retried_and_permanent_ones_are_not(scripted):
     timeout = CommandError("squeue failed", argv=["squeue"], returncode=1,
                            stderr="squeue: error: Socket timed out on send/recv operation")
