@@ -65,10 +65,13 @@ local function quote(word)
 end
 
 -- Run `scratchkeeper bb ARGS...`: its exit code (a string, nil when it could not be run) and
--- its output.
+-- its output. It runs below slurmctld's priority (nice NICE): on the head node, slurmctld and
+-- munged answer users' sbatch before a stage-in's bookkeeping gets the CPU (under 200 jobs a
+-- minute, sbatch timed out at MessageTimeout while a stage's commands took the CPU).
+local NICE = "10"
 local function run(...)
   local command = {}
-  for _, word in ipairs({ SCRATCHKEEPER, "-c", SITE_CONFIG, "bb", ... }) do
+  for _, word in ipairs({ "nice", "-n", NICE, SCRATCHKEEPER, "-c", SITE_CONFIG, "bb", ... }) do
     table.insert(command, quote(word))
   end
   local line = table.concat(command, " ") .. " </dev/null 2>&1"

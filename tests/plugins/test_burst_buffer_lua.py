@@ -102,6 +102,14 @@ def test_each_argument_reaches_scratchkeeper_as_one_word_whatever_it_holds(bb):
     assert not Path("/tmp/owned").exists()
 
 
+def test_the_command_runs_below_slurmctlds_priority(bb):
+    """nice 10 over the caller's (slurmscriptd's): slurmctld and munged answer sbatch first."""
+    bb.fake.write_text('#!/bin/sh\nprintf "%s\\n" "$(cut -d" " -f19 /proc/$$/stat)"\n')
+    os.chmod(bb.fake, 0o755)
+    rc, message = bb.call("slurm_bb_data_in", "42", "/s/script")
+    assert rc == SUCCESS and int(message) == min(os.nice(0) + 10, 19)
+
+
 def test_a_failing_stage_returns_an_error_with_its_last_line_and_logs_it(bb):
     bb.answer("first line\nscratchkeeper: stage-in failed: script:3: no such file", 1)
     rc, message = bb.call("slurm_bb_data_in", "42", "/s/script")
