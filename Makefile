@@ -73,14 +73,22 @@ types:
 
 ## Every C part compiled with warnings as errors, nothing installed: the extensions with
 ## setup.py's own flags (into build/check-c; only what changed is compiled again), the command's
-## client and the SPANK plugin (its Makefile has -Werror).
+## client and the SPANK plugin (its Makefile has -Werror) against each Slurm here: Debian's 22.05
+## and scripts/bootstrap's 24.11 (said, not failed, when bootstrap has not built it), each with
+## the Slurm functions it calls checked against that Slurm's libslurmfull.
+SLURM_2411_PREFIX := /opt/scratchkeeper/slurm-24.11.5
 check-c:
 	CFLAGS="-Wall -Wextra -Werror" $(PY) setup.py -q build_ext --build-temp build/check-c/temp \
 	  --build-lib build/check-c/lib
 	@mkdir -p build/check-c
 	$(CC) -std=gnu11 -O2 -Wall -Wextra -Werror '-DSK_FALLBACK="/"' '-DSK_PYTHON="/"' \
 	  -o build/check-c/client scratchkeeper/cli/native/client.c
-	$(MAKE) -s -C slurm-plugins spank_scratchkeeper.so
+	$(MAKE) -s -C slurm-plugins spank_scratchkeeper.so check-symbols
+	@if [ -f $(SLURM_2411_PREFIX)/.built ]; then \
+	  $(MAKE) -s -C slurm-plugins SLURM=24.11 SPANK_SO=$(CURDIR)/build/check-c/spank_scratchkeeper-24.11.so \
+	    check-symbols; \
+	else echo "check-c: no Slurm 24.11 in $(SLURM_2411_PREFIX) (scripts/bootstrap as root builds it):" \
+	  "the SPANK plugin is checked against the system's Slurm only"; fi
 
 bench: deps
 	SCRATCHKEEPER_EXTRAS=test,bench scripts/bootstrap
