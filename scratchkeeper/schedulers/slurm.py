@@ -77,7 +77,11 @@ def parse_submit(stdout: str) -> str:
 
 
 def build_query(job_ids: Sequence[str] | None) -> list[str]:
-    argv = ["squeue", "--json"]
+    """The jobs (all when None), finished ones within MinJobAge included: squeue --json of
+    Slurm 22.05 printed every job whatever the filters; 24.11's keeps to squeue's default states
+    (pending, running, completing) unless told ``--states=all``, and an id list naming only
+    finished jobs printed none (tests/schedulers/data/24.11)."""
+    argv = ["squeue", "--json", "--states=all"]
     if job_ids:
         argv.append("--jobs=" + ",".join(job_ids))
     return argv

@@ -177,7 +177,8 @@ def test_chains_that_staged_or_still_stage_are_left_alone(store, use_runner):
     assert not runner.ran("scancel")
     assert records.chain(store, "staging")["state"] == records.SUBMITTED
     # while a chain stages, only its stage-in is looked at (not its compute nor stage-out job)
-    assert runner.ran("squeue") == [("squeue", "--json", f"--jobs={IDS['compute after cancelled']}")]
+    assert runner.ran("squeue") == [("squeue", "--json", "--states=all",
+                                     f"--jobs={IDS['compute after cancelled']}")]
 
 
 def test_the_pbs_path_ends_a_chain_whose_stage_in_ended_without_recording(store, use_runner):
