@@ -74,9 +74,9 @@ def test_stage_ins_ended_without_staging_end_their_chains(store, use_runner):
 
     # one queue look at the stage-ins of every chain, one more at the dependents of those ended
     stage_ins, dependents = runner.ran("squeue")
-    assert sorted(stage_ins[2][len("--jobs="):].split(",")) == sorted(
+    assert sorted(stage_ins[-1].removeprefix("--jobs=").split(",")) == sorted(
         IDS[f"stage-in {how}"] for how in ("cancelled", "timeout", "killed"))
-    assert "777777" in dependents[2]
+    assert "777777" in dependents[-1]
     # the two compute jobs still pending are cancelled; the one Slurm cancelled is left alone
     # and the stage-out nobody knows is not cancelled blindly
     (scancel,) = runner.ran("scancel")
