@@ -211,18 +211,25 @@ def _record_from_json(job: dict) -> JobRecord:
     state = STATES.get(native, JobState.UNKNOWN)
     if state is JobState.PENDING and reason in _HELD_REASONS:
         state = JobState.HELD
-    priority = _number(job.get("priority"))
+    priority = job_priority(job)
     exit_code, exit_signal = _exit_status(job.get("exit_code"))
     return JobRecord(
         job_id=str(job.get("job_id")), state=state, native_state=native,
         reason="" if reason == "None" else reason, name=str(job.get("name") or ""),
         queue=str(job.get("partition") or ""), user=str(job.get("user_name") or ""),
         nodes=int(_number(job.get("node_count")) or 0),
-        priority=int(priority) if priority is not None else None,
+        priority=priority,
         exit_code=exit_code, exit_signal=exit_signal,
         dependency=str(job.get("dependency") or ""),
         submit_time=_time(job.get("submit_time")), start_time=_time(job.get("start_time")),
         end_time=_time(job.get("end_time")))
+
+
+def job_priority(job: dict) -> int | None:
+    """A ``squeue --json`` job's priority (22.05: a number; 23.02 and later: ``{"set",
+    "infinite", "number"}``), None when unset."""
+    priority = _number(job.get("priority"))
+    return int(priority) if priority is not None else None
 
 
 def _first_state(value) -> str:
