@@ -8,6 +8,16 @@ WORKERS ?= auto
 # XDIST_GROUPS in tests/conftest.py) and mostly wait on Slurm; two more run the rest
 TEST_WORKERS ?= 3
 CC ?= cc
+# The Slurm of the local cluster, the plugins and the tests: empty for Debian's 22.05, 24.11 for
+# the one scripts/bootstrap builds (its commands then come first on PATH for every target, so
+# `make test SLURM=24.11` runs the tests with 24.11's sbatch, squeue, sinfo...).
+SLURM ?=
+SLURM_2411_PREFIX := /opt/scratchkeeper/slurm-24.11.5
+ifeq ($(SLURM),24.11)
+export PATH := $(SLURM_2411_PREFIX)/bin:$(SLURM_2411_PREFIX)/sbin:$(PATH)
+else ifneq ($(SLURM),)
+$(error SLURM=$(SLURM): expected 24.11, or nothing for Debian's 22.05)
+endif
 
 # What the static checks read: every Python file (the scripts without a .py suffix named), every
 # shell script (a sh/bash first line), the Lua of the Slurm plugins.
@@ -29,10 +39,12 @@ deps:
 ## The Slurm plugins (SPANK plugin, job_submit.lua) built and installed for the local cluster;
 ## before `local-cluster up`, which enables job_submit/lua and restarts slurmd when they change.
 plugins: $(if $(AFTER_DEPS),check-c,deps)
-	$(MAKE) -C slurm-plugins install LOCAL=1
+	$(MAKE) -C slurm-plugins install LOCAL=1 $(if $(SLURM),SLURM=$(SLURM))
 
+## `make cluster SLURM=24.11`: the cluster on scripts/bootstrap's Slurm 24.11 (a cluster running
+## the other release must be taken down first: make cluster-down)
 cluster: plugins
-	scripts/local-cluster up
+	scripts/local-cluster up --slurm $(or $(SLURM),22.05)
 
 cluster-down:
 	scripts/local-cluster down
@@ -73,14 +85,21 @@ types:
 
 ## Every C part compiled with warnings as errors, nothing installed: the extensions with
 ## setup.py's own flags (into build/check-c; only what changed is compiled again), the command's
-## client and the SPANK plugin (its Makefile has -Werror).
+## client and the SPANK plugin (its Makefile has -Werror) against each Slurm here: Debian's 22.05
+## and scripts/bootstrap's 24.11 (said, not failed, when bootstrap has not built it), each with
+## the Slurm functions it calls checked against that Slurm's libslurmfull.
 check-c:
 	CFLAGS="-Wall -Wextra -Werror" $(PY) setup.py -q build_ext --build-temp build/check-c/temp \
 	  --build-lib build/check-c/lib
 	@mkdir -p build/check-c
 	$(CC) -std=gnu11 -O2 -Wall -Wextra -Werror '-DSK_FALLBACK="/"' '-DSK_PYTHON="/"' \
 	  -o build/check-c/client scratchkeeper/cli/native/client.c
-	$(MAKE) -s -C slurm-plugins spank_scratchkeeper.so
+	$(MAKE) -s -C slurm-plugins SLURM= spank_scratchkeeper.so check-symbols
+	@if [ -f $(SLURM_2411_PREFIX)/.built ]; then \
+	  $(MAKE) -s -C slurm-plugins SLURM=24.11 SPANK_SO=$(CURDIR)/build/check-c/spank_scratchkeeper-24.11.so \
+	    check-symbols; \
+	else echo "check-c: no Slurm 24.11 in $(SLURM_2411_PREFIX) (scripts/bootstrap as root builds it):" \
+	  "the SPANK plugin is checked against the system's Slurm only"; fi
 
 bench: deps
 	SCRATCHKEEPER_EXTRAS=test,bench scripts/bootstrap

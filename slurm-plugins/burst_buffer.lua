@@ -11,16 +11,20 @@ scontrol show bbstat.
 
   slurm_bb_job_process  sbatch: a capacity= larger than the pool, then the directive check
                         below (script:LINE: reason refuses the job); runs no command
-  slurm_bb_setup        pending: record the job and its owner (the only call with the uid)
+  slurm_bb_setup        pending: record the job and its owner (the owner Slurm 22.05 passes
+                        only here; the later calls find it in that record)
   slurm_bb_data_in      pending (BurstBufferStageIn): the planner's whole check, then the
                         stage-in data jobs, as the owner; a script the planner refuses ends
                         the job with its reason (sacct -o Comment)
+  slurm_bb_test_data_in Slurm 24.05 and later, after data_in: done (data_in waited for the
+                        stage-in jobs); runs no command
   slurm_bb_real_size    the bytes staged, which Slurm accounts in the "scratch" pool
   slurm_bb_paths        SCRATCHKEEPER_* variables naming the staged files, into the job
   slurm_bb_pre_run      allocated, before start: recoveryd checks and patches the input
   slurm_bb_post_run     ended (nothing to do, no command run: data_out follows)
   slurm_bb_data_out     STAGE_OUT: the stage-out data jobs, as the owner (a failure is logged
                         and recorded, and the job leaves STAGE_OUT all the same)
+  slurm_bb_test_data_out Slurm 24.05 and later, after data_out: done, as test_data_in
   slurm_bb_job_teardown cancel what is left, close the chain
   slurm_bb_pools        the pool "scratch": free space on scratch + what staged jobs hold
                         (an error when df fails: Slurm keeps the pool it has)
@@ -34,7 +38,14 @@ in Lua. The planner's whole check (site templates, symbolic links, paths relativ
 directory) runs in data_in, which Slurm runs outside its locks.
 The others run in slurmctld's script daemon, killed after burst_buffer.conf's timeouts.
 
-Install: `make -C slurm-plugins install` writes the paths below. Lua 5.1.
+One file for Slurm 22.05 to 25.05 (docs/slurm-plugins.rst "Slurm versions"): 23.02 appends the
+job's uid and gid to most calls and puts the caller before get_status's words, 23.11 appends a
+job_info table, 24.05 requires test_data_in and test_data_out. Each function reads the arguments
+it needs by position, which every version keeps; where a version changes what a position holds
+(get_status), the script tests what Slurm gave it, never a version number.
+
+Install: `make -C slurm-plugins install` writes the paths below. Lua 5.1 (Debian's 22.05) to
+5.4 (Slurm 24.11 built against liblua5.3 here).
 --]]
 
 local SCRATCHKEEPER = "/usr/local/bin/scratchkeeper"
@@ -49,9 +60,6 @@ local GRANULE = 1048576
 local FREE_FILE, FREE_SECONDS = "scratch-free", 300
 -- the directive check (installed beside this file)
 local CHECK_SCRIPT = "/etc/slurm/burst_buffer_check.lua"
--- Slurm 22.05 passes slurm_bb_get_status the words after `bbstat` only; 23.02 and later pass
--- the caller's uid and gid first (`make install` sets this from `scontrol --version`)
-local STATUS_CALLER = false
 -- Slurm's size units (bb_get_size_num): K/KiB... powers of 1024, KB... of 1000, none: bytes
 local UNITS = { [""] = 1, k = 1024, kib = 1024, kb = 1000,
                 m = 1024 ^ 2, mib = 1024 ^ 2, mb = 1000 ^ 2,
@@ -217,9 +225,17 @@ end
 
 -- -- Slurm's functions -------------------------------------------------------------------------
 
+-- A number Slurm gave (a string, or a float in Lua 5.3) as the integer it is, for the logs.
+local function integer_text(value)
+  local number = tonumber(value)
+  if number and number == math.floor(number) then return string.format("%d", number) end
+  return tostring(value)
+end
+
 -- Runs inside slurmctld under its locks: files and Lua only, no process (df only when what
--- slurm_bb_pools read is missing or old).
-function slurm_bb_job_process(job_script)
+-- slurm_bb_pools read is missing or old). Slurm 23.02 and later pass the submitter's uid and
+-- gid (and 23.11 a job_info table): the refusal names the submitter from them, no lookup.
+function slurm_bb_job_process(job_script, uid, gid)
   if not ours() then
     return slurm.ERROR, "scratchkeeper: this cluster runs #STAGEIN/#STAGEOUT through the " ..
                         "chain service, but Slurm's burst buffer took the job: the site must " ..
@@ -229,7 +245,12 @@ function slurm_bb_job_process(job_script)
   local text = read_file(job_script)
   local refused = text and (too_large(text) or directive_problem(text))
   if refused then
-    slurm.log_info("scratchkeeper: bb job-process: %s", refused)
+    if uid then
+      slurm.log_info("scratchkeeper: bb job-process: uid %s gid %s: %s", integer_text(uid),
+                     integer_text(gid), refused)
+    else
+      slurm.log_info("scratchkeeper: bb job-process: %s", refused)
+    end
     return slurm.ERROR, refused
   end
   return slurm.SUCCESS
@@ -255,6 +276,13 @@ end
 
 function slurm_bb_data_in(job_id, job_script)
   return bb("data-in", job_id, job_script)
+end
+
+-- Slurm 24.05 and later poll this after data_in until it answers anything but "BUSY" (and hold
+-- the job on an error): data_in returns only when the stage-in jobs are submitted and recorded,
+-- so there is nothing left to wait for here, as with 22.05, which has no such call.
+function slurm_bb_test_data_in(_job_id, _job_script)
+  return slurm.SUCCESS
 end
 
 function slurm_bb_real_size(job_id)
@@ -299,16 +327,30 @@ function slurm_bb_data_out(job_id, job_script)
   return rc, message
 end
 
+-- Slurm 24.05 and later poll this after data_out, as test_data_in after data_in; data_out has
+-- answered for the stage-out by then (an error here would hold the finished job).
+function slurm_bb_test_data_out(_job_id, _job_script)
+  return slurm.SUCCESS
+end
+
 function slurm_bb_job_teardown(job_id, job_script, hurry)
   return bb("teardown", job_id, job_script or "", tostring(hurry))
 end
 
+-- Whether Slurm passes get_status the caller's uid and gid before the words (23.02 and later).
+-- The arguments cannot tell (`scontrol show bbstat 1000 100` is two job ids to 22.05); the
+-- slurm table can: 23.02 put every Slurm error code in it (slurm_lua.c, in the same release),
+-- 22.05 eight ESLURM_ names, none of them ESLURM_INVALID_JOB_ID; 24.05 added SLURM_BB_BUSY.
+local function status_has_caller()
+  return slurm.ESLURM_INVALID_JOB_ID ~= nil or slurm.SLURM_BB_BUSY ~= nil
+end
+
 -- `scontrol show bbstat WORDS`: the words (job ids) reach scratchkeeper as words, after the
--- caller when Slurm passes one (STATUS_CALLER).
+-- caller when Slurm passes one.
 function slurm_bb_get_status(...)
   local given = { ... }
   local args, first = { "status" }, 1
-  if STATUS_CALLER then
+  if status_has_caller() then
     table.insert(args, "--caller=" .. tostring(given[1]) .. ":" .. tostring(given[2]))
     first = 3
   end

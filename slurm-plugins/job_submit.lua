@@ -14,7 +14,9 @@ directory of slurm.conf). Two rules, settings in job_submit_scratchkeeper.conf n
 3. A job still waiting to be chained cannot have its priority changed (released) by anyone but
    the data_queue_uids: Slurm records the hold of rule 2 as a user hold.
 
-docs/slurm-plugins.rst explains the design. Lua 5.1 (Debian's job_submit_lua links liblua5.1).
+docs/slurm-plugins.rst explains the design. One file for Slurm 22.05 to 25.05: the entry points'
+arguments and the job_desc fields read here are the same in each; Lua 5.1 (Debian's 22.05 links
+liblua5.1) to 5.4, where Slurm's numbers (submit_uid, priority) are floats.
 --]]
 
 -- A global set before this script runs overrides the settings path (the tests do; no user can
@@ -164,8 +166,16 @@ local function handed_over(env)
   return false
 end
 
+-- A number Slurm gave (a float from Lua 5.3 on: "1000.0") as the integer it is, for the logs.
+local function integer_text(value)
+  if type(value) == "number" and value == math.floor(value) then
+    return string.format("%d", value)
+  end
+  return tostring(value)
+end
+
 local function refuse_data_queue(queue, uid)
-  slurm.log_info("scratchkeeper: uid %s refused on data queue %s", tostring(uid), queue)
+  slurm.log_info("scratchkeeper: uid %s refused on data queue %s", integer_text(uid), queue)
   slurm.log_user("scratchkeeper: partition %s is reserved for scratchkeeper's data jobs; " ..
                  "put your transfers in the job itself (sbatch --stage-in=SRC:DST, " ..
                  "--stage-out=SRC:DST, or #STAGEIN/#STAGEOUT lines) and scratchkeeper " ..
@@ -219,7 +229,7 @@ function slurm_job_submit(job_desc, part_list, submit_uid)
   job_desc.admin_comment = table.concat(lines, "\n")
   job_desc.priority = 0
   slurm.log_info("scratchkeeper: job from uid %s held for chaining (%d request(s)%s)",
-                 tostring(submit_uid), #lines - 1, directives and ", directives" or "")
+                 integer_text(submit_uid), #lines - 1, directives and ", directives" or "")
   slurm.log_user("scratchkeeper: job held until its data jobs are chained")
   return slurm.SUCCESS
 end

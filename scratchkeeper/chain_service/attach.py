@@ -163,7 +163,8 @@ def held_jobs(runner=None, *, timeout: float = 30.0) -> list[HeldJob]:
         if parsed is None or parsed[0] == FAILED:
             continue
         marker, requests, chain_id = parsed
-        if marker == CHAINED and job.get("priority") != 0:
+        # a number in 22.05's JSON, {"set", "infinite", "number"} from 23.02 on
+        if marker == CHAINED and slurm.job_priority(job) != 0:
             continue  # chained and released: done
         found.append(HeldJob(job_id=str(job["job_id"]), name=job.get("name") or "",
                              user_id=int(job.get("user_id", -1)),

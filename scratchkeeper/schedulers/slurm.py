@@ -77,17 +77,19 @@ def parse_submit(stdout: str) -> str:
 
 
 def build_query(job_ids: Sequence[str] | None) -> list[str]:
-    """The whole queue as ``squeue --json``; given jobs in the snapshot's fields, which carry
-    no exit status (``lookup`` asks accounting for it).
+    """The whole queue as ``squeue --json``, finished jobs within MinJobAge included; given
+    jobs in the snapshot's fields, which carry no exit status (``lookup`` asks accounting).
 
-    22.05's ``squeue --json`` ignores ``--jobs``: slurmctld packs the whole queue under its job
-    lock (229 ms a call with 600 jobs under load, every stage-in's wait asking every 5 s), and
-    the client parses 2.5 kB of JSON a job. ``squeue -o`` of one job is one job's RPC
-    (REQUEST_JOB_INFO_SINGLE, 0.1 ms)."""
+    22.05's ``squeue --json`` ignores ``--jobs`` (and every filter): slurmctld packs the whole
+    queue under its job lock (229 ms a call with 600 jobs under load, every stage-in's wait
+    asking every 5 s), and the client parses 2.5 kB of JSON a job. ``squeue -o`` of one job is
+    one job's RPC (REQUEST_JOB_INFO_SINGLE, 0.1 ms). 24.11's keeps to squeue's default states
+    (pending, running, completing) unless told ``--states=all`` (tests/schedulers/data/24.11).
+    """
     if job_ids:
         return ["squeue", "-a", "-t", "all", "--jobs=" + ",".join(job_ids), "-o",
                 SNAPSHOT_FORMAT]
-    return ["squeue", "--json"]
+    return ["squeue", "--json", "--states=all"]
 
 
 def parse_query(stdout: str) -> list[JobRecord]:
@@ -217,18 +219,25 @@ def _record_from_json(job: dict) -> JobRecord:
     state = STATES.get(native, JobState.UNKNOWN)
     if state is JobState.PENDING and reason in _HELD_REASONS:
         state = JobState.HELD
-    priority = _number(job.get("priority"))
+    priority = job_priority(job)
     exit_code, exit_signal = _exit_status(job.get("exit_code"))
     return JobRecord(
         job_id=str(job.get("job_id")), state=state, native_state=native,
         reason="" if reason == "None" else reason, name=str(job.get("name") or ""),
         queue=str(job.get("partition") or ""), user=str(job.get("user_name") or ""),
         nodes=int(_number(job.get("node_count")) or 0),
-        priority=int(priority) if priority is not None else None,
+        priority=priority,
         exit_code=exit_code, exit_signal=exit_signal,
         dependency=str(job.get("dependency") or ""),
         submit_time=_time(job.get("submit_time")), start_time=_time(job.get("start_time")),
         end_time=_time(job.get("end_time")))
+
+
+def job_priority(job: dict) -> int | None:
+    """A ``squeue --json`` job's priority (22.05: a number; 23.02 and later: ``{"set",
+    "infinite", "number"}``), None when unset."""
+    priority = _number(job.get("priority"))
+    return int(priority) if priority is not None else None
 
 
 def _first_state(value) -> str:

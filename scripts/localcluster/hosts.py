@@ -118,6 +118,11 @@ def enter(host: Host, argv: list[str], *, user: str | None = None,
         # the user's PATH (--reset-env's) may not hold it: named as the caller finds it
         found = shutil.which(argv[0], path=os.environ.get("PATH", "") + ":/usr/sbin:/sbin")
         argv = [found or argv[0], *argv[1:]]
+        slurm_bin = os.environ.get("SK_SLURM_BIN")
+        if slurm_bin:
+            # a cluster on a Slurm of its own prefix (local-cluster use_slurm): the user's
+            # sbatch, squeue... are that release's, not Debian's, whose 22.05 client it refuses
+            argv = ["env", f"PATH={slurm_bin}:/usr/local/bin:/usr/bin:/bin", *argv]
     if host.is_head:
         return as_user + argv
     # Entering a mount namespace moves the cwd to its root: name it again, unless it lies in

@@ -55,6 +55,12 @@ def slurm_answers(squeue=SQUEUE, scancel=None):
             (("scontrol", "update"), lambda argv: result(argv))]  # the cancel reasons
 
 
+def jobs_asked(argv) -> list[str]:
+    """The job ids of a squeue argv's ``--jobs=`` word."""
+    (word,) = [w for w in argv if w.startswith("--jobs=")]
+    return word.removeprefix("--jobs=").split(",")
+
+
 def with_states(document: str, states: dict[str, str]) -> str:
     """The captured squeue --json with some jobs moved on (as the next cycle would see them)."""
     parsed = json.loads(document)
@@ -74,9 +80,9 @@ def test_stage_ins_ended_without_staging_end_their_chains(store, use_runner):
 
     # one queue look at the stage-ins of every chain, one more at the dependents of those ended
     stage_ins, dependents = runner.ran("squeue")
-    assert sorted(stage_ins[2][len("--jobs="):].split(",")) == sorted(
+    assert sorted(jobs_asked(stage_ins)) == sorted(
         IDS[f"stage-in {how}"] for how in ("cancelled", "timeout", "killed"))
-    assert "777777" in dependents[2]
+    assert "777777" in jobs_asked(dependents)
     # the two compute jobs still pending are cancelled; the one Slurm cancelled is left alone
     # and the stage-out nobody knows is not cancelled blindly
     (scancel,) = runner.ran("scancel")
@@ -177,7 +183,8 @@ def test_chains_that_staged_or_still_stage_are_left_alone(store, use_runner):
     assert not runner.ran("scancel")
     assert records.chain(store, "staging")["state"] == records.SUBMITTED
     # while a chain stages, only its stage-in is looked at (not its compute nor stage-out job)
-    assert runner.ran("squeue") == [("squeue", "--json", f"--jobs={IDS['compute after cancelled']}")]
+    (asked,) = runner.ran("squeue")
+    assert jobs_asked(asked) == [IDS['compute after cancelled']]
 
 
 def test_the_pbs_path_ends_a_chain_whose_stage_in_ended_without_recording(store, use_runner):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
@@ -72,6 +73,73 @@ def test_a_command_on_a_host_enters_its_namespaces_without_remounting_sys(script
     assert as_nobody[-1] == "/usr/bin/id"
     head = script.topology([])[0]
     assert script.hostnet.enter(head, ["true"]) == ["true"]
+
+
+def test_22_05_keeps_its_state_and_database_and_24_11_gets_its_own(script, tmp_path):
+    """`up --slurm 24.11` must not convert 22.05's controller state and accounting tables (22.05
+    could not read them back): each release has its own; 22.05's stay where they always were."""
+    def rendered(release):
+        status = {"nodes": ["node1"], "pids": {}, "slurm": release,
+                  "ports": {"slurmctld": 7001, "slurmdbd": 7002, "mariadb": 7003,
+                            "gridftp": 7004, "http": 7005, "slurmd": {"node1": 7100}}}
+        cluster = script.Cluster(script.Layout(tmp_path / "local"), status, slurm=release)
+        values = dict(cluster.values(), mariadb_password="x")
+        return (script.render("slurm.conf.in", values), script.render("slurmdbd.conf.in", values),
+                cluster.description())
+    local = tmp_path / "local"
+    conf, dbd, described = rendered("22.05")
+    assert f"StateSaveLocation={local}/slurm/ctld\n" in conf
+    assert f"SlurmdSpoolDir={local}/slurm/d/%n\n" in conf
+    assert "StorageLoc=slurm_acct_db\n" in dbd
+    assert (described["slurm"], described["slurm_bin"]) == ("22.05", "/usr/bin")
+    conf, dbd, described = rendered("24.11")
+    assert f"StateSaveLocation={local}/slurm-24.11/ctld\n" in conf
+    assert f"SlurmdSpoolDir={local}/slurm-24.11/d/%n\n" in conf
+    assert "StorageLoc=slurm_acct_db_24_11\n" in dbd
+    assert (described["slurm"], described["slurm_bin"]) == (
+        "24.11", str(script.SLURM_PREFIXES["24.11"] / "bin"))
+
+
+def test_a_running_cluster_keeps_its_slurm_release(script, tmp_path, monkeypatch):
+    status = {"nodes": ["node1"], "pids": {"slurmctld": 4242}, "hosts": {}, "ports": {}}
+    monkeypatch.setattr(script, "process_alive", lambda pid, executable=None: True)
+    cluster = script.Cluster(script.Layout(tmp_path / "local"), dict(status), slurm="24.11")
+    with pytest.raises(script.ClusterError, match=r"runs Slurm 22\.05; run `local-cluster down` "
+                                                  r"before --slurm 24\.11"):
+        cluster.plan(1)
+    same = script.Cluster(script.Layout(tmp_path / "local"), dict(status), slurm="22.05")
+    same.plan(1)  # nothing changes while it runs
+    assert same.status == status
+
+
+def test_use_slurm_puts_a_prefix_first_and_links_its_etc_to_etc_slurm(script, tmp_path,
+                                                                       monkeypatch):
+    prefix = tmp_path / "slurm-24.11.5"
+    monkeypatch.setitem(script.SLURM_PREFIXES, "24.11", prefix)
+    monkeypatch.setattr(script, "SLURM_CONF", tmp_path / "etc-slurm" / "slurm.conf")
+    monkeypatch.setenv("PATH", "/usr/bin:/bin")
+    monkeypatch.delenv("SK_SLURM_BIN", raising=False)
+    with pytest.raises(script.ClusterError, match="run scripts/bootstrap"):
+        script.use_slurm("24.11")
+    (prefix / "sbin").mkdir(parents=True)
+    (prefix / "sbin" / "slurmctld").touch()
+    (prefix / ".built").write_text("24.11.5-4+deb13u1\n")
+    script.use_slurm("24.11")
+    assert os.environ["PATH"] == f"{prefix}/sbin:{prefix}/bin:/usr/bin:/bin"
+    assert os.environ["SK_SLURM_BIN"] == f"{prefix}/bin"
+    assert os.readlink(prefix / "etc") == str(tmp_path / "etc-slurm")
+    # a user's command on a host finds that release's sbatch first, not Debian's
+    node = script.topology(["node1"])[-1]
+    argv = script.hostnet.enter(node, ["sbatch", "x.sh"], user="nobody")
+    assert argv[argv.index("--init-groups") + 3:][:2] == [
+        "env", f"PATH={prefix}/bin:/usr/local/bin:/usr/bin:/bin"]
+    # 22.05 changes nothing
+    monkeypatch.setenv("PATH", "/usr/bin:/bin")
+    monkeypatch.delenv("SK_SLURM_BIN")
+    script.use_slurm("22.05")
+    assert os.environ["PATH"] == "/usr/bin:/bin" and "SK_SLURM_BIN" not in os.environ
+    with pytest.raises(script.ClusterError, match="expected one of"):
+        script.use_slurm("23.02")
 
 
 def test_generated_site_config_validates(script, cluster, tmp_path):

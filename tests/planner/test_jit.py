@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime
+import json
 import os
 from pathlib import Path
 
@@ -136,6 +137,26 @@ def test_slurm_will_run_from_the_request_of_a_job_waiting_on_a_dependency():
     assert slurm.parse_will_run("sbatch: error: Batch job submission failed") is None
     exclusive = slurm.parse_request((DATA / "slurm" / "squeue-request-exclusive.txt").read_text())
     assert "--exclusive" in slurm.build_will_run(exclusive)
+
+
+def test_slurm_24_11_start_estimates_requests_and_will_run():
+    """The same commands on a private Slurm 24.11.5 (tests/data/slurm/24.11/commands.txt): no
+    accounting there, so squeue prints (null) for the account and QOS, which the will-run
+    request leaves out as it leaves out 22.05's."""
+    folder = DATA / "slurm" / "24.11"
+    ids = json.loads((folder / "jit.ids.json").read_text())
+    found = slurm.parse_start_estimate((folder / "squeue-start.txt").read_text())
+    assert found == {ids["resources"]: _local("2026-12-06T00:12:15"), ids["dependent"]: None,
+                     ids["exclusive"]: None}
+    request = slurm.parse_request((folder / "squeue-request.txt").read_text())
+    assert request is not None and request["account"] == "(null)"
+    assert slurm.build_will_run(request) == [
+        "sbatch", "--test-only", "--partition=batch", "--nodes=1", "--ntasks=3", "--time=2:00",
+        "--output=/dev/null", "--wrap", "true"]
+    answer = (folder / "sbatch-test-only.txt.stderr").read_text()
+    assert slurm.parse_will_run(answer) == _local("2026-12-06T00:17:15")
+    exclusive = slurm.parse_request((folder / "squeue-request-exclusive.txt").read_text())
+    assert exclusive is not None and "--exclusive" in slurm.build_will_run(exclusive)
 
 
 def test_slurm_and_pbs_begin_times():

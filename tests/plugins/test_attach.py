@@ -16,6 +16,7 @@ from scratchkeeper.chain_service.attach import (
     HandedOver,
     chain_pending,
     hand_over,
+    held_jobs,
 )
 from scratchkeeper.config import load_config
 from scratchkeeper.errors import CommandError, InputError, SchedulerError
@@ -23,6 +24,7 @@ from scratchkeeper.planner import records
 from scratchkeeper.runner import CommandResult, CommandRunner
 from scratchkeeper.schedulers import slurm as slurm_backend
 from scratchkeeper.state import StateStore
+from scripted_runner import ScriptedRunner
 
 JOB = "500"
 SCRIPT = "#!/bin/bash\n#SBATCH --job-name=sim\n./simulate\n"
@@ -504,3 +506,34 @@ def test_slurms_dependency_text_is_read_as_it_prints_it():
     assert slurm_backend.format_dependency(
         slurm_backend.parse_dependency("afterok:1:2?afterany:3")[0], "?") == \
         "afterok:1?afterok:2?afterany:3"
+
+
+# squeue --json as Slurm 24.11.5 printed it (tests/schedulers/data/24.11: job 4 was held by
+# job_submit.lua there): 23.02 and later wrap the priority as {"set", "infinite", "number"}
+SQUEUE_24_11 = Path(__file__).resolve().parents[1] / "schedulers" / "data" / "24.11" / "squeue.json"
+
+
+@pytest.mark.parametrize("priority,listed", [
+    ({"set": True, "infinite": False, "number": 0}, True),      # 24.11: marked, still held
+    ({"set": True, "infinite": False, "number": 4294901759}, False),  # 24.11: released
+    (0, True), (4294901759, False),                               # 22.05: a plain number
+])
+def test_a_chained_job_is_listed_until_it_is_released_in_each_releases_json(priority, listed):
+    document = json.loads(SQUEUE_24_11.read_text())
+    (job,) = [job for job in document["jobs"] if job["job_id"] == 4]
+    assert job["admin_comment"].startswith("scratchkeeper:chain-pending")  # as captured
+    assert job["priority"] == {"set": True, "infinite": False, "number": 0}
+    job["admin_comment"] = "scratchkeeper:chained sk0123456789\ndirectives"
+    job["priority"] = priority
+    runner = ScriptedRunner([(("squeue",), CommandResult(("squeue",), 0, json.dumps(document),
+                                                         "", 0.1))])
+    found = [held.job_id for held in held_jobs(runner)]
+    assert ("4" in found) is listed
+
+
+def test_the_held_job_24_11_printed_is_found_with_its_owner_and_script():
+    runner = ScriptedRunner([(("squeue",), CommandResult(("squeue",), 0, SQUEUE_24_11.read_text(),
+                                                         "", 0.1))])
+    (held,) = held_jobs(runner)
+    assert (held.job_id, held.user_id, held.script_path) == ("4", 0, "/tmp/slurm2411/work/held.sh")
+    assert held.chained is None and held.requests == ()

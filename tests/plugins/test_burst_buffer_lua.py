@@ -1,5 +1,7 @@
 """slurm-plugins/burst_buffer.lua, its directive check (burst_buffer_check.lua) and
-job_submit.lua's burst-buffer mode, in Lua 5.1 (lupa).
+job_submit.lua's burst-buffer mode, in lupa's Lua, as each Slurm release runs them: 22.05 (Lua
+5.1, the 22.05 arguments) and 24.11 (Lua 5.3, uid, gid and job_info appended, the caller before
+get_status's words, test_data_in/_out required): tests/plugins/slurm_lua.py.
 
 The cluster tests prove slurmctld runs them; these cover what the cluster cannot switch or show
 exactly: the command lines burst_buffer.lua builds (every argument one shell word, whatever it
@@ -22,9 +24,8 @@ import pytest
 from scratchkeeper.errors import DirectiveError
 from scratchkeeper.planner.directives import parse_script
 
-lua51 = pytest.importorskip("lupa.lua51")
-
-from .test_job_submit_lua import Slurmctld  # noqa: E402
+from .slurm_lua import GID, RELEASE_IDS, RELEASES, SLURM_22_05, SLURM_24_11, UID, SlurmRelease
+from .test_job_submit_lua import Slurmctld
 
 SCRIPT = Path(__file__).resolve().parents[2] / "slurm-plugins" / "burst_buffer.lua"
 CHECK = SCRIPT.with_name("burst_buffer_check.lua")
@@ -35,8 +36,9 @@ class BurstBufferLua:
     """burst_buffer.lua with its paths pointed at ``tmp_path``; ``io.popen`` runs the command
     line in a real sh (lupa's Lua has no popen) and records it."""
 
-    def __init__(self, tmp_path: Path, staging: str = "burst-buffer", *,
-                 status_caller: bool = False, check: Path = CHECK):
+    def __init__(self, tmp_path: Path, release: SlurmRelease, staging: str = "burst-buffer", *,
+                 check: Path = CHECK):
+        self.release = release
         self.commands: list[str] = []
         self.logs: list[str] = []
         self.state = tmp_path / "state"
@@ -54,14 +56,13 @@ class BurstBufferLua:
             start = text.index(f"local {name} = ")
             end = text.index("\n", start)
             text = text[:start] + f'local {name} = "{value}"' + text[end:]
-        text = text.replace("local STATUS_CALLER = false",
-                            f"local STATUS_CALLER = {str(status_caller).lower()}")
-        self.lua = lua51.LuaRuntime(unpack_returned_tuples=True)
+        self.lua = release.runtime()
         g = self.lua.globals()
         fmt = self.lua.eval("function(...) return string.format(...) end")
         g.slurm = self.lua.table(SUCCESS=SUCCESS, ERROR=ERROR,
                                  log_info=lambda *a: self.logs.append("info: " + fmt(*a)),
-                                 log_error=lambda *a: self.logs.append("error: " + fmt(*a)))
+                                 log_error=lambda *a: self.logs.append("error: " + fmt(*a)),
+                                 **release.slurm_table)
         g.run_shell = self._run_shell
         self.lua.execute("""
             io.popen = function(command)
@@ -85,12 +86,79 @@ class BurstBufferLua:
         return Path(f"{self.fake}.args").read_text().splitlines()
 
     def call(self, name: str, *args):
-        return getattr(self.lua.globals(), name)(*args)
+        """Slurm's call of ``name``, given its 22.05 arguments, as this release makes it."""
+        return getattr(self.lua.globals(), name)(*self.release.bb_arguments(self.lua, name, *args))
+
+
+@pytest.fixture(params=RELEASES, ids=RELEASE_IDS)
+def release(request):
+    return request.param
 
 
 @pytest.fixture
-def bb(tmp_path):
-    return BurstBufferLua(tmp_path)
+def bb(tmp_path, release):
+    return BurstBufferLua(tmp_path, release)
+
+
+# The hooks burst_buffer/lua looks up when it loads the script (24.11's req_fxns; 22.05's list
+# is the same without the two test_data ones): slurmctld 24.11 exits if one is missing.
+REQUIRED_24_11 = ["slurm_bb_job_process", "slurm_bb_pools", "slurm_bb_job_teardown",
+                  "slurm_bb_setup", "slurm_bb_data_in", "slurm_bb_test_data_in",
+                  "slurm_bb_real_size", "slurm_bb_paths", "slurm_bb_pre_run",
+                  "slurm_bb_post_run", "slurm_bb_data_out", "slurm_bb_test_data_out",
+                  "slurm_bb_get_status"]
+
+
+def test_the_script_defines_every_function_slurm_requires(bb):
+    g = bb.lua.globals()
+    lua_type = bb.lua.eval("type")
+    assert [name for name in REQUIRED_24_11 if lua_type(g[name]) != "function"] == []
+
+
+def test_every_call_takes_each_releases_arguments(bb, tmp_path):
+    """Every hook, called with the release's whole argument list, answers as with 22.05's."""
+    script = tmp_path / "job.sh"
+    script.write_text(f"#!/bin/bash\n#STAGEIN ftp://h/a {bb.scratch}/a\ntrue\n")
+    path_file = tmp_path / "path"
+    path_file.write_text("")
+    (bb.state / "42.env").write_text("SCRATCHKEEPER_CHAIN=sk1\n")
+    bb.answer("7", 0)
+    assert bb.call("slurm_bb_job_process", str(script)) == SUCCESS
+    assert bb.call("slurm_bb_setup", "42", UID, GID, "scratch", "1048576", str(script)) == \
+        (SUCCESS, "7")
+    assert bb.arguments()[3:] == ["setup", "42", UID, GID, "scratch", "1048576", str(script)]
+    for hook, stage in (("slurm_bb_data_in", "data-in"), ("slurm_bb_pre_run", "pre-run"),
+                        ("slurm_bb_data_out", "data-out")):
+        assert bb.call(hook, "42", str(script)) == (SUCCESS, "7")
+        assert bb.arguments()[3:] == [stage, "42", str(script)]  # the extras stay out
+    assert bb.call("slurm_bb_real_size", "42") == (SUCCESS, "7")
+    assert bb.call("slurm_bb_paths", "42", str(script), str(path_file)) == SUCCESS
+    assert path_file.read_text() == "SCRATCHKEEPER_CHAIN=sk1\n"
+    assert bb.call("slurm_bb_post_run", "42", str(script)) == SUCCESS
+    assert bb.call("slurm_bb_job_teardown", "42", str(script), "true") == (SUCCESS, "7")
+    assert bb.arguments()[3:] == ["teardown", "42", str(script), "true"]
+    rc, pools = bb.call("slurm_bb_pools")
+    assert rc == SUCCESS and json.loads(pools)["pools"][0]["id"] == "scratch"
+    assert bb.logs and not any(line.startswith("error:") for line in bb.logs)
+
+
+def test_test_data_in_and_out_answer_done_and_run_nothing(tmp_path):
+    """24.11 polls them until an answer other than BUSY; data_in and data_out have waited for
+    their data jobs already, so the job goes on at once, as on 22.05 (which has no such call)."""
+    bb = BurstBufferLua(tmp_path, SLURM_24_11)
+    for hook in ("slurm_bb_test_data_in", "slurm_bb_test_data_out"):
+        assert bb.call(hook, "42", "/s/script") == SUCCESS
+    assert bb.commands == []
+
+
+def test_a_refusal_names_the_submitter_where_slurm_passes_it(tmp_path, release):
+    bb = BurstBufferLua(tmp_path, release)
+    bad = tmp_path / "bad.sh"
+    bad.write_text(f"#!/bin/bash\n#STAGEIN gopher://h/a {bb.scratch}/a\ntrue\n")
+    rc, message = bb.call("slurm_bb_job_process", str(bad))
+    assert rc == ERROR
+    who = f"uid {UID} gid {GID}: " if release.passes_owner else ""
+    assert bb.logs == [f"info: scratchkeeper: bb job-process: {who}{message}"]
 
 
 def test_each_argument_reaches_scratchkeeper_as_one_word_whatever_it_holds(bb):
@@ -132,7 +200,8 @@ def test_job_process_runs_no_command_for_a_good_script_nor_a_bad_one(bb, tmp_pat
                        "(supported: gsiftp://, ftp://, http://, https://, file://, scp://, "
                        "host:path, or a path)")
     assert bb.commands == []
-    assert bb.logs == [f"info: scratchkeeper: bb job-process: {message}"]
+    who = f"uid {UID} gid {GID}: " if bb.release.passes_owner else ""
+    assert bb.logs == [f"info: scratchkeeper: bb job-process: {who}{message}"]
 
 
 def test_a_script_the_check_cannot_judge_passes_to_data_in(bb, tmp_path):
@@ -155,7 +224,7 @@ def test_a_check_that_cannot_load_or_fails_refuses_nothing_and_is_logged(tmp_pat
     check = tmp_path / "check.lua"
     if check_text is not None:
         check.write_text(check_text)
-    bb = BurstBufferLua(tmp_path, check=check)
+    bb = BurstBufferLua(tmp_path, SLURM_22_05, check=check)
     script = tmp_path / "job.sh"
     script.write_text(f"#!/bin/bash\n#STAGEIN gopher://h/a {bb.scratch}/a\ntrue\n")
     assert bb.call("slurm_bb_job_process", str(script)) == SUCCESS
@@ -164,8 +233,8 @@ def test_a_check_that_cannot_load_or_fails_refuses_nothing_and_is_logged(tmp_pat
                for line in bb.logs), bb.logs
 
 
-def test_job_process_refuses_when_job_submit_lua_holds_the_same_jobs(tmp_path):
-    bb = BurstBufferLua(tmp_path, staging="hold")
+def test_job_process_refuses_when_job_submit_lua_holds_the_same_jobs(tmp_path, release):
+    bb = BurstBufferLua(tmp_path, release, staging="hold")
     rc, message = bb.call("slurm_bb_job_process", "/s/script")
     assert rc == ERROR and "staging = \"burst-buffer\"" in message
     assert bb.commands == []  # nothing was run
@@ -208,18 +277,30 @@ def test_get_status_returns_the_whole_text(bb):
     assert rc == SUCCESS and text == "line one\nline two\n"
 
 
-def test_get_status_hands_on_the_words_after_bbstat(bb):
-    """Slurm 22.05: ``scontrol show bbstat 12 -x`` calls get_status("12", "-x")."""
+def test_get_status_hands_on_the_words_after_bbstat_after_the_caller_slurm_passes(bb):
+    """``scontrol show bbstat 12 -x``: 22.05 calls get_status("12", "-x"), 24.11
+    get_status(UID, GID, "12", "-x")."""
+    caller = [f"--caller={UID}:{GID}"] if bb.release.passes_owner else []
     bb.call("slurm_bb_get_status", "12", "-x")
-    assert bb.arguments()[3:] == ["status", "--", "12", "-x"]
+    assert bb.arguments()[3:] == ["status", *caller, "--", "12", "-x"]
     bb.call("slurm_bb_get_status")
-    assert bb.arguments()[3:] == ["status", "--"]
+    assert bb.arguments()[3:] == ["status", *caller, "--"]
 
 
-def test_get_status_hands_on_the_caller_slurm_23_passes_before_the_words(tmp_path):
-    bb = BurstBufferLua(tmp_path, status_caller=True)
+def test_words_that_look_like_a_caller_stay_words_on_22_05(tmp_path):
+    """``scontrol show bbstat 1000 100 12`` on 22.05: three job ids, no caller."""
+    bb = BurstBufferLua(tmp_path, SLURM_22_05)
     bb.call("slurm_bb_get_status", "1000", "100", "12")
-    assert bb.arguments()[3:] == ["status", "--caller=1000:100", "--", "12"]
+    assert bb.arguments()[3:] == ["status", "--", "1000", "100", "12"]
+
+
+def test_a_slurm_table_with_every_error_code_means_the_caller_comes_first(tmp_path):
+    """23.02 and 23.11 (every error code in the table, no SLURM_BB_BUSY yet) pass the caller."""
+    release = SlurmRelease("23.02", "lua53", slurm_table={"ESLURM_INVALID_JOB_ID": 2017},
+                           float_numbers=True, passes_owner=True)
+    bb = BurstBufferLua(tmp_path, release)
+    bb.call("slurm_bb_get_status", "12")
+    assert bb.arguments()[3:] == ["status", f"--caller={UID}:{GID}", "--", "12"]
 
 
 def test_post_run_runs_nothing(bb):
@@ -318,9 +399,9 @@ INSIDE, OUTSIDE = f"{ROOT}/me/run", "/home/me"
 HEADER = "#!/bin/bash\n#SBATCH -N1\n"
 
 
-@pytest.fixture(scope="module")
-def check():
-    return lua51.LuaRuntime(unpack_returned_tuples=True).execute(CHECK.read_text())
+@pytest.fixture(scope="module", params=RELEASES, ids=RELEASE_IDS)
+def check(request):
+    return request.param.runtime().execute(CHECK.read_text())
 
 
 def planner_words(text: str, cwd: str) -> str | None:
@@ -480,8 +561,8 @@ def test_on_many_scripts_the_check_refuses_only_what_the_planner_refuses_in_its_
 # job_submit.lua in burst-buffer mode: the scripts Slurm hands to burst_buffer.lua pass, the
 # others are still held for the chain service, and a job never goes to both.
 @pytest.fixture
-def bb_mode(tmp_path):
-    return Slurmctld(tmp_path, 'return { staging = "burst-buffer" }')
+def bb_mode(tmp_path, release):
+    return Slurmctld(tmp_path, release, 'return { staging = "burst-buffer" }')
 
 
 def test_a_script_burst_buffer_takes_passes_job_submit_untouched(bb_mode):

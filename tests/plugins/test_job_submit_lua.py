@@ -1,4 +1,6 @@
-"""slurm-plugins/job_submit.lua run in Lua 5.1 (lupa) against a stand-in of Slurm's `slurm` table.
+"""slurm-plugins/job_submit.lua run in lupa against a stand-in of Slurm's `slurm` table, as each
+Slurm release runs it: 22.05 in Lua 5.1, 24.11 in Lua 5.3, where the numbers Slurm pushes
+(submit_uid, modify_uid, priority, slurm.NO_VAL) are floats (tests/plugins/slurm_lua.py).
 
 The cluster tests prove slurmctld loads it and applies the default settings; these cover the
 settings the shared cluster cannot switch during a test run (reject mode, host ACL, a broken
@@ -11,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-lua51 = pytest.importorskip("lupa.lua51")
+from .slurm_lua import RELEASE_IDS, RELEASES, SlurmRelease
 
 SCRIPT = Path(__file__).resolve().parents[2] / "slurm-plugins" / "job_submit.lua"
 SUCCESS, ERROR = 0, -1
@@ -20,17 +22,18 @@ SUCCESS, ERROR = 0, -1
 class Slurmctld:
     """job_submit.lua loaded in a fresh Lua state, with what it told the log and the user."""
 
-    def __init__(self, tmp_path: Path, settings: str | None):
+    def __init__(self, tmp_path: Path, release: SlurmRelease, settings: str | None):
+        self.release = release
         self.logs: list[str] = []
         self.user_messages: list[str] = []
-        self.lua = lua51.LuaRuntime(unpack_returned_tuples=True)
+        self.lua = release.runtime()
         conf = tmp_path / "job_submit_scratchkeeper.conf"
         if settings is not None:
             conf.write_text(settings)
         g = self.lua.globals()
         g.SCRATCHKEEPER_JOB_SUBMIT_CONF = str(conf)
         fmt = self.lua.eval("function(...) return string.format(...) end")
-        slurm = self.lua.table(SUCCESS=SUCCESS, ERROR=ERROR)
+        slurm = self.lua.table(SUCCESS=SUCCESS, ERROR=ERROR, NO_VAL=release.number(NO_VAL))
         slurm.log_info = lambda *a: self.logs.append("info: " + fmt(*a))
         slurm.log_error = lambda *a: self.logs.append("error: " + fmt(*a))
         slurm.log_user = lambda *a: self.user_messages.append(fmt(*a))
@@ -42,18 +45,35 @@ class Slurmctld:
         job = self.lua.table(**fields)
         if env is not None:
             job.spank_job_env = self.lua.table_from(dict(enumerate(env)))
-        rc = self.lua.globals().slurm_job_submit(job, self.lua.table(), uid)
+        rc = self.lua.globals().slurm_job_submit(job, self.lua.table(), self.release.number(uid))
         return rc, job
 
     def modify(self, uid: int, job_rec: dict | None = None, **fields):
+        if "priority" in fields:
+            fields["priority"] = self.release.number(fields["priority"])
         return self.lua.globals().slurm_job_modify(self.lua.table(**fields),
                                                    self.lua.table(**(job_rec or {})),
-                                                   self.lua.table(), uid)
+                                                   self.lua.table(), self.release.number(uid))
+
+    def slurm_environment(self, variables: dict[str, str]):
+        """job_desc.environment as Slurm pushes it (_push_job_env, 22.05 and 24.11 alike): an
+        empty table whose __index looks a name up, so pairs() sees nothing."""
+        return self.lua.eval("function(variables) return setmetatable({}, { __index = "
+                             "function(_, name) return variables[name] end }) end")(
+            self.lua.table_from(variables))
+
+
+NO_VAL = 4294967294
+
+
+@pytest.fixture(params=RELEASES, ids=RELEASE_IDS)
+def release(request):
+    return request.param
 
 
 @pytest.fixture
-def defaults(tmp_path):
-    return Slurmctld(tmp_path, None)
+def defaults(tmp_path, release):
+    return Slurmctld(tmp_path, release, None)
 
 
 def test_plain_job_passes_untouched(defaults):
@@ -145,8 +165,8 @@ def test_the_plugin_and_the_planner_agree_on_what_is_a_directive(tmp_path, defau
     assert (job.priority == 0) == planner_sees, line
 
 
-def test_reject_mode_refuses_directive_scripts_with_what_to_run(tmp_path):
-    ctld = Slurmctld(tmp_path, 'return { staging = "reject" }')
+def test_reject_mode_refuses_directive_scripts_with_what_to_run(tmp_path, release):
+    ctld = Slurmctld(tmp_path, release, 'return { staging = "reject" }')
     rc, job = ctld.submit(script="#!/bin/sh\n#STAGEOUT /s/a ftp://h/a\ntrue\n")
     assert rc == ERROR and job.priority is None
     assert "submit it with `scratchkeeper submit SCRIPT`" in ctld.user_messages[-1]
@@ -157,13 +177,17 @@ def test_reject_mode_refuses_directive_scripts_with_what_to_run(tmp_path):
 
 
 @pytest.mark.parametrize("environment", [
-    {"SCRATCHKEEPER_SUBMIT": "chain-service", "HOME": "/home/u"},  # Slurm 22.05: name -> value
+    "slurm",                                                       # _push_job_env: __index only
+    {"SCRATCHKEEPER_SUBMIT": "chain-service", "HOME": "/home/u"},  # name -> value
     ["HOME=/home/u", "SCRATCHKEEPER_SUBMIT=chain-service"],        # NAME=VALUE strings
 ])
-def test_reject_mode_holds_a_script_scratchkeeper_submit_handed_over(tmp_path, environment):
-    ctld = Slurmctld(tmp_path, 'return { staging = "reject" }')
-    env = ctld.lua.table_from(environment if isinstance(environment, dict)
-                              else {i + 1: v for i, v in enumerate(environment)})
+def test_reject_mode_holds_a_script_scratchkeeper_submit_handed_over(tmp_path, release, environment):
+    ctld = Slurmctld(tmp_path, release, 'return { staging = "reject" }')
+    if environment == "slurm":
+        env = ctld.slurm_environment({"SCRATCHKEEPER_SUBMIT": "chain-service", "HOME": "/home/u"})
+    else:
+        env = ctld.lua.table_from(environment if isinstance(environment, dict)
+                                  else {i + 1: v for i, v in enumerate(environment)})
     rc, job = ctld.submit(script="#!/bin/sh\n#STAGEIN ftp://h/a /s/a\ntrue\n", environment=env)
     assert rc == SUCCESS and job.priority == 0
     assert job.admin_comment == "scratchkeeper:chain-pending\ndirectives"
@@ -173,8 +197,8 @@ def test_reject_mode_holds_a_script_scratchkeeper_submit_handed_over(tmp_path, e
     assert rc == ERROR
 
 
-def test_host_allow_list_is_an_additional_condition(tmp_path):
-    ctld = Slurmctld(tmp_path, 'return { data_queue_uids = { 0, 990 }, '
+def test_host_allow_list_is_an_additional_condition(tmp_path, release):
+    ctld = Slurmctld(tmp_path, release, 'return { data_queue_uids = { 0, 990 }, '
                                'data_queue_hosts = { "xfer1" } }')
     assert ctld.submit(uid=990, partition="dataxfer", alloc_node="xfer1")[0] == SUCCESS
     assert ctld.submit(uid=990, partition="dataxfer", alloc_node="login1")[0] == ERROR
@@ -187,15 +211,14 @@ def test_host_allow_list_is_an_additional_condition(tmp_path):
     ('return { staging = "maybe" }', 'expected "hold", "reject" or "burst-buffer"'),
     ("return { colour = 1 }", "unknown setting colour"),
 ])
-def test_broken_settings_keep_the_defaults_and_say_so(tmp_path, settings, logged):
-    ctld = Slurmctld(tmp_path, settings)
+def test_broken_settings_keep_the_defaults_and_say_so(tmp_path, release, settings, logged):
+    ctld = Slurmctld(tmp_path, release, settings)
     assert any(logged in line for line in ctld.logs if line.startswith("error:")), ctld.logs
     assert ctld.submit(uid=1000, partition="dataxfer")[0] == ERROR
     rc, job = ctld.submit(script="#!/bin/sh\n#STAGEIN a b\ntrue\n")
     assert rc == SUCCESS and job.priority == 0
 
 
-NO_VAL = 4294967294
 INFINITE = 4294967295
 
 
@@ -207,3 +230,11 @@ def test_a_job_waiting_for_its_chain_cannot_be_released_by_its_owner(defaults):
     assert defaults.modify(1000, waiting, priority=NO_VAL, time_limit=10) == SUCCESS
     chained = {"admin_comment": "scratchkeeper:chained sk0123456789"}
     assert defaults.modify(1000, chained, priority=INFINITE) == SUCCESS
+
+
+def test_the_logs_name_uids_as_integers(defaults):
+    """24.11's Lua 5.3 gets submit_uid as a float: the log still says "uid 1000"."""
+    defaults.submit(uid=1000, partition="dataxfer")
+    assert "info: scratchkeeper: uid 1000 refused on data queue dataxfer" in defaults.logs
+    defaults.submit(uid=1000, script="#!/bin/sh\n#STAGEIN ftp://h/a /s/a\ntrue\n")
+    assert defaults.logs[-1].startswith("info: scratchkeeper: job from uid 1000 held")

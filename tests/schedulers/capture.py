@@ -1,14 +1,21 @@
 """Capture real scheduler output for the backend parser tests (run on the local cluster).
 
     .venv/bin/python tests/schedulers/capture.py
+    SLURM_CONF=... PATH=/opt/scratchkeeper/slurm-24.11.5/bin:$PATH \
+        .venv/bin/python tests/schedulers/capture.py --out tests/schedulers/data/24.11 --no-pbs \
+        --no-accounting
 
 Submits a small set of jobs in known states (completed, failed with exit 3, cancelled, running,
 held, pending on a dependency), then runs exactly the argv the backends build and saves what the
-tools print under tests/schedulers/data/, with a manifest of the job ids and their known states.
+tools print under tests/schedulers/data/ (the local cluster's Slurm 22.05; --out another
+release's folder), with a manifest of the job ids and their known states and, in slurm-version.txt,
+what ``sinfo -V`` said. --no-pbs: no Torque wrappers there; --no-accounting: a cluster with
+AccountingStorageType=accounting_storage/none, where sacct has nothing to show.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import subprocess
 import tempfile
@@ -39,7 +46,15 @@ def submit(body: str, name: str, **extra) -> str:
 
 
 def main() -> None:
+    global DATA
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, default=DATA)
+    parser.add_argument("--no-pbs", action="store_true")
+    parser.add_argument("--no-accounting", action="store_true")
+    args = parser.parse_args()
+    DATA = args.out
     DATA.mkdir(exist_ok=True)
+    (DATA / "slurm-version.txt").write_text(run(["sinfo", "-V"]).stdout)
     ok = submit("true", "cap-completed")
     failed = submit("exit 3", "cap-failed")
     cancelled = submit("sleep 300", "cap-cancelled", hold=True)
@@ -55,20 +70,24 @@ def main() -> None:
     (DATA / "manifest.json").write_text(json.dumps(known, indent=2) + "\n")
     (DATA / "squeue.json").write_text(run(slurm.build_query(None)).stdout)
     (DATA / "squeue-some.json").write_text(run(slurm.build_query([running, held])).stdout)
-    (DATA / "sacct.txt").write_text(run(slurm.build_history(list(known.values()))).stdout)
+    if not args.no_accounting:
+        (DATA / "sacct.txt").write_text(run(slurm.build_history(list(known.values()))).stdout)
     (DATA / "sinfo-nodes.txt").write_text(run(slurm.build_nodes()).stdout)
-    (DATA / "qstat-f.txt").write_text(run(pbs.build_query(list(known.values())), check=False).stdout)
-    (DATA / "pbsnodes-a.txt").write_text(run(pbs.build_nodes()).stdout)
+    if not args.no_pbs:
+        (DATA / "qstat-f.txt").write_text(run(pbs.build_query(list(known.values())),
+                                              check=False).stdout)
+        (DATA / "pbsnodes-a.txt").write_text(run(pbs.build_nodes()).stdout)
     bad = run(["sbatch", "--parsable", "--partition=nosuchqueue", "--wrap=true"], check=False)
     (DATA / "sbatch-bad-partition.stderr").write_text(bad.stderr)
     unknown = run(slurm.build_query(["999999"]), check=False)
     (DATA / "squeue-unknown.json").write_text(unknown.stdout)
     (DATA / "squeue-unknown.stderr").write_text(unknown.stderr)
-    script = Path(tempfile.mkdtemp()) / "x.sh"
-    script.write_text("#!/bin/bash\ntrue\n")
-    qsub = run(["qsub", "-q", "nosuchqueue", "-N", "x", str(script)], check=False)
-    (DATA / "qsub-bad-queue.txt").write_text(qsub.stdout)
-    (DATA / "qsub-bad-queue.rc").write_text(f"{qsub.returncode}\n")
+    if not args.no_pbs:
+        script = Path(tempfile.mkdtemp()) / "x.sh"
+        script.write_text("#!/bin/bash\ntrue\n")
+        qsub = run(["qsub", "-q", "nosuchqueue", "-N", "x", str(script)], check=False)
+        (DATA / "qsub-bad-queue.txt").write_text(qsub.stdout)
+        (DATA / "qsub-bad-queue.rc").write_text(f"{qsub.returncode}\n")
     run(slurm.build_cancel([running, held, waiting]))
 
 

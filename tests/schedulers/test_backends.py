@@ -1,10 +1,13 @@
 """Scheduler backends: argv builders, and parsers on output captured from the real cluster.
 
 The files under data/ come from tests/schedulers/capture.py on the local cluster (Slurm 22.05.8
-and its Torque wrappers); manifest.json says which job was left in which state.
+and its Torque wrappers), those under data/24.11/ from the same script on a private Slurm 24.11.5
+(scripts/bootstrap's; one node, no accounting: no sacct, no Torque wrappers); each manifest.json
+says which job was left in which state. The Slurm parsers run over both releases' output.
 """
 
 import json
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -17,6 +20,29 @@ from scripted_runner import ScriptedRunner
 
 DATA = Path(__file__).parent / "data"
 KNOWN = json.loads((DATA / "manifest.json").read_text())
+
+
+@dataclass(frozen=True)
+class Captured:
+    """One Slurm release's captured output."""
+    release: str
+    folder: Path
+    nodes: int  # the cluster's nodes (sinfo)
+
+    @property
+    def known(self) -> dict[str, str]:
+        return json.loads((self.folder / "manifest.json").read_text())
+
+    def text(self, name: str) -> str:
+        return (self.folder / name).read_text()
+
+
+CAPTURED = [Captured("22.05", DATA, 8), Captured("24.11", DATA / "24.11", 1)]
+
+
+@pytest.fixture(params=CAPTURED, ids=[c.release for c in CAPTURED])
+def captured(request):
+    return request.param
 
 
 def by_id(records):
@@ -33,26 +59,27 @@ def test_slurm_submit_argv():
         "--hold", "/s/x.sh"]
 
 
-def test_slurm_parse_submit():
-    assert slurm.parse_submit((DATA / "sbatch-parsable.txt").read_text()).isdigit()
+def test_slurm_parse_submit(captured):
+    assert slurm.parse_submit(captured.text("sbatch-parsable.txt")).isdigit()
     assert slurm.parse_submit("42;cluster\n") == "42"
     with pytest.raises(SchedulerError):
         slurm.parse_submit("Submitted batch job 42")
 
 
-def test_slurm_squeue_json_states():
-    records = by_id(slurm.parse_query((DATA / "squeue.json").read_text()))
-    assert records[KNOWN["completed"]].state is JobState.COMPLETED
-    failed = records[KNOWN["failed"]]
+def test_slurm_squeue_json_states(captured):
+    records = by_id(slurm.parse_query(captured.text("squeue.json")))
+    known = captured.known
+    assert records[known["completed"]].state is JobState.COMPLETED
+    failed = records[known["failed"]]
     assert failed.state is JobState.FAILED and failed.exit_code == 3
     assert failed.reason == "NonZeroExitCode"
-    assert records[KNOWN["cancelled"]].state is JobState.CANCELLED
-    assert records[KNOWN["running"]].state is JobState.RUNNING
-    held = records[KNOWN["held"]]
+    assert records[known["cancelled"]].state is JobState.CANCELLED
+    assert records[known["running"]].state is JobState.RUNNING
+    held = records[known["held"]]
     assert held.state is JobState.HELD and held.reason == "JobHeldUser"
-    dependent = records[KNOWN["dependent"]]
+    dependent = records[known["dependent"]]
     assert dependent.state is JobState.PENDING and dependent.queue == "dataxfer"
-    assert dependent.dependency.startswith(f"afterok:{KNOWN['running']}")
+    assert dependent.dependency.startswith(f"afterok:{known['running']}")
     assert all(r.nodes >= 1 for r in records.values())
 
 
@@ -68,9 +95,17 @@ def test_slurm_sacct_states():
         slurm.parse_history("1|2|3\n")
 
 
-def test_slurm_nodes_and_priority_order():
-    assert slurm.parse_nodes((DATA / "sinfo-nodes.txt").read_text()) == 8
-    records = slurm.order_by_priority(slurm.parse_query((DATA / "squeue.json").read_text()))
+def test_slurm_squeue_json_of_some_jobs(captured):
+    """``squeue --json --states=all --jobs=RUNNING,HELD``: those two and no other."""
+    records = by_id(slurm.parse_query(captured.text("squeue-some.json")))
+    assert set(records) >= {captured.known["running"], captured.known["held"]}
+    assert records[captured.known["running"]].state is JobState.RUNNING
+    assert records[captured.known["held"]].state is JobState.HELD
+
+
+def test_slurm_nodes_and_priority_order(captured):
+    assert slurm.parse_nodes(captured.text("sinfo-nodes.txt")) == captured.nodes
+    records = slurm.order_by_priority(slurm.parse_query(captured.text("squeue.json")))
     queued = [r for r in records if r.state.is_queued]
     assert records[: len(records) - len(queued)] == [r for r in records if not r.state.is_queued]
     assert [r.priority for r in queued] == sorted((r.priority for r in queued), reverse=True)
@@ -179,7 +214,21 @@ def test_a_lookup_asks_the_queue_for_its_jobs_alone_and_accounting_for_exit_code
     assert [argv[0] for argv in runner.recorded] == ["squeue", "sacct"]
 
 
-def test_transient_errors_are_retried_and_permanent_ones_are_not(scripted):
+def test_an_id_squeue_24_11_does_not_know_is_looked_up_in_accounting(scripted):
+    """24.11's ``squeue --jobs=ID`` for a forgotten id alone exits 1 with no output (22.05's --json
+    printed the queue): the lookup asks accounting, and an id neither knows is named."""
+    unknown = DATA / "24.11"
+    failed = CommandError("squeue failed", argv=["squeue"], returncode=1,
+                          stderr=(unknown / "squeue-unknown.stderr").read_text())
+    assert (unknown / "squeue-unknown.json").read_text() == ""
+    runner = scripted([(("squeue",), failed),
+                       (("sacct",), CommandResult(("sacct",), 0, "", "", 0.1))])
+    with pytest.raises(UnknownJobError, match="999999"):
+        Scheduler(slurm).lookup(["999999"])
+    assert [argv[0] for argv in runner.recorded] == ["squeue", "sacct"]
+
+
+def test_transient_errors_are_retried_and_permanent_ones_are_not(scripted, captured):
     timeout = CommandError("squeue failed", argv=["squeue"], returncode=1,
                            stderr="squeue: error: Socket timed out on send/recv operation")
     runner = scripted([(("squeue",), timeout)])
@@ -188,7 +237,7 @@ def test_transient_errors_are_retried_and_permanent_ones_are_not(scripted):
         scheduler.query(None)
     assert len(runner.recorded) == 3
     bad = CommandError("sbatch failed", argv=["sbatch"], returncode=1,
-                       stderr=(DATA / "sbatch-bad-partition.stderr").read_text())
+                       stderr=captured.text("sbatch-bad-partition.stderr"))
     runner = scripted([(("sbatch",), bad)])
     with pytest.raises(SchedulerError, match="Invalid partition name specified"):
         scheduler.submit(SubmitSpec(script_path="/x", queue="nosuch", job_name="j", workdir="/"))

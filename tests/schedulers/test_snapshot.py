@@ -1,7 +1,8 @@
 """The queue snapshot's text form (``squeue -a -t all -o FORMAT``), on output captured from the
 real Slurm 22.05.8: tests/data/slurm/capture-snapshot took squeue-snapshot.txt and
 squeue-snapshot.json of the same queue a moment apart (running, pending, held, array, finished
-jobs, and held jobs with odd names), so the two parsers must agree job for job.
+jobs, and held jobs with odd names), so the two parsers must agree job for job; the same script
+took tests/data/slurm/24.11/ on a private Slurm 24.11.5 of one node.
 """
 
 import json
@@ -39,24 +40,29 @@ def test_the_argv_is_the_captured_command():
     assert TEXT.splitlines()[0] == slurm.SNAPSHOT_HEADER
 
 
-def test_text_snapshot_agrees_with_json_on_every_field_it_carries(capture_timezone):
-    text = {r.job_id: r for r in slurm.parse_snapshot(TEXT)}
-    document = {r.job_id: r for r in slurm.parse_query((DATA / "squeue-snapshot.json").read_text())}
+@pytest.mark.parametrize("folder", [DATA, DATA / "24.11"], ids=["22.05", "24.11"])
+def test_text_snapshot_agrees_with_json_on_every_field_it_carries(capture_timezone, folder):
+    ids = json.loads((folder / "squeue-snapshot.ids.json").read_text())
+    assert ids["format"] == json.loads((DATA / "squeue-snapshot.ids.json").read_text())["format"]
+    text = {r.job_id: r for r in slurm.parse_snapshot((folder / "squeue-snapshot.txt").read_text())}
+    document = {r.job_id: r for r in
+                slurm.parse_query((folder / "squeue-snapshot.json").read_text())}
     assert set(text) == set(document)
     for job_id, record in document.items():
         for name in SNAPSHOT_FIELDS:
             assert getattr(text[job_id], name) == getattr(record, name), (job_id, name)
-    assert text[IDS["running"]].state is JobState.RUNNING and text[IDS["running"]].nodes == 2
-    assert text[IDS["running"]].start_time is not None
-    dependent = text[IDS["dependent"]]
+    assert text[ids["running"]].state is JobState.RUNNING
+    assert text[ids["running"]].nodes == ids.get("running_nodes", 2)
+    assert text[ids["running"]].start_time is not None
+    dependent = text[ids["dependent"]]
     assert dependent.state is JobState.PENDING and dependent.reason == "Dependency"
     assert dependent.start_time is None and dependent.priority
-    assert text[IDS["held"]].state is JobState.HELD and text[IDS["held"]].priority == 0
-    assert text[IDS["failed"]].state is JobState.FAILED
-    assert text[IDS["cancelled"]].state is JobState.CANCELLED
-    assert text[IDS["completed"]].state is JobState.COMPLETED
+    assert text[ids["held"]].state is JobState.HELD and text[ids["held"]].priority == 0
+    assert text[ids["failed"]].state is JobState.FAILED
+    assert text[ids["cancelled"]].state is JobState.CANCELLED
+    assert text[ids["completed"]].state is JobState.COMPLETED
     for key, name in NAMES.items():
-        assert text[IDS[key]].name == name and text[IDS[key]].state is JobState.HELD
+        assert text[ids[key]].name == name and text[ids[key]].state is JobState.HELD
     assert [r.job_id for r in slurm.order_by_priority(list(text.values()))] == \
         [r.job_id for r in slurm.order_by_priority(list(document.values()))]
 
