@@ -352,9 +352,14 @@ def _plan_summary(plan: Plan) -> dict:
 
 
 def set_job_submitted(store: StateStore, chain_id: str, key: str, job_id: str) -> None:
+    """Record ``job_id`` as the chain's job ``key``. An outcome the job recorded already stays:
+    a job submitted unheld (Slurm's burst-buffer path) can run and record it before its
+    submitter, slower (niced, a busy head node), records its id; written over, the outcome
+    was lost and the stage-in waited for it for ever."""
     with store.transaction() as conn:
-        conn.execute("UPDATE chain_jobs SET job_id=?, state=?, updated=? WHERE chain_id=? AND job_key=?",
-                     (job_id, JOB_SUBMITTED, time.time(), chain_id, key))
+        conn.execute("UPDATE chain_jobs SET job_id=?, state=CASE WHEN state IN (?, ?) THEN state "
+                     "ELSE ? END, updated=? WHERE chain_id=? AND job_key=?",
+                     (job_id, JOB_DONE, JOB_FAILED, JOB_SUBMITTED, time.time(), chain_id, key))
 
 
 def set_chain_state(store: StateStore, chain_id: str, state: str, reason: str = "") -> None:
