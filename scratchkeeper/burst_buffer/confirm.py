@@ -22,6 +22,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import time
+from collections.abc import Callable
 from types import ModuleType
 
 from ..config import SiteConfig
@@ -67,13 +68,15 @@ class ConfirmingScheduler(Scheduler):
         #: the script paths whose sbatch got no clear answer (a late copy may be queued)
         self.unanswered: set[str] = set()
 
-    def _run(self, argv: list[str], *, mutating: bool, retry: bool = True) -> str:
+    def _run(self, argv: list[str], *, mutating: bool,
+             retry: bool | Callable[[str], bool] = True) -> str:
         deadline = time.monotonic() + self.patience
         while True:
             try:
                 return super()._run(argv, mutating=mutating, retry=retry)
             except SchedulerError as err:
-                if not retry or not is_transient(err) or time.monotonic() >= deadline:
+                if not retry or not is_transient(err) or time.monotonic() >= deadline \
+                        or (callable(retry) and not retry(str(err))):
                     raise
                 log.warning("%s: no answer (%s); asking again in %g s", argv[0], err, self.pause)
                 time.sleep(self.pause)

@@ -108,6 +108,17 @@ def test_a_read_without_an_answer_is_asked_again(use_runner):
     assert len(runner.ran("squeue")) == 3
 
 
+def test_a_cancel_reason_slurm_holds_for_a_missing_db_index_is_not_asked_again(use_runner):
+    """22.05 holds each such update 5 s and refuses it until the job ends: the cancel goes on."""
+    no_index = CommandError("scontrol failed (exit 1)", argv=["scontrol"], returncode=1,
+                            stderr="Job update not available right now, the DB index is being "
+                                   "set, try again in a bit for job 7")
+    runner = use_runner(ScriptedRunner([(("scontrol",), lambda argv: no_index),
+                                        (("scancel",), lambda argv: result(argv))]))
+    scheduler().cancel(["7"], reason="torn down")
+    assert [argv[0] for argv in runner.recorded] == ["scontrol", "scancel"]
+
+
 # -- data_in -------------------------------------------------------------------------------------
 class StandIn(Queue):
     """The stand-in scheduler with what :mod:`guarded` asks of a confirming one."""
