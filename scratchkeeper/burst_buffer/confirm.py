@@ -28,7 +28,7 @@ from types import ModuleType
 from ..config import SiteConfig
 from ..errors import CommandError, SchedulerError
 from ..schedulers import Scheduler, get_scheduler
-from ..schedulers.base import _TRANSIENT, SubmitSpec
+from ..schedulers.base import _TRANSIENT, SubmitSpec, asks_again
 
 log = logging.getLogger(__name__)
 
@@ -75,8 +75,8 @@ class ConfirmingScheduler(Scheduler):
             try:
                 return super()._run(argv, mutating=mutating, retry=retry)
             except SchedulerError as err:
-                if not retry or not is_transient(err) or time.monotonic() >= deadline \
-                        or (callable(retry) and not retry(str(err))):
+                if not is_transient(err) or not asks_again(retry, str(err)) \
+                        or time.monotonic() >= deadline:
                     raise
                 log.warning("%s: no answer (%s); asking again in %g s", argv[0], err, self.pause)
                 time.sleep(self.pause)

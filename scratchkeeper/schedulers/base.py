@@ -164,6 +164,12 @@ def _annotate_retried(message: str) -> bool:
     return "DB index" not in message
 
 
+def asks_again(retry: bool | Callable[[str], bool], message: str) -> bool:
+    """Whether a caller's ``retry`` (all transient failures, none, or a test of the message)
+    takes a transient failure with ``message``."""
+    return bool(retry) and (not callable(retry) or retry(message))
+
+
 #: a will-run answer at most this many seconds ahead means "the resources are free now"
 WILL_RUN_NOW = 65.0
 
@@ -194,9 +200,7 @@ class Scheduler:
             except CommandError as err:
                 message = (err.stderr or err.stdout or str(err)).strip()
                 transient = err.returncode is None or bool(_TRANSIENT.search(message))
-                if callable(retry):
-                    transient = transient and retry(message)
-                if retry and transient and attempt < self.retries:
+                if transient and asks_again(retry, message) and attempt < self.retries:
                     attempt += 1
                     pause = self.retry_delay * (2 ** (attempt - 1)) * (1 + random.random() / 2)
                     log.warning("%s: transient error, retry %d in %.1fs: %s", argv[0], attempt,
