@@ -129,15 +129,16 @@ def squeue_text(snapshot: QueueSnapshot) -> str:
     import datetime
 
     lines = CAPTURED_TEXT.read_text().splitlines()
-    assert lines[0] == slurm.SNAPSHOT_HEADER
+    assert "|".join(field.strip() for field in lines[0].split("|")) == slurm.SNAPSHOT_HEADER
     template = next(line.split("|", 9) for line in lines[1:] if "|RUNNING|" in line)
-    out = [slurm.SNAPSHOT_HEADER]
+    out = [lines[0]]
     for job in snapshot.jobs:
         fields = list(template)
         running = job.state is JobState.RUNNING
         submit = datetime.datetime.fromtimestamp(job.submit_time).isoformat(timespec="seconds")
         fields[0], fields[1], fields[2] = job.job_id, job.queue, job.user
         fields[3], fields[4] = ("RUNNING", "None") if running else ("PENDING", job.reason)
+        fields[4] = fields[4][:slurm.REASON_WIDTH].ljust(slurm.REASON_WIDTH)  # as squeue cuts it
         fields[5] = str(job.nodes)
         fields[6], fields[7] = submit, submit if running else "N/A"
         fields[8], fields[9] = str(job.priority), f"job{job.job_id}"

@@ -8,12 +8,12 @@ slurmctld starts no process at ``sbatch``), so the planner's whole check runs he
 again, and leaves its job held, so whatever makes ``data_in`` fail (a script the planner
 refuses, a refused submission, a failure of scratchkeeper itself) ends the job as a failed
 stage-in does: its reason on the job's record and in its comment (``sacct -o Comment``), and,
-with ``[burst_buffer] stage_in_failure = "cancel"``, the job cancelled, so Slurm tears it down
-and returns its share of the pool. A teardown that came while ``data_in`` ran (the job
-cancelled, or slurmctld restarted and will stage it again) has the last word: the job is left
-as the teardown left it. A failure that is only the scheduler not answering (or the state
-database busy) runs ``data_in`` again, which finds in the records what it did, for up to
-:data:`.confirm.PATIENCE`.
+with ``[burst_buffer] stage_in_failure = "cancel"``, the job marked to be cancelled once Slurm
+has torn it down and taken back its share of the pool (:mod:`.ending`). A teardown that came
+while ``data_in`` ran (the job cancelled, or slurmctld restarted and will stage it again) has
+the last word: the job is left as the teardown left it. A failure that is only the scheduler
+not answering (or the state database busy) runs ``data_in`` again, which finds in the records
+what it did, for up to :data:`.confirm.PATIENCE`.
 """
 
 from __future__ import annotations
@@ -98,11 +98,8 @@ def _ended(config: SiteConfig, store: StateStore, scheduler: ConfirmingScheduler
     log.error("job %s: %s", job_id, reason)
     _record_failure(store, job_id, reason)
     try:
-        if config.burst_buffer.stage_in_failure == "cancel":
-            scheduler.cancel([job_id], reason=reason)  # writes the comment first
-        else:
-            scheduler.annotate([job_id], reason)
-    except ScratchkeeperError as end_err:
+        lifecycle.end_failed_job(config, store, scheduler, job_id, reason)
+    except (ScratchkeeperError, sqlite3.Error) as end_err:
         log.error("job %s: not ended: %s", job_id, end_err)
         reason += f" (and ending the job failed: {end_err})"
     try:

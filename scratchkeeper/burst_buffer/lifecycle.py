@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import re
 import sqlite3
 import time
@@ -119,10 +120,29 @@ def _read_script(path: str) -> str:
 
 # -- pending -----------------------------------------------------------------------------------------
 def setup(config: SiteConfig, store: StateStore, job_id: str, uid: int, gid: int, pool: str,
-          size: int) -> None:
+          size: int, script_path: str = "") -> None:
     check_job_id(job_id)
-    records.set_up(store, job_id, uid, gid, pool if pool not in ("(null)", "") else "", size)
+    replaced = records.set_up(store, job_id, uid, gid, pool if pool not in ("(null)", "") else "",
+                              size, submission=submission_of(script_path))
+    if replaced is not None:
+        log.warning("job %s: a new job with the id of an ended one: the earlier record%s "
+                    "replaced", job_id, f" (chain {replaced})" if replaced else "")
     write_held(config, store)
+
+
+def submission_of(script_path: str) -> str | None:
+    """Which submission of a job id this is: the inode and modification time of the script
+    slurmctld saved for it (``StateSaveLocation/hash.N/job.ID/script``, written once at
+    ``sbatch``, removed when the job is purged), None when there is none to look at. Slurm
+    hands an id out again once its state is reset or ids wrap at ``MaxJobId``; the same job
+    set up again (slurmctld restarted) keeps its file."""
+    if not script_path:
+        return None
+    try:
+        st = os.stat(script_path)
+    except OSError:
+        return None
+    return f"{st.st_ino}:{st.st_mtime_ns}"
 
 
 def data_in(config: SiteConfig, store: StateStore, job_id: str, script_path: str, *,
@@ -154,7 +174,7 @@ def data_in(config: SiteConfig, store: StateStore, job_id: str, script_path: str
         records.set_stage(store, job_id, records.STAGE_IN_FAILED, failure)
         chains.set_chain_state(store, chain_id, chains.STAGE_IN_FAILED, failure)
         _settle(store, chain_id, "stage-in-failed")
-        _end_failed_job(config, scheduler, job_id, f"stage-in failed: {failure}")
+        end_failed_job(config, store, scheduler, job_id, f"stage-in failed: {failure}")
         raise StageFailed(f"stage-in failed: {failure}")
     staged = [f for f in chains.staged_files(store, chain_id) if f["state"] == "staged"]
     total = sum(int(f["size"] or 0) for f in staged)
@@ -174,15 +194,16 @@ def _reopen(store: StateStore, job_id: str, chain_id: str) -> None:
                  "its buffer back): chain %s reopened", job_id, chain_id)
 
 
-def _end_failed_job(config: SiteConfig, scheduler: Scheduler, job_id: str, reason: str) -> None:
+def end_failed_job(config: SiteConfig, store: StateStore, scheduler: Scheduler, job_id: str,
+                    reason: str) -> None:
     """The job's stage-in failed: its reason goes into its comment (``sacct -o Comment``), and
-    with ``burst_buffer.stage_in_failure = "cancel"`` the job ends now; with ``"hold"`` it stays
-    pending with Slurm's reason (``burst_buffer/lua: slurm_bb_data_in: ...``) until someone
-    cancels it (Slurm 22.05 never runs data-in for it again)."""
+    with ``burst_buffer.stage_in_failure = "cancel"`` it is marked to be cancelled once Slurm
+    has torn it down (:mod:`.ending`: a cancel from here would race Slurm's teardown); with
+    ``"hold"`` it stays pending with Slurm's reason (``burst_buffer/lua: slurm_bb_data_in:
+    ...``) until someone cancels it (Slurm never runs data-in for it again)."""
+    scheduler.annotate([job_id], reason)
     if config.burst_buffer.stage_in_failure == "cancel":
-        scheduler.cancel([job_id], reason=reason)  # writes the comment first
-    else:
-        scheduler.annotate([job_id], reason)
+        records.mark_to_end(store, job_id)
 
 
 def _settle(store: StateStore, chain_id: str, outcome: str) -> None:
@@ -471,7 +492,8 @@ def _tear_down_chain(config: SiteConfig, store: StateStore, row: sqlite3.Row, hu
                  and r["state"] not in (chains.JOB_DONE, chains.JOB_FAILED)]
     found = scheduler.lookup([r["job_id"] for r in open_rows] + [job_id], missing_ok=True)
     job = found.get(job_id)
-    queued = job is not None and job.state.is_queued  # pending: Slurm may stage it again
+    # pending: Slurm may stage it again, unless its stage-in failed (held, to be cancelled)
+    queued = job is not None and job.state.is_queued and row["stage"] != records.STAGE_IN_FAILED
     live = [r for r in open_rows if r["job_id"] in found and not found[r["job_id"]].state.is_final]
     if live:
         reason = (f"job {job_id} is still pending but Slurm tore its staging down (slurmctld "

@@ -20,7 +20,7 @@ COMPONENT = "burst-buffer"
 #: the state of a chain this path made while its job lives (not the chain service's
 #: ``submitted``, so its sweep never acts on a job Slurm's burst buffer runs), and once the job
 #: is torn down: ``scratchkeeper_chains{state="burst-buffer"}`` counts live jobs' chains only
-CHAIN_STATE, CHAIN_ENDED = "burst-buffer", "burst-buffer-ended"
+CHAIN_STATE, CHAIN_ENDED = chains.BURST_BUFFER, "burst-buffer-ended"
 
 MIGRATIONS = [
     """
@@ -52,6 +52,14 @@ MIGRATIONS = [
     UPDATE chains SET state = '{CHAIN_ENDED}' WHERE state = '{CHAIN_STATE}' AND chain_id IN
         (SELECT chain_id FROM bb_jobs WHERE stage = 'torn-down' AND chain_id IS NOT NULL);
     """,
+    # which submission the record is of (a job id Slurm hands out again is another job), and
+    # when a job whose stage-in failed was left to be cancelled once Slurm tore it down
+    """
+    ALTER TABLE bb_jobs ADD COLUMN submission TEXT;
+    ALTER TABLE bb_jobs ADD COLUMN end_after_teardown REAL;
+    CREATE INDEX bb_jobs_to_end ON bb_jobs(end_after_teardown) WHERE end_after_teardown
+        IS NOT NULL;
+    """,
 ]
 
 # stages: where a job is in Slurm's burst-buffer life cycle
@@ -78,16 +86,33 @@ def open_records(store: StateStore) -> StateStore:
 
 
 def set_up(store: StateStore, job_id: str, uid: int, gid: int, pool: str,
-           requested_bytes: int) -> None:
-    """Record the job at ``slurm_bb_setup`` (again: the same values, nothing else changes)."""
+           requested_bytes: int, submission: str | None = None) -> str | None:
+    """Record the job at ``slurm_bb_setup`` (again: the same values, nothing else changes).
+
+    ``submission`` tells this job from an earlier one Slurm gave the same id (its state reset,
+    or ids wrapped at ``MaxJobId``): a record of another submission is an ended job's, and is
+    replaced, its chain ended if it was still open. The replaced record's chain id, or None."""
     now = time.time()
+    replaced = None
     with store.transaction() as conn:
+        old = conn.execute("SELECT submission, chain_id FROM bb_jobs WHERE job_id = ?",
+                           (job_id,)).fetchone()
+        if old is not None and submission and old["submission"] \
+                and old["submission"] != submission:
+            conn.execute("DELETE FROM bb_jobs WHERE job_id = ?", (job_id,))
+            replaced = old["chain_id"] or ""
         conn.execute(
             "INSERT INTO bb_jobs (job_id, uid, gid, pool, requested_bytes, stage, setup_at, "
-            "updated) VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT(job_id) DO UPDATE SET "
+            "updated, submission) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT(job_id) DO UPDATE SET "
             "uid = excluded.uid, gid = excluded.gid, pool = excluded.pool, "
-            "requested_bytes = excluded.requested_bytes, updated = excluded.updated",
-            (job_id, uid, gid, pool, requested_bytes, SET_UP, now, now))
+            "requested_bytes = excluded.requested_bytes, updated = excluded.updated, "
+            "submission = COALESCE(bb_jobs.submission, excluded.submission)",
+            (job_id, uid, gid, pool, requested_bytes, SET_UP, now, now, submission))
+    if replaced:
+        chain = chains.chain(store, replaced)
+        if chain is not None and chain["state"] == CHAIN_STATE:
+            chains.set_chain_state(store, replaced, CHAIN_ENDED)
+    return replaced
 
 
 def job(store: StateStore, job_id: str) -> sqlite3.Row | None:
@@ -118,6 +143,28 @@ def set_stage(store: StateStore, job_id: str, stage: str, reason: str = "", *,
     with store.transaction() as conn:
         conn.execute(f"UPDATE bb_jobs SET {', '.join(sets)} WHERE job_id = ?",
                      (*values, job_id))
+
+
+def mark_to_end(store: StateStore, job_id: str) -> None:
+    """The job's stage-in failed and it is to be cancelled once Slurm has torn it down."""
+    with store.transaction() as conn:
+        conn.execute("UPDATE bb_jobs SET end_after_teardown = COALESCE(end_after_teardown, ?), "
+                     "updated = ? WHERE job_id = ?", (time.time(), time.time(), job_id))
+
+
+def ended(store: StateStore, job_id: str, reason: str | None = None) -> None:
+    """The job marked by :func:`mark_to_end` is dealt with (``reason``: why it was not
+    cancelled, added to its record's reason)."""
+    with store.transaction() as conn:
+        conn.execute("UPDATE bb_jobs SET end_after_teardown = NULL, updated = ?, "
+                     "reason = CASE WHEN ? IS NULL THEN reason ELSE reason || ' (' || ? || ')' "
+                     "END WHERE job_id = ?", (time.time(), reason, reason, job_id))
+
+
+def to_end(store: StateStore, limit: int = 100) -> list[sqlite3.Row]:
+    """The jobs marked to be cancelled after their teardown, oldest first (at most ``limit``)."""
+    return store.query("SELECT * FROM bb_jobs WHERE end_after_teardown IS NOT NULL "
+                       "ORDER BY end_after_teardown LIMIT ?", (limit,))
 
 
 def set_umask(store: StateStore, job_id: str, umask: int) -> None:

@@ -11,11 +11,11 @@ from __future__ import annotations
 import os
 
 from ..errors import PermissionDenied
-from . import site_config
+from . import daemon_logging, site_config
 
 # post_run has nothing to do (data_out follows it): burst_buffer.lua answers it without a call
 STAGES = ("job-process", "setup", "data-in", "real-size", "pre-run", "data-out", "teardown",
-          "status")
+          "status", "end")
 
 
 def register(subparsers) -> None:
@@ -48,6 +48,8 @@ def register(subparsers) -> None:
     status.add_argument("--caller", metavar="UID:GID",
                         help="who asked (Slurm 23.02 and later pass it; 22.05 does not)")
     status.add_argument("words", nargs="*", help="the words after bbstat: job ids")
+    stages.add_parser("end", help="cancel the jobs whose stage-in failed once Slurm has torn "
+                      "them down (a failed data-in starts it; burst_buffer/ending.py)")
     group.set_defaults(func=_bb)
 
 
@@ -55,14 +57,14 @@ def _bb(args) -> int:
     if os.geteuid() != 0:
         raise PermissionDenied("scratchkeeper bb: for slurmctld's burst_buffer.lua (root) only; "
                                "see your chains with `scratchkeeper status`")
-    from ..burst_buffer import guarded, lifecycle, records
+    from ..burst_buffer import ending, guarded, lifecycle, records
     from ..burst_buffer.confirm import confirming_scheduler
     from ..burst_buffer.status import status_text
     from ..planner import records as chains
     from ..state import StateStore
 
-    config = site_config(args)
     stage = args.bb_stage
+    config = daemon_logging(args) if stage == "end" else site_config(args)
     if stage == "job-process":
         steps = lifecycle.job_process(config, args.script)
         print(f"scratchkeeper: {steps} data step(s)")
@@ -70,10 +72,14 @@ def _bb(args) -> int:
     store = records.open_records(chains.open_records(StateStore(config.state.database)))
     if stage == "setup":
         lifecycle.setup(config, store, args.job_id, int(args.uid), int(args.gid), args.pool,
-                        int(args.size) if args.size.isdigit() else 0)
+                        int(args.size) if args.size.isdigit() else 0, args.script)
         print(f"job {args.job_id}: set up")
     elif stage == "data-in":
-        chain_id = guarded.data_in(config, store, args.job_id, args.script)
+        try:
+            chain_id = guarded.data_in(config, store, args.job_id, args.script)
+        finally:
+            if ending.marked(store, args.job_id):  # failed: cancelled after Slurm's teardown
+                ending.leave_ender(config)
         print(f"job {args.job_id}: staged in (chain {chain_id})")
     elif stage == "real-size":
         print(lifecycle.real_size(store, args.job_id))
@@ -84,8 +90,13 @@ def _bb(args) -> int:
     elif stage == "teardown":
         cancelled = lifecycle.teardown(config, store, args.job_id, args.hurry == "true",
                                        scheduler=confirming_scheduler(config))
+        if records.to_end(store, 1):  # this job's, or an ender's left by one killed
+            ending.leave_ender(config)
         print(f"job {args.job_id}: torn down"
               + (f" (cancelled {', '.join(cancelled)})" if cancelled else ""))
+    elif stage == "end":
+        cancelled = ending.run_ender(config, store, confirming_scheduler(config))
+        print(f"cancelled after their teardown: {', '.join(cancelled) or 'none'}")
     else:
         print(status_text(config, store, words=args.words, caller_uid=_caller_uid(args.caller)),
               end="")

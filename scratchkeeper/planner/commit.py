@@ -387,6 +387,10 @@ def fail_stage(store: StateStore, config: SiteConfig, chain_id: str, job_key: st
         return []
     recorded(lambda: records.set_chain_state(store, chain_id, records.STAGE_IN_FAILED, message),
              what)
+    if chain["state"] == records.BURST_BUFFER:
+        # the compute job is Slurm's burst-buffer job, whose data_in waits for this one: it
+        # ends the job once Slurm has torn it down (a cancel from here races that teardown)
+        return []
     dependents = [r for r in recorded(lambda: records.chain_jobs(store, chain_id), what)
                   if r["role"] in ("compute", "stage-out") and r["job_id"]]
     ids = [r["job_id"] for r in dependents]

@@ -188,6 +188,9 @@ STAGING_MIGRATIONS = [
 # chain states
 PLANNED, SUBMITTING, SUBMITTED, SUBMIT_FAILED = "planned", "submitting", "submitted", "submit-failed"
 STAGE_IN_FAILED, STAGE_OUT_FAILED = "stage-in-failed", "stage-out-failed"
+#: the state of a chain Slurm's burst buffer runs (burst_buffer.records.CHAIN_STATE): its
+#: compute job is the burst-buffer job, which its own data_in ends
+BURST_BUFFER = "burst-buffer"
 # chain job states
 JOB_PLANNED, JOB_SUBMITTED, JOB_CANCELLED = "planned", "submitted", "cancelled"
 JOB_DONE, JOB_FAILED = "done", "failed"

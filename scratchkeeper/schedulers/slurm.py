@@ -95,7 +95,7 @@ def build_query(job_ids: Sequence[str] | None) -> list[str]:
 def parse_query(stdout: str) -> list[JobRecord]:
     """Parse what :func:`build_query` runs: ``squeue --json`` (Slurm 22.05 data_parser
     v0.0.38 layout, newer ones too), or the snapshot's fields of the jobs asked for."""
-    if stdout.startswith(SNAPSHOT_HEADER):
+    if stdout.startswith(SNAPSHOT_HEADER.split("|", 1)[0] + "|"):
         return parse_snapshot(stdout)
     try:
         document = json.loads(stdout)
@@ -109,8 +109,12 @@ def parse_query(stdout: str) -> list[JobRecord]:
 
 #: the queue snapshot's ``squeue -o`` fields: those a queue snapshot's readers use (replicad,
 #: recoveryd), the job name last; the header line names them and is checked. No ``%M`` (time
-#: used): a running job's line stays the same from one cycle to the next.
-SNAPSHOT_FORMAT = "%A|%P|%u|%T|%r|%D|%V|%S|%Q|%j"
+#: used): a running job's line stays the same from one cycle to the next. The reason is cut
+#: (and padded) to REASON_WIDTH: a job's reason may be a plugin's message (``burst_buffer/lua:
+#: slurm_bb_data_in: ...`` with a failure's text, file names included: ``|`` and newlines),
+#: whose first characters are the plugin's own; Slurm's reasons (``JobHeldUser``) are shorter.
+REASON_WIDTH = 40
+SNAPSHOT_FORMAT = f"%A|%P|%u|%T|%{REASON_WIDTH}r|%D|%V|%S|%Q|%j"
 SNAPSHOT_HEADER = "JOBID|PARTITION|USER|STATE|REASON|NODES|SUBMIT_TIME|START_TIME|PRIORITY|NAME"
 _SNAPSHOT_FIELDS = SNAPSHOT_HEADER.count("|") + 1
 
@@ -135,7 +139,7 @@ def parse_snapshot(stdout: str, reuse: dict[str, JobRecord] | None = None) -> li
     cycles); it is left holding this output's jobs.
     """
     lines = stdout.split("\n")
-    if lines[0].rstrip("\r") != SNAPSHOT_HEADER:
+    if "|".join(field.strip() for field in lines[0].split("|")) != SNAPSHOT_HEADER:
         raise SchedulerError(f"squeue line 1: expected the header {SNAPSHOT_HEADER!r}, "
                              f"got {lines[0][:120]!r}")
     if lines[-1] == "":
@@ -166,6 +170,7 @@ def parse_snapshot(stdout: str, reuse: dict[str, JobRecord] | None = None) -> li
             (job_id, partition, user, native, reason, nodes, submit, start, priority,
              name) = text.split("|", last)
             state = states.get(native, unknown)
+            reason = reason.strip()
             if state is pending and reason in held_reasons:
                 state = held
             submit_time = times[submit] if submit in times else _squeue_time(submit, times)
@@ -238,6 +243,11 @@ def job_priority(job: dict) -> int | None:
     "infinite", "number"}``), None when unset."""
     priority = _number(job.get("priority"))
     return int(priority) if priority is not None else None
+
+
+def state_name(job: dict) -> str:
+    """A ``squeue --json`` record's base state (``PENDING``), on 22.05 and 23.02+ alike."""
+    return _first_state(job.get("job_state"))
 
 
 def _first_state(value) -> str:

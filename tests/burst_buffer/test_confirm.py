@@ -141,9 +141,12 @@ def test_a_script_the_planner_refuses_at_data_in_ends_the_job_with_the_reason(si
     reason = (f"stage-in failed: script:2: #STAGEIN: the destination {tmp_path}/in.dat is outside "
               f"the scratch root {tmp_path}/scratch")
     assert str(failed.value) == reason
-    assert queue.cancelled == [(["95"], reason)] and queue.submitted == []
+    # not cancelled from here (that races Slurm's teardown): marked, for the ender
+    assert queue.annotated == [(["95"], reason)] and queue.cancelled == []
+    assert queue.submitted == []
     row = records.job(store, "95")
     assert row["stage"] == records.STAGE_IN_FAILED and row["reason"] == reason
+    assert row["end_after_teardown"] is not None
     assert (lifecycle.state_dir(config) / "held-bytes").read_text() == "0\n"
 
 
@@ -159,6 +162,7 @@ def test_with_hold_the_refused_job_keeps_the_reason_and_is_not_cancelled(site):
     assert queue.cancelled == []
     ((ids, reason),) = queue.annotated
     assert ids == ["96"] and reason.startswith("stage-in failed: script:2: ")
+    assert records.job(store, "96")["end_after_teardown"] is None
 
 
 def test_a_data_in_that_fails_for_any_other_reason_ends_the_job_too(site, monkeypatch):
@@ -169,8 +173,9 @@ def test_a_data_in_that_fails_for_any_other_reason_ends_the_job_too(site, monkey
         RuntimeError("a bug")))
     with pytest.raises(lifecycle.StageFailed, match=r"internal error: RuntimeError\('a bug'\)"):
         guarded.data_in(config, store, "97", job_script(tmp_path), scheduler=queue, patience=0)
-    ((ids, reason),) = queue.cancelled
+    ((ids, reason),) = queue.annotated
     assert ids == ["97"] and reason == "stage-in failed: internal error: RuntimeError('a bug')"
+    assert queue.cancelled == [] and records.to_end(store)[0]["job_id"] == "97"
 
 
 def test_a_data_in_whose_squeue_got_no_answer_runs_again_and_stages(site, monkeypatch):
@@ -199,7 +204,8 @@ def test_a_stage_in_data_in_ended_itself_is_not_ended_twice(site):
     lifecycle.setup(config, store, "99", 1000, 1000, "", 0)
     with pytest.raises(lifecycle.StageFailed, match="no such file"):
         guarded.data_in(config, store, "99", job_script(tmp_path), scheduler=queue)
-    assert len(queue.cancelled) == 1 and queue.cancelled[0][0] == ["99"]
+    assert len(queue.annotated) == 1 and queue.annotated[0][0] == ["99"]
+    assert [row["job_id"] for row in records.to_end(store)] == ["99"]
 
 
 def test_a_teardown_while_data_in_ran_has_the_last_word(site):

@@ -60,3 +60,16 @@ def test_a_stage_in_of_a_live_chain_still_cancels_its_compute_job(tmp_path, monk
     cancelled = commit.fail_stage(store, SiteConfig(), "sk-new-b", "stage-in", "no source", 3)
     assert cancelled == ["100"] and scheduler.cancelled == [["100"]]
     assert records.chain(store, "sk-new-b")["state"] == records.STAGE_IN_FAILED
+
+
+def test_a_stage_in_of_a_burst_buffer_chain_leaves_its_job_to_data_in(tmp_path, monkeypatch):
+    """The compute job is Slurm's burst-buffer job, whose data_in waits for this data job: a
+    cancel from here raced Slurm's teardown (which slurmctld then killed, keeping the job's
+    pool share); data_in ends the job after that teardown (burst_buffer/ending.py)."""
+    store = records.open_records(StateStore(str(tmp_path / "state.db")))
+    _chain(store, "sk-bb-c", records.BURST_BUFFER, time.time(), "200")
+    scheduler = Cancels()
+    monkeypatch.setattr(commit, "get_scheduler", lambda config, kind: scheduler)
+    cancelled = commit.fail_stage(store, SiteConfig(), "sk-bb-c", "stage-in", "no source", 3)
+    assert cancelled == [] and scheduler.cancelled == []
+    assert records.chain(store, "sk-bb-c")["state"] == records.STAGE_IN_FAILED

@@ -37,7 +37,9 @@ def capture_timezone(monkeypatch):
 
 def test_the_argv_is_the_captured_command():
     assert slurm.build_snapshot() == ["squeue", "-a", "-t", "all", "-o", IDS["format"]]
-    assert TEXT.splitlines()[0] == slurm.SNAPSHOT_HEADER
+    header = TEXT.splitlines()[0]
+    assert "|".join(field.strip() for field in header.split("|")) == slurm.SNAPSHOT_HEADER
+    assert header.split("|")[4] == "REASON".ljust(slurm.REASON_WIDTH)
 
 
 @pytest.mark.parametrize("folder", [DATA, DATA / "24.11"], ids=["22.05", "24.11"])
@@ -77,6 +79,21 @@ def test_a_name_continues_over_lines_and_keeps_its_separators():
         slurm.parse_snapshot(slurm.SNAPSHOT_HEADER + "\nbatch|root\n")
 
 
+def test_a_plugins_reason_with_separators_is_cut_where_squeue_cuts_it():
+    """A job held after a failed data_in: Slurm's reason is ``burst_buffer/lua:
+    slurm_bb_data_in: `` and the failure's text (a user's file names: ``|``, newlines), which
+    once split the line and failed the teardown's lookup. squeue cuts it at the width asked."""
+    reason = "burst_buffer/lua: slurm_bb_data_in: stage-in failed: /s/a|b\nc.sh:4: no"
+    cut = reason[:slurm.REASON_WIDTH]
+    assert "|" not in cut and "\n" not in cut
+    header = TEXT.splitlines()[0]
+    line = f"5|batch|alice|PENDING|{cut.ljust(slurm.REASON_WIDTH)}|1|2026-12-06T03:03:32|N/A|0|j"
+    (record,) = slurm.parse_query(header + "\n" + line + "\n")
+    assert record.reason == cut.strip() and record.state is JobState.PENDING
+    assert record.name == "j" and record.priority == 0
+    assert f"%{slurm.REASON_WIDTH}r" in slurm.SNAPSHOT_FORMAT
+
+
 def test_other_columns_are_refused_with_the_line():
     with pytest.raises(SchedulerError, match="squeue line 1: expected the header"):
         slurm.parse_snapshot(TEXT.replace("PRIORITY", "PRIO", 1))
@@ -105,7 +122,8 @@ def test_jobs_seen_before_are_not_parsed_again_and_the_answer_is_unchanged(captu
     assert len(reuse) == len(first)
     dependent, held = IDS["dependent"], IDS["held"]
     lines = TEXT.splitlines()
-    changed = [line.replace("|PENDING|Dependency|", "|RUNNING|None|")
+    width = slurm.REASON_WIDTH
+    changed = [line.replace(f"|PENDING|{'Dependency':{width}}|", f"|RUNNING|{'None':{width}}|")
                if line.startswith(dependent + "|") else line
                for line in lines if not line.startswith(held + "|")]
     second = slurm.parse_snapshot("\n".join(changed) + "\n", reuse)
