@@ -30,7 +30,7 @@ LUA_SOURCES := $(wildcard slurm-plugins/*.lua)
 # nothing marked slow (stress and long property runs).
 FAST_TESTS := -m "not cluster and not mount and not root and not slow"
 
-.PHONY: deps plugins cluster cluster-down demo test test-unit check lint types check-c \
+.PHONY: deps plugins cluster cluster-down demo test test-2411 test-unit check lint types check-c \
 	bench conformance reproduce clean
 
 deps:
@@ -63,6 +63,25 @@ test: deps
 	$(MAKE) --no-print-directory -j3 --output-sync=target AFTER_DEPS=1 lint types cluster
 	SCRATCHKEEPER_REQUIRE_CLUSTER=1 HYPOTHESIS_PROFILE=ci $(PY) -m pytest -n $(TEST_WORKERS) \
 	  --dist loadgroup --durations=25 $(PYTEST_ARGS)
+	$(if $(SLURM),,$(MAKE) --no-print-directory test-2411)
+
+## The second pass of `make test`: the Slurm paths' cluster tests (the SPANK plugin and the chain
+## service, job_submit.lua, burst_buffer.lua, the health check) again on scripts/bootstrap's
+## Slurm 24.11, when it is built: the cluster brought up on 24.11, the tests run with its
+## commands first on PATH, then the cluster back on Debian's 22.05. About 10 minutes here.
+SLURM_2411_TESTS := tests/plugins/test_plugins_cluster.py tests/plugins/test_burst_buffer_cluster.py \
+  tests/plugins/test_chain_ends_cluster.py tests/plugins/test_dead_mount_cluster.py \
+  tests/planner/test_chain_cluster.py
+test-2411: deps
+	@if [ ! -f $(SLURM_2411_PREFIX)/.built ]; then \
+	  echo "test-2411: no Slurm 24.11 in $(SLURM_2411_PREFIX) (scripts/bootstrap as root builds it):" \
+	    "the second pass is not run"; exit 0; fi; \
+	scripts/local-cluster down >/dev/null && \
+	$(MAKE) --no-print-directory cluster SLURM=24.11 && \
+	PATH=$(SLURM_2411_PREFIX)/bin:$(SLURM_2411_PREFIX)/sbin:$$PATH SCRATCHKEEPER_REQUIRE_CLUSTER=1 \
+	  $(PY) -m pytest -p no:randomly --durations=10 $(SLURM_2411_TESTS) $(PYTEST_ARGS); \
+	rc=$$?; scripts/local-cluster down >/dev/null && $(MAKE) --no-print-directory cluster; \
+	exit $$rc
 
 ## Only the tests that need no cluster.
 test-unit: deps

@@ -125,6 +125,16 @@ class LocalCluster:
     recovery_socket: Path
     #: scratchkeeper's services `up` started (recoveryd, replicad, spank-chain) -> their log
     service_logs: dict
+    #: the Slurm release it runs: "22.05" (Debian's) or "24.11" (scripts/bootstrap's)
+    slurm_release: str = "22.05"
+
+    def skip_without_torque(self) -> None:
+        """Skip a test of the PBS path on a cluster whose Torque wrappers cannot reach its
+        slurmctld: Debian 12's (slurm-wlm-torque: qsub, qstat, qdel in Perl on the 22.05 API)
+        are 22.05 clients, which 24.11 refuses ("protocol_version 9728 not supported")."""
+        if self.slurm_release != "22.05":
+            pytest.skip(f"the Torque wrappers here are Slurm 22.05 clients; this cluster runs "
+                        f"{self.slurm_release}, and bootstrap builds no wrappers for it")
 
     def command(self, argv: list[str], timeout: float = 30.0, check: bool = True):
         """Run a command against the real cluster.
@@ -233,6 +243,7 @@ def local_cluster(tmp_path_factory) -> LocalCluster:
         users_site_config=Path(status.get("users_site_config", "/etc/scratchkeeper/site.toml")),
         recovery_socket=Path(status.get("recovery_socket", local_dir / "run" / "recoveryd.sock")),
         service_logs=status.get("service_logs", {}),
+        slurm_release=status.get("slurm", "22.05"),
     )
 
 

@@ -284,6 +284,17 @@ def summarize(bench: Bench) -> dict:
     return out
 
 
+def release(cluster: dict) -> str:
+    """The Slurm release the local cluster runs (cluster.json's ``slurm``)."""
+    return str(cluster.get("slurm") or "22.05")
+
+
+def report_name(cluster: dict, stem: str, suffix: str) -> str:
+    """``report.md`` on Debian's 22.05, ``report-24.11.md`` on another release: both kept."""
+    name = release(cluster)
+    return f"{stem}.{suffix}" if name == "22.05" else f"{stem}-{name}.{suffix}"
+
+
 def fmt(value, unit: str = " s") -> str:
     return "-" if value is None else f"{value:.0f}{unit}"
 
@@ -294,9 +305,11 @@ def write_report(bench: Bench, summary: dict, began: str) -> Path:
         "# Three staging paths on the same work: Slurm's burst buffer, `submit`, SPANK",
         "",
         f"Run {began} on {harness.machine()}, load {harness.load_average()}; the local cluster "
-        f"(8 nodes of 4 CPUs on one host, Slurm 22.05). Command: `.venv/bin/python -m "
-        f"benchmarks.staging_paths --repeats {args.repeats} --size {args.size} "
-        f"--busy {args.busy}`.",
+        f"(8 nodes of 4 CPUs on one host, Slurm {release(bench.cluster)}). Command: "
+        f"`.venv/bin/python -m benchmarks.staging_paths --repeats {args.repeats} "
+        f"--size {args.size} --busy {args.busy}`"
+        + (" with 24.11's commands first on PATH (`make cluster SLURM=24.11`)."
+           if release(bench.cluster) != "22.05" else "."),
         "",
         f"Each job stages in one {args.size / (1 << 20):.0f} MiB file from GridFTP, hashes it "
         "and stages the hash out to nginx. Times are from the submitting command's start to "
@@ -333,7 +346,7 @@ def write_report(bench: Bench, summary: dict, began: str) -> Path:
     problems = [f"- {j.path} {j.scenario} job {j.job_id}: {p}" for j in bench.jobs
                 for p in j.problems]
     lines += ["", "## Problems", ""] + (problems or ["none"]) + [""]
-    path = harness.report_dir(NAME) / "report.md"
+    path = harness.report_dir(NAME) / report_name(bench.cluster, "report", "md")
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text("\n".join(lines))
     return path
@@ -359,7 +372,7 @@ def main() -> int:
         run([sys.executable, str(LOCAL_CLUSTER), "burst-buffer", "off"], timeout=300,
             check=False)
     summary = summarize(bench)
-    harness.write_json(harness.results_dir(NAME) / "results.json",
+    harness.write_json(harness.results_dir(NAME) / report_name(cluster, "results", "json"),
                        {"summary": summary, "jobs": [asdict(j) for j in bench.jobs]})
     print(f"report: {write_report(bench, summary, began)}")
     return 1 if any(j.problems for j in bench.jobs) else 0

@@ -63,6 +63,8 @@ def chain_script(cluster, name, scratch):
 @pytest.mark.parametrize("flavour", ["slurm", "pbs"])
 def test_chain_stages_in_computes_and_stages_out(local_cluster, work, flavour):
     name, payload, scratch, tmp_path = work
+    if flavour == "pbs":
+        local_cluster.skip_without_torque()
     config_path = local_cluster.site_config if flavour == "slurm" else local_cluster.site_config_pbs
     script = write_script(tmp_path, chain_script(local_cluster, name, scratch))
     submitted = json.loads(sk(local_cluster, "submit", str(script), "--json",
@@ -206,6 +208,8 @@ def test_a_cancelled_stage_in_ends_a_submitted_chain(local_cluster, work,
     --kill-on-invalid-dep); the Torque wrappers cannot pass that, so there the chain service's
     sweep must. Either way status names the stage-in's end, not a pending reason."""
     name, _, scratch, tmp_path = work
+    if flavour == "pbs":
+        local_cluster.skip_without_torque()
     config_path = local_cluster.site_config if flavour == "slurm" else local_cluster.site_config_pbs
     script = write_script(tmp_path, f"""#!/bin/bash
 #STAGEIN {silent_source}/{name}.dat {scratch}/in.dat

@@ -113,6 +113,7 @@ def test_jit_stage_in_starts_within_the_margin_before_its_compute_job(local_clus
 def test_jit_on_the_pbs_path_starts_at_once_and_says_why(local_cluster, tmp_path):
     """Slurm's Torque wrappers give no estimated.start_time: a JIT stage-in starts at once, the
     decision recorded, and the chain runs as with -start now."""
+    local_cluster.skip_without_torque()
     name = "jitpbs" + uuid.uuid4().hex[:8]
     (local_cluster.source_dir / f"{name}.dat").write_bytes(os.urandom(100_000))
     scratch = local_cluster.scratch_root / "tests" / name

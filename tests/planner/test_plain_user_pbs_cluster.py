@@ -12,6 +12,7 @@ from user_runtime import plain_user, user_runtime
 
 
 def test_a_plain_users_pbs_submission_is_one_line_and_nothing_queued(local_cluster, tmp_path):
+    local_cluster.skip_without_torque()
     uid, gid = plain_user()
     command = user_runtime(tmp_path)
     work = local_cluster.scratch_root / f"plain-pbs-{os.getpid()}"

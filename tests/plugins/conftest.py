@@ -128,11 +128,12 @@ def jobs(local_cluster):
     tracker.cancel_all()
 
 
-def sk(site: Site | Path, *args: str, check: bool = True) -> subprocess.CompletedProcess:
+def sk(site: Site | Path, *args: str, check: bool = True,
+       timeout: float = 120) -> subprocess.CompletedProcess:
     """The real CLI on the test's private site (or on the site configuration at that path)."""
     config_path = site.config_path if isinstance(site, Site) else site
     argv = [sys.executable, "-m", "scratchkeeper", "-c", str(config_path), *args]
-    result = subprocess.run(argv, capture_output=True, text=True, timeout=120)
+    result = subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
     if check and result.returncode != 0:
         raise AssertionError(f"{argv}: exit {result.returncode}: {result.stderr}")
     return result

@@ -215,6 +215,25 @@ def test_a_bad_directive_is_refused_by_sbatch_with_its_line(work):
     assert "gopher" in done.stderr
 
 
+def cancelled_before_it_ran(work, script, ran: Path, timeout: float = 120) -> tuple[str, str]:
+    """Submit ``script``, whose stage-in fails: the job ends CANCELLED, its compute (which
+    touches ``ran``) never run, with the reason in its comment; its id and the comment."""
+    job_id = work.sbatch(str(script)).stdout.strip()
+    assert work.cluster.wait_for_job(job_id, timeout=timeout) == "CANCELLED"
+    _, comment = sacct(job_id, "State,Comment")
+    assert comment.startswith("scratchkeeper: stage-in failed:"), comment
+    assert not ran.exists()
+    return job_id, comment
+
+
+def wait_out_of_the_pool(job_id: str) -> None:
+    """Until ``scontrol show burst`` no longer lists the job: its share given back."""
+    deadline = time.monotonic() + 120
+    while re.search(rf"JobID={job_id}\b", pool_jobs()):
+        assert time.monotonic() < deadline, f"job {job_id} still holds pool space:\n{pool_jobs()}"
+        time.sleep(1)
+
+
 def test_a_failed_stage_in_ends_the_job_with_its_reason_and_the_compute_never_runs(work):
     missing = f"{work.cluster.gridftp_url}{work.source}/missing.bin"
     ran = work.scratch / "ran"
@@ -223,12 +242,8 @@ def test_a_failed_stage_in_ends_the_job_with_its_reason_and_the_compute_never_ru
 #STAGEIN {missing} {work.scratch}/missing.bin
 touch {ran}
 """)
-    job_id = work.sbatch(str(script)).stdout.strip()
-    assert work.cluster.wait_for_job(job_id, timeout=120) == "CANCELLED"
-    state, comment = sacct(job_id, "State,Comment")
-    assert comment.startswith("scratchkeeper: stage-in failed:"), comment
+    _, comment = cancelled_before_it_ran(work, script, ran)
     assert f"{script}:3" in comment  # the script as the user named it
-    assert not ran.exists()
 
 
 def test_an_input_lost_while_the_job_waits_is_recovered_before_it_starts(work):
@@ -514,17 +529,11 @@ def test_a_script_the_planner_refuses_at_data_in_ends_with_its_reason_and_frees_
 #STAGEIN {uri} ../../../../../../../../tmp/bb-escape-{work.scratch.name}.bin
 touch {ran}
 """)
-    job_id = work.sbatch(str(script)).stdout.strip()
-    assert work.cluster.wait_for_job(job_id, timeout=180) == "CANCELLED"
-    state, comment = sacct(job_id, "State,Comment")
+    job_id, comment = cancelled_before_it_ran(work, script, ran, timeout=180)
     assert comment.startswith(f"scratchkeeper: stage-in failed: {script}:4: #STAGEIN: the "
                               f"destination /tmp/bb-escape-{work.scratch.name}.bin is outside "
                               "the scratch root"), comment
-    assert not ran.exists()
-    deadline = time.monotonic() + 120
-    while re.search(rf"JobID={job_id}\b", pool_jobs()):
-        assert time.monotonic() < deadline, f"job {job_id} still holds pool space:\n{pool_jobs()}"
-        time.sleep(1)
+    wait_out_of_the_pool(job_id)
     store = bb_records.open_records(StateStore(str(work.cluster.state_db)))
     assert bb_records.job(store, job_id)["reason"].startswith("stage-in failed: ")
 
@@ -542,15 +551,8 @@ def test_a_stage_in_whose_data_job_fails_ends_the_job_and_gives_its_space_back(w
 #STAGEIN {missing} {work.scratch}/missing.bin
 touch {ran}
 """)
-    job_id = work.sbatch(str(script)).stdout.strip()
-    assert work.cluster.wait_for_job(job_id, timeout=180) == "CANCELLED"
-    state, comment = sacct(job_id, "State,Comment")
-    assert comment.startswith("scratchkeeper: stage-in failed:"), comment
-    assert not ran.exists()
-    deadline = time.monotonic() + 120
-    while re.search(rf"JobID={job_id}\b", pool_jobs()):
-        assert time.monotonic() < deadline, f"job {job_id} still holds pool space:\n{pool_jobs()}"
-        time.sleep(1)
+    job_id, _ = cancelled_before_it_ran(work, script, ran, timeout=180)
+    wait_out_of_the_pool(job_id)
     # the teardown ran to its end: slurmctld did not cut it short
     text = (Path(work.cluster.log_dir) / "slurmctld.log").read_text(errors="replace")
     assert f"teardown for JobId={job_id} terminated by slurmctld" not in text

@@ -182,9 +182,11 @@ def test_datawarp_script_given_to_plain_sbatch_is_chained_and_runs_with_its_data
     assert result_file.read_text().strip() == hashlib.sha256(data).hexdigest()
 
 
-def test_pbs_stagein_script_given_to_qsub_is_held_for_chaining(plugins, jobs, site):
+def test_pbs_stagein_script_given_to_qsub_is_held_for_chaining(plugins, jobs, site,
+                                                              local_cluster):
     """Torque's qsub wrapper hands the script to sbatch as it is: a `#PBS -W stagein=` line
     gets the job held for the chain service, never run without its data."""
+    local_cluster.skip_without_torque()
     script = site.root / "pbs.sh"
     script.write_text(f"#!/bin/bash\n#PBS -N plugin-pbs\n#PBS -o /dev/null\n"
                       f"#PBS -W stagein={site.root}/scratch/pbs/in.dat@localhost:/nonexistent\n"

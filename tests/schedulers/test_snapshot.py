@@ -2,7 +2,7 @@
 real Slurm 22.05.8: tests/data/slurm/capture-snapshot took squeue-snapshot.txt and
 squeue-snapshot.json of the same queue a moment apart (running, pending, held, array, finished
 jobs, and held jobs with odd names), so the two parsers must agree job for job; the same script
-took tests/data/slurm/24.11/ on a private Slurm 24.11.5 of one node.
+took tests/data/slurm/24.11/ on the local cluster under ``make cluster SLURM=24.11``.
 """
 
 import json

@@ -138,12 +138,18 @@ def test_full_reproduction_without_the_traces_is_a_clear_error(tmp_path, capsys)
     assert len(err.strip().splitlines()) == 1
 
 
-def test_sweep_files_name_the_measured_load_factors(tmp_path):
-    setup = rp.Setup.quick_setup()
+def _searches() -> dict:
+    """A load search per utilisation and queue-length target, each found at its first try."""
     searches = {f"utilisation-{t:g}": rp.Search("utilisation_pct", t, [(t / 80, t)], t / 80, t)
                 for t in rp.UTILISATION_TARGETS}
     searches.update({f"queue-{t:g}": rp.Search("queue_length_mean", t, [(t / 50, t)], t / 50, t)
                      for t in rp.QUEUE_TARGETS})
+    return searches
+
+
+def test_sweep_files_name_the_measured_load_factors(tmp_path):
+    setup = rp.Setup.quick_setup()
+    searches = _searches()
     files = rp.sweep_files(setup, searches, str(tmp_path))
     for name, text in files.items():
         (tmp_path / f"{name}.toml").write_text(text)
@@ -163,10 +169,7 @@ def test_sweep_files_name_the_measured_load_factors(tmp_path):
 
 def test_a_sweep_whose_seed_draws_nothing_runs_once(tmp_path):
     setup = rp.Setup.quick_setup()
-    searches = {f"utilisation-{t:g}": rp.Search("utilisation_pct", t, [(t / 80, t)], t / 80, t)
-                for t in rp.UTILISATION_TARGETS}
-    searches.update({f"queue-{t:g}": rp.Search("queue_length_mean", t, [(t / 50, t)], t / 50, t)
-                     for t in rp.QUEUE_TARGETS})
+    searches = _searches()
     # Every job's memory recorded: without failures the seed draws nothing.
     draws = rp.sweep_draws(setup, {"traces": {"RICC-2010-2-first5000.swf.gz":
                                               {"memory_recorded": 1.0}}})
