@@ -344,8 +344,14 @@ def _wait(store: StateStore, scheduler: Scheduler, chain_id: str, keys: list[str
 
 
 def _failure_text(row: sqlite3.Row) -> str:
+    """Why a data job failed: its own ``stage fail`` words (``stage-in failed: script:3: exit
+    1: ...``, which name the script's line) without their prefix, which the job's reason adds
+    again; otherwise the job and its line."""
+    reason, prefix = row["reason"] or "", f"{row['role']} failed: "
+    if reason.startswith(prefix) and reason[len(prefix):].strip():
+        return reason[len(prefix):]
     where = f" (script line {row['failed_line']})" if row["failed_line"] else ""
-    return f"{row['role']} job {row['job_id']}{where}: {row['reason'] or 'failed'}"
+    return f"{row['role']} job {row['job_id']}{where}: {reason or 'failed'}"
 
 
 def _ended_text(row: sqlite3.Row, record: JobRecord | None) -> str | None:

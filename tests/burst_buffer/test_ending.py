@@ -178,3 +178,15 @@ def test_a_record_without_a_submission_is_kept_as_before(site):
     assert row["chain_id"] == "sk-38" and row["submission"] is not None
     assert lifecycle.submission_of(str(tmp_path / "missing")) is None
     assert lifecycle.submission_of("") is None
+
+
+def test_a_data_jobs_own_words_give_the_reason_once(site):
+    """``stage fail`` records ``stage-in failed: script:3: ...``: the job's reason (and the
+    comment the ender's cancel writes) says "stage-in failed" once, with the script's line."""
+    config, store, tmp_path = site
+    queue = Queue(store, lambda spec: ("failed", "stage-in failed: job.sh:3: exit 1: 550 gone"))
+    lifecycle.setup(config, store, "80", 1000, 1000, "", 0)
+    with pytest.raises(lifecycle.StageFailed) as failed:
+        lifecycle.data_in(config, store, "80", job_script(tmp_path), scheduler=queue)
+    assert str(failed.value) == "stage-in failed: job.sh:3: exit 1: 550 gone"
+    assert queue.annotated == [(["80"], "stage-in failed: job.sh:3: exit 1: 550 gone")]
