@@ -68,7 +68,7 @@ test: deps
 ## The second pass of `make test`: the Slurm paths' cluster tests (the SPANK plugin and the chain
 ## service, job_submit.lua, burst_buffer.lua, the health check) again on scripts/bootstrap's
 ## Slurm 24.11, when it is built: the cluster brought up on 24.11, the tests run with its
-## commands first on PATH, then the cluster back on Debian's 22.05. About 10 minutes here.
+## commands first on PATH, then the cluster back on Debian's 22.05. About 7 minutes here.
 SLURM_2411_TESTS := tests/plugins/test_plugins_cluster.py tests/plugins/test_burst_buffer_cluster.py \
   tests/plugins/test_chain_ends_cluster.py tests/plugins/test_dead_mount_cluster.py \
   tests/planner/test_chain_cluster.py

@@ -73,6 +73,7 @@ class HeldJob:
     dependency: str
     requests: tuple[StageRequest, ...]
     chained: str | None = None  # chain id once marked chained (the release may still be due)
+    submit_time: float | None = None  # when Slurm took it (epoch seconds), None: not said
 
 
 @dataclass
@@ -172,7 +173,7 @@ def held_jobs(runner=None, *, timeout: float = 30.0) -> list[HeldJob]:
                              workdir=job.get("current_working_directory") or "/",
                              script_path=job.get("command") or f"slurm-job-{job['job_id']}",
                              dependency=job.get("dependency") or "", requests=requests,
-                             chained=chain_id))
+                             chained=chain_id, submit_time=slurm.submit_time_of(job)))
     return found
 
 
@@ -210,7 +211,7 @@ def chain_job(job: HeldJob, config: SiteConfig, store: StateStore,
     scheduler = scheduler or get_scheduler(config, "slurm")
     runner = get_runner()
     outcome = ChainOutcome(job.job_id)
-    existing = records.chain_of_job(store, job.job_id)
+    existing = _earlier_chaining(store, job)
     if existing is not None:
         row = records.chain(store, existing)
         if row is not None and row["state"] == records.SUBMITTED:
@@ -332,6 +333,30 @@ def _mark_and_release(job: HeldJob, chain_id: str, runner, config: SiteConfig) -
                timeout=timeout, mutating=True)
     runner.run(["scontrol", "release", job.job_id], timeout=timeout, mutating=True)
     log.info("job %s: chained as %s and released", job.job_id, chain_id)
+
+
+#: seconds the head's clock may be behind slurmctld's (a site's hosts keep time with NTP)
+CLOCK_SLACK = 60.0
+
+
+def _earlier_chaining(store: StateStore, job: HeldJob) -> str | None:
+    """The chain an earlier chaining of this very job made (interrupted, or not released yet);
+    None when there is none. A chain that holds the id as a data job's, or that was made
+    before the job was submitted, is another job's: Slurm hands ids out again once its state
+    is reset (or ids wrap at MaxJobId), and undoing that chain would cancel the jobs that
+    now have its ids (seen after a switch of the local cluster's Slurm release)."""
+    chain_id = records.chain_of_job(store, job.job_id)
+    if chain_id is None:
+        return None
+    chain = records.chain(store, chain_id)
+    computes = [r["job_id"] for r in records.chain_jobs(store, chain_id) if r["role"] == COMPUTE]
+    earlier = chain is not None and job.submit_time is not None \
+        and chain["created"] < job.submit_time - CLOCK_SLACK
+    if chain is None or computes != [job.job_id] or earlier:
+        log.warning("job %s: chain %s holds its id but is another job's (an id Slurm handed "
+                    "out again): left alone", job.job_id, chain_id)
+        return None
+    return chain_id
 
 
 def _undo(store: StateStore, scheduler: Scheduler, chain_id: str, job_id: str,

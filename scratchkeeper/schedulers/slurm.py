@@ -245,6 +245,11 @@ def job_priority(job: dict) -> int | None:
     return int(priority) if priority is not None else None
 
 
+def submit_time_of(job: dict) -> float | None:
+    """A ``squeue --json`` record's submission time (epoch seconds), on every release."""
+    return _time(job.get("submit_time"))
+
+
 def state_name(job: dict) -> str:
     """A ``squeue --json`` record's base state (``PENDING``), on 22.05 and 23.02+ alike."""
     return _first_state(job.get("job_state"))

@@ -52,6 +52,7 @@ class FakeSlurm(CommandRunner):
         self.recorded: list[tuple[str, ...]] = []
         self.next_id = 600
         self.queued: dict[str, str] = {JOB: "/scratch/u/job.sh"}  # job id -> batch script
+        self.submit_time: int | None = None  # squeue --json's, when set
 
     def shown_dependency(self) -> str:
         entries, separator = slurm_backend.parse_dependency(self.dependency)
@@ -77,6 +78,7 @@ class FakeSlurm(CommandRunner):
                 "user_id": 0, "group_id": 0, "current_working_directory": "/scratch/u",
                 "command": "/scratch/u/job.sh", "dependency": self.shown_dependency(),
                 "admin_comment": self.comment, "name": self.name,
+                **({"submit_time": self.submit_time} if self.submit_time else {}),
             }, {"job_id": 501, "job_state": "PENDING", "priority": 0, "admin_comment": "",
                 "user_id": 0}]})
         elif argv[:3] == ("scontrol", "write", "batch_script"):
@@ -172,6 +174,38 @@ def test_a_chain_left_half_submitted_is_undone_and_planned_again(config, store, 
     (outcome,) = chain_pending(config, store)
     assert outcome.error is None and outcome.chain_id != first
     assert fake.commands("scancel", "601")  # what the first attempt had submitted
+    assert ("scontrol", "release", JOB) in fake.recorded
+
+
+def _other_jobs_chain(store, role: str, created: float) -> str:
+    """A chain of another job that had JOB's id (Slurm's state reset since), with JOB as its
+    ``role`` job and 601 (now another job) as its stage-in, left half-submitted."""
+    with store.transaction() as conn:
+        conn.execute("INSERT INTO chains VALUES (?,?,?,?,?,?,?,?,?,?)",
+                     ("sk-old", "/home/u/old.sh", "/home/u", "slurm", 0, records.SUBMITTING,
+                      "", created, created, "{}"))
+        for position, (key, key_role, job_id) in enumerate(
+                [("stage-in", "stage-in", "601"), (role, role, JOB)]):
+            conn.execute("INSERT INTO chain_jobs(chain_id, job_key, role, queue, position, "
+                         "job_id, state, updated) VALUES (?,?,?,?,?,?,?,?)",
+                         ("sk-old", key, key_role, "batch", position, job_id, "submitted",
+                          created))
+    return "sk-old"
+
+
+@pytest.mark.parametrize("role", ["stage-out", "compute"])
+def test_a_chain_of_an_earlier_job_with_the_same_id_is_left_alone(config, store, slurm, role):
+    """Slurm handed JOB's id out again (its state reset): the old chain, half-submitted, holds
+    the id as a data job's, or as its compute job made before JOB was submitted. Undoing it
+    cancelled the jobs that now have its ids, the user's own among them (seen in a
+    fresh-clone run after the local cluster ran 24.11 and then 22.05 on one state database)."""
+    fake = slurm()
+    fake.submit_time = 1_800_000_000
+    old = _other_jobs_chain(store, role, fake.submit_time - 3600)
+    (outcome,) = chain_pending(config, store)
+    assert outcome.error is None and outcome.chain_id != old
+    assert not fake.commands("scancel")  # neither 601 nor the user's job
+    assert records.chain(store, old)["state"] == records.SUBMITTING
     assert ("scontrol", "release", JOB) in fake.recorded
 
 
