@@ -160,7 +160,7 @@ def inline_recover(config, path: str, osts: list[int]) -> dict:
 
     backend = open_backend(config)
     full = backend.paths.resolve(path)
-    check_inside_scratch(full, backend.scratch_root)
+    check_inside_scratch(full, backend)
     owner = backend.stat(full).uid
     if os.getuid() not in (0, owner):
         raise PermissionDenied(f"{full}: owned by uid {owner}; you may recover only your files")

@@ -144,9 +144,9 @@ def _recover_callback(config: SiteConfig):
         client = RecoveryClient.for_site(config, connect_timeout=min(timeout, 5.0))
         try:
             if report:
-                client.report(path, ost_index)
+                client.report(path, ost_index, timeout=timeout)
                 log.info("%s: reported OST %d to recoveryd", path, ost_index)
-            status = client.wait(path, timeout)
+            status = client.wait(path, max(0.0, timeout - (time.monotonic() - started)))
         except Exception as err:  # noqa: BLE001 - a C request thread is waiting for us
             log.warning("%s: recoveryd: %s", path, err)
             time.sleep(max(0.0, min(timeout, 0.5) - (time.monotonic() - started)))

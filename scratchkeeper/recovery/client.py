@@ -220,8 +220,11 @@ class RecoveryClient:
             conn.close()
         return _raised(reply)
 
-    def report(self, path: str, ost_index: int | None = None) -> dict:
-        return self.call({"op": "report", "path": path, "ost_index": ost_index})
+    def report(self, path: str, ost_index: int | None = None, *,
+               timeout: float | None = None) -> dict:
+        """Tell recoveryd ``path`` lost ``ost_index``; with ``timeout``, no answer within it is
+        a RecoveryError (a mount's read waits on this: never longer than its slice)."""
+        return self.call({"op": "report", "path": path, "ost_index": ost_index}, timeout=timeout)
 
     def reads(self, path: str, reads: int, nbytes: int) -> dict:
         """Tell recoveryd this reader read ``path`` (tiering counts it). One try: a busy

@@ -199,7 +199,7 @@ class Recoverer(RebuildingMixin, PatchingMixin):
                  measure_sources: bool) -> _FileRecovery:
         """What one file's attempts start from: its record, layout and block digests."""
         full = self.backend.paths.resolve(request.path)
-        check_inside_scratch(full, self.backend.scratch_root)
+        check_inside_scratch(full, self.backend)
         stat = self.backend.stat(full)
         # a daemon acting for the file's owner reads its sources with no more rights than theirs;
         # the sources are root's record of the stage-in, those the site allows

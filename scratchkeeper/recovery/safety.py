@@ -13,20 +13,59 @@ from ..ownership import Owner, _reap
 _WALK = os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW
 
 
-def check_inside_scratch(full: str, scratch_root: str) -> None:
-    """Refuse ``full`` if, with every symbolic link on the way resolved, it leaves the root.
+_MAX_LINKS = 40  # as the kernel's limit on symbolic links in one lookup (ELOOP)
 
-    The path itself need not exist (the local store's files live in its namespace); the
-    directories it names are checked as far as they exist.
+
+def check_inside_scratch(full: str, backend) -> None:
+    """Refuse ``full`` if, with every symbolic link on the way resolved, it leaves the root, or
+    if it is a symbolic link itself.
+
+    The path is resolved in the namespace users see through the scratch root (the local
+    store's MDT, else the root itself), never through the scratch mount: a daemon the mount
+    waits on (recoveryd answering a read's report) must not look a path up through that
+    mount, or a file whose page the waiting read holds locked stalls both. A link's absolute
+    target is the users' view: inside the scratch root it is followed in the namespace, any
+    other leaves the root. The path itself need not exist (the local store's files live in
+    its namespace); the directories it names are checked as far as they exist.
     """
-    root = os.path.realpath(scratch_root)
-    real = os.path.realpath(full)
-    if real != root and not real.startswith(root.rstrip("/") + "/"):
-        raise InputError(f"{full}: leads outside the scratch root {root} (through a symbolic "
-                         "link); refusing to touch it")
-    if os.path.islink(full):
-        raise InputError(f"{full}: is a symbolic link; refusing to follow it")
-
+    root = backend.paths.root
+    namespace = str(getattr(backend, "mdt_root", root))
+    parts = [part for part in backend.paths.relative(full).split("/") if part]
+    resolved: list[str] = []
+    links = 0
+    while parts:
+        part = parts.pop(0)
+        if part == ".":
+            continue
+        if part == "..":
+            if not resolved:
+                raise InputError(f"{full}: leads outside the scratch root {root} (through a "
+                                 "symbolic link); refusing to touch it")
+            resolved.pop()
+            continue
+        candidate = os.path.join(namespace, *resolved, part)
+        try:
+            info = os.lstat(candidate)
+        except OSError:
+            resolved.append(part)  # not there (yet): nothing below it can be a link
+            continue
+        if not stat.S_ISLNK(info.st_mode):
+            resolved.append(part)
+            continue
+        if not parts:  # the name the path ends at
+            raise InputError(f"{full}: is a symbolic link; refusing to follow it")
+        links += 1
+        if links > _MAX_LINKS:
+            raise InputError(f"{full}: too many symbolic links on the way; refusing it")
+        target = os.readlink(candidate)
+        if target.startswith("/"):
+            norm = os.path.normpath(target)
+            if norm != root and not norm.startswith(root.rstrip("/") + "/"):
+                raise InputError(f"{full}: leads outside the scratch root {root} (through a "
+                                 "symbolic link); refusing to touch it")
+            resolved = []
+            target = norm[len(root):]
+        parts = [piece for piece in target.split("/") if piece] + parts
 
 
 def reaches_own_file(root: str, relative: str, owner: Owner, timeout: float = 10.0) -> bool:

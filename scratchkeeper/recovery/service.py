@@ -633,7 +633,7 @@ class RecoveryService:
         full = self.backend.paths.resolve(path)  # lexical: the request's words only
         uid = caller.uid
         if uid == 0:
-            check_inside_scratch(full, self.backend.scratch_root)
+            check_inside_scratch(full, self.backend)
             return full
         relative = self.backend.paths.relative(full)
         reached = bool(relative) and reaches_own_file(_namespace_root(self.backend), relative,
@@ -643,7 +643,7 @@ class RecoveryService:
             # looked is still the caller's own file, or refused)
             owner = self.backend.stat(full).uid if reached else None
             if owner == uid:
-                check_inside_scratch(full, self.backend.scratch_root)
+                check_inside_scratch(full, self.backend)
         except (InputError, StorageError):
             owner = None
         if owner != uid:

@@ -397,3 +397,64 @@ def test_a_file_recoveryd_reports_lost_fails_with_eio_without_a_busy_wait(make_m
     assert "recoveryd reports it lost" in mnt.log.read_text()
     # a few waits (one per FUSE request that reached the stripe), not a busy loop
     assert len(waits) <= 4 * (waited / 2 + 2), len(waits)
+
+
+# -- (e) recoveryd and the mount never wait on each other --------------------------------------
+
+def test_recoveryd_resolves_a_request_s_path_without_the_mount(make_mount):
+    """A read waiting on recoveryd holds the file's page locked; recoveryd looking the path up
+    through the mount then waits on that read (the kernel invalidates the page at the lookup
+    of a changed file): both stall for ever. So recoveryd resolves paths in the store's
+    namespace: with the mount's server stopped, its checks still answer."""
+    import threading
+
+    from scratchkeeper.recovery.safety import check_inside_scratch
+
+    mnt = make_mount(**SETTINGS)
+    data = pattern(SMALL, 7)
+    stage(mnt, "held.bin", data, file_source(mnt, "held.bin", data), **STRIPES)
+    (mnt.root / "folder").mkdir()
+    os.symlink("folder", mnt.root / "via")
+    backend = open_backend(load_config(mnt.config))
+    answers = []
+
+    def check():
+        check_inside_scratch(str(mnt.root / "held.bin"), backend)
+        check_inside_scratch(str(mnt.root / "via" / "new.bin"), backend)
+        answers.append(backend.stat(str(mnt.root / "held.bin")).size)
+
+    mnt.process.send_signal(signal.SIGSTOP)
+    try:
+        checker = threading.Thread(target=check, daemon=True)
+        checker.start()
+        checker.join(timeout=10)
+        assert answers == [len(data)], "recoveryd's path checks went through the mount"
+    finally:
+        mnt.process.send_signal(signal.SIGCONT)
+    checker.join(timeout=30)
+
+
+def test_a_read_s_report_to_a_recoveryd_that_never_answers_is_bounded(tmp_path):
+    """The mount's callback gives a report and a wait no more than the slice (plus the connect
+    bound), whatever recoveryd does: a silent service cannot hold a read for ever."""
+    import socket
+    import threading
+
+    from scratchkeeper.mount.serve import _recover_callback
+
+    from conftest import write_config
+
+    config_path, _ = write_config(tmp_path)
+    config = load_config(config_path)
+    silent = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    silent.bind(config.recovery.socket)
+    silent.listen(16)  # accepts (the kernel's backlog), never reads, never answers
+    try:
+        recover = _recover_callback(config)
+        reader = threading.Thread(target=recover, args=(str(tmp_path / "scratch" / "any.bin"), 1,
+                                                        1.0, True), daemon=True)
+        reader.start()
+        reader.join(timeout=4.0)
+        assert not reader.is_alive(), "the read's report waited past its slice"
+    finally:
+        silent.close()

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import json
 import os
+from pathlib import Path
 
 from scratchkeeper.cli import main
+from scratchkeeper.config import load_config
 from scratchkeeper.recovery.service import RecoveryService
+from scratchkeeper.storage import open_backend
 
 from .conftest import read_all, stage
 
@@ -73,10 +76,21 @@ def test_read_without_the_service_fails_in_one_line(site, sources, capsys, tmp_p
 def test_paths_outside_scratch_and_symlinks_out_are_refused(site, capsys):
     assert main(["-c", str(site.config_path), "recover", "/etc/passwd", "--inline"]) == 2
     assert "outside the scratch root" in capsys.readouterr().err
-    os.symlink("/etc", site.root / "scratch" / "escape")
-    assert main(["-c", str(site.config_path), "recover",
-                 str(site.root / "scratch" / "escape" / "passwd"), "--inline"]) == 2
-    assert "outside the scratch root" in capsys.readouterr().err
+    # links as users make them through the mount: in the store's namespace (its MDT), which
+    # recovery resolves them in, never through the mount
+    mdt = Path(open_backend(load_config(site.config_path)).mdt_root)
+    mdt.mkdir(parents=True, exist_ok=True)
+    os.symlink("/etc", mdt / "escape")
+    os.symlink("../..", mdt / "up")
+    os.symlink(str(site.root / "scratch" / "escape"), mdt / "inside")
+    for name in ("escape/passwd", "up/etc/passwd", "inside/passwd"):
+        assert main(["-c", str(site.config_path), "recover",
+                     str(site.root / "scratch" / name), "--inline"]) == 2
+        assert "outside the scratch root" in capsys.readouterr().err, name
+    os.symlink("escape", mdt / "link")
+    assert main(["-c", str(site.config_path), "recover", str(site.root / "scratch" / "link"),
+                 "--inline"]) == 2
+    assert "is a symbolic link" in capsys.readouterr().err
 
 
 def test_recoveryd_once(site, sources, capsys):
