@@ -129,6 +129,27 @@ def test_a_read_waiting_for_the_ost_goes_on_when_it_comes_back(make_mount):
         timer.join()
 
 
+def test_an_ost_failure_inotify_cannot_report_is_seen_by_the_rescan(make_mount, monkeypatch):
+    """On a site of many hosts the store's backing is shared and inotify does not cross
+    machines (nor NFS): the mount scans the OSTs every 2 s whatever inotify says. With its
+    inotify watch off, a failure and a return are still seen, and a read of a lost stripe then
+    waits and fails as it would have."""
+    monkeypatch.setenv("SK_MOUNT_INOTIFY", "0")
+    mnt = make_mount(recovery_timeout=1.0)
+    data = os.urandom(512 * 1024)
+    (mnt.root / "f.bin").write_bytes(data)
+    layout = FileLayout.from_lov(os.getxattr(mnt.mdt / "f.bin", LOV), "f.bin")
+    failed = layout.ost_list[0]
+    fail_ost(mnt, failed)  # seen within its 10 s
+    drop_cache(mnt.root / "f.bin")
+    with pytest.raises(OSError) as err:
+        (mnt.root / "f.bin").read_bytes()
+    assert err.value.errno == errno.EIO
+    restore_ost(mnt, failed)
+    drop_cache(mnt.root / "f.bin")
+    assert (mnt.root / "f.bin").read_bytes() == data
+
+
 def test_kill_9_then_remount(mnt):
     closed = os.urandom(1 << 20)
     (mnt.root / "closed").write_bytes(closed)

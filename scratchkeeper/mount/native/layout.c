@@ -1,6 +1,7 @@
 /* The scratch mount's layouts and objects (docs/mount.rst): which OSTs are failed (rescanned on
- * every inotify event on store_root), objects and their names, the layout attribute read and
- * parsed, the views open files read and write through, new files' layouts, stale marks. */
+ * every inotify event on store_root and every 2 s), objects and their names, the layout
+ * attribute read and parsed, the views open files read and write through, new files'
+ * layouts, stale marks. */
 #define _GNU_SOURCE
 #define FUSE_USE_VERSION 314
 
@@ -39,13 +40,19 @@ void scan_osts(void)
     }
 }
 
+/* Every OST_RESCAN_MS the OSTs are scanned whatever inotify said: on a site of many hosts the
+ * store's backing is shared, and a failure another host's server made (or a file system whose
+ * changes inotify does not see, as over NFS) must reach this mount too (docs/topology.rst). */
+#define OST_RESCAN_MS 2000
+
 void *watch_osts(void *arg)
 {
     (void)arg;
     char events[4096] __attribute__((aligned(__alignof__(struct inotify_event))));
     struct pollfd pfd[2] = {{fs.inotify_fd, POLLIN, 0}, {fs.stop_pipe[0], POLLIN, 0}};
     for (;;) {
-        if (poll(pfd, 2, -1) < 0) {
+        int n = poll(pfd, 2, OST_RESCAN_MS);
+        if (n < 0) {
             if (errno == EINTR)
                 continue;
             logmsg("watching the OSTs: poll: %s", strerror(errno));
@@ -53,8 +60,9 @@ void *watch_osts(void *arg)
         }
         if (pfd[1].revents)
             return NULL;
-        while (read(fs.inotify_fd, events, sizeof events) > 0)
-            ;
+        if (n > 0 && pfd[0].revents)
+            while (read(fs.inotify_fd, events, sizeof events) > 0)
+                ;
         scan_osts();
     }
 }

@@ -230,7 +230,12 @@ static int watcher_start(const struct skfs_config *config, pthread_t *watcher, c
                          size_t errlen)
 {
     fs.inotify_fd = inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
-    if (fs.inotify_fd < 0 || pipe2(fs.stop_pipe, O_CLOEXEC) < 0 ||
+    if (fs.inotify_fd < 0 || pipe2(fs.stop_pipe, O_CLOEXEC) < 0)
+        return fail(err, errlen, -errno, "watching %s: %s", config->store_root, strerror(errno));
+    /* SK_MOUNT_INOTIFY=0: the OSTs by their rescan alone (layout.c), as on a store whose
+     * changes inotify does not report (a network file system, another host's server) */
+    const char *env = getenv("SK_MOUNT_INOTIFY");
+    if ((!env || strcmp(env, "0") != 0) &&
         inotify_add_watch(fs.inotify_fd, config->store_root,
                           IN_MOVED_FROM | IN_MOVED_TO | IN_CREATE | IN_DELETE | IN_DELETE_SELF |
                           IN_ONLYDIR) < 0)
