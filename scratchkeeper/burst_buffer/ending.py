@@ -83,13 +83,7 @@ def decide(job: dict[str, Any] | None, marked_for: float) -> str:
 def queued_job(config: SiteConfig) -> Queued:
     """One job's ``squeue --json`` record, None when the queue has no such job."""
     def ask(job_id: str) -> dict[str, Any] | None:
-        result = get_runner().run(slurm.build_queued_job(job_id), mutating=False,
-                                  timeout=config.scheduler.command_timeout, check=False)
-        if result.returncode != 0:
-            if slurm.is_unknown_job_error(result.stderr or result.stdout):
-                return None
-            raise ScratchkeeperError(f"squeue -j {job_id}: {(result.stderr or '').strip()}")
-        return slurm.parse_queued_job(result.stdout, job_id)
+        return slurm.queued_job(job_id, get_runner(), config.scheduler.command_timeout)
     return ask
 
 

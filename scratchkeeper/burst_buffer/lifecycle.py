@@ -244,9 +244,7 @@ def _job_row(store: StateStore, job_id: str) -> sqlite3.Row:
 
 def job_facts(job_id: str, config: SiteConfig) -> JobFacts:
     """The job's name and directory from the queue (one ``squeue --json -j``)."""
-    result = get_runner().run(slurm.build_queued_job(job_id),
-                              timeout=config.scheduler.command_timeout, mutating=False)
-    job = slurm.parse_queued_job(result.stdout, job_id)
+    job = slurm.queued_job(job_id, get_runner(), config.scheduler.command_timeout)
     if job is None:
         raise SchedulerError(f"job {job_id}: not in the queue")
     return JobFacts(job_id, job.get("name") or "", job.get("current_working_directory") or "/",

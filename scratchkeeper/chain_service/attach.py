@@ -180,8 +180,7 @@ def held_jobs(runner=None, *, timeout: float = 30.0) -> list[HeldJob]:
 def _queued_job(job_id: str, runner, timeout: float) -> dict:
     """The job's whole record (``scontrol show job`` prints only the admin comment's first
     line); empty when the queue has no such job."""
-    result = runner.run(slurm.build_queued_job(job_id), timeout=timeout, mutating=False)
-    return slurm.parse_queued_job(result.stdout, job_id) or {}
+    return slurm.queued_job(job_id, runner, timeout) or {}
 
 
 def job_script(job_id: str, runner=None, *, timeout: float = 30.0) -> str:

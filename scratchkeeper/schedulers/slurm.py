@@ -413,6 +413,19 @@ def parse_queued_job(stdout: str, job_id: str) -> dict | None:
     return next((job for job in jobs if str(job.get("job_id")) == job_id), None)
 
 
+def queued_job(job_id: str, runner, timeout: float) -> dict | None:
+    """One job's ``squeue --json -j`` record through ``runner`` (the one runner of external
+    commands): None when Slurm does not know the job (never did, or finished and purged);
+    SchedulerError for any other failure of squeue, with its own words."""
+    result = runner.run(build_queued_job(job_id), timeout=timeout, mutating=False, check=False)
+    if result.returncode != 0:
+        message = (result.stderr or result.stdout or "").strip()
+        if is_unknown_job_error(message):
+            return None
+        raise SchedulerError(f"squeue --json -j {job_id}: {message or f'exit {result.returncode}'}")
+    return parse_queued_job(result.stdout, job_id)
+
+
 def build_request(job_id: str) -> list[str]:
     return ["squeue", "--noheader", f"--jobs={job_id}", "-o", REQUEST_FORMAT]
 

@@ -288,3 +288,17 @@ def test_pbs_has_no_comment_to_write_and_a_long_reason_is_cut(scripted):
     assert runner.recorded == [("qdel", "7")]
     (argv,) = slurm.build_annotate(["1"], cancel_comment("r" * 1000))[3:]
     assert len(argv) == len("Comment=") + COMMENT_MAX and argv.endswith("...")
+
+
+def test_one_queued_job_is_its_record_none_when_unknown_and_an_error_otherwise():
+    record = {"job_id": 41, "name": "j", "admin_comment": "scratchkeeper:pending"}
+    known = ScriptedRunner([(("squeue", "--json", "-j", "41"),
+                             CommandResult(("squeue",), 0, json.dumps({"jobs": [record]}), "", 0.01))])
+    assert slurm.queued_job("41", known, 5.0) == record
+    gone = ScriptedRunner([(("squeue",), CommandResult(
+        ("squeue",), 1, "", "slurm_load_jobs error: Invalid job id specified\n", 0.01))])
+    assert slurm.queued_job("41", gone, 5.0) is None
+    down = ScriptedRunner([(("squeue",), CommandResult(
+        ("squeue",), 1, "", "slurm_load_jobs error: Unable to contact slurm controller\n", 0.01))])
+    with pytest.raises(SchedulerError, match="Unable to contact slurm controller"):
+        slurm.queued_job("41", down, 5.0)
