@@ -259,10 +259,14 @@ class Scheduler:
             # squeue -j with an id it forgot fails outright; accounting still knows it
             if not self.backend.is_unknown_job_error(str(err)):
                 raise
-        # accounting for the jobs still live, and for the ended ones the queue gave without
-        # their exit status (Slurm's query of a few jobs asks for fewer fields)
-        missing = [j for j in wanted if j not in found or not found[j].state.is_final
-                   or found[j].exit_code is None]
+        # accounting for the jobs gone from the queue, and for the ended ones the queue gave
+        # without their exit status (Slurm's query of a few jobs asks for fewer fields); for
+        # the jobs still live only where the queue's word on them is not the last (Torque:
+        # see the backend's QUEUE_HOLDS_LIVE_JOBS)
+        live_in_queue = self.backend.QUEUE_HOLDS_LIVE_JOBS
+        missing = [j for j in wanted if j not in found
+                   or (not found[j].state.is_final and not live_in_queue)
+                   or (found[j].state.is_final and found[j].exit_code is None)]
         if missing:
             try:
                 history = self.history(missing)

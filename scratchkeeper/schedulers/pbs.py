@@ -15,6 +15,10 @@ from ..errors import SchedulerError
 from .base import JobRecord, JobState, SubmitSpec
 
 NAME = "pbs"
+#: Torque's wrappers over Slurm and PBS servers differ in when qstat shows an ended job (a
+#: state ``E`` kept while the server's record lingers): the history is asked for live jobs
+#: too, and its final record, of the same submission, wins
+QUEUE_HOLDS_LIVE_JOBS = False
 
 #: PBS job_state letters to scheduler-neutral states; ``C``/``F`` are refined by exit_status
 STATES: dict[str, JobState] = {

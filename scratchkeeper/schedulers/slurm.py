@@ -15,6 +15,10 @@ from ..errors import SchedulerError
 from .base import JobRecord, JobState, SubmitSpec
 
 NAME = "slurm"
+#: a job squeue shows live is live: slurmctld holds every job until it ends and MinJobAge
+#: passes, and accounting only follows it, so a lookup asks sacct only for the ended ones
+#: (their exit status) and those gone from the queue, not for every live job at every poll
+QUEUE_HOLDS_LIVE_JOBS = True
 
 #: Slurm job states (squeue/sacct spelling) to scheduler-neutral ones
 STATES: dict[str, JobState] = {

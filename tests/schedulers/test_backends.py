@@ -302,3 +302,13 @@ def test_one_queued_job_is_its_record_none_when_unknown_and_an_error_otherwise()
         ("squeue",), 1, "", "slurm_load_jobs error: Unable to contact slurm controller\n", 0.01))])
     with pytest.raises(SchedulerError, match="Unable to contact slurm controller"):
         slurm.queued_job("41", down, 5.0)
+
+
+def test_a_lookup_of_a_job_squeue_shows_live_does_not_ask_accounting(scripted):
+    """A stage-in's wait looks its data job up every few seconds: for a live job squeue's word
+    is the last, and sacct (slurmdbd) is not asked each time."""
+    squeue = (DATA / "squeue-jobs.txt").read_text()
+    runner = scripted([(("squeue",), CommandResult(("squeue",), 0, squeue, "", 0.1))])
+    found = Scheduler(slurm).lookup(["9038"])
+    assert found["9038"].state is JobState.RUNNING
+    assert [argv[0] for argv in runner.recorded] == ["squeue"]
