@@ -440,9 +440,8 @@ def test_a_read_s_report_to_a_recoveryd_that_never_answers_is_bounded(tmp_path):
     import socket
     import threading
 
-    from scratchkeeper.mount.serve import _recover_callback
-
     from conftest import write_config
+    from scratchkeeper.mount.serve import _recover_callback
 
     config_path, _ = write_config(tmp_path)
     config = load_config(config_path)
