@@ -467,7 +467,7 @@ def _chain_state(recorded: str, jobs: list[JobStatus]) -> str:
         return "completed"
     if any(s in ("failed", "timeout", "node_fail", "out_of_memory") for s in states):
         return "failed"
-    if any(s == "running" for s in states):
+    if any(s in ("running", "completing") for s in states):  # completing: its epilog runs
         return "running"
     if states and all(s in ("completed", "done", "cancelled", "failed", "ended") for s in states):
         return "ended"

@@ -262,10 +262,12 @@ class Scheduler:
         # accounting for the jobs gone from the queue, and for the ended ones the queue gave
         # without their exit status (Slurm's query of a few jobs asks for fewer fields); for
         # the jobs still live only where the queue's word on them is not the last (Torque:
-        # see the backend's QUEUE_HOLDS_LIVE_JOBS)
+        # see the backend's QUEUE_HOLDS_LIVE_JOBS), and for a completing one, whose script
+        # ended: accounting already has how it ended while its epilog runs
         live_in_queue = self.backend.QUEUE_HOLDS_LIVE_JOBS
         missing = [j for j in wanted if j not in found
-                   or (not found[j].state.is_final and not live_in_queue)
+                   or (not found[j].state.is_final
+                       and (not live_in_queue or found[j].state is JobState.COMPLETING))
                    or (found[j].state.is_final and found[j].exit_code is None)]
         if missing:
             try:

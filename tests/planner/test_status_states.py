@@ -240,3 +240,19 @@ def test_status_backlog_is_for_root(store, tmp_path, capsys, monkeypatch):
     monkeypatch.setattr("os.getuid", lambda: 1000)
     assert main(["-c", str(config_path), "status", "--backlog"]) != 0
     assert "run it as root" in capsys.readouterr().err
+
+
+def test_a_chain_whose_compute_job_is_completing_is_never_shown_as_just_submitted(store,
+                                                                                  use_runner):
+    """A job whose script ended is COMPLETING in squeue while its epilog runs: accounting's
+    COMPLETED is taken where it has it; where it has not yet, the chain is still running."""
+    add_chain(store, "skcg", [("stage-in", "31", records.JOB_DONE),
+                              ("compute", "32", records.JOB_SUBMITTED)])
+    add_chain(store, "sklag", [("stage-in", "41", records.JOB_DONE),
+                               ("compute", "42", records.JOB_SUBMITTED)])
+    slurm(use_runner, squeue(("32", "COMPLETING", "batch", "job", NOW - 500),
+                             ("42", "COMPLETING", "batch", "job", NOW - 500)),
+          sacct(("31", "COMPLETED"), ("32", "COMPLETED"), ("41", "COMPLETED")))
+    config = SiteConfig()
+    assert chain_status(store, config, "skcg").state == "completed"
+    assert chain_status(store, config, "sklag").state == "running"

@@ -312,3 +312,16 @@ def test_a_lookup_of_a_job_squeue_shows_live_does_not_ask_accounting(scripted):
     found = Scheduler(slurm).lookup(["9038"])
     assert found["9038"].state is JobState.RUNNING
     assert [argv[0] for argv in runner.recorded] == ["squeue"]
+
+
+def test_a_lookup_of_a_completing_job_takes_how_it_ended_from_accounting(scripted):
+    """A job whose script ended shows COMPLETING in squeue while its epilog runs; sacct already
+    has it COMPLETED (a chain's status read then said the job was still on its way)."""
+    squeue = (DATA / "squeue-jobs.txt").read_text().replace("|RUNNING|", "|COMPLETING|")
+    sacct = "9038|running|batch|root|COMPLETED|0:0|1|2026-12-06T00:17:01|" \
+        "2026-12-06T00:17:02|2026-12-06T00:17:09|None\n"
+    runner = scripted([(("squeue",), CommandResult(("squeue",), 0, squeue, "", 0.1)),
+                       (("sacct",), CommandResult(("sacct",), 0, sacct, "", 0.1))])
+    found = Scheduler(slurm).lookup(["9038"])
+    assert found["9038"].state is JobState.COMPLETED and found["9038"].exit_code == 0
+    assert [argv[0] for argv in runner.recorded] == ["squeue", "sacct"]
