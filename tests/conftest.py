@@ -50,6 +50,17 @@ FIXTURE_MARKS = {
 XDIST_GROUPS = {"local_cluster": "local-cluster", "subset_run": "pjdfstest"}
 
 
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """A failed test's scratch mounts (tests/mount/conftest.py's make_mount): each one's state
+    and the end of its log in the report, read before the fixture's teardown removes them."""
+    outcome = yield
+    report = outcome.get_result()
+    if report.failed and report.when in ("setup", "call"):
+        for mount in getattr(item, "sk_mounts", ()):
+            report.sections.append((f"scratch mount {mount.root}", mount.describe()))
+
+
 @pytest.hookimpl(tryfirst=True)  # before xdist's own, which reads the group marks
 def pytest_collection_modifyitems(config, items):
     for item in items:

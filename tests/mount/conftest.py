@@ -101,6 +101,24 @@ class Mount:
             return False
         return True
 
+    def describe(self) -> str:
+        """The server's state (running, or how it ended) and the end of its log: what a failed
+        test shows of its mount (a server that died leaves its clients ENOTCONN or, for what
+        was in flight, ECONNABORTED, which say nothing of why)."""
+        if self.process is None:
+            state = "no server (stopped or killed by the test)"
+        elif (code := self.process.poll()) is None:
+            state = f"server {self.process.pid} running"
+        elif code < 0:
+            state = f"server {self.process.pid} killed by {signal.Signals(-code).name}"
+        else:
+            state = f"server {self.process.pid} exited {code}"
+        try:
+            lines = self.log.read_text(errors="replace").splitlines()[-40:]
+        except OSError as err:
+            lines = [f"(its log {self.log}: {err.strerror})"]
+        return "\n".join([f"{self.root}: {state}; the end of {self.log}:", *lines])
+
     def stop(self) -> int | None:
         """Unmount and wait for the server; its exit status."""
         unmount(self.root)
@@ -187,16 +205,18 @@ def _usable() -> str | None:
 
 
 @pytest.fixture
-def make_mount():
+def make_mount(request):
     """``make_mount(**settings)`` -> a started :class:`Mount` (unmounted at teardown).
 
     The store and mount point are in a directory of their own under /tmp, 0755, so that other
-    users reach the mount (pytest's tmp_path is under a directory only root may enter).
+    users reach the mount (pytest's tmp_path is under a directory only root may enter). A test
+    that fails shows each of its mounts' state and log (tests/conftest.py's report hook).
     """
     reason = _usable()
     if reason:
         pytest.skip(reason)
     mounts: list[Mount] = []
+    request.node.sk_mounts = mounts
     tmp_path = Path(tempfile.mkdtemp(prefix="skmount-"))
 
     def make(**settings) -> Mount:

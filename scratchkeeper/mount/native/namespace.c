@@ -566,40 +566,37 @@ static void get_stats(fuse_req_t req, const char *name, size_t size)
     reply_stats(req, size, rc, text, len);
 }
 
-/* getxattr of `name` (a name the caller may read) of the MDT inode open as `fd`. */
-static void get_attr(fuse_req_t req, int fd, const char *name, size_t size)
+/* getxattr of `name` (a name the caller may read) of the MDT inode open as `fd`: its length,
+ * its value in *out (malloc'd) when `size` is not 0, or -errno. */
+static ssize_t get_attr(int fd, const char *name, size_t size, char **out)
 {
+    *out = NULL;
     if (strcmp(name, SK_STRIPE_XATTR) == 0) {
         /* a directory's default layout; a regular file has none */
         struct stat st;
-        int err = fstat(fd, &st) < 0 ? errno : S_ISDIR(st.st_mode) ? 0 : ENODATA;
-        if (err) {
-            fuse_reply_err(req, err);
-            return;
-        }
+        if (fstat(fd, &st) < 0)
+            return -errno;
+        if (!S_ISDIR(st.st_mode))
+            return -ENODATA;
         name = SK_DIRLOV_XATTR;
     }
     char path[64];
     procpath(fd, path);
     if (size == 0) {
         ssize_t n = getxattr(path, name, NULL, 0);
-        if (n < 0)
-            fuse_reply_err(req, errno);
-        else
-            fuse_reply_xattr(req, (size_t)n);
-        return;
+        return n < 0 ? -errno : n;
     }
     char *buf = malloc(size);
-    if (!buf) {
-        fuse_reply_err(req, ENOMEM);
-        return;
-    }
+    if (!buf)
+        return -ENOMEM;
     ssize_t n = getxattr(path, name, buf, size);
-    if (n < 0)
-        fuse_reply_err(req, errno);
-    else
-        fuse_reply_buf(req, buf, (size_t)n);
-    free(buf);
+    if (n < 0) {
+        int err = errno;
+        free(buf);
+        return -err;
+    }
+    *out = buf;
+    return n;
 }
 
 void sk_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name, size_t size)
@@ -619,8 +616,18 @@ void sk_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name, size_t size)
         fuse_reply_err(req, -fd);
         return;
     }
-    get_attr(req, fd, name, size);
+    char *buf;
+    ssize_t n = get_attr(fd, name, size, &buf);
+    /* given back before the reply: the kernel holds the inode only until it has its answer,
+     * and may forget it (and this entry be freed) at once after */
     inode_fd_put(in);
+    if (n < 0)
+        fuse_reply_err(req, (int)-n);
+    else if (size == 0)
+        fuse_reply_xattr(req, (size_t)n);
+    else
+        fuse_reply_buf(req, buf, (size_t)n);
+    free(buf);
 }
 
 /* The names of the MDT inode at `path`, read whole (malloc'd in *out); its length or -errno. */

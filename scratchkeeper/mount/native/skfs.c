@@ -19,6 +19,7 @@
 #include "skfs_int.h"
 
 #include <errno.h>
+#include <execinfo.h>
 #include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
@@ -274,6 +275,9 @@ static int session_loop(const struct skfs_config *config, char *err, size_t errl
     fuse_loop_cfg_destroy(loop);
     if (lrc < 0)
         rc = fail(err, errlen, lrc, "the session ended: %s", strerror(-lrc));
+    else if (lrc > 0)  /* libfuse's handler of SIGINT, SIGTERM, SIGHUP ended the loop */
+        logmsg("%s: signal %d (%s): unmounting", config->mountpoint, lrc,
+               sigabbrev_np(lrc) ? sigabbrev_np(lrc) : "?");
     fuse_session_unmount(fs.se);
     if (readahead_started)
         pthread_join(readahead, NULL);
@@ -336,11 +340,46 @@ static void state_release(void)
         close(fs.store_fd);
 }
 
+/* A fatal signal (a fault in the server) writes its number and the faulting thread's stack to
+ * the log (stderr) before the default action ends the process with a core: a mount that died
+ * leaves its clients only ENOTCONN. The names are the extension's exported ones; the others are
+ * offsets into _fuse*.so, for addr2line. */
+static const int FATAL_SIGNALS[] = {SIGSEGV, SIGBUS, SIGABRT, SIGFPE, SIGILL};
+#define NFATAL (sizeof FATAL_SIGNALS / sizeof FATAL_SIGNALS[0])
+
+static void on_fatal(int sig)
+{
+    char line[96];
+    int n = snprintf(line, sizeof line, "scratchkeeper mount: fatal signal %d (%s); its stack:\n",
+                     sig, sigabbrev_np(sig) ? sigabbrev_np(sig) : "?");
+    if (n > 0 && write(STDERR_FILENO, line, (size_t)n) < 0)
+        n = 0;
+    void *frames[48];
+    backtrace_symbols_fd(frames, backtrace(frames, 48), STDERR_FILENO);
+    raise(sig);  /* SA_RESETHAND: the default action now, with its core */
+}
+
+static void fatal_handlers(struct sigaction *saved, bool install)
+{
+    if (install) {
+        void *warm[1];
+        backtrace(warm, 1);  /* loads libgcc_s now, not in the handler */
+    }
+    struct sigaction sa = {.sa_handler = on_fatal, .sa_flags = SA_RESETHAND | SA_NODEFER};
+    sigemptyset(&sa.sa_mask);
+    for (size_t i = 0; i < NFATAL; i++)
+        sigaction(FATAL_SIGNALS[i], install ? &sa : &saved[i], install ? &saved[i] : NULL);
+}
+
 int skfs_run(const struct skfs_config *config, char *err, size_t errlen)
 {
+    struct sigaction saved_fatal[NFATAL];
+    fatal_handlers(saved_fatal, true);
     int rc = state_init(config, err, errlen);
-    if (rc < 0)
+    if (rc < 0) {
+        fatal_handlers(saved_fatal, false);
         return rc;
+    }
     pthread_t watcher;
     if ((rc = root_open(config, err, errlen)) < 0 ||
         (rc = watcher_start(config, &watcher, err, errlen)) < 0)
@@ -360,5 +399,6 @@ stop_watcher:
     watcher_stop(watcher);
 out:
     state_release();
+    fatal_handlers(saved_fatal, false);
     return rc;
 }

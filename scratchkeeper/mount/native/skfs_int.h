@@ -41,7 +41,9 @@ struct file_handle;
 
 struct sk_inode {
     /* The MDT inode: its handle, and an O_PATH descriptor while it is among the most recently
-     * used (fds.c); a request takes it with inode_fd() and gives it back with inode_fd_put(). */
+     * used (fds.c); a request takes it with inode_fd() and gives it back with inode_fd_put(),
+     * before it answers: the kernel holds the inode only until the answer, and may forget it
+     * (forget_one frees the entry) at once after. */
     struct file_handle *handle;
     int fd;                 /* fds.c's lock: -1 when not cached (the root's: always open) */
     unsigned fd_users;      /* fds.c's lock: requests using fd, which is not closed meanwhile */
