@@ -330,9 +330,13 @@ def _wait(store: StateStore, scheduler: Scheduler, chain_id: str, keys: list[str
             ended = [text for r in pending
                      if (text := _ended_text(r, found.get(r["job_id"]))) is not None]
             if ended:
-                # recorded after it ended? look once more before calling it failed
-                again = {r["job_key"]: r for r in chains.chain_jobs(store, chain_id)}
-                if all(again[k]["state"] == chains.JOB_DONE for k in keys):
+                # recorded after the first look (a job records its end before it exits)? look
+                # once more: its own record (staged, or failed with the line and the words of
+                # its failure) is what is said, the scheduler's bare end only without one
+                again = [r for r in chains.chain_jobs(store, chain_id) if r["job_key"] in keys]
+                if failed := [r for r in again if r["state"] == chains.JOB_FAILED]:
+                    return "; ".join(_failure_text(r) for r in failed)
+                if all(r["state"] == chains.JOB_DONE for r in again):
                     return None
                 return "; ".join(ended)
         if deadline is not None and time.monotonic() >= deadline:

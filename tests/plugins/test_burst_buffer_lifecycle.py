@@ -157,6 +157,36 @@ def test_a_data_job_that_records_its_outcome_before_its_id_is_recorded_keeps_it(
     assert records.job(store, "76")["stage"] == records.STAGED_IN
 
 
+class RecordsWhileAsked(Queue):
+    """The data job records its failure and exits while data_in asks the scheduler about it:
+    data_in's look at the records came just before, the scheduler's answer is FAILED."""
+
+    def __init__(self, store):
+        super().__init__(store, lambda spec: ("running", None))
+        self.delay = 0
+
+    def lookup(self, job_ids, *, missing_ok=False):
+        for spec in self.submitted:
+            chains.set_jobs_state(self.store, Path(spec.script_path).parent.name,
+                                  [Path(spec.script_path).stem], chains.JOB_FAILED,
+                                  "stage-in failed: script:2: 550 no such file")
+        return {j: JobRecord(job_id=j, state=JobState.FAILED, native_state="FAILED")
+                for j in job_ids}
+
+
+def test_a_failure_recorded_as_the_scheduler_says_the_job_ended_is_told_in_its_own_words(site):
+    """Seen in a full run: the job's record of why it failed (the script's line, the server's
+    550) came between data_in's look and the scheduler's answer, and data_in said only that the
+    job had ended FAILED."""
+    config, store, tmp_path = site
+    lifecycle.setup(config, store, "75", 1000, 1000, "", 0)
+    with pytest.raises(lifecycle.StageFailed) as failed:
+        lifecycle.data_in(config, store, "75", job_script(tmp_path),
+                          scheduler=RecordsWhileAsked(store), timeout=10)
+    assert "script:2: 550 no such file" in str(failed.value)
+    assert "ended" not in str(failed.value)
+
+
 def test_a_data_job_submitted_but_not_recorded_is_cancelled_before_it_is_submitted_again(site):
     config, store, tmp_path = site
     queue = Queue(store, lambda spec: ("done", None))
