@@ -55,7 +55,8 @@ demo: cluster
 
 ## Every test, the ones on the real local cluster included, after the static checks (CI runs
 ## this), on TEST_WORKERS pytest-xdist workers (the cluster's tests on one of them); the property
-## tests at CI strength, the 25 slowest tests listed at the end.
+## tests at CI strength, the 25 slowest tests listed at the end; then the Slurm paths' second
+## pass on Slurm 24.11 (test-2411) when bootstrap built it.
 ## The static checks and the cluster's start run side by side once the venv is there (mypy and
 ## the C build use the CPU while `up` mostly waits on its daemons); the plugins are installed
 ## after check-c, which builds the same SPANK plugin.
@@ -63,13 +64,12 @@ test: deps
 	$(MAKE) --no-print-directory -j3 --output-sync=target AFTER_DEPS=1 lint types cluster
 	SCRATCHKEEPER_REQUIRE_CLUSTER=1 HYPOTHESIS_PROFILE=ci $(PY) -m pytest -n $(TEST_WORKERS) \
 	  --dist loadgroup --durations=25 $(PYTEST_ARGS)
+	$(MAKE) --no-print-directory test-2411
 
 ## The Slurm paths' cluster tests (the SPANK plugin and the chain service, job_submit.lua,
 ## burst_buffer.lua, the health check) again on scripts/bootstrap's Slurm 24.11, when it is
 ## built: the cluster brought up on 24.11, the tests run with its commands first on PATH, then
-## the cluster back on Debian's 22.05. About 7 minutes here. Not yet a second pass of `make
-## test`: in 2 of 4 runs the scratch mount died in the burst-buffer tests after an OST failed
-## and came back (heap corruption: glibc's abort in fuse_reply_err; docs/local-cluster.rst).
+## the cluster back on Debian's 22.05. About 7 minutes here; `make test`'s second pass.
 SLURM_2411_TESTS := tests/plugins/test_plugins_cluster.py tests/plugins/test_burst_buffer_cluster.py \
   tests/plugins/test_chain_ends_cluster.py tests/plugins/test_dead_mount_cluster.py \
   tests/planner/test_chain_cluster.py
