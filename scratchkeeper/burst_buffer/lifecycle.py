@@ -316,13 +316,14 @@ def _wait(store: StateStore, scheduler: Scheduler, chain_id: str, keys: list[str
     found through the scheduler."""
     deadline = None if timeout is None else time.monotonic() + timeout
     next_ask = time.monotonic() + SCHEDULER_POLL
+
+    def rows_now() -> list[sqlite3.Row]:
+        return [r for r in chains.chain_jobs(store, chain_id) if r["job_key"] in keys]
     while True:
-        rows = [r for r in chains.chain_jobs(store, chain_id) if r["job_key"] in keys]
-        failed = [r for r in rows if r["state"] == chains.JOB_FAILED]
-        if failed:
-            return "; ".join(_failure_text(r) for r in failed)
-        if all(r["state"] == chains.JOB_DONE for r in rows):
-            return None
+        rows = rows_now()
+        ended_all, why = _recorded(rows)
+        if ended_all:
+            return why
         if time.monotonic() >= next_ask:
             next_ask = time.monotonic() + SCHEDULER_POLL
             pending = [r for r in rows if r["state"] != chains.JOB_DONE]
@@ -333,16 +334,21 @@ def _wait(store: StateStore, scheduler: Scheduler, chain_id: str, keys: list[str
                 # recorded after the first look (a job records its end before it exits)? look
                 # once more: its own record (staged, or failed with the line and the words of
                 # its failure) is what is said, the scheduler's bare end only without one
-                again = [r for r in chains.chain_jobs(store, chain_id) if r["job_key"] in keys]
-                if failed := [r for r in again if r["state"] == chains.JOB_FAILED]:
-                    return "; ".join(_failure_text(r) for r in failed)
-                if all(r["state"] == chains.JOB_DONE for r in again):
-                    return None
-                return "; ".join(ended)
+                ended_all, why = _recorded(rows_now())
+                return why if ended_all else "; ".join(ended)
         if deadline is not None and time.monotonic() >= deadline:
             return "timed out waiting for the data jobs " + ", ".join(
                 r["job_id"] for r in rows if r["state"] != chains.JOB_DONE)
         time.sleep(RECORD_POLL)
+
+
+def _recorded(rows: list[sqlite3.Row]) -> tuple[bool, str | None]:
+    """Whether the data jobs ``rows`` recorded their end: every one staged (None), or one failed
+    (why, in each failed job's own words)."""
+    failed = [r for r in rows if r["state"] == chains.JOB_FAILED]
+    if failed:
+        return True, "; ".join(_failure_text(r) for r in failed)
+    return all(r["state"] == chains.JOB_DONE for r in rows), None
 
 
 def _failure_text(row: sqlite3.Row) -> str:

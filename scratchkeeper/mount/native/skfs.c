@@ -256,6 +256,13 @@ static void watcher_stop(pthread_t watcher)
     pthread_join(watcher, NULL);
 }
 
+/* A signal's short name (SEGV), or "?". */
+static const char *signame(int sig)
+{
+    const char *name = sigabbrev_np(sig);
+    return name ? name : "?";
+}
+
 /* Mounted: serve requests until the file system is unmounted or a signal ends the loop, then
  * unmount. */
 static int session_loop(const struct skfs_config *config, char *err, size_t errlen)
@@ -276,8 +283,7 @@ static int session_loop(const struct skfs_config *config, char *err, size_t errl
     if (lrc < 0)
         rc = fail(err, errlen, lrc, "the session ended: %s", strerror(-lrc));
     else if (lrc > 0)  /* libfuse's handler of SIGINT, SIGTERM, SIGHUP ended the loop */
-        logmsg("%s: signal %d (%s): unmounting", config->mountpoint, lrc,
-               sigabbrev_np(lrc) ? sigabbrev_np(lrc) : "?");
+        logmsg("%s: signal %d (%s): unmounting", config->mountpoint, lrc, signame(lrc));
     fuse_session_unmount(fs.se);
     if (readahead_started)
         pthread_join(readahead, NULL);
@@ -351,9 +357,9 @@ static void on_fatal(int sig)
 {
     char line[96];
     int n = snprintf(line, sizeof line, "scratchkeeper mount: fatal signal %d (%s); its stack:\n",
-                     sig, sigabbrev_np(sig) ? sigabbrev_np(sig) : "?");
-    if (n > 0 && write(STDERR_FILENO, line, (size_t)n) < 0)
-        n = 0;
+                     sig, signame(sig));
+    if (n > 0)
+        (void)!write(STDERR_FILENO, line, (size_t)n);
     void *frames[48];
     backtrace_symbols_fd(frames, backtrace(frames, 48), STDERR_FILENO);
     raise(sig);  /* SA_RESETHAND: the default action now, with its core */
